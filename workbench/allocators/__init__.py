@@ -1,0 +1,1 @@
+"""Allocator strategies behind one protocol (DESIGN §4)."""

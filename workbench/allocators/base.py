@@ -1,0 +1,162 @@
+"""The strategy protocol: the whole interface between the scheduler/engine and a KV allocator.
+
+Strategies own integers only (block ids, extents, reference counts). They never touch device
+memory: copy-on-write and swaps come back as (src, dst) block pairs that the engine executes with
+the cache kernels. Every slot of the pool is addressed as `block_id × block_size + offset`;
+contiguous strategies use `block_size == 1`, so a slot is a block.
+
+Verbs that mutate state say so in their docstring; everything else is a pure query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+KernelMode = Literal["paged", "contiguous"]
+
+
+@dataclass(frozen=True, slots=True)
+class SeqSpec:
+    """What a strategy needs to know about a sequence at admission.
+
+    `token_ids` are the tokens whose KV will be written at admission (the prompt, or for a
+    recomputed sequence prompt + generated so far), int32 [num_tokens]. `final_len` is the length
+    the sequence will reach when it finishes (known from the trace); it splits "reserved" from
+    "internal fragmentation" exactly.
+    """
+
+    token_ids: np.ndarray  # int32 [num_tokens]
+    final_len: int
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitResult:
+    admitted: bool
+    cached_tokens: int = 0  # leading prompt tokens whose KV is already in the pool (prefix hit)
+    copies: np.ndarray | None = None  # int32 [num_copies, 2] (src_block, dst_block) to run before writing
+    needed_extent_slots: int = 0  # on refusal: the contiguous extent the group needed (0 for paged)
+    reason: str = ""  # on refusal: why, for logs
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    slots: np.ndarray  # int64 [num_seqs]: the slot each sequence's new token is written into
+    copies: np.ndarray  # int32 [num_copies, 2] (src_block, dst_block) copy-on-write pairs, run first
+
+
+@dataclass(frozen=True, slots=True)
+class SwapResult:
+    moves: np.ndarray  # int32 [num_moves, 2] (src_block, dst_block): device→host on out, host→device on in
+
+
+@dataclass(frozen=True, slots=True)
+class PagedDescriptor:
+    """FlashInfer's CSR page table for a batch of sequences (DESIGN §7)."""
+
+    kv_indptr: np.ndarray  # int32 [num_seqs + 1]
+    kv_indices: np.ndarray  # int32 [nnz_blocks]
+    kv_last_page_len: np.ndarray  # int32 [num_seqs], 1 <= value <= block_size
+    block_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContiguousDescriptor:
+    kv_start: np.ndarray  # int32 [num_seqs], first slot of each extent
+    kv_len: np.ndarray  # int32 [num_seqs], tokens written
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The exact six-way partition of the pool's capacity at one instant (DESIGN §3), in slots.
+
+    token + reserved + internal_frag + cached + external_frag + free == capacity_slots.
+    """
+
+    capacity_slots: int
+    token_slots: int
+    reserved_slots: int
+    internal_frag_slots: int
+    cached_slots: int
+    external_frag_slots: int
+    free_slots: int
+    logical_token_slots: int
+    block_table_bytes: int
+    largest_free_extent_slots: int
+    num_free_blocks: int
+
+    def __post_init__(self) -> None:
+        parts = (self.token_slots, self.reserved_slots, self.internal_frag_slots, self.cached_slots,
+                 self.external_frag_slots, self.free_slots)
+        if min(parts) < 0 or sum(parts) != self.capacity_slots:
+            raise AssertionError(f"slot accounting broken: {parts} sum to {sum(parts)}, "
+                                 f"capacity is {self.capacity_slots}")
+
+
+class Strategy(Protocol):
+    """A KV allocation strategy. Sequences are named by the caller's integer ids."""
+
+    name: str
+    kernel_mode: KernelMode
+    block_size: int  # slots per block; 1 for contiguous strategies
+    capacity_slots: int
+
+    def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
+        """Mutates. Admit a group of sequences that share one prompt (n >= 1), all or nothing.
+
+        On success every sequence holds the prompt's `spec.num_tokens` tokens (shared where the
+        strategy can share), the KV of all but the first `cached_tokens` must be written by the
+        engine via `slot_mapping`. On refusal nothing changes."""
+        ...
+
+    def can_append(self, seq_ids: list[int]) -> bool:
+        """Whether `append(seq_ids)` would succeed now."""
+        ...
+
+    def append(self, seq_ids: list[int]) -> AppendResult:
+        """Mutates. Give each sequence one more token slot (a decode step); raises if it cannot."""
+        ...
+
+    def fork(self, parent_id: int, child_id: int) -> AdmitResult:
+        """Mutates. The child gets the parent's tokens (shared by reference count where possible)."""
+        ...
+
+    def free(self, seq_id: int) -> None:
+        """Mutates. Release the sequence; its blocks return to the pool (or the prefix cache)."""
+        ...
+
+    def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
+        """Slots of token positions [start, stop) of the sequence, int64 [stop - start]."""
+        ...
+
+    def describe(self, seq_ids: list[int]) -> PagedDescriptor | ContiguousDescriptor:
+        """The kernel's view of these sequences, in this order."""
+        ...
+
+    def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
+        """The §3 accounting now. `refused_extent_slots` > 0 means the head-of-queue request was
+        refused this step needing that contiguous extent (external fragmentation is then counted)."""
+        ...
+
+    def swap_out(self, seq_ids: list[int]) -> SwapResult:
+        """Mutates. Move a group's blocks to the host pool (capacity-limited); raises if it cannot.
+        Swapped sequences keep their ids and token counts but hold no device slots."""
+        ...
+
+    def can_swap_in(self, seq_ids: list[int]) -> bool:
+        """Whether `swap_in(seq_ids)` would succeed now."""
+        ...
+
+    def swap_in(self, seq_ids: list[int]) -> SwapResult:
+        """Mutates. Bring a swapped-out group back to device blocks."""
+        ...
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError naming the first broken invariant; a pure check."""
+        ...

@@ -1,0 +1,169 @@
+"""Model KV geometries and GPUs as plain data, looked up by name (DESIGN §2).
+
+`kv_bytes_per_token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+GIB = 2**30
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    params_b: float  # billions of parameters
+    max_model_len: int
+
+    def __post_init__(self) -> None:
+        for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "max_model_len"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"model {self.name!r}: {field} must be >= 1, got {getattr(self, field)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        if not self.params_b > 0:
+            raise ValueError(f"model {self.name!r}: params_b must be > 0, got {self.params_b}")
+
+    def kv_bytes_per_token(self, kv_dtype: str = "fp16") -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
+
+    def weight_bytes(self, weight_dtype: str = "fp16") -> int:
+        return int(self.params_b * 1e9) * dtype_bytes(weight_dtype)
+
+
+@dataclass(frozen=True)
+class GpuPreset:
+    name: str
+    memory_gib: float
+    hbm_gb_s: float  # GB/s, 1e9 bytes per second
+    peak_tflops: float  # dense fp16/bf16 TFLOP/s
+
+
+MODELS: dict[str, ModelPreset] = {
+    m.name: m
+    for m in [
+        ModelPreset("opt-13b", 40, 40, 40, 128, 12.85, 2048),
+        ModelPreset("opt-66b", 64, 72, 72, 128, 65.7, 2048),
+        ModelPreset("opt-175b", 96, 96, 96, 128, 175.0, 2048),
+        ModelPreset("llama-2-7b", 32, 32, 32, 128, 6.74, 4096),
+        ModelPreset("llama-2-13b", 40, 40, 40, 128, 13.0, 4096),
+        ModelPreset("llama-2-70b", 80, 64, 8, 128, 69.0, 4096),
+        ModelPreset("llama-3-8b", 32, 32, 8, 128, 8.03, 8192),
+        ModelPreset("mistral-7b", 32, 32, 8, 128, 7.24, 32768),
+        ModelPreset("qwen2.5-7b", 28, 28, 4, 128, 7.62, 32768),
+    ]
+}
+
+GPUS: dict[str, GpuPreset] = {
+    g.name: g
+    for g in [
+        GpuPreset("a100-40gb", 40, 1555, 312),
+        GpuPreset("a100-80gb", 80, 2039, 312),
+        GpuPreset("h100-sxm", 80, 3350, 989),
+        GpuPreset("h200", 141, 4800, 989),
+    ]
+}
+
+_CUSTOM_KEYS = {
+    "layers": "num_layers",
+    "heads": "num_heads",
+    "kv_heads": "num_kv_heads",
+    "head_dim": "head_dim",
+    "params_b": "params_b",
+    "max_model_len": "max_model_len",
+}
+
+
+def dtype_bytes(kv_dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[kv_dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {kv_dtype!r}; expected one of {sorted(DTYPE_BYTES)}") from None
+
+
+def model_from_name(name: str) -> ModelPreset:
+    """A preset by name, or a custom geometry written
+    `custom:layers=40,heads=40,kv_heads=40,head_dim=128,params_b=13,max_model_len=2048`."""
+    if name.startswith("custom:"):
+        return _parse_custom(name)
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)} or 'custom:...'") from None
+
+
+def gpu_from_name(name: str) -> GpuPreset:
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise ValueError(f"unknown gpu {name!r}; expected one of {sorted(GPUS)}") from None
+
+
+def _parse_custom(spec: str) -> ModelPreset:
+    values: dict[str, float] = {}
+    for item in spec.removeprefix("custom:").split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in _CUSTOM_KEYS:
+            raise ValueError(f"custom model {spec!r}: bad item {item!r}; expected key=value with keys "
+                             f"{sorted(_CUSTOM_KEYS)}")
+        try:
+            values[_CUSTOM_KEYS[key]] = float(value)
+        except ValueError:
+            raise ValueError(f"custom model {spec!r}: {key} must be a number, got {value!r}") from None
+    missing = [k for k, f in _CUSTOM_KEYS.items() if f not in values and k not in ("heads", "params_b",
+                                                                                    "max_model_len")]
+    if missing:
+        raise ValueError(f"custom model {spec!r}: missing {missing}")
+    ints = {f: int(v) for f, v in values.items() if f != "params_b"}
+    for f, v in values.items():
+        if f != "params_b" and v != int(v):
+            raise ValueError(f"custom model {spec!r}: {f} must be an integer, got {v}")
+    ints.setdefault("num_heads", ints["num_kv_heads"])
+    ints.setdefault("max_model_len", 4096)
+    return ModelPreset(name=spec, params_b=values.get("params_b", 7.0), **ints)
+
+
+def with_max_model_len(model: ModelPreset, max_model_len: int | None) -> ModelPreset:
+    return model if max_model_len is None else replace(model, max_model_len=max_model_len)
+
+
+def kv_capacity_slots(
+    model: ModelPreset,
+    kv_dtype: str = "fp16",
+    *,
+    kv_gib: float | None = None,
+    gpu: GpuPreset | None = None,
+    gpu_memory_utilization: float = 0.9,
+    activation_reserve_gib: float = 1.0,
+) -> int:
+    """KV capacity in token slots: floor(kv_bytes / kv_bytes_per_token).
+
+    kv_bytes is `kv_gib × 2^30` when given, else `gpu_memory × utilization − weights − activations`.
+    """
+    if kv_gib is not None:
+        if not kv_gib > 0:
+            raise ValueError(f"kv_gib must be > 0, got {kv_gib}")
+        kv_bytes = kv_gib * GIB
+    else:
+        if gpu is None:
+            raise ValueError("either kv_gib or gpu must be given")
+        kv_bytes = (gpu.memory_gib * gpu_memory_utilization - activation_reserve_gib) * GIB
+        kv_bytes -= model.weight_bytes()
+        if kv_bytes <= 0:
+            raise ValueError(
+                f"model {model.name} ({model.weight_bytes() / GIB:.1f} GiB of weights) leaves no KV memory "
+                f"on {gpu.name} ({gpu.memory_gib} GiB × {gpu_memory_utilization})"
+            )
+    return math.floor(kv_bytes / model.kv_bytes_per_token(kv_dtype))

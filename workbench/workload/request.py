@@ -1,0 +1,89 @@
+"""The request type and its token content.
+
+A prompt's content is a tuple of `Segment(key, length)`: the token at offset i of a segment is a
+pure function of (key, i). Two prompts that start with the same segments therefore have identical
+token ids over that span, which is what makes prefix identity (and prefix caching) real without
+storing every token id: a Mooncake prompt of 120k tokens is ~240 segments, not 120k integers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+VOCAB_SIZE = 50_272  # OPT's vocabulary; token ids lie in [0, VOCAB_SIZE)
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """`length` tokens whose ids are `token_ids_for(key, 0..length-1)`."""
+
+    key: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    request_id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    content: tuple[Segment, ...]  # lengths sum to prompt_tokens
+    n: int = 1  # parallel samples sharing the prompt
+    beam_width: int = 1  # beam search width (1 = no beam search)
+    session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens < 1:
+            raise ValueError(f"request {self.request_id}: prompt_tokens must be >= 1, got {self.prompt_tokens}")
+        if self.output_tokens < 1:
+            raise ValueError(f"request {self.request_id}: output_tokens must be >= 1, got {self.output_tokens}")
+        if self.n < 1 or self.beam_width < 1:
+            raise ValueError(f"request {self.request_id}: n and beam_width must be >= 1")
+        if self.n > 1 and self.beam_width > 1:
+            raise ValueError(f"request {self.request_id}: parallel sampling and beam search are exclusive")
+        if sum(s.length for s in self.content) != self.prompt_tokens:
+            raise ValueError(f"request {self.request_id}: content covers "
+                             f"{sum(s.length for s in self.content)} tokens, prompt has {self.prompt_tokens}")
+
+    @property
+    def output_key(self) -> int:
+        """Segment key of the tokens this request generates (sample 0). A later turn of the same
+        session embeds `Segment(output_key, output_tokens)` so its prompt repeats this answer."""
+        return output_key(self.request_id, 0)
+
+    def prompt_token_ids(self) -> np.ndarray:
+        """Token ids of the prompt, int32 [prompt_tokens]."""
+        return content_token_ids(self.content)
+
+
+def output_key(request_id: int, sample: int) -> int:
+    """Segment key for the generated tokens of one sample of one request."""
+    return int(mix64(np.array([(request_id << 20) ^ sample ^ (1 << 62)], dtype=np.uint64))[0] >> np.uint64(1))
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer, vectorized over uint64."""
+    with np.errstate(over="ignore"):
+        z = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
+        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
+        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
+        return z ^ (z >> np.uint64(31))
+
+
+def token_ids_for(key: int, start: int, stop: int) -> np.ndarray:
+    """Token ids at offsets [start, stop) of the segment with this key, int32."""
+    offsets = np.arange(start, stop, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        seed = np.uint64(key & 0xFFFFFFFFFFFFFFFF) * np.uint64(0x100000001B3)
+    return (mix64(offsets ^ seed) % np.uint64(VOCAB_SIZE)).astype(np.int32)
+
+
+def content_token_ids(content: tuple[Segment, ...]) -> np.ndarray:
+    """Concatenated token ids of a content tuple, int32 [sum of lengths]."""
+    if not content:
+        return np.zeros(0, dtype=np.int32)
+    return np.concatenate([token_ids_for(s.key, 0, s.length) for s in content])
