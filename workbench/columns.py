@@ -1,0 +1,40 @@
+"""Names of every output column and summary figure (DESIGN §3, §8), defined once.
+
+Writers and readers (engine, results, sweep, figures, notebooks) import these instead of typing
+the strings again.
+"""
+
+SLOT_COLUMNS = (
+    "token_slots",
+    "reserved_slots",
+    "internal_frag_slots",
+    "cached_slots",
+    "external_frag_slots",
+    "free_slots",
+)
+
+STEP_COLUMNS = (
+    "step", "t_s", "dt_s", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
+    *SLOT_COLUMNS,
+    "logical_token_slots", "block_table_bytes", "cow_copies", "preemptions", "swapped_blocks", "kernel_time_s",
+)
+
+REQUEST_COLUMNS = (
+    "request_id", "arrival_s", "admitted_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens",
+    "prefix_hit_tokens", "num_preemptions", "status",
+)
+
+# mem_<kind>_frac for each slot column, e.g. token_slots -> mem_token_frac
+MEM_FRAC_KEYS = tuple("mem_" + c.removesuffix("_slots") + "_frac" for c in SLOT_COLUMNS)
+MEM_FRAC_SAT_KEYS = tuple(k + "_sat" for k in MEM_FRAC_KEYS)
+
+SUMMARY_KEYS = (
+    "kv_slots", "num_requests", "sim_time_s",
+    *MEM_FRAC_KEYS, *MEM_FRAC_SAT_KEYS,
+    "ext_frag_index", "sharing_saving_frac", "block_sharing_saving_frac", "prefix_query_tokens",
+    "prefix_hit_tokens", "prefix_hit_rate", "block_table_bytes_mean", "mean_batch_size", "max_batch_size",
+    "throughput_req_s", "throughput_tok_s", "normalized_latency_s_per_tok",
+    "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+    "num_finished", "num_rejected", "num_preemptions", "cow_copies",
+    "kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s",
+)
