@@ -38,3 +38,6 @@ SUMMARY_KEYS = (
     "num_finished", "num_rejected", "num_preemptions", "cow_copies",
     "kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s",
 )
+
+# Summary keys measured in wall time: they differ between otherwise identical runs.
+WALL_CLOCK_KEYS = ("sim_wall_s", "kernel_time_s", "kernel_gbps")
