@@ -14,7 +14,7 @@ class BuildPyWithKernels(build_py):
         dst = Path(self.build_lib) / "workbench" / "_kernels"
         dst.mkdir(parents=True, exist_ok=True)
         for path in src.glob("*"):
-            if path.suffix in (".cu", ".cuh", ".h"):
+            if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
                 shutil.copy2(path, dst / path.name)
 
 
