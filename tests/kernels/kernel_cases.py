@@ -1,0 +1,86 @@
+"""Random attention cases with the same logical KV laid out paged and contiguous.
+
+Every pool slot no sequence owns holds NaN (in its storage dtype), so a kernel that reads one
+wrong slot (a bad block id, the unused tail of a last page, a gap between extents) produces NaN,
+and NaN never passes `rel_err`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+NAN_BITS = {"fp16": np.uint16(0x7E00), "bf16": np.uint16(0x7FC0)}
+STORAGE_DTYPE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
+TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
+
+
+def to_storage(x: np.ndarray, kv_dtype: str) -> np.ndarray:
+    """float32 values → the pool's storage dtype (bf16: round to nearest even, kept as uint16 bits)."""
+    if kv_dtype == "bf16":
+        bits = x.astype(np.float32).view(np.uint32)
+        rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
+        return (rounded >> 16).astype(np.uint16)
+    return x.astype(STORAGE_DTYPE[kv_dtype])
+
+
+def poisoned_pool(num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str) -> np.ndarray:
+    pool = np.empty((num_slots, num_kv_heads, head_dim), dtype=STORAGE_DTYPE[kv_dtype])
+    pool[...] = NAN_BITS[kv_dtype] if kv_dtype in NAN_BITS else np.nan
+    return pool
+
+
+@dataclass
+class Case:
+    q: np.ndarray  # float32 [num_q, num_heads, head_dim]
+    kv_dtype: str
+    block_size: int
+    paged_k: np.ndarray  # [num_blocks * block_size, num_kv_heads, head_dim]
+    paged_v: np.ndarray
+    kv_indptr: np.ndarray  # int32 [num_seqs + 1]
+    kv_indices: np.ndarray  # int32 [nnz_blocks]
+    kv_last_page_len: np.ndarray  # int32 [num_seqs]
+    contig_k: np.ndarray  # [num_slots, num_kv_heads, head_dim]
+    contig_v: np.ndarray
+    kv_start: np.ndarray  # int32 [num_seqs]
+    kv_len: np.ndarray  # int32 [num_seqs]
+
+
+def make_case(rng, kv_lens, num_heads, num_kv_heads, head_dim, block_size, kv_dtype, num_q=None) -> Case:
+    """`num_q` None: one query per sequence (decode); else the number of query rows in total."""
+    kv_lens = np.asarray(kv_lens, dtype=np.int64)
+    num_seqs = len(kv_lens)
+    nblocks = (kv_lens + block_size - 1) // block_size  # [num_seqs]
+    total_blocks = int(nblocks.sum()) + 3  # spare blocks stay poisoned
+    perm = rng.permutation(total_blocks).astype(np.int32)  # random, non-contiguous block tables
+    kv_indptr = np.concatenate([[0], np.cumsum(nblocks)]).astype(np.int32)
+    kv_indices = perm[: kv_indptr[-1]].copy()
+    kv_last_page_len = (kv_lens - (nblocks - 1) * block_size).astype(np.int32)
+
+    gaps = rng.integers(0, 4, size=num_seqs)  # poisoned slots before each extent
+    kv_start = (np.cumsum(gaps) + np.concatenate([[0], np.cumsum(kv_lens)[:-1]])).astype(np.int32)
+    num_contig_slots = int(kv_start[-1] + kv_lens[-1]) + 2
+
+    paged_k = poisoned_pool(total_blocks * block_size, num_kv_heads, head_dim, kv_dtype)
+    paged_v = poisoned_pool(total_blocks * block_size, num_kv_heads, head_dim, kv_dtype)
+    contig_k = poisoned_pool(num_contig_slots, num_kv_heads, head_dim, kv_dtype)
+    contig_v = poisoned_pool(num_contig_slots, num_kv_heads, head_dim, kv_dtype)
+    for seq, kv_len in enumerate(kv_lens):
+        k = to_storage(rng.standard_normal((kv_len, num_kv_heads, head_dim), dtype=np.float32), kv_dtype)
+        v = to_storage(rng.standard_normal((kv_len, num_kv_heads, head_dim), dtype=np.float32), kv_dtype)
+        blocks = kv_indices[kv_indptr[seq] : kv_indptr[seq + 1]].astype(np.int64)
+        slots = (blocks[:, None] * block_size + np.arange(block_size)).reshape(-1)[:kv_len]
+        paged_k[slots], paged_v[slots] = k, v
+        contig_k[kv_start[seq] : kv_start[seq] + kv_len] = k
+        contig_v[kv_start[seq] : kv_start[seq] + kv_len] = v
+    rows = num_seqs if num_q is None else num_q
+    q = rng.standard_normal((rows, num_heads, head_dim), dtype=np.float32)
+    return Case(q, kv_dtype, block_size, paged_k, paged_v, kv_indptr, kv_indices, kv_last_page_len,
+                contig_k, contig_v, kv_start, kv_lens.astype(np.int32))
+
+
+def random_qo_indptr(rng, kv_lens) -> np.ndarray:
+    """int32 [num_seqs + 1]: each sequence gets 1..kv_len new query tokens."""
+    num_q = [int(rng.integers(1, min(int(n), 40) + 1)) for n in kv_lens]
+    return np.concatenate([[0], np.cumsum(num_q)]).astype(np.int32)

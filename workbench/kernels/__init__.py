@@ -1,0 +1,1 @@
+"""Attention and KV-cache kernels behind one validated surface (DESIGN §7)."""
