@@ -17,6 +17,9 @@ STEP_COLUMNS = (
     "step", "t_s", "dt_s", "num_running", "num_waiting", "num_prefill_tokens", "num_decode_tokens",
     *SLOT_COLUMNS,
     "logical_token_slots", "block_table_bytes", "cow_copies", "preemptions", "swapped_blocks", "kernel_time_s",
+    # the largest free contiguous extent (for ext_frag_index) and the whole blocks the live sequences
+    # would occupy without sharing (for block-level sharing savings; allocated slots when nothing shares)
+    "largest_free_extent_slots", "unshared_block_slots",
 )
 
 REQUEST_COLUMNS = (

@@ -1,0 +1,146 @@
+"""Per-step and per-request tables, the run-level summary (DESIGN §3, §8), and atomic writing.
+
+Step rows go into preallocated NumPy columns (one row per engine step, ~100k+ per trace replay),
+so recording a step is two row assignments, not a dict per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench import columns as C
+
+# Storage order of a step row: the float columns, then the integer columns.
+FLOAT_STEP_COLUMNS = ("t_s", "dt_s", "kernel_time_s")
+INT_STEP_COLUMNS = tuple(c for c in C.STEP_COLUMNS if c not in FLOAT_STEP_COLUMNS)
+
+
+class StepLog:
+    """Growable columnar storage of step rows. `record` mutates."""
+
+    def __init__(self, initial_rows: int = 4096) -> None:
+        self.num_rows = 0
+        self.floats = np.zeros((initial_rows, len(FLOAT_STEP_COLUMNS)), dtype=np.float64)
+        self.ints = np.zeros((initial_rows, len(INT_STEP_COLUMNS)), dtype=np.int64)
+
+    def record(self, floats: tuple[float, ...], ints: tuple[int, ...]) -> None:
+        """Append one row; `floats` in FLOAT_STEP_COLUMNS order, `ints` in INT_STEP_COLUMNS order."""
+        i = self.num_rows
+        if i == self.floats.shape[0]:
+            self.floats = np.concatenate([self.floats, np.zeros_like(self.floats)])
+            self.ints = np.concatenate([self.ints, np.zeros_like(self.ints)])
+        self.floats[i] = floats
+        self.ints[i] = ints
+        self.num_rows = i + 1
+
+    def to_frame(self) -> pd.DataFrame:
+        n = self.num_rows
+        data: dict[str, np.ndarray] = {}
+        for j, name in enumerate(FLOAT_STEP_COLUMNS):
+            data[name] = self.floats[:n, j].copy()
+        for j, name in enumerate(INT_STEP_COLUMNS):
+            data[name] = self.ints[:n, j].copy()
+        return pd.DataFrame({name: data[name] for name in C.STEP_COLUMNS})
+
+
+def _weighted_frac(values: np.ndarray, weights: np.ndarray, capacity_slots: int) -> float:
+    total = float(weights.sum())
+    if total <= 0:
+        return math.nan
+    return float(np.dot(values.astype(np.float64), weights) / total / capacity_slots)
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else math.nan
+
+
+def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: int,
+              generated_tokens: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """The run-level figures of DESIGN §8 from the two tables.
+
+    `generated_tokens` counts every sample's tokens of the finished requests; `extra` supplies the
+    keys the tables cannot give (prefix counters, kernel figures, wall time)."""
+    dt = steps["dt_s"].to_numpy()  # [num_steps]
+    saturated = steps["num_waiting"].to_numpy() > 0
+    out: dict[str, Any] = {"kv_slots": int(capacity_slots), "num_requests": int(len(requests)),
+                           "sim_time_s": float(steps["t_s"].iloc[-1]) if len(steps) else 0.0}
+    for col, key in zip(C.SLOT_COLUMNS, C.MEM_FRAC_KEYS, strict=True):
+        out[key] = _weighted_frac(steps[col].to_numpy(), dt, capacity_slots)
+    for col, key in zip(C.SLOT_COLUMNS, C.MEM_FRAC_SAT_KEYS, strict=True):
+        out[key] = _weighted_frac(steps[col].to_numpy()[saturated], dt[saturated], capacity_slots)
+
+    # free memory in any extent: what a contiguous request could have used if it were one piece
+    unallocated = (steps["free_slots"] + steps["external_frag_slots"]).to_numpy().astype(np.float64)
+    largest = steps["largest_free_extent_slots"].to_numpy().astype(np.float64)
+    frag = np.where(unallocated > 0, 1.0 - largest / np.maximum(unallocated, 1.0), 0.0)
+    out["ext_frag_index"] = float(frag.mean()) if frag.size else 0.0
+
+    logical = float(np.dot(steps["logical_token_slots"].to_numpy(), dt))
+    token = float(np.dot(steps["token_slots"].to_numpy(), dt))
+    out["sharing_saving_frac"] = 1.0 - token / logical if logical > 0 else 0.0
+    allocated = (steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]).to_numpy()
+    unshared = float(np.dot(steps["unshared_block_slots"].to_numpy(), dt))
+    out["block_sharing_saving_frac"] = 1.0 - float(np.dot(allocated, dt)) / unshared if unshared > 0 else 0.0
+
+    query, hit = int(extra["prefix_query_tokens"]), int(extra["prefix_hit_tokens"])
+    out["prefix_query_tokens"], out["prefix_hit_tokens"] = query, hit
+    out["prefix_hit_rate"] = hit / query if query else 0.0
+    out["block_table_bytes_mean"] = (float(np.dot(steps["block_table_bytes"].to_numpy(), dt) / dt.sum())
+                                     if dt.sum() > 0 else 0.0)
+    running = steps["num_running"].to_numpy()
+    out["mean_batch_size"] = float(running.mean()) if running.size else 0.0
+    out["max_batch_size"] = int(running.max()) if running.size else 0
+
+    finished = requests[requests["status"] == "finished"]
+    sim_time = out["sim_time_s"]
+    out["throughput_req_s"] = len(finished) / sim_time if sim_time > 0 else 0.0
+    out["throughput_tok_s"] = generated_tokens / sim_time if sim_time > 0 else 0.0
+    arrival = finished["arrival_s"].to_numpy()
+    first = finished["first_token_s"].to_numpy()
+    finish = finished["finish_s"].to_numpy()
+    output = finished["output_tokens"].to_numpy()
+    out["normalized_latency_s_per_tok"] = float(((finish - arrival) / output).mean()) if len(finished) else math.nan
+    ttft = first - arrival
+    multi = output > 1
+    tpot = (finish[multi] - first[multi]) / (output[multi] - 1)
+    out["ttft_p50_s"], out["ttft_p99_s"] = _percentile(ttft, 50), _percentile(ttft, 99)
+    out["tpot_p50_s"], out["tpot_p99_s"] = _percentile(tpot, 50), _percentile(tpot, 99)
+    out["num_finished"] = int(len(finished))
+    out["num_rejected"] = int(len(requests) - len(finished))
+    out["num_preemptions"] = int(steps["preemptions"].sum())
+    out["cow_copies"] = int(steps["cow_copies"].sum())
+    for key in ("kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s"):
+        out[key] = extra[key]
+    return {key: out[key] for key in C.SUMMARY_KEYS}
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, requests: pd.DataFrame,
+                  summary: dict[str, Any]) -> None:
+    """Write the four §8 files into `out_dir` (created if needed), each atomically; summary.json last,
+    so its presence means the other three are complete."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def dump_json(obj: dict[str, Any]):
+        return lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+    _atomic_write(out_dir / "config.json", dump_json(config))
+    _atomic_write(out_dir / "steps.parquet", lambda tmp: steps.to_parquet(tmp, index=False))
+    _atomic_write(out_dir / "requests.parquet", lambda tmp: requests.to_parquet(tmp, index=False))
+    _atomic_write(out_dir / "summary.json", dump_json(summary))
