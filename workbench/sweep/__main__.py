@@ -1,0 +1,4 @@
+from workbench.sweep.cli import main
+
+if __name__ == "__main__":  # spawned workers import this module as __mp_main__; they must not rerun the sweep
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""`python -m workbench.sweep [EXPERIMENT.yaml]`: run a sweep, print a comparison table, draw its figure.
+
+With no argument it runs `experiments/quickstart.yaml`. The CLI sits above the figures package:
+when the spec names a `figure`, it is drawn into the output directory (figures/ holds only what
+`python -m workbench.figures` builds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.paths import REPO_ROOT
+from workbench.sweep.executors import EXECUTOR_NAMES, make_executor
+from workbench.sweep.runner import SweepError, run_sweep
+from workbench.sweep.spec import SpecError, SweepSpec, load_spec
+
+DEFAULT_EXPERIMENT = REPO_ROOT / "experiments" / "quickstart.yaml"
+DEFAULT_RUNS_DIR = Path("runs")
+
+# the figures a reader compares strategies by, in table order
+TABLE_KEYS = (
+    "mem_token_frac", "mem_reserved_frac", "mem_internal_frag_frac", "mem_external_frag_frac",
+    "mean_batch_size", "throughput_req_s", "normalized_latency_s_per_tok", "num_preemptions", "prefix_hit_rate",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", nargs="?", type=Path, default=None,
+                        help=f"sweep YAML (default: {DEFAULT_EXPERIMENT.relative_to(REPO_ROOT)})")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<experiment name>)")
+    parser.add_argument("--executor", choices=EXECUTOR_NAMES, default="local",
+                        help="local: process pool on this machine; dask: a Dask distributed cluster")
+    parser.add_argument("-j", "--jobs", type=int, default=None,
+                        help="worker processes of the local executor (default: the usable cores)")
+    parser.add_argument("--scheduler", default=None,
+                        help="dask: address of a running scheduler, e.g. tcp://host:8786 (default: a LocalCluster)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="dask without --scheduler: LocalCluster worker processes (default: the usable cores)")
+    parser.add_argument("--resume", action="store_true", help="keep complete points in OUT and run only the rest")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
+    """The varied run flags and the main summary figures, one line per point."""
+    varied = [k for k in spec.axes] + [k for group in spec.zips for k in group]
+    metrics = [k for k in TABLE_KEYS if k in table.columns and table[k].notna().any()]
+    shown = table[["point_id", *varied, *metrics]]
+    return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.executor == "local" and (args.scheduler or args.workers):
+        parser.error("--scheduler and --workers belong to --executor dask")
+    if args.executor == "dask" and args.jobs:
+        parser.error("-j/--jobs belongs to --executor local; use --workers with dask")
+    if args.scheduler and args.workers:
+        parser.error("--workers starts a LocalCluster; an existing --scheduler brings its own workers")
+    try:
+        spec = load_spec(args.experiment or DEFAULT_EXPERIMENT)
+        executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)
+        out_dir = args.out or DEFAULT_RUNS_DIR / spec.name
+        table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, progress=not args.no_progress)
+    except (SpecError, SweepError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{spec.name}: {len(table)} points in {out_dir}/ (summary.parquet)")
+    print(comparison_table(spec, table))
+    if spec.figure:
+        from workbench.figures.build import draw_into
+
+        paths = draw_into(spec.figure, out_dir, out_dir)
+        print("figure: " + ", ".join(str(p) for p in paths))
+    return 0

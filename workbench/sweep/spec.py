@@ -1,0 +1,234 @@
+"""Sweep specification: a YAML file of `base` + `axes` + optional `zip` groups, validated and expanded.
+
+```yaml
+name: block-size            # optional; default: the file's stem
+figure: memory_waste        # optional; the figure the sweep CLI draws from the summary
+base: {model: opt-13b, kv_gib: 12}
+axes:                       # cross product, the first axis varies slowest
+  strategy: [paged, paged-prefix]
+  block_size: [8, 16, 32]
+zip:                        # each group's lists are zipped, then crossed with the axes
+  - {workload: [sharegpt-like, alpaca-like], rate: [2.0, 20.0]}
+```
+
+Every key under `base`, `axes` and `zip` is a `RunConfig` field name (the run flags in snake_case).
+Errors name the file and the key path (`axes.block_size[2]`). A point's id is a short hash of the
+canonical JSON of its resolved configuration, so it is stable across runs, executors and machines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import itertools
+import json
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workbench import presets
+from workbench.config import RunConfig
+
+TOP_LEVEL_KEYS = ("name", "description", "figure", "base", "axes", "zip")
+POINT_ID_HEX = 12
+
+
+class SpecError(ValueError):
+    """An invalid sweep specification; the message names the file and the key path."""
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int  # position in the expansion order
+    point_id: str
+    config: RunConfig
+    varied: dict[str, Any]  # the axis and zip values of this point, in spec order
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    source: str  # the YAML path, or a label for specs built in code
+    base: dict[str, Any]
+    axes: dict[str, list[Any]]
+    zips: list[dict[str, list[Any]]]
+    figure: str | None = None
+    description: str = ""
+
+    def points(self) -> list[Point]:
+        """The expansion: axes crossed (first slowest) with zip groups; ids unique by construction."""
+        dims: list[list[dict[str, Any]]] = [[{key: v} for v in values] for key, values in self.axes.items()]
+        for group in self.zips:
+            length = len(next(iter(group.values())))
+            dims.append([{key: values[i] for key, values in group.items()} for i in range(length)])
+        points: list[Point] = []
+        seen: dict[str, int] = {}
+        for index, combo in enumerate(itertools.product(*dims)):
+            varied = {k: v for part in combo for k, v in part.items()}
+            try:
+                config = RunConfig(**{**self.base, **varied})
+            except ValueError as exc:
+                raise SpecError(f"{self.source}: point {index} ({describe(varied)}): {exc}") from None
+            point_id = config_id(config)
+            if point_id in seen:
+                raise SpecError(f"{self.source}: points {seen[point_id]} and {index} resolve to the same "
+                                f"configuration ({describe(varied)})")
+            seen[point_id] = index
+            points.append(Point(index, point_id, config, varied))
+        return points
+
+    def config_hash(self) -> str:
+        """A hash of every point's resolved configuration, in expansion order (figure provenance)."""
+        return _short_hash(json.dumps([p.point_id for p in self.points()]))
+
+
+def config_id(config: RunConfig) -> str:
+    """Short hex id of a resolved configuration: hash of its canonical JSON (sorted keys, no spaces)."""
+    return _short_hash(json.dumps(config.to_dict(), sort_keys=True, separators=(",", ":")))
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep YAML file; raises SpecError naming the file on any problem."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    return parse_spec(data, source=str(path), default_name=path.stem)
+
+
+def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep") -> SweepSpec:
+    """Validate a spec already loaded as plain data (the YAML document)."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}, "
+                        f"got {type(data).__name__}")
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise SpecError(f"{source}: {_unknown(key, TOP_LEVEL_KEYS)}")
+    name = data.get("name", default_name)
+    for key in ("name", "description", "figure"):
+        if key in data and not isinstance(data[key], str):
+            raise SpecError(f"{source}: {key}: expected a string, got {data[key]!r}")
+
+    base = _mapping(data.get("base", {}), "base", source)
+    for key, value in base.items():
+        base[key] = _check_value(value, key, f"base.{key}", source)
+    sections: list[tuple[str, dict[str, Any]]] = [("base", base)]
+
+    axes = _mapping(data.get("axes", {}), "axes", source)
+    for key, values in axes.items():
+        axes[key] = _check_list(values, key, f"axes.{key}", source)
+    sections.append(("axes", axes))
+
+    raw_zips = data.get("zip", [])
+    if not isinstance(raw_zips, list):
+        raise SpecError(f"{source}: zip: expected a list of groups (mappings of key: list), got {raw_zips!r}")
+    zips: list[dict[str, list[Any]]] = []
+    for i, raw_group in enumerate(raw_zips):
+        group = _mapping(raw_group, f"zip[{i}]", source)
+        if not group:
+            raise SpecError(f"{source}: zip[{i}]: empty group; give at least one key: list")
+        for key, values in group.items():
+            group[key] = _check_list(values, key, f"zip[{i}].{key}", source)
+        lengths = {key: len(values) for key, values in group.items()}
+        if len(set(lengths.values())) > 1:
+            detail = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+            raise SpecError(f"{source}: zip[{i}]: lists must have equal lengths ({detail})")
+        zips.append(group)
+        sections.append((f"zip[{i}]", group))
+
+    owner: dict[str, str] = {}
+    for section, keys in sections:
+        for key in keys:
+            if key in owner:
+                raise SpecError(f"{source}: {section}.{key}: '{key}' is already set in {owner[key]}; "
+                                "give each key in one place only")
+            owner[key] = section
+    spec = SweepSpec(name=name, source=source, base=base, axes=axes, zips=zips,
+                     figure=data.get("figure"), description=data.get("description", ""))
+    spec.points()  # validates every combination (cross-field rules, duplicates) before anything runs
+    return spec
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:POINT_ID_HEX]
+
+
+def describe(varied: dict[str, Any]) -> str:
+    """`strategy=paged, block_size=16`: the varied values of a point, for messages and labels."""
+    return ", ".join(f"{k}={v}" for k, v in varied.items()) or "base only"
+
+
+def _unknown(key: Any, valid: typing.Sequence[str]) -> str:
+    close = difflib.get_close_matches(str(key), valid, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(valid)}"
+    return f"unknown key '{key}'; {hint}"
+
+
+def _mapping(value: Any, path: str, source: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{source}: {path}: expected a mapping of run flags, got {value!r}")
+    fields = RunConfig.field_names()
+    for key in value:
+        if key not in fields:
+            raise SpecError(f"{source}: {path}.{key}: {_unknown(key, fields)}")
+    return dict(value)
+
+
+def _check_list(values: Any, key: str, path: str, source: str) -> list[Any]:
+    if not isinstance(values, list):
+        raise SpecError(f"{source}: {path}: expected a list of values, got {values!r}")
+    if not values:
+        raise SpecError(f"{source}: {path}: empty list; an axis needs at least one value")
+    return [_check_value(v, key, f"{path}[{i}]", source) for i, v in enumerate(values)]
+
+
+def _check_value(value: Any, key: str, path: str, source: str) -> Any:
+    """The value converted to the field's type (int → float for float fields, so ids are canonical)."""
+    allowed = _field_types()[key]
+    if value is None:
+        if type(None) not in allowed:
+            raise SpecError(f"{source}: {path}: {key} cannot be null")
+        return None
+    if not any(_is_instance(value, t) for t in allowed):
+        if float in allowed and _is_instance(value, int):
+            value = float(value)
+        else:
+            names = " or ".join(t.__name__ for t in allowed if t is not type(None))
+            raise SpecError(f"{source}: {path}: expected {names}, got {type(value).__name__} {value!r}")
+    try:
+        RunConfig(**{key: value})
+        if key == "model":
+            presets.model_from_name(value)
+        elif key == "gpu":
+            presets.gpu_from_name(value)
+    except ValueError as exc:
+        raise SpecError(f"{source}: {path}: {exc}") from None
+    return value
+
+
+def _is_instance(value: Any, t: type) -> bool:
+    if isinstance(value, bool):  # YAML true/false is a bool, never a number
+        return t is bool
+    return isinstance(value, t)
+
+
+def _field_types() -> dict[str, tuple[type, ...]]:
+    hints = typing.get_type_hints(RunConfig)
+    out: dict[str, tuple[type, ...]] = {}
+    for f in dataclasses.fields(RunConfig):
+        hint = hints[f.name]
+        members = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        out[f.name] = tuple(typing.get_origin(t) or t for t in members)
+    return out

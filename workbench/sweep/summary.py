@@ -1,0 +1,62 @@
+"""The sweep's summary table: one row per point, in expansion order, read from the points' files.
+
+Columns: `point_id`, then the flattened run configuration (one column per `RunConfig` field), then
+the run's summary figures (`workbench.columns.SUMMARY_KEYS` and any extra keys the run reported, in
+the order of its summary.json). Where a config field and a summary figure share a name
+(`kv_slots`, `num_requests`) the summary keeps the name, holding the resolved value, and the
+configured value moves to `config_<name>`.
+
+The table is built only from files on disk, so it is the same whichever executor, worker count or
+interruption produced the points.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench.sweep.spec import Point
+
+SUMMARY_FILE = "summary.parquet"
+POINT_SUMMARY_FILE = "summary.json"
+
+
+def read_point_summary(point_dir: Path) -> dict[str, Any]:
+    path = point_dir / POINT_SUMMARY_FILE
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RuntimeError(f"{path}: cannot read the point's summary: {exc}") from None
+
+
+def summary_table(points: Sequence[Point], points_dir: Path) -> pd.DataFrame:
+    rows = []
+    for point in points:
+        figures = read_point_summary(points_dir / point.point_id)
+        config = point.config.to_dict()
+        row: dict[str, Any] = {"point_id": point.point_id}
+        row.update({(f"config_{k}" if k in figures else k): v for k, v in config.items()})
+        row.update(figures)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_summary(table: pd.DataFrame, out_dir: Path) -> Path:
+    """Write OUT/summary.parquet atomically (temporary file + rename)."""
+    path = out_dir / SUMMARY_FILE
+    tmp = out_dir / f".{SUMMARY_FILE}.{os.getpid()}.tmp"
+    table.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+def read_summary(out_dir: Path) -> pd.DataFrame:
+    path = Path(out_dir) / SUMMARY_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no sweep summary; run the sweep first")
+    return pd.read_parquet(path)
