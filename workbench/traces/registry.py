@@ -1,0 +1,101 @@
+"""The public traces the workbench knows: name -> file, format, sha256, licence and where it comes from.
+
+`url` is the raw upstream URL of exactly these bytes; it is None for files that were derived from an
+upstream file (converted, sliced or with columns dropped), whose only copy is the shared traces folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.errors import TraceError
+
+_RAW = "https://raw.githubusercontent.com"
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    name: str
+    folder: str  # sub-folder of the shared traces folder
+    file_name: str
+    format: str | None  # the workload reader for it; None when no reader takes the file
+    sha256: str
+    size_bytes: int
+    rows: int
+    licence: str
+    url: str | None
+    source: str
+
+
+TRACES: dict[str, TraceEntry] = {
+    t.name: t
+    for t in [
+        TraceEntry(
+            "azure-llm-2023-conv", "azure-llm-2023-conv", "AzureLLMInferenceTrace_conv.csv", "azure",
+            "2f1e5b666d4e3055fdbba98598ce2ec307767b9064e03e2fa46676dbcc7d0bf8", 719_188, 19_366, "CC-BY-4.0",
+            f"{_RAW}/Azure/AzurePublicDataset/790921015d50dd6aae7f7e47f39ba0e235ad6b08/data/"
+            "AzureLLMInferenceTrace_conv.csv",
+            "Azure/AzurePublicDataset data/AzureLLMInferenceTrace_conv.csv (Splitwise, ISCA'24)",
+        ),
+        TraceEntry(
+            "burstgpt1-head400", "burstgpt1-head400", "BurstGPT_1_head400.csv", "burstgpt",
+            "7865fda5dac50938a84dfccb06c405e2f5202969ecfbd671c8399de00f4335f0", 16_840, 400, "CC-BY-4.0",
+            f"{_RAW}/GitM-Labs/runtime/458dabfd8b873a98338d3d84959b04d0afe4c47d/benchmarks/traffic_replay/"
+            "fixtures/burstgpt_slice.csv",
+            "first 400 rows of HPMLL/BurstGPT data/BurstGPT_1.csv (BurstGPT, KDD'25)",
+        ),
+        TraceEntry(
+            "burstgpt3-head400", "burstgpt3-head400", "BurstGPT_3_head400.csv", "burstgpt",
+            "5465fc4c38b0815b8f75d126a120c229ae93632d62e3adf1792f5e8401a73559", 34_278, 400, "CC-BY-4.0",
+            f"{_RAW}/GitM-Labs/runtime/db39813a8cb3fc76f625b8a0d70e271fb4b15454/benchmarks/traffic_replay/"
+            "fixtures/burstgpt3_slice.csv",
+            "first 400 rows of HPMLL/BurstGPT release v2.0 BurstGPT_3.csv (with Session ID)",
+        ),
+        TraceEntry(
+            "mooncake-fast25-conversation", "mooncake-fast25-conversation", "conversation_trace_head45min.jsonl",
+            "mooncake", "72a08ab8f87ef1ff551240f5221df93c5d8784d308f7872797cda1b7162d0428", 2_234_362, 8_940,
+            "Apache-2.0", None,
+            "lines with timestamp < 2,700,000 ms of kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl"
+            " (commit 3cca71daccf2a7afb8fe3f0295358f70e3a69fdb)",
+        ),
+        TraceEntry(
+            "sharegpt-vllm-sosp23-lengths", "sharegpt-vllm-sosp23-lengths", "sharegpt_opt_text_completion_length.csv",
+            "lengths", "b633f085cdb152147ff3a0fce1b52ba4bfada3c357c93cae1da8b9a621489cc8", 685_891, 84_226,
+            "none stated (ShareGPT; only integer lengths)", None,
+            "CSV of the pickle sosp-ae-39/sosp-ae-astra datasets/sharegpt_opt_text_completion_length.pkl "
+            "(commit 3180d2f8c2a2aa1729245f9b0cb75a854746e6a8)",
+        ),
+        TraceEntry(
+            "alpaca-5000-subset", "alpaca-5000-subset", "alpaca_5000_gpt2bpe_lengths.csv", "lengths",
+            "b4c0554d25d0dd590d2283319dc56ebfd1a14695937af7401cbbf045bde545cc", 82_798, 5_000, "CC-BY-NC-4.0",
+            None, "GPT-2 BPE token counts of alpaca-5000-json",
+        ),
+        TraceEntry(
+            "alpaca-5000-json", "alpaca-5000-subset", "alpaca_5000.json", None,
+            "fc1add24c93c9fbbe585a64a6c9bf6165eb110225f4470efbff382a913558ec0", 2_044_701, 5_000, "CC-BY-NC-4.0",
+            f"{_RAW}/tatsu-lab/stanford_alpaca/5e69c50054c48cd3b919c46d13bb2d92a62f4498/data/alpaca_5000.json",
+            "tatsu-lab/stanford_alpaca data/alpaca_5000.json (head of pull request #152)",
+        ),
+        TraceEntry(
+            "arxiv-summarization-vidur-lengths", "arxiv-summarization-vidur-lengths",
+            "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv", "lengths",
+            "9d3580538d915ca75e4aaaa54590b42dbb17abc6d74c8913310cf07c232adcdc", 884_932, 28_257, "MIT",
+            f"{_RAW}/microsoft/vidur/6d98aa8f71696520acc603d87439e77cc78160a7/data/processed_traces/"
+            "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+            "microsoft/vidur data/processed_traces (Llama-2 tokenizer)",
+        ),
+        TraceEntry(
+            "lmsys-apex-lengths", "lmsys-apex-lengths", "lmsys_llama2tok_lengths.csv", "lengths",
+            "e461cf4c12723cd9646d27929b96a33fd4c6955f9332aeff0614c25b7b8c811f", 53_316, 1_024,
+            "MIT (apex_plus); prompts from LMSYS-Chat-1M", None,
+            "microsoft/apex_plus traces/llama/lmsys_05.jsonl without the prompt text and the synthetic arrivals",
+        ),
+    ]
+}
+
+
+def get_trace(name: str) -> TraceEntry:
+    try:
+        return TRACES[name]
+    except KeyError:
+        raise TraceError(f"unknown trace {name!r}; known: {', '.join(sorted(TRACES))}") from None

@@ -1,0 +1,130 @@
+"""Readers for the published CSV traces (DESIGN §5), byte-for-byte as published, columns found by name.
+
+- `azure`: `TIMESTAMP,ContextTokens,GeneratedTokens`, ISO 8601 timestamps with 100 ns ticks.
+- `burstgpt`: `Timestamp` (s), `Request tokens`, `Response tokens`; the other published columns
+  (`Model`, `Total tokens`, `Log Type`, and in release v2.0 `Session ID`, `Elapsed time` inserted at
+  positions 2-3) are found by name. With a `Session ID` column, a turn whose prompt can hold the
+  session's previous turn (its prompt and answer) starts with exactly that context; the rest of the
+  prompt is new. A turn shorter than that (the client truncated the history) is all new content.
+- `lengths`: input/output token pairs without timestamps; arrivals are synthesized (see `read_lengths`).
+Traces without prefix information get one unique segment per request. Arrival times are relative to
+the first row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.errors import WorkloadError
+from workbench.workload.csvio import check_non_decreasing, numbers, read_csv, require_columns
+from workbench.workload.distributions import arrival_times_s
+from workbench.workload.failed import FAILED_CHOICES, settle_failed
+from workbench.workload.request import Segment
+from workbench.workload.spec import WorkloadSpec
+from workbench.workload.table import OutputRef, Part, RequestTable, content_keys
+
+# (prompt column, output column) of the shared length files, tried in this order. Alpaca's
+# `input_tokens` is its optional input field, not the prompt, so `prompt_tokens` is tried first.
+LENGTH_COLUMNS = (
+    ("prompt_tokens", "output_tokens"),  # alpaca-5000-subset
+    ("input_tokens", "output_tokens"),  # sharegpt-vllm-sosp23-lengths
+    ("num_prefill_tokens", "num_decode_tokens"),  # arxiv-summarization-vidur-lengths
+    ("ContextTokens", "GeneratedTokens"),  # lmsys-apex-lengths (and the Azure files)
+)
+
+
+def read_azure(path: Path, spec: WorkloadSpec) -> RequestTable:
+    spec.check_keys(("failed",))
+    frame, lines = read_csv(path)
+    require_columns(path, frame, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
+    if stamps.isna().any():
+        i = int(np.argmax(stamps.isna().to_numpy()))
+        raise WorkloadError(path, int(lines[i]), "TIMESTAMP", "an ISO 8601 timestamp", frame["TIMESTAMP"].iloc[i])
+    ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)  # [rows]
+    check_non_decreasing(path, lines, "TIMESTAMP", ns, frame["TIMESTAMP"])
+    arrival_s = (ns - ns[0]) / 1e9
+    prompt = numbers(path, frame, lines, "ContextTokens", integer=True)
+    output = numbers(path, frame, lines, "GeneratedTokens", integer=True)
+    kept, prompt, output, notes = settle_failed(path, lines, prompt, output, failed=_failed(spec),
+                                                prompt_field="ContextTokens", output_field="GeneratedTokens")
+    return RequestTable(arrival_s[kept], prompt, output, notes=notes)
+
+
+def read_burstgpt(path: Path, spec: WorkloadSpec) -> RequestTable:
+    spec.check_keys(("failed",))
+    frame, lines = read_csv(path)
+    require_columns(path, frame, ("Timestamp", "Request tokens", "Response tokens"))
+    arrival_s = numbers(path, frame, lines, "Timestamp", integer=False)
+    check_non_decreasing(path, lines, "Timestamp", arrival_s, frame["Timestamp"])
+    prompt = numbers(path, frame, lines, "Request tokens", integer=True)
+    output = numbers(path, frame, lines, "Response tokens", integer=True)
+    was_failed = output == 0  # [rows]
+    kept, prompt, output, notes = settle_failed(path, lines, prompt, output, failed=_failed(spec),
+                                                prompt_field="Request tokens", output_field="Response tokens")
+    table = RequestTable(arrival_s[kept] - arrival_s[0], prompt, output, notes=notes)
+    if "Session ID" in frame.columns:
+        session = frame["Session ID"].to_numpy()[kept]
+        _session_content(table, [s or None for s in session.tolist()], was_failed[kept])
+    return table
+
+
+def _session_content(table: RequestTable, session: list[str | None], was_failed: np.ndarray) -> None:
+    """Fill `table.content` and `table.session_id` from session ids (mutates `table`)."""
+    keys = content_keys("burstgpt-turn", np.arange(len(table))).tolist()
+    prompt = table.prompt_tokens.tolist()
+    output = table.output_tokens.tolist()
+    content: list[tuple[Part, ...]] = []
+    last_turn: dict[str, int] = {}  # session id -> its latest non-failed row
+    num_extended = 0
+    for row, sid in enumerate(session):
+        parts: tuple[Part, ...] = (Segment(keys[row], prompt[row]),)
+        prev = last_turn.get(sid) if sid is not None else None
+        if prev is not None and prompt[prev] + output[prev] <= prompt[row]:
+            new_tokens = prompt[row] - prompt[prev] - output[prev]
+            parts = (*content[prev], OutputRef(prev, output[prev]))
+            if new_tokens:
+                parts += (Segment(keys[row], new_tokens),)
+            num_extended += 1
+        content.append(parts)
+        if sid is not None and not was_failed[row]:
+            last_turn[sid] = row
+    table.content = content
+    table.session_id = session
+    num_sessions = len({s for s in session if s is not None})
+    table.notes.append(f"{num_sessions} sessions; {num_extended} turns start with their session's previous turn")
+
+
+def read_lengths(path: Path, spec: WorkloadSpec, *, seed: int, rate: float, max_model_len: int) -> RequestTable:
+    """Length pairs in a seeded random order (the vLLM benchmarks sample the dataset at random) with
+    gamma arrivals at `rate` (`cv=1`, Poisson, unless given). `filter=max_model_len` (the default) drops
+    pairs with input + output > max_model_len as the vLLM paper did; `filter=none` keeps them."""
+    spec.check_keys(("failed", "filter", "cv"))
+    frame, lines = read_csv(path)
+    pair = next((p for p in LENGTH_COLUMNS if p[0] in frame.columns and p[1] in frame.columns), None)
+    if pair is None:
+        expected = " or ".join(f"{a},{b}" for a, b in LENGTH_COLUMNS)
+        raise WorkloadError(path, 1, None, f"a header with the columns {expected}", ",".join(frame.columns))
+    prompt = numbers(path, frame, lines, pair[0], integer=True)
+    output = numbers(path, frame, lines, pair[1], integer=True)
+    kept, prompt, output, notes = settle_failed(path, lines, prompt, output, failed=_failed(spec),
+                                                prompt_field=pair[0], output_field=pair[1])
+    if spec.get_choice("filter", "max_model_len", ("max_model_len", "none")) == "max_model_len":
+        fits = prompt + output <= max_model_len
+        if not fits.all():
+            notes.append(f"dropped {int((~fits).sum())} of {len(fits)} pairs with {pair[0]} + {pair[1]} > "
+                         f"max_model_len {max_model_len}; filter=none keeps them")
+        prompt, output = prompt[fits], output[fits]
+        if len(prompt) == 0:
+            raise WorkloadError(path, None, pair[0], f"at least one pair within max_model_len {max_model_len}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(prompt))
+    arrival_s = arrival_times_s(rng, rate, spec.get_float("cv", 1.0), num=len(prompt))
+    return RequestTable(arrival_s, prompt[order], output[order], notes=notes)
+
+
+def _failed(spec: WorkloadSpec) -> str:
+    return spec.get_choice("failed", "drop", FAILED_CHOICES)

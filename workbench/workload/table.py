@@ -1,0 +1,113 @@
+"""A workload before it becomes Requests: columns plus content, and the transforms that finish it.
+
+Readers and generators produce a `RequestTable` (one row per request, in any order); `finalize`
+sorts it by arrival, applies the request cap, rate scaling and time window, assigns ids 0..N-1 and
+only then resolves content, because a later turn's prompt names an earlier turn's answer by that
+turn's final request id (`output_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench.workload.request import Request, Segment, mix64, output_key
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRef:
+    """The `length` generated tokens (sample 0) of table row `row`; becomes
+    `Segment(output_key(final id of row), length)` once ids are assigned."""
+
+    row: int
+    length: int
+
+
+Part = Segment | OutputRef
+
+
+@dataclass
+class RequestTable:
+    arrival_s: np.ndarray  # float64 [num_rows]
+    prompt_tokens: np.ndarray  # int64 [num_rows], each >= 1
+    output_tokens: np.ndarray  # int64 [num_rows], each >= 1
+    content: list[tuple[Part, ...]] | None = None  # per row; None: one unique segment per row
+    session_id: list[str | None] | None = None  # per row
+    notes: list[str] = field(default_factory=list)  # what a reader dropped or changed, said by describe
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def content_keys(tag: str, ids: np.ndarray) -> np.ndarray:
+    """63-bit segment keys for integer `ids` in the namespace `tag`, uint64 [len(ids)].
+
+    Distinct ids give distinct keys within one namespace (mix64 is a bijection); namespaces are
+    separated by a 64-bit digest of the tag, so keys of different namespaces collide only by chance.
+    """
+    salt = np.uint64(int.from_bytes(hashlib.blake2b(tag.encode(), digest_size=8).digest(), "little"))
+    return mix64(np.asarray(ids, dtype=np.uint64) ^ mix64(np.array([salt], dtype=np.uint64))[0]) >> np.uint64(1)
+
+
+def finalize(
+    table: RequestTable,
+    *,
+    seed: int,
+    rate: float | None = None,
+    duration_s: float | None = None,
+    num_requests: int | None = None,
+    n: int = 1,
+    beam_width: int = 1,
+) -> list[Request]:
+    """Requests sorted by arrival with ids 0..N-1 and the first arrival at t = 0.
+
+    Order of the transforms: stable sort by arrival; keep the first `num_requests`; when `rate` is
+    given, stretch time uniformly so the kept requests' mean rate (count / span) equals it; keep
+    arrivals < `duration_s`. Rows with content=None get one segment unique to (seed, row).
+    """
+    order = np.argsort(table.arrival_s, kind="stable")  # [num_rows] table rows in arrival order
+    if num_requests is not None:
+        order = order[:num_requests]
+    arrival_s = table.arrival_s[order].astype(np.float64)
+    if len(arrival_s):
+        arrival_s = arrival_s - arrival_s[0]
+    if rate is not None and len(arrival_s) > 1:
+        span_s = arrival_s[-1]
+        if span_s <= 0:
+            raise ValueError("cannot rescale arrivals to a rate: every request arrives at the same instant")
+        arrival_s = arrival_s * (len(arrival_s) / span_s / rate)
+    if duration_s is not None:
+        keep = int(np.searchsorted(arrival_s, duration_s, side="left"))
+        order, arrival_s = order[:keep], arrival_s[:keep]
+
+    final_id = np.full(len(table), -1, dtype=np.int64)  # [num_rows] request id of each kept row
+    final_id[order] = np.arange(len(order))
+    prompt = table.prompt_tokens[order].tolist()
+    output = table.output_tokens[order].tolist()
+    arrivals = arrival_s.tolist()
+    sessions = [table.session_id[r] for r in order] if table.session_id is not None else [None] * len(order)
+    if table.content is None:
+        keys = content_keys(f"unique/{seed}", order).tolist()
+        contents = [(Segment(k, p),) for k, p in zip(keys, prompt, strict=True)]
+    else:
+        contents = [_resolve(table.content[r], final_id, i) for i, r in enumerate(order.tolist())]
+    return [
+        Request(i, arrivals[i], prompt[i], output[i], contents[i], n, beam_width, sessions[i])
+        for i in range(len(order))
+    ]
+
+
+def _resolve(parts: tuple[Part, ...], final_id: np.ndarray, request_id: int) -> tuple[Segment, ...]:
+    resolved = []
+    for part in parts:
+        if isinstance(part, OutputRef):
+            ref_id = int(final_id[part.row])
+            # The cap and the window keep a prefix of the arrival order, and a turn arrives after the
+            # turn it quotes, so the quoted request is always kept and earlier.
+            if not 0 <= ref_id < request_id:
+                raise ValueError(f"request {request_id} quotes row {part.row}, which is not an earlier request")
+            part = Segment(output_key(ref_id, 0), part.length)
+        resolved.append(part)
+    return tuple(resolved)
