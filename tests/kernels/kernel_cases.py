@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NAN_BITS = {"fp16": np.uint16(0x7E00), "bf16": np.uint16(0x7FC0)}
+BF16_NAN_BITS = np.uint16(0x7FC0)
 STORAGE_DTYPE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
 
@@ -27,7 +27,7 @@ def to_storage(x: np.ndarray, kv_dtype: str) -> np.ndarray:
 
 def poisoned_pool(num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str) -> np.ndarray:
     pool = np.empty((num_slots, num_kv_heads, head_dim), dtype=STORAGE_DTYPE[kv_dtype])
-    pool[...] = NAN_BITS[kv_dtype] if kv_dtype in NAN_BITS else np.nan
+    pool[...] = BF16_NAN_BITS if kv_dtype == "bf16" else np.nan
     return pool
 
 
@@ -84,3 +84,17 @@ def random_qo_indptr(rng, kv_lens) -> np.ndarray:
     """int32 [num_seqs + 1]: each sequence gets 1..kv_len new query tokens."""
     num_q = [int(rng.integers(1, min(int(n), 40) + 1)) for n in kv_lens]
     return np.concatenate([[0], np.cumsum(num_q)]).astype(np.int32)
+
+
+def assert_attention_close(out, expected, kv_dtype: str, qo_indptr) -> None:
+    """Every element written and finite, and each sequence's rows within the DESIGN §7 tolerance."""
+    assert out.shape == expected.shape and out.dtype == np.float32, (out.shape, out.dtype)
+    assert np.isfinite(expected).all(), "reference read a poisoned slot"
+    bad = np.argwhere(~np.isfinite(out))
+    assert bad.size == 0, f"{len(bad)} unwritten or NaN elements, first at {bad[0].tolist() if len(bad) else None}"
+    from workbench.kernels.reference import rel_err
+
+    for seq in range(len(qo_indptr) - 1):
+        rows = slice(int(qo_indptr[seq]), int(qo_indptr[seq + 1]))
+        err = rel_err(out[rows], expected[rows])
+        assert err <= TOLERANCE[kv_dtype], f"sequence {seq}: rel_err {err:.3g} > {TOLERANCE[kv_dtype]}"

@@ -1,0 +1,116 @@
+"""Numba CPU backend: the DESIGN §7 kernel signatures over NumPy arrays (inputs already validated).
+
+Pools reach the compiled kernels as raw bits (fp32 → uint32, fp16/bf16 → uint16) plus an int
+format code, and the cache ops as byte views, which keeps the number of compiled specializations
+(and the first-call compile time) small.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.kernels.numba_attention import TILE_TOKENS, attention_partials, merge_partials
+from workbench.kernels.numba_cache import copy_blocks, scatter_rows
+from workbench.kernels.numba_convert import KV_CODE
+
+QUERY_ROWS_PER_ITEM = 16  # extend: queries × group heads sharing one pass over K/V (accumulators stay in L1)
+MIN_WORK_ITEMS = 64  # split KV into partitions when fewer (chunk, kv head) items than this
+MIN_PART_TOKENS = 512  # never split finer than this: the merge costs a partial output per partition
+_EMPTY_I32 = np.zeros(1, dtype=np.int32)
+
+
+def _bits(pool: np.ndarray) -> np.ndarray:
+    return pool.view(np.uint32 if pool.dtype.itemsize == 4 else np.uint16)
+
+
+def _bytes(pool: np.ndarray) -> np.ndarray:
+    return pool.view(np.uint8).reshape(pool.shape[0], -1)  # [num_slots, row_bytes]
+
+
+def _plan(qo_indptr, kv_len, group):
+    """Query chunks (seq, q_begin, q_end) and the KV partition length; depends on shapes only, so a
+    given input always runs the same floating-point schedule whatever the thread count."""
+    num_q = np.diff(qo_indptr).astype(np.int64)  # [num_seqs]
+    queries_per_chunk = max(1, QUERY_ROWS_PER_ITEM // group)
+    chunks_per_seq = (num_q + queries_per_chunk - 1) // queries_per_chunk
+    chunk_seq = np.repeat(np.arange(len(num_q), dtype=np.int64), chunks_per_seq)  # [num_chunks]
+    first_chunk = np.cumsum(chunks_per_seq) - chunks_per_seq
+    within = np.arange(len(chunk_seq)) - first_chunk[chunk_seq]
+    chunk_q_begin = qo_indptr[chunk_seq].astype(np.int64) + within * queries_per_chunk
+    chunk_q_end = np.minimum(chunk_q_begin + queries_per_chunk, qo_indptr[chunk_seq + 1])
+    return chunk_seq, chunk_q_begin, chunk_q_end
+
+
+def _part_tokens(num_items: int, max_len: int) -> int:
+    if num_items >= MIN_WORK_ITEMS:
+        return max_len
+    wanted_parts = -(-MIN_WORK_ITEMS // num_items)
+    part = -(-max_len // wanted_parts)
+    part = -(-part // TILE_TOKENS) * TILE_TOKENS
+    return max(MIN_PART_TOKENS, part)
+
+
+def _attention(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
+               kv_dtype, scale):
+    num_kv_heads = k_pool.shape[1]
+    chunk_seq, chunk_q_begin, chunk_q_end = _plan(qo_indptr, kv_len, q.shape[1] // num_kv_heads)
+    max_len = int(kv_len.max())
+    part_tokens = _part_tokens(len(chunk_seq) * num_kv_heads, max_len)
+    num_parts = -(-max_len // part_tokens)
+    # NaN-filled so that any element a kernel fails to write surfaces in verification
+    part_out = np.full((num_parts, *q.shape), np.nan, dtype=np.float32)
+    part_m = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
+    part_l = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
+    attention_partials(q, qo_indptr, _bits(k_pool), _bits(v_pool), KV_CODE[kv_dtype], paged, kv_indptr,
+                       kv_indices, block_size, kv_start, kv_len, np.float32(scale), chunk_seq, chunk_q_begin,
+                       chunk_q_end, part_tokens, part_out, part_m, part_l)
+    if num_parts == 1:
+        return part_out[0]
+    out = np.full(q.shape, np.nan, dtype=np.float32)  # [total_q, num_heads, head_dim]
+    merge_partials(qo_indptr, kv_len, part_tokens, part_out, part_m, part_l, out)
+    return out
+
+
+def _paged_len(kv_indptr, kv_last_page_len, block_size):
+    return ((np.diff(kv_indptr) - 1) * block_size + kv_last_page_len).astype(np.int32)
+
+
+def _decode_indptr(num_seqs: int) -> np.ndarray:
+    return np.arange(num_seqs + 1, dtype=np.int32)
+
+
+def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+    kv_len = _paged_len(kv_indptr, kv_last_page_len, block_size)
+    return _attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, True, kv_indptr, kv_indices, block_size,
+                      _EMPTY_I32, kv_len, kv_dtype, scale)
+
+
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+    return _attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, False, _EMPTY_I32, _EMPTY_I32, 1,
+                      kv_start, kv_len, kv_dtype, scale)
+
+
+def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+    kv_len = _paged_len(kv_indptr, kv_last_page_len, block_size)
+    return _attention(q, qo_indptr, k_pool, v_pool, True, kv_indptr, kv_indices, block_size, _EMPTY_I32, kv_len,
+                      kv_dtype, scale)
+
+
+def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+    return _attention(q, qo_indptr, k_pool, v_pool, False, _EMPTY_I32, _EMPTY_I32, 1, kv_start, kv_len,
+                      kv_dtype, scale)
+
+
+def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
+    scatter_rows(_bytes(k_pool), _bytes(k_new), slot_mapping)
+    scatter_rows(_bytes(v_pool), _bytes(v_new), slot_mapping)
+
+
+def block_copy(k_pool, v_pool, copies, block_size) -> None:
+    copy_blocks(_bytes(k_pool), _bytes(k_pool), copies, block_size)
+    copy_blocks(_bytes(v_pool), _bytes(v_pool), copies, block_size)
+
+
+def block_swap(src_k, src_v, dst_k, dst_v, moves, block_size) -> None:
+    copy_blocks(_bytes(src_k), _bytes(dst_k), moves, block_size)
+    copy_blocks(_bytes(src_v), _bytes(dst_v), moves, block_size)
