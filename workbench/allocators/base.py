@@ -6,6 +6,11 @@ the cache kernels. Every slot of the pool is addressed as `block_id × block_siz
 contiguous strategies use `block_size == 1`, so a slot is a block.
 
 Verbs that mutate state say so in their docstring; everything else is a pure query.
+
+Sequence lengths: a sequence never holds more than `SeqSpec.final_len` tokens. `append` past it is a
+caller error (ValueError), and so is a `final_len` above the strategy's `max_model_len`: the engine
+rejects such requests before admission. Knowing the final length is what splits "reserved" from
+"internal fragmentation" exactly (DESIGN §3).
 """
 
 from __future__ import annotations
@@ -38,9 +43,18 @@ class SeqSpec:
 
 @dataclass(frozen=True, slots=True)
 class AdmitResult:
+    """Outcome of `admit` or `fork`.
+
+    `copies` order: for `fork`, run them before writing the child's next token (they copy the
+    parent's KV). For `admit`, they deliver the prompt's KV from the first sequence of the group to
+    the others (contiguous strategies, which cannot share), so run them *after* writing the prompt
+    through `slot_mapping(seq_ids[0], ...)`; writing the prompt through every sequence's own slot
+    mapping instead is equivalent and makes them redundant.
+    """
+
     admitted: bool
     cached_tokens: int = 0  # leading prompt tokens whose KV is already in the pool (prefix hit)
-    copies: np.ndarray | None = None  # int32 [num_copies, 2] (src_block, dst_block) to run before writing
+    copies: np.ndarray | None = None  # int32 [num_copies, 2] (src_block, dst_block)
     needed_extent_slots: int = 0  # on refusal: the contiguous extent the group needed (0 for paged)
     reason: str = ""  # on refusal: why, for logs
 
@@ -105,7 +119,10 @@ class Strategy(Protocol):
     name: str
     kernel_mode: KernelMode
     block_size: int  # slots per block; 1 for contiguous strategies
-    capacity_slots: int
+    capacity_slots: int  # whole blocks only: the pool's C of DESIGN §3 (a tail smaller than a block is not pool)
+    supports_swap: bool  # False: swap_out raises and the engine must preempt by recompute
+    prefix_query_tokens: int  # prompt tokens looked up in the prefix cache by this instance (0 without one)
+    prefix_hit_tokens: int  # of those, tokens served from the cache
 
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
         """Mutates. Admit a group of sequences that share one prompt (n >= 1), all or nothing.

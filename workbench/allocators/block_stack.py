@@ -1,0 +1,31 @@
+"""A stack of free block ids in one numpy array: O(k) push and pop of k blocks, no Python loop."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class BlockStack:
+    """Free block ids. A fresh stack pops 0, 1, 2, ... in that order (block ids in tests are exact)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self._ids = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)  # [num_blocks]; top is the end
+        self.size = num_blocks
+
+    def pop(self, k: int) -> np.ndarray:
+        """Mutates. Take k block ids, int32 [k]; raises if fewer are free."""
+        if k > self.size:
+            raise RuntimeError(f"out of blocks: need {k}, {self.size} free")
+        taken = self._ids[self.size - k:self.size][::-1].copy()
+        self.size -= k
+        return taken
+
+    def push(self, ids: np.ndarray) -> None:
+        """Mutates. Return blocks; `ids[0]` ends on top, so it is the next one popped."""
+        k = ids.shape[0]
+        self._ids[self.size:self.size + k] = ids[::-1]
+        self.size += k
+
+    def ids(self) -> np.ndarray:
+        """The free block ids (a copy), int32 [size]."""
+        return self._ids[:self.size].copy()

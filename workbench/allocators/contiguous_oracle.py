@@ -1,0 +1,12 @@
+"""`contiguous-oracle`: reserve exactly the final length (Orca Oracle: knows the output length)."""
+
+from __future__ import annotations
+
+from workbench.allocators.contiguous import ContiguousStrategy
+
+
+class ContiguousOracle(ContiguousStrategy):
+    name = "contiguous-oracle"
+
+    def reservation_slots(self, final_len: int) -> int:
+        return final_len

@@ -1,0 +1,345 @@
+"""`paged`: PagedAttention's block manager (DESIGN §4) with batch-level numpy bookkeeping.
+
+Blocks are allocated on demand and freed on completion. A group admitted together (parallel
+sampling) and a fork share blocks by reference count; the first write into a shared block copies it
+(copy-on-write), except for its last holder, which writes in place.
+
+State invariants (checked by `check_integrity`):
+- A sequence's block table holds ceil(length / block_size) distinct blocks; all but the last are
+  full. Tables are append-only except for a copy-on-write, which replaces the last entry.
+- `_refcount[b]` = number of on-device sequences whose table holds b. Every block is exactly one of:
+  held (refcount > 0), free (in the stack), or cached (prefix cache, `paged-prefix` only).
+- Every holder of a block sees the same number of written slots in it (its "fill"): a writer into a
+  shared block copies first, so the shared copy never changes under the other holders.
+
+Accounting rule for an unwritten slot of a held block (the only partial blocks are last blocks):
+it is *reserved* if some holder will write that position (its final length reaches it), else
+*internal fragmentation*. Only one holder of a shared block ever writes it in place (the others copy
+first); the count credits the holder that reaches furthest, so a shared block's slots are never
+counted twice and a block that no holder will fill is internal fragmentation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.allocators.base import AdmitResult, AppendResult, PagedDescriptor, SeqSpec, Snapshot, SwapResult
+from workbench.allocators.block_stack import BlockStack
+from workbench.allocators.paged_tables import BlockTables
+
+_NO_COPIES = np.zeros((0, 2), dtype=np.int32)
+_BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
+
+
+class PagedStrategy:
+    name = "paged"
+    kernel_mode = "paged"
+    supports_swap = True
+
+    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
+                 fit: str = "first") -> None:
+        del fit  # placement is meaningless when every free block is as good as any other
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if capacity_slots < block_size:
+            raise ValueError(f"capacity_slots ({capacity_slots}) holds no block of {block_size} slots")
+        if swap_slots < 0:
+            raise ValueError(f"swap_slots must be >= 0, got {swap_slots}")
+        self.block_size = block_size
+        self.num_blocks = capacity_slots // block_size
+        self.capacity_slots = self.num_blocks * block_size
+        self.max_model_len = max_model_len
+        self.prefix_query_tokens = 0
+        self.prefix_hit_tokens = 0
+        self.swapped_out_blocks = 0  # blocks moved device→host so far
+        self.swapped_in_blocks = 0
+        self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]
+        self._free = BlockStack(self.num_blocks)
+        self._host_refcount = np.zeros(swap_slots // block_size, dtype=np.int32)  # [num_host_blocks]
+        self._host_free = BlockStack(swap_slots // block_size)
+        self.tables = BlockTables(block_size)
+        self._written_slots = 0  # distinct written slots of held blocks = token_slots
+        self._logical_slots = 0  # sum of lengths of on-device sequences
+        self._table_entries = 0  # sum of table lengths of on-device sequences
+
+    # -- hooks for prefix caching (identity here) ------------------------------------------------
+
+    def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray]:
+        """Blocks already holding a leading run of the prompt's full blocks, int32 [num_hit], and the
+        prompt's block keys (uint64 [num_full_blocks]; empty without a cache). Pure."""
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64)
+
+    def _on_admitted(self, spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray, num_hit: int) -> None:
+        """Mutates the cache index and counters after a successful admission."""
+
+    def _claim(self, hits: np.ndarray) -> None:
+        """Mutates. Take hit blocks out of the evictable cache before their refcount rises."""
+
+    def _num_cached_blocks(self) -> int:
+        return 0
+
+    def cached_block_ids(self) -> np.ndarray:
+        """Blocks kept only as prefix cache, int32 [num_cached]. Pure."""
+        return np.zeros(0, dtype=np.int32)
+
+    def check_cache_index(self) -> None:
+        """Raise AssertionError if the prefix index disagrees with the blocks. Pure."""
+
+    def _take(self, k: int) -> np.ndarray:
+        """Mutates. k blocks for new content, int32 [k]; the caller set their refcounts."""
+        return self._free.pop(k)
+
+    def _release(self, blocks: np.ndarray) -> None:
+        """Mutates. Blocks whose refcount reached 0, in table order (a sequence's head first)."""
+        self._free.push(blocks)
+
+    # -- protocol ---------------------------------------------------------------------------------
+
+    def num_allocatable_blocks(self) -> int:
+        """Blocks a request can get now: free ones plus evictable cached ones."""
+        return self._free.size + self._num_cached_blocks()
+
+    def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
+        """Mutates on success. The group's sequences share every block of the prompt."""
+        self._check_new(seq_ids, spec)
+        num_tokens, bs = spec.num_tokens, self.block_size
+        hits, keys = self._lookup(spec)
+        num_hit = hits.shape[0]
+        num_blocks = -(-num_tokens // bs)
+        revived = int(np.count_nonzero(self._refcount[hits] == 0))  # hits sitting in the cache
+        need = num_blocks - num_hit
+        if need > self.num_allocatable_blocks() - revived:
+            return AdmitResult(False, reason=f"needs {need} blocks, {self.num_allocatable_blocks() - revived} "
+                                             "allocatable")
+        n = len(seq_ids)
+        self._claim(hits)
+        self._refcount[hits] += n
+        fresh = self._take(need)
+        self._refcount[fresh] = n
+        blocks = np.concatenate([hits, fresh])
+        for seq_id in seq_ids:
+            self.tables.add(seq_id, blocks, num_tokens, spec.final_len)
+        self._written_slots += num_tokens - num_hit * bs + revived * bs
+        self._logical_slots += n * num_tokens
+        self._table_entries += n * num_blocks
+        self._on_admitted(spec, keys, blocks, num_hit)
+        return AdmitResult(True, cached_tokens=num_hit * bs)
+
+    def fork(self, parent_id: int, child_id: int) -> AdmitResult:
+        """Mutates. The child shares all of the parent's blocks; never needs a new block."""
+        parent = self.tables.seqs.row(parent_id)
+        if self.tables.swapped[parent]:
+            raise ValueError(f"cannot fork sequence {parent_id}: it is swapped out")
+        blocks = self.tables.blocks_of(parent)
+        length = int(self.tables.seqs.column("length")[parent])
+        self.tables.add(child_id, blocks, length, int(self.tables.seqs.column("final_len")[parent]))
+        self._refcount[blocks] += 1
+        self._logical_slots += length
+        self._table_entries += blocks.shape[0]
+        return AdmitResult(True)
+
+    def free(self, seq_id: int) -> None:
+        """Mutates. Blocks no other sequence holds go back to the pool (or the prefix cache)."""
+        row = self.tables.seqs.row(seq_id)
+        blocks = self.tables.blocks_of(row)
+        length = int(self.tables.seqs.column("length")[row])
+        if self.tables.swapped[row]:
+            self._host_refcount[blocks] -= 1
+            self._host_free.push(blocks[self._host_refcount[blocks] == 0])
+        else:
+            self._refcount[blocks] -= 1
+            released = self._refcount[blocks] == 0  # [num_blocks_of_seq]
+            fill = self._fills(length, blocks.shape[0])
+            self._written_slots -= int(fill[released].sum())
+            self._logical_slots -= length
+            self._table_entries -= blocks.shape[0]
+            self._release(blocks[released])
+        self.tables.remove(seq_id)
+
+    def can_append(self, seq_ids: list[int]) -> bool:
+        rows = self.tables.seqs.rows(seq_ids)
+        return self._blocks_for_append(rows)[0] <= self.num_allocatable_blocks()
+
+    def append(self, seq_ids: list[int]) -> AppendResult:
+        """Mutates. One new slot per sequence; a sequence whose last block is full gets a new block, a
+        writer into a shared block gets a private copy (returned as a copy pair) unless it is the last
+        holder. Raises RuntimeError, changing nothing, when the pool cannot supply the blocks."""
+        t, bs = self.tables, self.block_size
+        rows = t.seqs.rows(seq_ids)
+        num_new, lengths, cur, grow, shared = self._blocks_for_append(rows)
+        if num_new > self.num_allocatable_blocks():
+            raise RuntimeError(f"out of blocks: append needs {num_new}, {self.num_allocatable_blocks()} allocatable")
+        index = lengths // bs  # [num_seqs] table position of the new token
+        offset = lengths - index * bs
+        new_blocks = self._take(num_new)
+        grow_at = np.flatnonzero(grow)
+        fresh = new_blocks[:grow_at.shape[0]]
+        t.append_blocks(rows[grow_at], fresh)
+        self._refcount[fresh] = 1
+        cur[grow_at] = fresh
+        self._table_entries += grow_at.shape[0]
+        copies = _NO_COPIES
+        if shared.any():
+            copies = self._copy_on_write(rows, index, offset, cur, shared, new_blocks[grow_at.shape[0]:])
+        t.seqs.column("length")[rows] += 1
+        self._written_slots += rows.shape[0]
+        self._logical_slots += rows.shape[0]
+        return AppendResult(slots=cur.astype(np.int64) * bs + offset, copies=copies)
+
+    def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
+        return self.tables.slot_mapping(seq_id, start, stop)
+
+    def describe(self, seq_ids: list[int]) -> PagedDescriptor:
+        return self.tables.describe(self.tables.seqs.rows(seq_ids))
+
+    def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
+        """Pure. O(on-device sequences), vectorized; external fragmentation is always 0."""
+        del refused_extent_slots  # every free block fits any request: no external fragmentation
+        bs = self.block_size
+        reserved = self.tables.reserved_slots(self._refcount)
+        cached = self._num_cached_blocks() * bs
+        free = self._free.size * bs
+        held_slots = self.capacity_slots - cached - free
+        return Snapshot(
+            capacity_slots=self.capacity_slots, token_slots=self._written_slots, reserved_slots=reserved,
+            internal_frag_slots=held_slots - self._written_slots - reserved, cached_slots=cached,
+            external_frag_slots=0, free_slots=free, logical_token_slots=self._logical_slots,
+            block_table_bytes=_BLOCK_TABLE_ENTRY_BYTES * self._table_entries,
+            largest_free_extent_slots=free,  # any set of free blocks serves a request: one extent
+            num_free_blocks=self.num_allocatable_blocks())
+
+    # -- swap -------------------------------------------------------------------------------------
+
+    def can_swap_out(self, seq_ids: list[int]) -> bool:
+        rows = self.tables.seqs.rows(seq_ids)
+        self._check_on_device(rows)
+        return np.unique(self.tables.entries_of(rows)[0]).shape[0] <= self._host_free.size
+
+    def swap_out(self, seq_ids: list[int]) -> SwapResult:
+        """Mutates. Each distinct block of the group moves to one host block (shared blocks once);
+        device blocks no sequence outside the group holds are released."""
+        t = self.tables
+        rows = t.seqs.rows(seq_ids)
+        self._check_on_device(rows)
+        entries, fills = t.entries_of(rows)
+        blocks, first, inverse, counts = _distinct_in_order(entries)
+        host = self._host_free.pop(blocks.shape[0])
+        self._host_refcount[host] += counts
+        t.replace_entries(rows, host[inverse])
+        t.swapped[rows] = True
+        self._refcount[blocks] -= counts
+        released = self._refcount[blocks] == 0
+        self._written_slots -= int(fills[first][released].sum())
+        self._logical_slots -= int(t.seqs.column("length")[rows].sum())
+        self._table_entries -= entries.shape[0]
+        self._release(blocks[released])
+        self.swapped_out_blocks += blocks.shape[0]
+        return SwapResult(moves=np.stack([blocks, host], axis=1).astype(np.int32))
+
+    def can_swap_in(self, seq_ids: list[int]) -> bool:
+        rows = self.tables.seqs.rows(seq_ids)
+        self._check_swapped(rows)
+        return np.unique(self.tables.entries_of(rows)[0]).shape[0] <= self.num_allocatable_blocks()
+
+    def swap_in(self, seq_ids: list[int]) -> SwapResult:
+        """Mutates. Each distinct host block of the group comes back to one new device block."""
+        t = self.tables
+        rows = t.seqs.rows(seq_ids)
+        self._check_swapped(rows)
+        entries, fills = t.entries_of(rows)
+        host, first, inverse, counts = _distinct_in_order(entries)
+        if host.shape[0] > self.num_allocatable_blocks():
+            raise RuntimeError(f"cannot swap in: needs {host.shape[0]} blocks, {self.num_allocatable_blocks()} "
+                               "allocatable")
+        device = self._take(host.shape[0])
+        self._refcount[device] = counts
+        t.replace_entries(rows, device[inverse])
+        t.swapped[rows] = False
+        self._host_refcount[host] -= counts
+        self._host_free.push(host[self._host_refcount[host] == 0])
+        self._written_slots += int(fills[first].sum())
+        self._logical_slots += int(t.seqs.column("length")[rows].sum())
+        self._table_entries += entries.shape[0]
+        self.swapped_in_blocks += host.shape[0]
+        return SwapResult(moves=np.stack([host, device], axis=1).astype(np.int32))
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _check_new(self, seq_ids: list[int], spec: SeqSpec) -> None:
+        if not seq_ids:
+            raise ValueError("admit needs at least one sequence id")
+        if spec.num_tokens < 1:
+            raise ValueError("a sequence is admitted with at least one token")
+        if not spec.num_tokens <= spec.final_len <= self.max_model_len:
+            raise ValueError(f"need 1 <= num_tokens ({spec.num_tokens}) <= final_len ({spec.final_len}) "
+                             f"<= max_model_len ({self.max_model_len})")
+        if len(set(seq_ids)) != len(seq_ids) or any(s in self.tables.seqs for s in seq_ids):
+            raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
+
+    def _check_on_device(self, rows: np.ndarray) -> None:
+        if self.tables.swapped[rows].any():
+            raise ValueError("a sequence of the batch is swapped out")
+
+    def _check_swapped(self, rows: np.ndarray) -> None:
+        if not self.tables.swapped[rows].all():
+            raise ValueError("a sequence of the batch is not swapped out")
+
+    def _fills(self, length: int, num_blocks: int) -> np.ndarray:
+        """Written slots of each block of a sequence of this length, int64 [num_blocks]."""
+        fill = np.full(num_blocks, self.block_size, dtype=np.int64)
+        fill[-1] = length - (num_blocks - 1) * self.block_size
+        return fill
+
+    def _blocks_for_append(self, rows: np.ndarray):
+        """Pure. How many new blocks `append(rows)` takes, with the arrays append reuses: lengths
+        [num_seqs], current last block [num_seqs], needs-a-fresh-block mask, writes-into-a-shared-block
+        mask."""
+        t = self.tables
+        self._check_on_device(rows)
+        lengths = t.seqs.column("length")[rows]
+        over = lengths >= t.seqs.column("final_len")[rows]
+        if over.any():
+            raise ValueError(f"append past final_len for rows {rows[over].tolist()}")
+        grow = lengths % self.block_size == 0  # the last block is full
+        cur = t.last_blocks(rows)
+        shared = ~grow & (self._refcount[cur] > 1)
+        num_new = int(np.count_nonzero(grow))
+        if shared.any():
+            # Writers into one shared block copy in turn; the writer that finds itself the last
+            # holder writes in place: c writers among r holders make c copies if c < r, else c - 1.
+            blocks, counts = np.unique(cur[shared], return_counts=True)
+            num_new += int(np.where(counts < self._refcount[blocks], counts, counts - 1).sum())
+        return num_new, lengths, cur, grow, shared
+
+    def _copy_on_write(self, rows, index, offset, cur, shared, spare) -> np.ndarray:
+        """Mutates `cur`, tables and refcounts; (src, dst) pairs int32 [num_copies, 2]."""
+        pairs = []
+        spare_at = 0
+        for i in np.flatnonzero(shared).tolist():
+            src = int(cur[i])
+            if self._refcount[src] == 1:
+                continue  # the last holder writes in place
+            dst = int(spare[spare_at])
+            spare_at += 1
+            self._refcount[src] -= 1
+            self._refcount[dst] = 1
+            self.tables.set_entry(int(rows[i]), int(index[i]), dst)
+            cur[i] = dst
+            self._written_slots += int(offset[i])  # the copied slots now exist twice
+            pairs.append((src, dst))
+        return np.array(pairs, dtype=np.int32).reshape(-1, 2)
+
+    def check_integrity(self) -> None:
+        from workbench.allocators.paged_integrity import check_paged
+
+        check_paged(self)
+
+
+def _distinct_in_order(entries: np.ndarray):
+    """Distinct values in first-occurrence order, int32 [k]; each one's first index [k]; the inverse
+    map [len(entries)]; and each one's count [k]."""
+    uniq, first, inverse, counts = np.unique(entries, return_index=True, return_inverse=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    return uniq[order].astype(np.int32), first[order], rank[inverse], counts[order].astype(np.int32)

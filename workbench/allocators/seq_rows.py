@@ -1,0 +1,90 @@
+"""Dense row numbers for the caller's sequence ids, so per-sequence state lives in numpy columns.
+
+A strategy keeps one int64 column per per-sequence field (`length`, `final_len`, ...) indexed by
+row; a batch of sequence ids becomes one row array, and every per-step update is a vectorized
+operation over it. Rows of freed sequences are reused. Columns grow by doubling, which replaces the
+arrays: always reach them through this object (`rows.column("length")`), never keep a reference
+across a call that may add a sequence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class SeqRows:
+    def __init__(self, columns: tuple[str, ...], capacity_rows: int = 64) -> None:
+        self._row_of: dict[int, int] = {}
+        self._free_rows: list[int] = list(range(capacity_rows - 1, -1, -1))  # pop() gives row 0 first
+        self._columns = {name: np.zeros(capacity_rows, dtype=np.int64) for name in columns}
+        self.live = np.zeros(capacity_rows, dtype=bool)  # [capacity_rows]
+        # The last batch looked up and its rows: a decode step calls append and describe with the same
+        # list. Dropped whenever a row changes owner.
+        self._cached_ids: list[int] | None = None
+        self._cached_rows = np.zeros(0, dtype=np.int64)
+
+    def __contains__(self, seq_id: int) -> bool:
+        return seq_id in self._row_of
+
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    @property
+    def capacity_rows(self) -> int:
+        return self.live.shape[0]
+
+    def column(self, name: str) -> np.ndarray:
+        return self._columns[name]
+
+    def ids(self) -> list[int]:
+        return list(self._row_of)
+
+    def add(self, seq_id: int) -> int:
+        """Mutates. A fresh row (all columns zero) for a new sequence id."""
+        if seq_id in self._row_of:
+            raise ValueError(f"sequence {seq_id} is already live")
+        if not self._free_rows:
+            self._grow()
+        row = self._free_rows.pop()
+        self._row_of[seq_id] = row
+        self.live[row] = True
+        self._cached_ids = None
+        return row
+
+    def remove(self, seq_id: int) -> int:
+        """Mutates. Forget the sequence; its row (returned) is zeroed and reused later."""
+        row = self.row(seq_id)
+        del self._row_of[seq_id]
+        for col in self._columns.values():
+            col[row] = 0
+        self.live[row] = False
+        self._free_rows.append(row)
+        self._cached_ids = None
+        return row
+
+    def row(self, seq_id: int) -> int:
+        try:
+            return self._row_of[seq_id]
+        except KeyError:
+            raise KeyError(f"sequence {seq_id} is not live") from None
+
+    def rows(self, seq_ids: list[int]) -> np.ndarray:
+        """Rows of these sequences in this order, int64 [len(seq_ids)]; raises KeyError on an unknown id."""
+        if seq_ids == self._cached_ids:
+            return self._cached_rows
+        try:
+            rows = np.fromiter(map(self._row_of.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+        except KeyError as e:
+            raise KeyError(f"sequence {e.args[0]} is not live") from None
+        if np.unique(rows).shape[0] != rows.shape[0]:
+            raise ValueError(f"a sequence id repeats in the batch {seq_ids}")
+        self._cached_ids = list(seq_ids)
+        self._cached_rows = rows
+        return rows
+
+    def _grow(self) -> None:
+        old = self.capacity_rows
+        for name, col in self._columns.items():
+            self._columns[name] = np.concatenate([col, np.zeros(old, dtype=col.dtype)])
+        self.live = np.concatenate([self.live, np.zeros(old, dtype=bool)])
+        self._free_rows.extend(range(2 * old - 1, old - 1, -1))
