@@ -169,3 +169,8 @@ def test_every_shipped_experiment_is_valid():
         pytest.skip("no experiments in this checkout")
     for path in paths:
         assert load_spec(path).points()
+
+
+def test_sizes_the_run_cannot_hold_fail_before_anything_runs(tmp_path):
+    message = error_of(tmp_path, "base: {model: opt-13b}\naxes: {kv_slots: [4096, 1000]}\n")
+    assert "point 1 (kv_slots=1000)" in message and "cannot hold a single request" in message

@@ -4,12 +4,12 @@ cluster, each point written atomically, summarized in one parquet table."""
 from __future__ import annotations
 
 from workbench.sweep.cli import main
-from workbench.sweep.executors import DaskExecutor, LocalExecutor, make_executor
+from workbench.sweep.executors import DaskExecutor, Executor, LocalExecutor, make_executor
 from workbench.sweep.runner import SweepError, run_sweep
 from workbench.sweep.spec import Point, SpecError, SweepSpec, config_id, load_spec, parse_spec
 from workbench.sweep.summary import read_summary
 
 __all__ = [
-    "DaskExecutor", "LocalExecutor", "Point", "SpecError", "SweepError", "SweepSpec", "config_id", "load_spec",
-    "main", "make_executor", "parse_spec", "read_summary", "run_sweep",
+    "DaskExecutor", "Executor", "LocalExecutor", "Point", "SpecError", "SweepError", "SweepSpec", "config_id",
+    "load_spec", "main", "make_executor", "parse_spec", "read_summary", "run_sweep",
 ]

@@ -72,6 +72,7 @@ class SweepSpec:
             varied = {k: v for part in combo for k, v in part.items()}
             try:
                 config = RunConfig(**{**self.base, **varied})
+                config.resolve()  # impossible size combinations fail here, not in a worker mid-sweep
             except ValueError as exc:
                 raise SpecError(f"{self.source}: point {index} ({describe(varied)}): {exc}") from None
             point_id = config_id(config)

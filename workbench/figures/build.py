@@ -1,0 +1,74 @@
+"""Build a figure: run (or resume) its sweep, plot from the summary, save PNG + PDF + provenance.
+
+Figure values come only from the sweep's files (summary.parquet, and steps.parquet for timelines);
+the provenance sidecar ties the picture to the exact configurations and code that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import workbench
+from workbench.figures import style
+from workbench.figures.registry import experiment_path, is_timed, plotter
+from workbench.paths import REPO_ROOT
+from workbench.sweep import Executor, LocalExecutor, SweepSpec, load_spec, read_summary, run_sweep
+
+FIGURES_DIR = REPO_ROOT / "figures"
+RUNS_DIR = Path("runs")
+
+
+def draw_into(name: str, sweep_dir: Path, out_dir: Path) -> list[Path]:
+    """Plot figure `name` from the finished sweep in `sweep_dir`; writes out_dir/NAME.{png,pdf}."""
+    summary = read_summary(sweep_dir)
+    with style.figure_style():
+        fig = plotter(name)(summary, Path(sweep_dir))
+    return style.save(fig, Path(out_dir), name)
+
+
+def build(name: str, *, figures_dir: Path = FIGURES_DIR, runs_dir: Path = RUNS_DIR, executor: Executor | None = None,
+          progress: bool = True, command: str = "", spec: SweepSpec | None = None) -> list[Path]:
+    """Run or resume the figure's sweep into runs_dir/fig_NAME, then write figures_dir/NAME.{png,pdf}
+    and NAME.provenance.json. `spec` replaces the shipped experiment (smaller sweeps in tests)."""
+    spec = spec or load_spec(experiment_path(name))
+    sweep_dir = Path(runs_dir) / f"fig_{name}"
+    if executor is None:
+        executor = LocalExecutor(1) if is_timed(name) else LocalExecutor()
+    run_sweep(spec, sweep_dir, executor=executor, resume=True, progress=progress)
+    paths = draw_into(name, sweep_dir, figures_dir)
+    sidecar = Path(figures_dir) / f"{name}.provenance.json"
+    sidecar.write_text(json.dumps(provenance(name, spec, command), indent=2) + "\n")
+    return [*paths, sidecar]
+
+
+def provenance(name: str, spec: SweepSpec, command: str) -> dict[str, Any]:
+    return {
+        "figure": name,
+        "experiment": _relative(Path(spec.source)),
+        "config_hash": spec.config_hash(),
+        "num_points": len(spec.points()),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "package_version": workbench.__version__,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command,
+    }
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None

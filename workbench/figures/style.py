@@ -1,0 +1,104 @@
+"""The one look of every figure: sizes for a printed column, colors and labels per strategy and per
+memory category, and a deterministic save (no timestamps inside the PNG/PDF, so an unchanged figure
+rebuilds byte-identical)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from workbench.columns import MEM_FRAC_KEYS, MEM_FRAC_SAT_KEYS, SLOT_COLUMNS
+
+COLUMN_WIDTH_IN = 3.4  # one column of a two-column paper
+PAGE_WIDTH_IN = 7.0
+
+RC = {
+    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
+    "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.alpha": 0.3, "grid.linewidth": 0.5, "lines.linewidth": 1.4, "lines.markersize": 4,
+    "legend.frameon": False, "savefig.dpi": 200, "savefig.bbox": "tight", "pdf.fonttype": 42,
+    "svg.hashsalt": "workbench",
+}
+
+# colorblind-safe (Okabe-Ito); the three contiguous baselines in warm tones, paging in blues
+STRATEGY_STYLE = {
+    "contiguous-max": ("Contiguous (max)", "#D55E00", "s"),
+    "contiguous-pow2": ("Contiguous (pow2)", "#E69F00", "^"),
+    "contiguous-oracle": ("Contiguous (oracle)", "#CC79A7", "D"),
+    "paged": ("Paged", "#0072B2", "o"),
+    "paged-prefix": ("Paged + prefix cache", "#56B4E9", "v"),
+}
+
+# the §3 partition of the pool, bottom to top of a stack: used memory first, then the kinds of waste
+SLOT_STYLE = {
+    "token_slots": ("Token KV", "#009E73", ""),
+    "reserved_slots": ("Reserved", "#F0E442", "//"),
+    "internal_frag_slots": ("Internal frag.", "#D55E00", "xx"),
+    "external_frag_slots": ("External frag.", "#CC79A7", ".."),
+    "cached_slots": ("Prefix cache", "#56B4E9", ""),
+    "free_slots": ("Free", "#DDDDDD", ""),
+}
+STACK_ORDER = ("token_slots", "reserved_slots", "internal_frag_slots", "external_frag_slots", "cached_slots",
+               "free_slots")
+MEM_FRAC_KEY = dict(zip(SLOT_COLUMNS, MEM_FRAC_KEYS, strict=True))
+MEM_FRAC_SAT_KEY = dict(zip(SLOT_COLUMNS, MEM_FRAC_SAT_KEYS, strict=True))
+
+
+def strategy_label(name: str) -> str:
+    return STRATEGY_STYLE.get(name, (name, None, None))[0]
+
+
+def strategy_color(name: str) -> str | None:
+    return STRATEGY_STYLE.get(name, (None, None, None))[1]
+
+
+def strategy_marker(name: str) -> str:
+    return STRATEGY_STYLE.get(name, (None, None, "o"))[2]
+
+
+@contextmanager
+def figure_style() -> Iterator[None]:
+    with plt.rc_context(RC):
+        yield
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, *, width_in: float = COLUMN_WIDTH_IN,
+               height_in: float = 2.4, **kwargs) -> tuple[Figure, object]:
+    """A figure in the workbench style (call inside `figure_style()`); returns (figure, axes)."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width_in, height_in), layout="constrained", **kwargs)
+    return fig, axes
+
+
+def save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+    """Write NAME.png and NAME.pdf into out_dir (created if needed) without embedded dates; closes fig."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    with figure_style():
+        fig.savefig(paths[0], metadata={"Software": None})
+        fig.savefig(paths[1], metadata={"Creator": None, "Producer": None, "CreationDate": None})
+    plt.close(fig)
+    return paths
+
+
+# short names of the workloads the shipped experiments use; anything else is shown as written
+WORKLOAD_LABELS = {
+    "lengths:sharegpt-vllm-sosp23-lengths": "ShareGPT",
+    "lengths:alpaca-5000-subset": "Alpaca",
+    "sharegpt-like": "ShareGPT-like",
+    "alpaca-like": "Alpaca-like",
+    "mooncake:mooncake-fast25-conversation": "Mooncake conversation",
+}
+
+
+def workload_label(workload: str) -> str:
+    return WORKLOAD_LABELS.get(workload, workload)
+
+
+def point_label(strategy: str, block_size: int) -> str:
+    """`Paged (16)` for paged strategies (the block size matters), the plain strategy label otherwise."""
+    label = strategy_label(strategy)
+    return f"{label} ({block_size})" if strategy.startswith("paged") else label
