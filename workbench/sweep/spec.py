@@ -32,7 +32,9 @@ from typing import Any
 import yaml
 
 from workbench import presets
+from workbench.allocators.registry import names as strategy_names
 from workbench.config import RunConfig
+from workbench.workload.spec import parse_spec as parse_workload
 
 TOP_LEVEL_KEYS = ("name", "description", "figure", "base", "axes", "zip")
 POINT_ID_HEX = 12
@@ -170,9 +172,12 @@ def describe(varied: dict[str, Any]) -> str:
 
 
 def _unknown(key: Any, valid: typing.Sequence[str]) -> str:
-    close = difflib.get_close_matches(str(key), valid, n=1)
-    hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(valid)}"
-    return f"unknown key '{key}'; {hint}"
+    return f"unknown key '{key}'; {_hint(key, valid)}"
+
+
+def _hint(name: Any, valid: typing.Sequence[str]) -> str:
+    close = difflib.get_close_matches(str(name), valid, n=1)
+    return f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(valid)}"
 
 
 def _mapping(value: Any, path: str, source: str) -> dict[str, Any]:
@@ -214,6 +219,10 @@ def _check_value(value: Any, key: str, path: str, source: str) -> Any:
             presets.model_from_name(value)
         elif key == "gpu":
             presets.gpu_from_name(value)
+        elif key == "workload":
+            parse_workload(value)
+        elif key == "strategy" and value not in strategy_names():
+            raise ValueError(f"unknown strategy '{value}'; {_hint(value, strategy_names())}")
     except ValueError as exc:
         raise SpecError(f"{source}: {path}: {exc}") from None
     return value
