@@ -24,7 +24,8 @@ def _bits(pool: np.ndarray) -> np.ndarray:
 
 
 def _bytes(pool: np.ndarray) -> np.ndarray:
-    return pool.view(np.uint8).reshape(pool.shape[0], -1)  # [num_slots, row_bytes]
+    row_bytes = pool.shape[1] * pool.shape[2] * pool.dtype.itemsize
+    return pool.view(np.uint8).reshape(pool.shape[0], row_bytes)  # [num_slots, row_bytes]
 
 
 def _plan(qo_indptr, kv_len, group):

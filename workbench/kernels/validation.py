@@ -37,7 +37,6 @@ def check_array(fn, name, a, dtype, shape):
 def check_pools(fn, k_pool, v_pool, kv_dtype):
     """Both pools [num_slots, num_kv_heads, head_dim] of the same shape and storage dtype; returns kv_dtype."""
     check_array(fn, "k_pool", k_pool, None, (None, None, None))
-    check_array(fn, "v_pool", v_pool, k_pool.dtype, tuple(k_pool.shape))
     pool_dtype = np.dtype(k_pool.dtype)
     if kv_dtype is None:
         if pool_dtype == np.uint16:
@@ -49,6 +48,7 @@ def check_pools(fn, k_pool, v_pool, kv_dtype):
         _fail(fn, f"kv_dtype must be one of {sorted(STORAGE_DTYPE)}, got {kv_dtype!r}")
     if pool_dtype != STORAGE_DTYPE[kv_dtype]:
         _fail(fn, f"kv_dtype={kv_dtype!r} needs {STORAGE_DTYPE[kv_dtype]} pools, got {pool_dtype}")
+    check_array(fn, "v_pool", v_pool, k_pool.dtype, tuple(k_pool.shape))
     if k_pool.shape[1] < 1 or k_pool.shape[2] < 1:
         _fail(fn, f"k_pool needs num_kv_heads >= 1 and head_dim >= 1, got shape {tuple(k_pool.shape)}")
     return kv_dtype
