@@ -1,0 +1,141 @@
+"""A miniature engine for allocator tests: it executes what a strategy returns on a fake KV pool.
+
+The pool stores token ids instead of K/V rows. Every write, copy-on-write pair, admission copy and
+swap move is executed exactly as the engine would, and `verify()` reads each sequence back through
+`slot_mapping` and `describe`: a wrong block table, a missed copy or a prefix hit onto the wrong
+block shows up as a wrong token. `reference_partition()` recomputes the §3 split of held memory
+from the sequences' slot mappings alone, independently of the strategy's counters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec
+
+
+class PoolModel:
+    def __init__(self, strategy, host_slots: int = 0) -> None:
+        self.s = strategy
+        self.bs = strategy.block_size
+        self.device = np.full(strategy.capacity_slots, -1, dtype=np.int64)  # [capacity_slots] token ids
+        self.host = np.full(max(host_slots, 1), -1, dtype=np.int64)
+        self.tokens: dict[int, list[int]] = {}  # seq id -> its logical token ids
+        self.final: dict[int, int] = {}
+        self.swapped: set[int] = set()
+        self.cow_copies = 0
+
+    # -- operations, each executed like the engine would ------------------------------------------
+
+    def admit(self, seq_ids: list[int], prompt: np.ndarray, final_len: int):
+        result = self.s.admit(seq_ids, SeqSpec(prompt.astype(np.int32), final_len))
+        if not result.admitted:
+            return result
+        first = seq_ids[0]
+        cached = result.cached_tokens
+        assert 0 <= cached < prompt.shape[0], "a hit must leave the last prompt token to compute"
+        hit_slots = self.s.slot_mapping(first, 0, cached)
+        assert np.array_equal(self.device[hit_slots], prompt[:cached]), "prefix hit onto the wrong KV"
+        self.device[self.s.slot_mapping(first, cached, prompt.shape[0])] = prompt[cached:]
+        if result.copies is not None:
+            self._copy(result.copies)
+        for seq_id in seq_ids:
+            self.tokens[seq_id] = prompt.tolist()
+            self.final[seq_id] = final_len
+        return result
+
+    def append(self, seq_ids: list[int], rng: np.random.Generator) -> None:
+        result = self.s.append(seq_ids)
+        self._copy(result.copies)
+        self.cow_copies += result.copies.shape[0]
+        new = rng.integers(0, 1000, len(seq_ids))
+        assert np.unique(result.slots).shape[0] == len(seq_ids), "two sequences write one slot"
+        self.device[result.slots] = new
+        for seq_id, token in zip(seq_ids, new.tolist(), strict=True):
+            self.tokens[seq_id].append(token)
+
+    def fork(self, parent: int, child: int):
+        result = self.s.fork(parent, child)
+        if result.admitted:
+            if result.copies is not None:
+                self._copy(result.copies)
+            self.tokens[child] = list(self.tokens[parent])
+            self.final[child] = self.final[parent]
+        return result
+
+    def free(self, seq_id: int) -> None:
+        self.s.free(seq_id)
+        del self.tokens[seq_id], self.final[seq_id]
+        self.swapped.discard(seq_id)
+
+    def swap_out(self, seq_ids: list[int]) -> None:
+        moves = self.s.swap_out(seq_ids).moves
+        for src, dst in moves.tolist():
+            self.host[dst * self.bs:(dst + 1) * self.bs] = self.device[src * self.bs:(src + 1) * self.bs]
+        self.swapped.update(seq_ids)
+
+    def swap_in(self, seq_ids: list[int]) -> None:
+        moves = self.s.swap_in(seq_ids).moves
+        for src, dst in moves.tolist():
+            self.device[dst * self.bs:(dst + 1) * self.bs] = self.host[src * self.bs:(src + 1) * self.bs]
+        self.swapped.difference_update(seq_ids)
+
+    def _copy(self, pairs: np.ndarray) -> None:
+        for src, dst in pairs.tolist():
+            self.device[dst * self.bs:(dst + 1) * self.bs] = self.device[src * self.bs:(src + 1) * self.bs]
+
+    # -- checks -----------------------------------------------------------------------------------
+
+    def on_device(self) -> list[int]:
+        return [s for s in self.tokens if s not in self.swapped]
+
+    def verify(self) -> None:
+        """Every on-device sequence reads back its own tokens, through slot_mapping and describe."""
+        ids = self.on_device()
+        for seq_id in ids:
+            slots = self.s.slot_mapping(seq_id, 0, len(self.tokens[seq_id]))
+            assert np.array_equal(self.device[slots], self.tokens[seq_id]), f"sequence {seq_id} reads wrong KV"
+        if ids:
+            assert np.array_equal(descriptor_slots(self.s.describe(ids)),
+                                  np.concatenate([self.s.slot_mapping(i, 0, len(self.tokens[i])) for i in ids]))
+
+    def reference_partition(self) -> tuple[int, int, int]:
+        """(token, reserved, internal) slots recomputed from slot mappings and final lengths."""
+        if self.s.kernel_mode == "contiguous":
+            return self._contiguous_reference()
+        written: dict[int, set[int]] = {}
+        reach: dict[int, int] = {}
+        for seq_id in self.on_device():
+            length, final = len(self.tokens[seq_id]), self.final[seq_id]
+            slots = self.s.slot_mapping(seq_id, 0, length)
+            for i in range(0, length, self.bs):
+                block = int(slots[i]) // self.bs
+                written.setdefault(block, set()).update(slots[i:i + self.bs].tolist())
+                reach[block] = max(reach.get(block, 0), min(final - i, self.bs))
+        token = sum(len(w) for w in written.values())
+        reserved = sum(max(0, reach[b] - len(written[b])) for b in written)
+        return token, reserved, len(written) * self.bs - token - reserved
+
+    def _contiguous_reference(self) -> tuple[int, int, int]:
+        token = sum(len(t) for t in self.tokens.values())
+        final = sum(self.final.values())
+        alloc = 0
+        for f in self.final.values():
+            size = {"contiguous-max": self.s.max_model_len, "contiguous-oracle": f,
+                    "contiguous-pow2": min(1 << (f - 1).bit_length(), self.s.max_model_len)}[self.s.name]
+            alloc += 1 << (size - 1).bit_length() if self.s.fit == "buddy" else size
+        return token, final - token, alloc - final
+
+
+def descriptor_slots(d: PagedDescriptor | ContiguousDescriptor) -> np.ndarray:
+    """Every slot a kernel reads through the descriptor, sequence after sequence, int64 [total tokens]."""
+    if isinstance(d, ContiguousDescriptor):
+        return np.concatenate([np.arange(s, s + n) for s, n in zip(d.kv_start.tolist(), d.kv_len.tolist(),
+                                                                    strict=True)])
+    out = []
+    for i in range(d.kv_indptr.shape[0] - 1):
+        blocks = d.kv_indices[d.kv_indptr[i]:d.kv_indptr[i + 1]].astype(np.int64)
+        assert 1 <= d.kv_last_page_len[i] <= d.block_size
+        slots = (blocks[:, None] * d.block_size + np.arange(d.block_size)).ravel()
+        out.append(slots[:slots.shape[0] - d.block_size + int(d.kv_last_page_len[i])])
+    return np.concatenate(out)

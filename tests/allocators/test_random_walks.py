@@ -1,0 +1,129 @@
+"""Random operation walks over every registered strategy, fit and block size.
+
+After every operation: `check_integrity()`, the exact six-way identity (Snapshot refuses to exist
+otherwise), the token / reserved / internal split recomputed from slot mappings alone, and every
+live sequence reading back its own tokens through the pool (so copies, swaps and prefix hits are
+executed and checked, not just counted). When everything is freed, free + cached == capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from alloc_model import PoolModel
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workbench.allocators import registry
+
+CONFIGS = (
+    [(name, fit, 1) for name in ("contiguous-max", "contiguous-pow2", "contiguous-oracle")
+     for fit in ("first", "best", "buddy")]
+    + [(name, "first", bs) for name in ("paged", "paged-prefix") for bs in (1, 3, 16, 256)]
+)
+
+
+def _sizes(block_size: int) -> tuple[int, int]:
+    """(capacity_slots, max_model_len) giving real pressure at this block size."""
+    if block_size == 256:
+        return 256 * 14 + 100, 900
+    return 700, 120
+
+
+def _prompt(rng: np.random.Generator, prefixes: list[np.ndarray], max_len: int) -> np.ndarray:
+    """Prompts often start with one of a few shared prefixes, so prefix hits happen."""
+    length = int(rng.integers(1, max_len + 1))
+    if rng.random() < 0.6:
+        prefix = prefixes[int(rng.integers(len(prefixes)))][:length]
+        return np.concatenate([prefix, rng.integers(0, 1000, length - prefix.shape[0])])
+    return rng.integers(0, 1000, length)
+
+
+def _check(model: PoolModel) -> None:
+    s = model.s
+    s.check_integrity()
+    snap = s.snapshot()
+    token, reserved, internal = model.reference_partition()
+    assert (snap.token_slots, snap.reserved_slots, snap.internal_frag_slots) == (token, reserved, internal)
+    assert snap.logical_token_slots == sum(len(model.tokens[i]) for i in model.on_device())
+    assert snap.token_slots <= snap.logical_token_slots
+    if s.kernel_mode == "paged":
+        assert snap.external_frag_slots == 0
+    model.verify()
+
+
+def _walk(name: str, fit: str, block_size: int, seed: int, num_ops: int) -> None:
+    rng = np.random.default_rng(seed)
+    capacity, max_len = _sizes(block_size)
+    s = registry.create(name, capacity_slots=capacity, block_size=block_size, fit=fit, max_model_len=max_len,
+                        swap_slots=capacity // 2)
+    model = PoolModel(s, host_slots=capacity // 2)
+    prefixes = [rng.integers(0, 1000, max_len) for _ in range(3)]
+    groups: list[list[int]] = []  # admission groups (swap unit), members still live
+    next_id = 0
+    for _ in range(num_ops):
+        op = rng.choice(["admit", "append", "append", "append", "fork", "free", "swap_out", "swap_in"])
+        on_device = model.on_device()
+        if op == "admit":
+            prompt = _prompt(rng, prefixes, max_len - 1)
+            final = int(rng.integers(prompt.shape[0], max_len + 1))
+            n = int(rng.integers(1, 5))
+            ids = list(range(next_id, next_id + n))
+            before = s.snapshot()
+            if model.admit(ids, prompt, final).admitted:
+                next_id += n
+                groups.append(ids)
+            else:
+                assert s.snapshot() == before, "a refused admission changed the pool"
+        elif op == "append" and on_device:
+            batch = [i for i in on_device if len(model.tokens[i]) < model.final[i] and rng.random() < 0.7]
+            if not batch:
+                continue
+            if s.can_append(batch):
+                model.append(batch, rng)
+            else:
+                before = s.snapshot()
+                with pytest.raises(RuntimeError):
+                    s.append(batch)
+                assert s.snapshot() == before, "a failed append changed the pool"
+                victim = next(g for g in reversed(groups) if g[0] not in model.swapped)
+                if s.supports_swap and s.can_swap_out(victim):
+                    model.swap_out(victim)
+                else:
+                    for i in victim:
+                        model.free(i)
+                    groups.remove(victim)
+        elif op == "fork" and on_device:
+            parent = on_device[int(rng.integers(len(on_device)))]
+            if model.fork(parent, next_id).admitted:
+                next(g for g in groups if parent in g).append(next_id)
+                next_id += 1
+        elif op == "free" and model.tokens:
+            group = groups[int(rng.integers(len(groups)))]
+            model.free(group.pop(int(rng.integers(len(group)))))
+            if not group:
+                groups.remove(group)
+        elif op == "swap_out" and s.supports_swap:
+            device_groups = [g for g in groups if g[0] not in model.swapped]
+            if device_groups:
+                group = device_groups[int(rng.integers(len(device_groups)))]
+                if s.can_swap_out(group):
+                    model.swap_out(group)
+        elif op == "swap_in" and s.supports_swap:
+            host_groups = [g for g in groups if g[0] in model.swapped]
+            if host_groups and s.can_swap_in(host_groups[0]):
+                model.swap_in(host_groups[0])
+        _check(model)
+    for seq_id in list(model.tokens):
+        model.free(seq_id)
+        _check(model)
+    snap = s.snapshot()
+    assert snap.free_slots + snap.cached_slots == s.capacity_slots
+    assert snap.num_free_blocks * s.block_size == s.capacity_slots
+
+
+@pytest.mark.parametrize("name,fit,block_size", CONFIGS)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_walk_keeps_every_invariant(name, fit, block_size, seed):
+    _walk(name, fit, block_size, seed, num_ops=250)
