@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
 import workbench
 from workbench.figures import style
 from workbench.figures.registry import experiment_path, is_timed, plotter
@@ -22,12 +24,16 @@ FIGURES_DIR = REPO_ROOT / "figures"
 RUNS_DIR = Path("runs")
 
 
-def draw_into(name: str, sweep_dir: Path, out_dir: Path) -> list[Path]:
-    """Plot figure `name` from the finished sweep in `sweep_dir`; writes out_dir/NAME.{png,pdf}."""
+def draw(name: str, sweep_dir: Path) -> Figure:
+    """Figure `name` plotted from the finished sweep in `sweep_dir` (its summary.parquet)."""
     summary = read_summary(sweep_dir)
     with style.figure_style():
-        fig = plotter(name)(summary, Path(sweep_dir))
-    return style.save(fig, Path(out_dir), name)
+        return plotter(name)(summary, Path(sweep_dir))
+
+
+def draw_into(name: str, sweep_dir: Path, out_dir: Path) -> list[Path]:
+    """Plot figure `name` from the finished sweep in `sweep_dir`; writes out_dir/NAME.{png,pdf}."""
+    return style.save(draw(name, sweep_dir), Path(out_dir), name)
 
 
 def build(name: str, *, figures_dir: Path = FIGURES_DIR, runs_dir: Path = RUNS_DIR, executor: Executor | None = None,

@@ -1,0 +1,201 @@
+"""Every figure builds from a tiny real sweep; its files exist and the plotted values are the summary's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.container import BarContainer
+
+from workbench.columns import SLOT_COLUMNS
+from workbench.figures import style
+from workbench.figures.build import build, draw
+from workbench.figures.registry import FIGURE_NAMES, experiment_path
+from workbench.presets import dtype_bytes, model_from_name
+from workbench.sweep import LocalExecutor, parse_spec, read_summary
+
+pytest.importorskip("workbench.engine", reason="the figures are built from real runs of the engine")
+
+TINY = {"model": "custom:layers=2,kv_heads=2,heads=4,head_dim=64,max_model_len=512", "kv_slots": 3072,
+        "kernel": "none", "num_requests": 60, "rate": 20.0, "workload": "sharegpt-like"}
+CONTIGUOUS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]
+
+SPECS = {
+    "memory_waste": {"base": TINY, "axes": {"strategy": [*CONTIGUOUS, "paged"]}},
+    "throughput_vs_rate": {"base": {**TINY, "rate": None},
+                           "axes": {"strategy": ["contiguous-max", "paged"], "rate": [2.0, 40.0]}},
+    "sharing": {"base": {**TINY, "workload": "alpaca-like"},
+                "zip": [{"strategy": ["paged"] * 4 + ["paged-prefix"] * 2,
+                         "n": [2, 4, 1, 1, 1, 1], "beam_width": [1, 1, 2, 4, 1, 1],
+                         "workload": ["alpaca-like"] * 4 + ["system-prompt:k=2,system=128"] * 2,
+                         "kv_slots": [3072] * 4 + [1024, 4096]}]},
+    "fragmentation_timeline": {"base": TINY, "axes": {"strategy": ["contiguous-max", "paged"]}},
+    "block_size": {"base": {**TINY, "kernel": "numba", "kernel_every": 8, "kernel_heads": 1, "strategy": "paged"},
+                   "axes": {"workload": ["sharegpt-like", "alpaca-like"], "block_size": [1, 16, 64]}},
+    "kernel_overhead": {"base": {**TINY, "kernel": "numba", "kernel_every": 4, "num_requests": 8, "rate": 1000.0},
+                        "zip": [{"strategy": ["contiguous-oracle"] * 2 + ["paged"] * 3,
+                                 "block_size": [16, 16, 16, 16, 4],
+                                 "workload": ["fixed:prompt=64,output=8", "fixed:prompt=256,output=8"] * 2
+                                 + ["fixed:prompt=256,output=8"]}]},
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, tuple[Path, pd.DataFrame]]:
+    """Every figure built by `build` from its tiny sweep: name -> (sweep dir, summary)."""
+    root = tmp_path_factory.mktemp("figures")
+    out: dict[str, tuple[Path, pd.DataFrame]] = {}
+    for name in FIGURE_NAMES:
+        paths = build(name, figures_dir=root / "figures", runs_dir=root / "runs", executor=LocalExecutor(2),
+                      progress=False, command="pytest", spec=parse_spec(SPECS[name], default_name=name))
+        assert [p.name for p in paths] == [f"{name}.png", f"{name}.pdf", f"{name}.provenance.json"]
+        for path in paths:
+            assert path.stat().st_size > 0
+        sweep_dir = root / "runs" / f"fig_{name}"
+        out[name] = (sweep_dir, read_summary(sweep_dir))
+    out["_root"] = (root, pd.DataFrame())
+    return out
+
+
+def figure(built, name: str):
+    """The figure drawn again from the built sweep, and its visible axes."""
+    fig = draw(name, built[name][0])
+    return fig, [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_every_figure_has_its_experiment():
+    for name in FIGURE_NAMES:
+        assert experiment_path(name).is_file(), name
+
+
+def test_provenance(built):
+    root = built["_root"][0]
+    for name in FIGURE_NAMES:
+        record = json.loads((root / "figures" / f"{name}.provenance.json").read_text())
+        spec = parse_spec(SPECS[name], default_name=name)
+        assert record["figure"] == name and record["config_hash"] == spec.config_hash()
+        assert record["num_points"] == len(spec.points()) and record["command"] == "pytest"
+        assert record["date"] and "git_commit" in record
+
+
+def test_memory_waste_bars_are_the_summary(built):
+    _, summary = built["memory_waste"]
+    fig, (ax,) = figure(built, "memory_waste")
+    drawn = {c.get_label(): c for c in ax.containers if isinstance(c, BarContainer)}
+    for column in SLOT_COLUMNS:
+        label = style.SLOT_STYLE[column][0]
+        expected = summary[style.MEM_FRAC_SAT_KEY[column]].to_numpy(dtype=float) * 100
+        if label in drawn:
+            heights = [p.get_height() for p in drawn[label].patches]
+            np.testing.assert_allclose(heights, expected, rtol=1e-12)
+        else:
+            assert not np.any(expected > 0), column
+    assert "Token KV" in drawn and "Internal frag." in drawn
+    tops = np.sum([[p.get_height() for p in c.patches] for c in drawn.values()], axis=0)
+    np.testing.assert_allclose(tops, 100.0, rtol=1e-9)  # the partition covers the whole pool
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "Paged\n(16)"
+    plt.close(fig)
+
+
+def test_throughput_vs_rate_lines_are_the_summary(built):
+    _, summary = built["throughput_vs_rate"]
+    fig, (ax,) = figure(built, "throughput_vs_rate")
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"Contiguous (max)", "Paged (16)"}
+    for strategy, label in [("contiguous-max", "Contiguous (max)"), ("paged", "Paged (16)")]:
+        rows = summary[summary["strategy"] == strategy].sort_values("rate")
+        np.testing.assert_array_equal(lines[label].get_xdata(), rows["rate"])
+        np.testing.assert_array_equal(lines[label].get_ydata(), rows["normalized_latency_s_per_tok"])
+    assert ax.get_xlabel() == "Request rate (req/s)" and "s/token" in ax.get_ylabel()
+    plt.close(fig)
+
+
+def test_sharing_values_are_the_summary(built):
+    _, summary = built["sharing"]
+    fig, (left, right) = figure(built, "sharing")
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in left.containers}
+    for width in (2, 4):
+        parallel = summary[summary["n"] == width]["block_sharing_saving_frac"].iloc[0] * 100
+        beam = summary[summary["beam_width"] == width]["block_sharing_saving_frac"].iloc[0] * 100
+        assert bars[str(width)] == pytest.approx([parallel, beam], rel=1e-12)
+    assert all(h > 0 for heights in bars.values() for h in heights), "sharing must save blocks"
+    (line,) = right.get_lines()
+    prefix = summary[summary["strategy"] == "paged-prefix"].sort_values("kv_slots")
+    np.testing.assert_allclose(line.get_xdata(), prefix["kv_slots"] / 1000)
+    np.testing.assert_allclose(line.get_ydata(), prefix["prefix_hit_rate"] * 100)
+    plt.close(fig)
+
+
+def test_fragmentation_timeline_stacks_the_steps(built):
+    sweep_dir, summary = built["fragmentation_timeline"]
+    fig, axes = figure(built, "fragmentation_timeline")
+    assert len(axes) == len(summary)
+    for ax, row in zip(axes, summary.itertuples(index=False), strict=True):
+        steps = pd.read_parquet(sweep_dir / "points" / row.point_id / "steps.parquet")
+        layers = ax.collections
+        # the top edge of the last layer is the whole pool at every step (the §3 partition is exact)
+        top = layers[-1].get_paths()[0].vertices[:, 1].max()
+        assert top == pytest.approx(100.0)
+        first = style.SLOT_STYLE["token_slots"][0]
+        assert layers[0].get_label() == first
+        token_pct = steps["token_slots"].to_numpy() / row.kv_slots * 100
+        assert layers[0].get_paths()[0].vertices[:, 1].max() == pytest.approx(token_pct.max())
+        assert ax.get_title() == style.point_label(row.strategy, row.block_size)
+    plt.close(fig)
+
+
+def expected_ns_per_token(rows: pd.DataFrame) -> np.ndarray:
+    model = model_from_name(TINY["model"])
+    heads = rows["kernel_heads"].fillna(model.num_kv_heads).to_numpy()
+    return 2 * heads * model.head_dim * dtype_bytes("fp16") / rows["kernel_gbps"].to_numpy()
+
+
+def test_block_size_panels_are_the_summary(built):
+    _, summary = built["block_size"]
+    fig, axes = figure(built, "block_size")
+    columns = [("mem_internal_frag_frac", 100.0), ("block_table_bytes_mean", 1 / 1024), (None, None),
+               ("throughput_tok_s", 1.0)]
+    for ax, (column, scale) in zip(axes, columns, strict=True):
+        for line, (workload, rows) in zip(ax.get_lines(), summary.groupby("workload", sort=False), strict=True):
+            rows = rows.sort_values("block_size")
+            assert line.get_label() == style.workload_label(workload)
+            np.testing.assert_array_equal(line.get_xdata(), rows["block_size"])
+            expected = expected_ns_per_token(rows) if column is None else rows[column].to_numpy() * scale
+            np.testing.assert_allclose(line.get_ydata(), expected, rtol=1e-12)
+    internal = summary.sort_values("block_size").groupby("workload")["mem_internal_frag_frac"]
+    assert all(values.is_monotonic_increasing for _, values in internal)  # bigger blocks, more tail waste
+    plt.close(fig)
+
+
+def test_kernel_overhead_values_are_the_summary(built):
+    _, summary = built["kernel_overhead"]
+    fig, (left, right) = figure(built, "kernel_overhead")
+    ns = pd.Series(expected_ns_per_token(summary), index=summary.index)
+    lines = {line.get_label(): line for line in left.get_lines()}
+    assert set(lines) == {"Contiguous (oracle)", "Paged (16)"}
+    for label, strategy in [("Contiguous (oracle)", "contiguous-oracle"), ("Paged (16)", "paged")]:
+        rows = summary[(summary["strategy"] == strategy) & (summary["block_size"] == 16)]
+        np.testing.assert_array_equal(lines[label].get_xdata(), [64, 256])
+        np.testing.assert_allclose(lines[label].get_ydata(), ns[rows.index], rtol=1e-12)
+    (ratio,) = right.get_lines()
+    paged = summary[(summary["strategy"] == "paged") & summary["workload"].str.contains("256")]
+    paged = paged.sort_values("block_size")
+    base = ns[summary[(summary["strategy"] == "contiguous-oracle") & summary["workload"].str.contains("256")].index]
+    np.testing.assert_array_equal(ratio.get_xdata(), [4, 16])
+    np.testing.assert_allclose(ratio.get_ydata(), ns[paged.index] / base.mean(), rtol=1e-12)
+    assert np.all(np.isfinite(ratio.get_ydata()))
+    plt.close(fig)
+
+
+def test_a_rebuild_reuses_the_finished_points(built):
+    root = built["_root"][0]
+    before = {p.name: p.stat().st_mtime_ns for p in (root / "runs" / "fig_memory_waste" / "points").iterdir()}
+    build("memory_waste", figures_dir=root / "figures", runs_dir=root / "runs", executor=LocalExecutor(1),
+          progress=False, command="again", spec=parse_spec(SPECS["memory_waste"], default_name="memory_waste"))
+    after = {p.name: p.stat().st_mtime_ns for p in (root / "runs" / "fig_memory_waste" / "points").iterdir()}
+    assert before == after
+    assert json.loads((root / "figures" / "memory_waste.provenance.json").read_text())["command"] == "again"

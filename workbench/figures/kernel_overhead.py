@@ -1,0 +1,63 @@
+"""kernel_overhead: what the paging indirection costs the attention kernel, measured on the real kernel.
+
+Each point runs one fixed-length workload (`fixed:prompt=L,...`) with the kernel on every k-th step;
+the summary's measured `kernel_gbps` becomes the time per attended token. Left: contiguous vs paged
+kernels against the context length L. Right: paged ÷ contiguous time against the block size, at the
+longest context. The points run one at a time (TIMED) so that measurements do not share the cores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from workbench.figures import style
+from workbench.figures.kernel_cost import ns_per_context_token
+from workbench.workload.spec import parse_spec as parse_workload
+
+TIMED = True
+
+
+def context_tokens(workload: str) -> int:
+    """The prompt length L of a `fixed:prompt=L,...` workload (the context the kernel attends to)."""
+    spec = parse_workload(workload)
+    if spec.kind != "fixed":
+        raise ValueError(f"kernel_overhead needs fixed-length workloads (fixed:prompt=L,...), got {workload!r}")
+    return spec.get_int("prompt", 128)
+
+
+def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
+    data = summary.assign(context=[context_tokens(w) for w in summary["workload"]],
+                          ns_per_token=ns_per_context_token(summary))
+    contiguous = data[~data["strategy"].str.startswith("paged")]
+    paged = data[data["strategy"].str.startswith("paged")]
+    fig, (left, right) = style.new_figure(1, 2, width_in=style.PAGE_WIDTH_IN, height_in=2.5)
+
+    for (strategy, block_size), rows in pd.concat([contiguous, paged]).groupby(["strategy", "block_size"],
+                                                                               sort=False):
+        if strategy.startswith("paged") and rows["context"].nunique() == 1:
+            continue  # a single context length: shown in the right panel only
+        rows = rows.sort_values("context")
+        left.plot(rows["context"].to_numpy(), rows["ns_per_token"].to_numpy(), marker=style.strategy_marker(strategy),
+                  color=style.strategy_color(strategy) if not strategy.startswith("paged") else None,
+                  label=style.point_label(strategy, block_size))
+    left.set_xscale("log", base=2)
+    left.set_xlabel("Context length (tokens)")
+    left.set_ylabel("Kernel time per context token (ns)")
+    left.set_ylim(bottom=0)
+    left.legend()
+
+    longest = data["context"].max()
+    base = contiguous[contiguous["context"] == longest]["ns_per_token"].to_numpy()
+    at_longest = paged[paged["context"] == longest].sort_values("block_size")
+    ratio = at_longest["ns_per_token"].to_numpy() / np.mean(base) if len(base) else np.full(len(at_longest), np.nan)
+    right.plot(at_longest["block_size"].to_numpy(), ratio, marker="o", color=style.strategy_color("paged"))
+    right.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("Block size (tokens)")
+    right.set_ylabel("Paged ÷ contiguous kernel time")
+    right.set_title(f"Context {longest} tokens")
+    return fig
