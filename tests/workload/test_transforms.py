@@ -1,0 +1,61 @@
+"""finalize: stable arrival order, request cap, rate scaling, time window, id assignment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbench.config import RunConfig
+from workbench.workload import Segment, build_workload, output_key
+from workbench.workload.table import OutputRef, RequestTable, finalize
+
+arrivals = st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=60)
+
+
+@settings(max_examples=80, deadline=None)
+@given(times=arrivals, cap=st.one_of(st.none(), st.integers(1, 80)), rate=st.one_of(st.none(), st.floats(0.01, 100)),
+       duration=st.one_of(st.none(), st.floats(0.1, 1e4)))
+def test_transforms(times, cap, rate, duration):
+    t = np.array(times)
+    table = RequestTable(t, np.arange(1, len(t) + 1), np.full(len(t), 3))
+    spread = len(set(np.sort(t)[: cap or len(t)])) > 1
+    if rate is not None and not spread and min(cap or len(t), len(t)) > 1:
+        with pytest.raises(ValueError):
+            finalize(table, seed=0, rate=rate, duration_s=duration, num_requests=cap)
+        return
+    requests = finalize(table, seed=0, rate=rate, duration_s=duration, num_requests=cap)
+    order = np.argsort(t, kind="stable")[: cap or len(t)]  # [kept by the cap] rows in arrival order
+    expected = t[order] - t[order][0]
+    if rate is not None and len(expected) > 1:
+        expected = expected * (len(expected) / expected[-1] / rate)
+    if duration is not None:
+        expected = expected[expected < duration]
+    assert [r.request_id for r in requests] == list(range(len(expected)))
+    assert [r.prompt_tokens for r in requests] == (order[: len(expected)] + 1).tolist()  # stable arrival order
+    assert np.array_equal([r.arrival_s for r in requests], expected)
+    if rate is not None and duration is None and len(expected) > 1:
+        assert len(expected) / expected[-1] == pytest.approx(rate, rel=1e-9)
+
+
+def test_output_refs_resolve_to_final_ids():
+    # row 0 arrives last; row 2 quotes row 1's answer; after sorting row 1 is request 0
+    table = RequestTable(np.array([9.0, 1.0, 5.0]), np.array([4, 4, 10]), np.array([2, 3, 1]),
+                         content=[(Segment(11, 4),), (Segment(22, 4),), (Segment(22, 4), OutputRef(1, 3),
+                                                                        Segment(33, 3))])
+    a, b, c = finalize(table, seed=0)
+    assert (a.content, b.content[1], c.content) == ((Segment(22, 4),), Segment(output_key(0, 0), 3),
+                                                    (Segment(11, 4),))
+
+
+def test_trace_rate_scaling_and_cap(shared_traces):
+    path = shared_traces / "azure-llm-2023-conv" / "AzureLLMInferenceTrace_conv.csv"
+    requests = build_workload(RunConfig(workload=f"azure:{path}", rate=2.0, num_requests=500))
+    assert len(requests) == 500
+    assert 500 / requests[-1].arrival_s == pytest.approx(2.0)
+    stamps = pd.to_datetime(pd.read_csv(path)["TIMESTAMP"], format="ISO8601")
+    in_first_minute = int(((stamps - stamps.iloc[0]).dt.total_seconds() < 60.0).sum())
+    window = build_workload(RunConfig(workload=f"azure:{path}", duration=60.0))
+    assert len(window) == in_first_minute and window[-1].arrival_s < 60.0
