@@ -1,0 +1,201 @@
+"""One simulation run (DESIGN §6): the only place that wires workload, strategy, KV pool and kernels.
+
+`run(cfg, out_dir)` replays the workload step by step: arrivals join the queue, the scheduler
+allocates the step's work on the strategy, the kernel runner (unless `kernel = none`) executes the
+block moves, cache writes and attention and verifies sampled sequences, the clock advances by the
+step's modeled (or measured) duration, and one step row is recorded. Idle gaps jump to the next
+arrival. Same config and seed give bit-identical tables.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench import __version__
+from workbench.allocators import registry
+from workbench.clock import RooflineClock
+from workbench.config import Resolved, RunConfig
+from workbench.paths import REPO_ROOT
+from workbench.results import StepLog, summarize, write_outputs
+from workbench.scheduler import Scheduler, StepPlan
+from workbench.workload import build_workload
+from workbench.workload.request import Request
+
+
+class StepTimers:
+    """Wall-time accumulators per engine phase (benchmarks only: `run(..., timers=StepTimers())`)."""
+
+    def __init__(self) -> None:
+        self.scheduler_s = 0.0  # queueing, admission and the strategy calls it makes
+        self.kernel_s = 0.0  # block moves, cache writes, attention, verification
+        self.bookkeeping_s = 0.0  # clock, completion, step rows
+        self.steps = 0
+
+
+def kernel_backend(cfg: RunConfig) -> str:
+    if cfg.kernel == "auto":
+        from workbench.kernels import default_backend
+        return default_backend()
+    return cfg.kernel
+
+
+def check_config(cfg: RunConfig) -> Resolved:
+    """Everything that can be said against a config before running it; raises ValueError."""
+    if cfg.strategy not in registry.names():
+        raise ValueError(f"unknown strategy {cfg.strategy!r}; valid: {', '.join(registry.names())}")
+    resolved = cfg.resolve()
+    if cfg.kernel == "cupy":
+        from workbench.kernels import available_backends
+        if "cupy" not in available_backends():
+            raise ValueError("kernel cupy needs a CUDA GPU with CuPy; use --kernel numba or auto")
+    return resolved
+
+
+def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False,
+        timers: StepTimers | None = None) -> dict[str, Any]:
+    """Run one simulation; with `out_dir`, write config.json, steps.parquet, requests.parquet and
+    summary.json there. Returns the summary (keys = columns.SUMMARY_KEYS)."""
+    wall0 = time.perf_counter()
+    res = check_config(cfg)
+    requests = build_workload(cfg)
+    strategy = registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size,
+                               fit=cfg.fit, max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
+    sched = Scheduler(strategy, requests, max_model_len=res.model.max_model_len, max_num_seqs=cfg.max_num_seqs,
+                      max_num_batched_tokens=res.max_num_batched_tokens, watermark_frac=cfg.watermark_frac,
+                      swap=cfg.preemption == "swap", seed=cfg.seed)
+    backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
+    runner = None
+    if backend != "none":
+        from workbench.engine_kernels import KernelRunner
+        from workbench.kvpool import KVPool
+        pool = KVPool(strategy.capacity_slots, res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
+                      backend)
+        group_size = res.model.num_heads // res.model.num_kv_heads
+        runner = KernelRunner(strategy, pool, sched.beam_tokens, num_q_heads=res.kernel_heads * group_size,
+                              head_dim=res.model.head_dim, seed=cfg.seed, kernel_every=cfg.kernel_every,
+                              verify_every=cfg.verify_every)
+    clock = RooflineClock(res.model, res.gpu, res.kv_bytes_per_token, strategy.block_size, eff_bw=cfg.eff_bw,
+                          eff_flops=cfg.eff_flops, step_overhead_s=cfg.step_overhead_s)
+    # measured attention of one layer with kernel_heads -> the full model's attention time
+    attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
+    log = _simulate(sched, runner, clock, log=StepLog(), measured=cfg.clock == "measured",
+                    attention_scale=attention_scale, progress=progress, timers=timers)
+
+    steps = log.to_frame()
+    req_table = requests_table(requests, sched)
+    extra = {
+        "prefix_query_tokens": strategy.prefix_query_tokens, "prefix_hit_tokens": strategy.prefix_hit_tokens,
+        "kernel_backend": backend,
+        "kernel_time_s": runner.kernel_time_s if runner else 0.0,
+        "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
+                        if runner and runner.kernel_time_s > 0 else 0.0),
+        "verify_max_rel_err": runner.verify_max_rel_err if runner else float("nan"),
+        "sim_wall_s": time.perf_counter() - wall0,
+    }
+    summary = summarize(steps, req_table, capacity_slots=strategy.capacity_slots,
+                        generated_tokens=sched.generated_tokens, extra=extra)
+    if out_dir is not None:
+        write_outputs(Path(out_dir), run_description(cfg, res, backend), steps, req_table, summary)
+    return summary
+
+
+def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, measured: bool,
+              attention_scale: float, progress: bool, timers: StepTimers | None) -> StepLog:
+    """The step loop. Mutates the scheduler, the runner's pool and the log."""
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(sched.requests), unit="req", desc="requests")
+    perf = time.perf_counter
+    now_s = 0.0
+    step = 0
+    done = 0
+    while True:
+        sched.arrive(now_s)
+        if not sched.has_work():
+            nxt = sched.next_arrival_s()
+            if nxt is None:
+                break
+            now_s = max(now_s, nxt)
+            continue
+        t0 = perf() if timers else 0.0
+        plan = sched.schedule(now_s)
+        t1 = perf() if timers else 0.0
+        attention_s = runner.run(plan, step) if runner is not None else None
+        t2 = perf() if timers else 0.0
+        dt_s = clock.step_s(plan.num_prefill_tokens + len(plan.decode_ids), plan.kv_read_tokens,
+                            plan.attn_query_ctx, _num_blocks(plan.copies), _num_blocks(plan.swap_out + plan.swap_in),
+                            attention_s * attention_scale if measured and attention_s is not None else None)
+        now_s += dt_s
+        finished = sched.complete(plan, now_s)
+        _record(log, plan, step, now_s, dt_s, attention_s, sched.num_waiting(), sched.paged)
+        step += 1
+        if timers:
+            t3 = perf()
+            timers.scheduler_s += t1 - t0
+            timers.kernel_s += t2 - t1
+            timers.bookkeeping_s += t3 - t2
+            timers.steps += 1
+        if bar is not None and finished:
+            done += finished
+            bar.update(finished)
+    if bar is not None:
+        bar.close()
+    return log
+
+
+def _num_blocks(parts: list) -> int:
+    return sum(len(p) for p in parts)
+
+
+def _record(log: StepLog, plan: StepPlan, step: int, now_s: float, dt_s: float, attention_s: float | None,
+            num_waiting: int, paged: bool) -> None:
+    snap = plan.snapshot
+    allocated = snap.token_slots + snap.reserved_slots + snap.internal_frag_slots
+    # INT_STEP_COLUMNS order (workbench.results)
+    log.record((now_s, dt_s, attention_s or 0.0), (
+        step, len(plan.decode_ids) + sum(p.group.num_seqs for p in plan.prefills), num_waiting,
+        plan.num_prefill_tokens, len(plan.decode_ids),
+        snap.token_slots, snap.reserved_slots, snap.internal_frag_slots, snap.cached_slots,
+        snap.external_frag_slots, snap.free_slots, snap.logical_token_slots, snap.block_table_bytes,
+        _num_blocks(plan.copies), plan.preemptions, _num_blocks(plan.swap_out) + _num_blocks(plan.swap_in),
+        snap.largest_free_extent_slots, plan.unshared_block_slots if paged else allocated,
+    ))
+
+
+def requests_table(requests: list[Request], sched: Scheduler):
+    import pandas as pd
+    return pd.DataFrame({
+        "request_id": [r.request_id for r in requests],
+        "arrival_s": [r.arrival_s for r in requests],
+        "admitted_s": sched.admitted_s,
+        "first_token_s": sched.first_token_s,
+        "finish_s": sched.finish_s,
+        "prompt_tokens": [r.prompt_tokens for r in requests],
+        "output_tokens": [r.output_tokens for r in requests],
+        "prefix_hit_tokens": sched.prefix_hit_tokens,
+        "num_preemptions": sched.num_preemptions,
+        "status": sched.status,
+    })
+
+
+def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:
+    """config.json: the resolved configuration and where it ran."""
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "config": cfg.to_dict(),
+        "resolved": {"model": res.model.__dict__, "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
+                     "swap_slots": res.swap_slots, "max_num_batched_tokens": res.max_num_batched_tokens,
+                     "kv_bytes_per_token": res.kv_bytes_per_token, "kernel_heads": res.kernel_heads},
+        "seed": cfg.seed, "version": __version__, "git_commit": commit, "kernel_backend": backend,
+        "hardware": {"machine": platform.machine(), "processor": platform.processor(),
+                     "python": platform.python_version(), "system": platform.system()},
+    }

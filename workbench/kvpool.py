@@ -1,0 +1,118 @@
+"""The KV pool of one layer (DESIGN §7) and the deterministic K/V content written into it.
+
+Content: the K/V row at position p of a sequence is a function of the hash of its whole prefix
+(token ids 0..p and their positions), so identical prefixes have identical KV — sharing a block
+is semantically valid — while the same token after a different prefix gets different KV, so a
+block table pointing at the wrong block changes the attention result. Rows are sums of two
+entries of fixed random tables picked by hash bits (16M combinations per head), which is cheap to
+vectorize and keeps values in [-1, 1].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench import kernels
+from workbench.workload.request import VOCAB_SIZE, mix64
+
+_TABLE_ROWS = 4096  # entries per content table; a row picks two of them (4096^2 combinations)
+_TABLE_SEED = 0x5EED_C0DE  # content is a property of tokens, not of a run: one fixed seed
+_POS_MUL = np.uint64(0xD6E8FEB86659FD93)
+_TOKEN_MUL = np.uint64(0x9FB21C651E98DF25)
+_HEAD_MUL = np.uint64(0xA0761D6478BD642F)
+STORAGE_DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}  # bf16 held as uint16 bits
+
+
+def token_terms(token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Per-token hash terms, uint64 [T]; a prefix hash is the (wrapping) sum of its terms."""
+    with np.errstate(over="ignore"):
+        return mix64(token_ids.astype(np.uint64) * _TOKEN_MUL ^ positions.astype(np.uint64) * _POS_MUL)
+
+
+def prefix_sums(terms: np.ndarray, acc0: np.uint64 | int = 0) -> np.ndarray:
+    """Running prefix hashes, uint64 [T]: element p covers every token up to and including p.
+    NumPy integer sums wrap modulo 2^64, which is what a hash wants."""
+    out = np.cumsum(terms, dtype=np.uint64)
+    if acc0:
+        with np.errstate(over="ignore"):
+            out += np.uint64(acc0)
+    return out
+
+
+def generated_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """`token_ids_for(key, offset)` vectorized over pairs: int32 [S] for uint64 keys [S], offsets [S]."""
+    with np.errstate(over="ignore"):
+        seed = keys.astype(np.uint64) * np.uint64(0x100000001B3)
+        return (mix64(offsets.astype(np.uint64) ^ seed) % np.uint64(VOCAB_SIZE)).astype(np.int32)
+
+
+def to_storage(rows: np.ndarray, kv_dtype: str) -> np.ndarray:
+    """float32 rows → the pool's storage dtype (bf16: round-to-nearest-even into uint16 bits)."""
+    if kv_dtype == "bf16":
+        bits = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
+        with np.errstate(over="ignore"):
+            rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+        return (rounded >> np.uint32(16)).astype(np.uint16)
+    return rows.astype(STORAGE_DTYPES[kv_dtype])
+
+
+class KVContent:
+    """K/V rows as a function of prefix hashes, for a layer of `num_kv_heads` × `head_dim`."""
+
+    def __init__(self, num_kv_heads: int, head_dim: int, kv_dtype: str) -> None:
+        rng = np.random.default_rng(_TABLE_SEED)
+        # [4, _TABLE_ROWS, head_dim]: K low/high and V low/high halves, each in [-0.5, 0.5)
+        self.tables = (rng.random((4, _TABLE_ROWS, head_dim), dtype=np.float32) - np.float32(0.5))
+        self.num_kv_heads = num_kv_heads
+        self.kv_dtype = kv_dtype
+
+    def rows(self, prefix_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(K, V) in storage dtype, each [T, num_kv_heads, head_dim], for uint64 prefix hashes [T]."""
+        heads = np.arange(self.num_kv_heads, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            h = mix64(prefix_hashes[:, None] ^ (heads[None, :] * _HEAD_MUL))  # [T, H] uint64
+        mask = np.uint64(_TABLE_ROWS - 1)
+        idx = [((h >> np.uint64(12 * i)) & mask).astype(np.intp) for i in range(4)]  # 4 × [T, H]
+        t = self.tables
+        k = t[0][idx[0]] + t[1][idx[1]]  # [T, H, head_dim]
+        v = t[2][idx[2]] + t[3][idx[3]]
+        return to_storage(k, self.kv_dtype), to_storage(v, self.kv_dtype)
+
+
+class KVPool:
+    """Device K/V arrays [num_slots, num_kv_heads, head_dim] for one layer and a host swap pool.
+    Every method mutates the arrays through the cache kernels of `backend`."""
+
+    def __init__(self, num_slots: int, host_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str,
+                 backend: str) -> None:
+        self.backend = backend
+        self.kv_dtype = kv_dtype
+        dtype = STORAGE_DTYPES[kv_dtype]
+        xp = np
+        if backend == "cupy":
+            import cupy as xp
+        self.xp = xp
+        shape = (num_slots, num_kv_heads, head_dim)
+        self.k = xp.zeros(shape, dtype=dtype)  # [num_slots, num_kv_heads, head_dim]
+        self.v = xp.zeros(shape, dtype=dtype)
+        host_shape = (max(host_slots, 1), num_kv_heads, head_dim)
+        self.host_k = np.zeros(host_shape, dtype=dtype)  # [host_slots, num_kv_heads, head_dim]
+        self.host_v = np.zeros(host_shape, dtype=dtype)
+
+    def write(self, slots: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
+        """Scatter rows [T, H, D] (storage dtype, host memory) into int64 `slots` [T]."""
+        xp = self.xp
+        kernels.cache_write(self.k, self.v, xp.asarray(k_rows), xp.asarray(v_rows),
+                            xp.asarray(slots, dtype=np.int64), backend=self.backend)
+
+    def copy_blocks(self, copies: np.ndarray, block_size: int) -> None:
+        kernels.block_copy(self.k, self.v, self.xp.asarray(copies, dtype=np.int32), block_size,
+                           backend=self.backend)
+
+    def swap_out(self, moves: np.ndarray, block_size: int) -> None:
+        kernels.block_swap(self.k, self.v, self.host_k, self.host_v, np.ascontiguousarray(moves, dtype=np.int32),
+                           block_size, backend=self.backend)
+
+    def swap_in(self, moves: np.ndarray, block_size: int) -> None:
+        kernels.block_swap(self.host_k, self.host_v, self.k, self.v, np.ascontiguousarray(moves, dtype=np.int32),
+                           block_size, backend=self.backend)

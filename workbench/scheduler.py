@@ -1,0 +1,434 @@
+"""FCFS continuous batching over one allocation strategy (DESIGN §6): which groups run each step.
+
+A request becomes a *group* of sequences sharing its prompt (n parallel samples or beam_width
+beams). Sequences of a group advance in lockstep, so per-group counters describe every member:
+after a group's prefill step it has generated one token and holds `prompt` KV rows; each decode
+step writes the KV of the token fed back and generates the next, so a decoding group always holds
+`kv_len = prompt + generated - 1` rows and finishes with `final_len = prompt + output - 1`.
+
+Per step (`schedule`): running groups get one slot per sequence (preempting the latest-arrived
+group, all or nothing, while that is impossible), then — only if nothing was preempted — swapped
+groups come back and waiting groups are admitted in arrival order, under `max_num_seqs`, a prefill
+budget of `max_num_batched_tokens` and (paged strategies) a free-block watermark. `complete`
+then advances the tokens and retires finished groups. Only the strategy's integers change here;
+the engine executes the resulting copies, moves and writes on the KV pool.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workbench.allocators.base import SeqSpec, Snapshot, Strategy
+from workbench.workload.beam import beam_step
+from workbench.workload.request import Request, output_key, token_ids_for
+
+# STARTING: allocated this step (prefill or swap-in); joins the decode batch at the next step
+WAITING, STARTING, RUNNING, SWAPPED, DONE = range(5)
+_NO_COPIES = np.zeros((0, 2), dtype=np.int32)
+
+
+@dataclass(eq=False, slots=True)
+class Group:
+    index: int  # position in the workload, which is sorted by arrival: smaller = arrived earlier
+    request: Request
+    final_len: int  # KV rows each sequence holds when the request finishes
+    seq_ids: list[int] = field(default_factory=list)
+    # While RUNNING these two lag by (completed steps - synced_step): decoding advances every group
+    # by one per step, so the scheduler adds the lag only when it needs the values (`_sync`).
+    generated: int = 0  # tokens produced by each sequence so far
+    kv_len: int = 0  # KV rows written per sequence
+    synced_step: int = 0
+    epoch: int = 0  # bumped whenever the group stops running; stale finish entries carry an old epoch
+    state: int = WAITING
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_ids)
+
+
+@dataclass(slots=True)
+class Prefill:
+    """A group admitted this step: each sequence's KV rows [cached_tokens, kv_len) are written."""
+
+    group: Group
+    cached_tokens: int
+    write_tokens: int  # distinct prompt/generated tokens whose KV the step computes
+
+
+@dataclass(slots=True)
+class StepPlan:
+    decode_groups: list[Group]  # groups decoding this step, in batch order (valid until `complete`)
+    started: list[Group]  # groups swapped back in this step (they decode from the next step)
+    decode_ids: list[int]  # their sequences, flattened in the same order
+    decode_slots: np.ndarray  # int64 [num_decode]: where each decode sequence's new token goes
+    prefills: list[Prefill]
+    copies: list[np.ndarray]  # int32 [k, 2] (src_block, dst_block) copy-on-write pairs, in order
+    swap_out: list[np.ndarray]  # int32 [k, 2] device -> host block moves, run before everything else
+    swap_in: list[np.ndarray]  # int32 [k, 2] host -> device block moves
+    forks: list[tuple[int, int]]  # (parent, child) beam forks made when the previous step completed
+    preemptions: int
+    refused_extent_slots: int
+    snapshot: Snapshot
+    num_prefill_tokens: int
+    kv_read_tokens: int  # KV rows the step's attention reads, summed over sequences
+    attn_query_ctx: int  # keys attended, summed over query tokens
+    unshared_block_slots: int  # paged: whole-block slots the device sequences would need unshared
+
+
+class Scheduler:
+    """Owns the queues and the per-request records; mutates the strategy it is given."""
+
+    def __init__(self, strategy: Strategy, requests: list[Request], *, max_model_len: int, max_num_seqs: int,
+                 max_num_batched_tokens: int, watermark_frac: float, swap: bool, seed: int) -> None:
+        self.strategy = strategy
+        self.requests = requests
+        self.max_model_len = max_model_len
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.paged = strategy.kernel_mode == "paged"
+        self.block_size = strategy.block_size
+        self.watermark_blocks = int(watermark_frac * (strategy.capacity_slots // self.block_size)) if self.paged else 0
+        self.swap = swap and strategy.supports_swap  # else preemption recomputes
+        self.seed = seed
+        self.next_arrival = 0  # index of the first request not yet arrived
+        self.waiting: deque[Group] = deque()
+        self.swapped: deque[Group] = deque()
+        self.running: list[Group] = []  # decoding groups, in the order they joined
+        self.num_running_seqs = 0  # sequences holding device KV: RUNNING and STARTING groups
+        self.next_seq_id = 0
+        self.step = 0  # completed steps
+        self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
+        self._decode_ids: list[int] | None = None  # the flattened running sequences, rebuilt on change
+        self._decode_ctx = 0  # sum of kv_len over decoding sequences
+        self._run_kv = np.zeros(0, dtype=np.int64)  # [num_running_groups] kv_len when the batch was rebuilt
+        self._run_nseq = np.zeros(0, dtype=np.int64)  # [num_running_groups]
+        self._run_step = 0  # completed steps when the batch was rebuilt
+        self.beam_tokens: dict[int, list[int]] = {}  # beam sequence id -> its generated token ids
+        self.forks: list[tuple[int, int]] = []  # (parent, child) beam forks since the last schedule
+        self._fork_copies: list[np.ndarray] = []  # their copy-on-write pairs, run with the next step
+        self._refused_extent = 0
+        n = len(requests)
+        # per-request records (requests.parquet), NaN until the event happens
+        self.admitted_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.prefix_hit_tokens = np.zeros(n, dtype=np.int64)
+        self.num_preemptions = np.zeros(n, dtype=np.int64)
+        self.status = ["pending"] * n
+        self.prefix_query_tokens = 0
+        self.generated_tokens = 0  # tokens of finished requests, every sample counted
+        self.has_beams = any(r.beam_width > 1 for r in requests)
+
+    # ---- queue state -------------------------------------------------------------------------
+    def arrive(self, now_s: float) -> None:
+        """Mutates. Requests that arrived by `now_s` join the waiting queue (or are rejected)."""
+        reqs = self.requests
+        while self.next_arrival < len(reqs) and reqs[self.next_arrival].arrival_s <= now_s:
+            i = self.next_arrival
+            req = reqs[i]
+            self.next_arrival += 1
+            group = Group(i, req, final_len=req.prompt_tokens + req.output_tokens - 1)
+            total = req.prompt_tokens + req.output_tokens
+            if total > self.max_model_len:
+                self._reject(group, f"prompt+output ({total}) > max_model_len ({self.max_model_len})")
+            else:
+                self.waiting.append(group)
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting or self.swapped)
+
+    def next_arrival_s(self) -> float | None:
+        if self.next_arrival < len(self.requests):
+            return self.requests[self.next_arrival].arrival_s
+        return None
+
+    def num_waiting(self) -> int:
+        return len(self.waiting) + len(self.swapped)
+
+    def decode_ids(self) -> list[int]:
+        """The running sequences in batch order (cached until the running set changes)."""
+        if self._decode_ids is None:
+            for g in self.running:
+                self._sync(g)
+            self._decode_ids = [s for g in self.running for s in g.seq_ids]
+            self._run_kv = np.array([g.kv_len for g in self.running], dtype=np.int64)
+            self._run_nseq = np.array([g.num_seqs for g in self.running], dtype=np.int64)
+            self._run_step = self.step
+            self._decode_ctx = int(np.dot(self._run_kv, self._run_nseq))
+        return self._decode_ids
+
+    def unshared_block_slots(self) -> int:
+        """Slots the decoding sequences would fill in whole blocks if nothing were shared (after this
+        step's append; a vectorized pass over the running groups)."""
+        kv = self._run_kv + (self.step + 1 - self._run_step)  # [num_running_groups]
+        bs = self.block_size
+        return int(np.dot(-(-kv // bs), self._run_nseq)) * bs
+
+    def _sync(self, g: Group) -> None:
+        lag = self.step - g.synced_step
+        if g.state == RUNNING and lag:
+            g.generated += lag
+            g.kv_len += lag
+        g.synced_step = self.step
+
+    # ---- one step ----------------------------------------------------------------------------
+    def schedule(self, now_s: float) -> StepPlan:
+        """Mutates the strategy and the queues: decide and allocate this step's work."""
+        strategy = self.strategy
+        copies, self._fork_copies = self._fork_copies, []
+        swap_out: list[np.ndarray] = []
+        preemptions = 0
+        ids = self.decode_ids()
+        while ids and not strategy.can_append(ids):
+            victim = max(self.running, key=lambda g: g.index)
+            if len(self.running) == 1:
+                self._leave_running(victim)
+                self._free_group(victim)
+                self._reject(victim, "needs more KV slots than the whole pool")
+            else:
+                moves = self._preempt(victim)
+                if moves is not None:
+                    swap_out.append(moves)
+                preemptions += 1
+            ids = self.decode_ids()
+        decode_groups = self.running
+        if ids:
+            result = strategy.append(ids)
+            decode_slots = result.slots
+            if len(result.copies):
+                copies.append(result.copies)
+            self._decode_ctx += len(ids)
+        else:
+            decode_slots = np.zeros(0, dtype=np.int64)
+        kv_read = attn_ctx = self._decode_ctx
+
+        started: list[Group] = []
+        swap_in: list[np.ndarray] = []
+        prefills: list[Prefill] = []
+        refused_extent = 0
+        if not preemptions:
+            self._swap_in(started, swap_in)
+            if not self.swapped:
+                refused_extent = self._admit(now_s, prefills, copies)
+        num_prefill = 0
+        bs = self.block_size
+        unshared = self.unshared_block_slots() if (self.paged and ids) else 0
+        for p in prefills:
+            num_prefill += p.write_tokens
+            g = p.group
+            kv_read += g.kv_len * g.num_seqs
+            unshared += g.num_seqs * -(-g.kv_len // bs) * bs
+            # queries at positions [cached, kv_len) attend to positions 0..p: the sum of (p + 1)
+            attn_ctx += (g.kv_len * (g.kv_len + 1) - p.cached_tokens * (p.cached_tokens + 1)) // 2
+        forks, self.forks = self.forks, []
+        return StepPlan(decode_groups, started, ids, decode_slots, prefills, copies, swap_out, swap_in, forks,
+                        preemptions, refused_extent, strategy.snapshot(refused_extent), num_prefill, kv_read,
+                        attn_ctx, unshared)
+
+    def complete(self, plan: StepPlan, now_s: float) -> int:
+        """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished
+        groups are freed. Returns how many groups finished."""
+        self.step += 1
+        step = self.step
+        output = 0
+        if self.has_beams:
+            for g in plan.decode_groups:
+                if g.request.beam_width > 1:
+                    self._sync(g)
+                    self._beam_advance(g)
+        for p in plan.prefills:
+            g = p.group
+            g.generated += 1
+            if math.isnan(self.first_token_s[g.index]):
+                self.first_token_s[g.index] = now_s
+            if g.request.beam_width > 1:
+                self._beam_advance(g)
+            self._start_decoding(g)
+        for g in plan.started:
+            self._start_decoding(g)
+        finished = 0
+        for g, epoch in self.finish_at.pop(step, ()):
+            if g.epoch != epoch:
+                continue
+            self._leave_running(g)
+            self._free_group(g)
+            for seq_id in g.seq_ids:
+                self.beam_tokens.pop(seq_id, None)
+            g.state = DONE
+            self.finish_s[g.index] = now_s
+            self.status[g.index] = "finished"
+            output += g.request.output_tokens * g.num_seqs
+            finished += 1
+        self.generated_tokens += output
+        return finished
+
+    def _start_decoding(self, g: Group) -> None:
+        """A STARTING group joins the decode batch; it finishes after (output - generated) more steps."""
+        left = g.request.output_tokens - g.generated
+        g.synced_step = self.step
+        self.finish_at.setdefault(self.step + left, []).append((g, g.epoch))
+        if left:  # a group with nothing left stays STARTING and finishes in this `complete`
+            g.state = RUNNING
+            self.running.append(g)
+            self._decode_ids = None
+
+    def _beam_advance(self, g: Group) -> None:
+        """Mutates. The group just produced token s = generated - 1: its beams become the survivors of
+        `beam_step` (workbench.workload.beam): unparented beams are freed first, then a parent of k
+        survivors is forked k - 1 times (its blocks shared, copy-on-write at the next append)."""
+        if g.generated >= g.request.output_tokens:
+            return  # finishes now: the survivors would be freed at once
+        s = g.generated - 1
+        beams = beam_step(g.request, s, self.seed)
+        old_ids = g.seq_ids
+        old_tokens = [self.beam_tokens.pop(seq_id, []) for seq_id in old_ids]
+        if s == 0:  # every beam already holds the prompt (admitted together): beam i takes token i
+            for i, seq_id in enumerate(old_ids):
+                self.beam_tokens[seq_id] = [beams.token_ids[i]]
+            return
+        for b in beams.freed:
+            self.strategy.free(old_ids[b])
+        new_ids: list[int] = []
+        continued: set[int] = set()
+        for i, parent in enumerate(beams.parents):
+            parent_id = old_ids[parent]
+            if parent not in continued:
+                continued.add(parent)
+                new_ids.append(parent_id)
+            else:
+                child_id = self.next_seq_id
+                self.next_seq_id += 1
+                result = self.strategy.fork(parent_id, child_id)
+                if not result.admitted:  # a fork replaces a freed beam of the same size
+                    raise RuntimeError(f"request {g.request.request_id}: beam fork refused after freeing "
+                                       f"{len(beams.freed)} beams: {result.reason}")
+                if result.copies is not None and len(result.copies):
+                    self._fork_copies.append(result.copies)
+                self.forks.append((parent_id, child_id))
+                new_ids.append(child_id)
+            self.beam_tokens[new_ids[-1]] = old_tokens[parent] + [beams.token_ids[i]]
+        g.seq_ids = new_ids
+        if g.state == RUNNING:
+            self._decode_ids = None
+
+    # ---- admission ---------------------------------------------------------------------------
+    def _admit(self, now_s: float, prefills: list[Prefill], copies: list[np.ndarray]) -> int:
+        """Admit waiting groups in order until one does not fit; returns the refused extent (0 if none)."""
+        budget = self.max_num_batched_tokens
+        while self.waiting:
+            g = self.waiting[0]
+            req = g.request
+            tokens = req.prompt_tokens + g.generated  # a recomputed group re-prefills what it generated
+            num_seqs = req.n if req.beam_width == 1 else req.beam_width
+            if tokens > budget or self.num_running_seqs + num_seqs > self.max_num_seqs:
+                return 0
+            pool_empty = self.num_running_seqs == 0 and not self.swapped
+            if self.watermark_blocks:
+                needed_blocks = -(-tokens // self.block_size) + num_seqs - 1
+                if self.strategy.snapshot().num_free_blocks - needed_blocks < self.watermark_blocks:
+                    if pool_empty:
+                        self._reject(self.waiting.popleft(), "needs more KV blocks than the pool holds above "
+                                                             "the watermark")
+                        continue
+                    return 0
+            admitted = self._admit_group(g, num_seqs, copies)
+            if admitted is None:
+                if pool_empty:
+                    self._reject(self.waiting.popleft(), "needs more KV slots than the whole pool")
+                    continue
+                return self._refused_extent
+            self.waiting.popleft()
+            if math.isnan(self.admitted_s[g.index]):
+                self.admitted_s[g.index] = now_s
+            budget -= admitted.write_tokens
+            prefills.append(admitted)
+        return 0
+
+    def _admit_group(self, g: Group, num_seqs: int, copies: list[np.ndarray]) -> Prefill | None:
+        """Allocate the group's prompt (plus what it generated before a recompute); None if refused,
+        with the strategy unchanged."""
+        req = g.request
+        prompt = req.prompt_token_ids()
+        if not g.seq_ids:
+            g.seq_ids = list(range(self.next_seq_id, self.next_seq_id + num_seqs))
+            self.next_seq_id += num_seqs
+        recomputed = g.generated
+        if num_seqs == 1 and recomputed:
+            token_ids = np.concatenate([prompt, token_ids_for(output_key(req.request_id, 0), 0, recomputed)])
+        else:
+            token_ids = prompt
+        result = self.strategy.admit(g.seq_ids, SeqSpec(token_ids, g.final_len))
+        if not result.admitted:
+            self._refused_extent = result.needed_extent_slots
+            return None
+        num_copies = len(copies)
+        if result.copies is not None and len(result.copies):
+            copies.append(result.copies)
+        g.kv_len = len(token_ids)
+        write_tokens = len(token_ids) - result.cached_tokens
+        if num_seqs > 1 and recomputed:
+            # each sample's own generated tokens follow the shared prompt: one append per position
+            for _ in range(recomputed):
+                if not self.strategy.can_append(g.seq_ids):
+                    self._free_group(g)
+                    del copies[num_copies:]
+                    self._refused_extent = 0
+                    return None
+                step_copies = self.strategy.append(g.seq_ids).copies
+                if len(step_copies):
+                    copies.append(step_copies)
+            g.kv_len += recomputed
+            write_tokens += recomputed * num_seqs
+        self.prefix_query_tokens += len(token_ids)
+        self.prefix_hit_tokens[g.index] += result.cached_tokens
+        g.state = STARTING
+        self.num_running_seqs += num_seqs
+        return Prefill(g, result.cached_tokens, write_tokens)
+
+    # ---- preemption and swapping -------------------------------------------------------------
+    def _preempt(self, g: Group) -> np.ndarray | None:
+        """Mutates. Take a running group off the device, all or nothing: swap it to the host pool when
+        swapping is on and the host has room, else free it for recompute. Returns the swap moves."""
+        self._leave_running(g)
+        self.num_preemptions[g.index] += 1
+        if self.swap and self.strategy.can_swap_out(g.seq_ids):
+            moves = self.strategy.swap_out(g.seq_ids).moves
+            g.state = SWAPPED
+            self.swapped.appendleft(g)
+            return moves
+        self._free_group(g)
+        g.state = WAITING
+        self.waiting.appendleft(g)
+        return None
+
+    def _swap_in(self, started: list[Group], swap_in: list[np.ndarray]) -> None:
+        while self.swapped:
+            g = self.swapped[0]
+            if self.num_running_seqs + g.num_seqs > self.max_num_seqs or not self.strategy.can_swap_in(g.seq_ids):
+                return
+            self.swapped.popleft()
+            swap_in.append(self.strategy.swap_in(g.seq_ids).moves)
+            g.state = STARTING
+            self.num_running_seqs += g.num_seqs
+            started.append(g)
+
+    def _leave_running(self, g: Group) -> None:
+        """The group stops holding device KV (finished, preempted or rejected); its counters are synced."""
+        if g.state == RUNNING:
+            self._sync(g)
+            self.running.remove(g)
+            self._decode_ids = None
+        self.num_running_seqs -= g.num_seqs
+        g.epoch += 1
+
+    def _free_group(self, g: Group) -> None:
+        for seq_id in g.seq_ids:
+            self.strategy.free(seq_id)
+
+    def _reject(self, g: Group, reason: str) -> None:
+        g.state = DONE
+        self.status[g.index] = f"rejected: {reason}"
