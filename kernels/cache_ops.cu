@@ -1,0 +1,42 @@
+// KV cache maintenance: scatter new rows to their slots, and copy whole blocks between pools.
+//
+// The kernels move opaque words W (a 16-byte uint4 when rows and pointers allow it, else the 2-byte
+// unsigned short every KV dtype is a multiple of), so one instantiation serves fp32, fp16 and bf16.
+// A "row" is one slot: num_kv_heads * head_dim elements = row_words words.
+#include "kv_common.cuh"
+
+namespace kvw {
+
+// Grid (num_tokens, chunks): token t's K and V rows go to slot slot_mapping[t]; a negative slot skips t.
+template <typename W>
+__global__ void write_cache(const W* __restrict__ k_new,              // [num_tokens, row_words]
+                            const W* __restrict__ v_new,              // [num_tokens, row_words]
+                            const long long* __restrict__ slot_mapping,  // [num_tokens]
+                            int row_words,
+                            W* __restrict__ k_pool,  // [num_slots, row_words]
+                            W* __restrict__ v_pool) {
+  const long long slot = slot_mapping[blockIdx.x];
+  if (slot < 0) return;
+  const long long src = (long long)blockIdx.x * row_words, dst = slot * row_words;
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < row_words; i += gridDim.y * blockDim.x) {
+    k_pool[dst + i] = k_new[src + i];
+    v_pool[dst + i] = v_new[src + i];
+  }
+}
+
+// Grid (num_pairs, chunks): block pairs[b][1] of the dst pools gets block pairs[b][0] of the src pools.
+// Serves copy-on-write (src and dst the same pools; the caller guarantees no dst is also a src and
+// dst blocks are distinct, so the pairs are independent) and swap between pools.
+template <typename W>
+__global__ void copy_blocks(const W* __restrict__ src_k, const W* __restrict__ src_v,  // [src_blocks, block_words]
+                            W* __restrict__ dst_k, W* __restrict__ dst_v,              // [dst_blocks, block_words]
+                            const int* __restrict__ pairs,                             // [num_pairs, 2]
+                            long long block_words) {
+  const long long src = pairs[2 * blockIdx.x] * block_words, dst = pairs[2 * blockIdx.x + 1] * block_words;
+  for (long long i = blockIdx.y * blockDim.x + threadIdx.x; i < block_words; i += (long long)gridDim.y * blockDim.x) {
+    dst_k[dst + i] = src_k[src + i];
+    dst_v[dst + i] = src_v[src + i];
+  }
+}
+
+}  // namespace kvw

@@ -1,0 +1,356 @@
+// Runs unmodified CUDA C kernels on the CPU, for correctness tests without a GPU (DESIGN §7).
+//
+// Include this header, then the .cu files, in one host translation unit built with g++ (-pthread).
+// Model: the blocks of a grid are spread over OS threads, and the blocks given to one OS thread run
+// one after another. Each CUDA thread of a block is a fiber with its own small stack, switched by a
+// tiny x86-64 context switch; fibers run until they reach a barrier or exit. `__shared__` becomes
+// `static thread_local`, which is per block because a block's fibers all live on one OS thread and
+// that thread runs one block at a time (shared memory is not cleared between blocks, as on a GPU).
+//
+// Barriers: `__syncthreads()` waits for every thread of the block at the same call site; the
+// full-warp shuffles (`__shfl_xor_sync`, `__shfl_sync`, `__shfl_down_sync`, full mask, width 32)
+// wait for the 32 lanes of the warp at the same call site and then exchange values. Threads that
+// wait at different call sites, or wait while others have exited, abort the process with a message
+// naming the threads and sites: such code deadlocks or is undefined on a GPU.
+//
+// Supported subset: the above plus the intrinsics defined below; no atomics, no dynamic shared
+// memory, no cooperative groups, no inline PTX.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdarg>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#if !defined(__x86_64__)
+#error "cuda_cpu_shim.h: the fiber context switch is written for x86-64"
+#endif
+
+#undef __shared__
+#define __shared__ static thread_local
+
+namespace cuda_cpu {
+
+constexpr int WARP = 32;
+constexpr size_t STACK_BYTES = 64 * 1024;  // per fiber; kernels keep their arrays small
+
+enum class Wait : uint8_t { Running, Block, Warp, Done };
+
+struct Fiber {
+  void* sp = nullptr;  // saved stack pointer while switched out
+  uint3 thread_idx{};
+  Wait wait = Wait::Running;
+  const char* file = "";  // call site of the barrier the fiber waits at
+  int line = 0;
+  int shfl_src = -1;  // lane whose value this lane receives, -1 = its own
+  uint64_t shfl_value = 0, shfl_result = 0;
+};
+
+// The blocks run by one OS thread: its fibers, their stacks, and the scheduler's saved context.
+struct Executor {
+  dim3 grid, block;
+  uint3 block_idx{};
+  std::vector<Fiber> fibers;
+  char* stacks = nullptr;
+  size_t stack_stride = 0;
+  void* scheduler_sp = nullptr;
+  void (*body)(void*) = nullptr;
+  void* body_ctx = nullptr;
+};
+
+inline thread_local Executor* current_executor = nullptr;
+inline thread_local Fiber* current_fiber = nullptr;
+
+}  // namespace cuda_cpu
+
+// switch_stack(save, load): push the callee-saved registers and the SSE/x87 control words, store
+// the stack pointer to *save, load `load` as the stack pointer, pop the same frame, return into it.
+extern "C" void cuda_cpu_switch_stack(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl cuda_cpu_switch_stack
+  .hidden cuda_cpu_switch_stack
+  .type cuda_cpu_switch_stack, @function
+cuda_cpu_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size cuda_cpu_switch_stack, .-cuda_cpu_switch_stack
+)");
+
+namespace cuda_cpu {
+
+[[noreturn]] inline void fail(const char* format, ...) __attribute__((format(printf, 1, 2)));
+[[noreturn]] inline void fail(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::fputs("cuda_cpu_shim: ", stderr);
+  std::vfprintf(stderr, format, args);
+  std::fputc('\n', stderr);
+  va_end(args);
+  std::fflush(stderr);
+  std::abort();
+}
+
+// Back to the scheduler; returns when the scheduler resumes this fiber.
+inline void yield_to_scheduler() {
+  Fiber* self = current_fiber;
+  cuda_cpu_switch_stack(&self->sp, current_executor->scheduler_sp);
+}
+
+[[noreturn]] inline void fiber_main() {
+  Executor* ex = current_executor;
+  ex->body(ex->body_ctx);
+  current_fiber->wait = Wait::Done;
+  yield_to_scheduler();
+  __builtin_unreachable();
+}
+
+// A fresh fiber stack whose first switch "returns" into fiber_main with the ABI's stack alignment.
+inline void* initial_stack(char* top) {
+  uint32_t mxcsr;
+  uint16_t fpu_cw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpu_cw));
+  auto* sp = reinterpret_cast<uint64_t*>(top);
+  *--sp = 0;  // fiber_main's (never used) return address: leaves rsp = 8 mod 16 at its entry
+  *--sp = reinterpret_cast<uint64_t>(&fiber_main);
+  for (int i = 0; i < 6; ++i) *--sp = 0;  // rbp rbx r12 r13 r14 r15
+  *--sp = uint64_t(mxcsr) | uint64_t(fpu_cw) << 32;
+  return sp;
+}
+
+inline const char* wait_name(Wait w) {
+  switch (w) {
+    case Wait::Block: return "__syncthreads";
+    case Wait::Warp: return "a warp shuffle";
+    case Wait::Done: return "exit";
+    default: return "running";
+  }
+}
+
+inline void describe_mismatch(const Executor& ex, const Fiber& a, const Fiber& b, const char* what) {
+  fail("%s in block (%u,%u,%u): thread (%u,%u,%u) waits at %s %s:%d, but thread (%u,%u,%u) is at %s %s:%d",
+       what, ex.block_idx.x, ex.block_idx.y, ex.block_idx.z, a.thread_idx.x, a.thread_idx.y, a.thread_idx.z,
+       wait_name(a.wait), a.file, a.line, b.thread_idx.x, b.thread_idx.y, b.thread_idx.z, wait_name(b.wait),
+       b.file, b.line);
+}
+
+// Releases every warp whose lanes all wait at the same shuffle, exchanging their values.
+// Returns whether any warp was released.
+inline bool release_warps(Executor& ex) {
+  const int n = int(ex.fibers.size());
+  bool released = false;
+  for (int w0 = 0; w0 < n; w0 += WARP) {
+    Fiber* lanes = &ex.fibers[w0];
+    bool all_at_shuffle = true;
+    for (int i = 0; i < WARP; ++i) all_at_shuffle &= lanes[i].wait == Wait::Warp;
+    if (!all_at_shuffle) continue;
+    for (int i = 1; i < WARP; ++i)
+      if (lanes[i].line != lanes[0].line || std::strcmp(lanes[i].file, lanes[0].file) != 0)
+        describe_mismatch(ex, lanes[0], lanes[i], "divergent warp shuffle");
+    for (int i = 0; i < WARP; ++i) {
+      const int src = lanes[i].shfl_src < 0 ? i : lanes[i].shfl_src;
+      lanes[i].shfl_result = lanes[src].shfl_value;
+    }
+    for (int i = 0; i < WARP; ++i) lanes[i].wait = Wait::Running;
+    released = true;
+  }
+  return released;
+}
+
+// Called when no fiber can run and no warp could be released. Returns false when every fiber has
+// exited; releases the block-wide barrier when every thread waits at the same one; aborts on any
+// other state, naming two threads that disagree (a divergent barrier, or a shuffle missing lanes).
+inline bool release_block(Executor& ex) {
+  const Fiber* first = nullptr;  // the first thread still waiting somewhere
+  for (const Fiber& f : ex.fibers)
+    if (f.wait != Wait::Done) {
+      first = &f;
+      break;
+    }
+  if (!first) return false;
+  // A stuck shuffle is a disagreement within its warp; a stuck __syncthreads one within the block.
+  const bool at_shuffle = first->wait == Wait::Warp;
+  const size_t begin = at_shuffle ? size_t(first - ex.fibers.data()) / WARP * WARP : 0;
+  const size_t end = at_shuffle ? begin + WARP : ex.fibers.size();
+  for (size_t i = begin; i < end; ++i) {
+    const Fiber& f = ex.fibers[i];
+    const bool same = f.wait == first->wait && f.line == first->line && std::strcmp(f.file, first->file) == 0;
+    if (!same) describe_mismatch(ex, *first, f, at_shuffle ? "divergent warp shuffle" : "divergent __syncthreads");
+  }
+  if (at_shuffle) fail("internal: a complete warp shuffle was not released");
+  for (Fiber& f : ex.fibers) f.wait = Wait::Running;
+  return true;
+}
+
+inline void run_block(Executor& ex) {
+  const unsigned bx = ex.block.x, by = ex.block.y;
+  for (size_t i = 0; i < ex.fibers.size(); ++i) {
+    Fiber& f = ex.fibers[i];
+    f = Fiber{};
+    f.thread_idx = uint3{unsigned(i % bx), unsigned(i / bx % by), unsigned(i / (bx * by))};
+    f.sp = initial_stack(ex.stacks + (i + 1) * ex.stack_stride);
+  }
+  for (;;) {
+    for (Fiber& f : ex.fibers) {
+      if (f.wait != Wait::Running) continue;
+      current_fiber = &f;
+      cuda_cpu_switch_stack(&ex.scheduler_sp, f.sp);
+    }
+    current_fiber = nullptr;
+    if (release_warps(ex)) continue;
+    if (!release_block(ex)) return;
+  }
+}
+
+// Runs blocks first_block, first_block + stride, ... of the grid on the calling OS thread.
+inline void run_blocks(Executor& ex, std::atomic<unsigned long long>& next_block, unsigned long long num_blocks) {
+  const size_t num_threads = size_t(ex.block.x) * ex.block.y * ex.block.z;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  ex.stack_stride = STACK_BYTES + page;  // a guard page below each stack turns an overflow into SIGSEGV
+  const size_t bytes = ex.stack_stride * num_threads + page;
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) fail("cannot map %zu bytes of fiber stacks", bytes);
+  ex.stacks = static_cast<char*>(mem);
+  for (size_t i = 0; i < num_threads; ++i) mprotect(ex.stacks + i * ex.stack_stride, page, PROT_NONE);
+  ex.fibers.assign(num_threads, Fiber{});
+  current_executor = &ex;
+  for (unsigned long long b = next_block++; b < num_blocks; b = next_block++) {
+    ex.block_idx = uint3{unsigned(b % ex.grid.x), unsigned(b / ex.grid.x % ex.grid.y),
+                         unsigned(b / (ex.grid.x * ex.grid.y))};
+    run_block(ex);
+  }
+  current_executor = nullptr;
+  munmap(mem, bytes);
+}
+
+// Runs `kernel()` (a call of a __global__ function with its arguments) as a grid launch, on up to
+// `os_threads` OS threads. Returns when every block has finished.
+template <typename Kernel>
+void launch(dim3 grid, dim3 block, int os_threads, const Kernel& kernel) {
+  const unsigned long long num_blocks = (unsigned long long)grid.x * grid.y * grid.z;
+  const size_t block_threads = size_t(block.x) * block.y * block.z;
+  if (num_blocks == 0 || block_threads == 0) return;
+  if (block_threads % WARP != 0 || block_threads > 1024)
+    fail("block of %zu threads: the shim runs blocks of whole warps, at most 1024 threads", block_threads);
+  std::atomic<unsigned long long> next_block{0};
+  const int workers = int(std::min<unsigned long long>(num_blocks, (unsigned long long)std::max(1, os_threads)));
+  auto body = [](void* ctx) { (*static_cast<const Kernel*>(ctx))(); };
+  std::vector<Executor> executors(workers);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < workers; ++t) {
+    Executor& ex = executors[t];
+    ex.grid = grid;
+    ex.block = block;
+    ex.body = body;
+    ex.body_ctx = const_cast<Kernel*>(&kernel);
+    if (t + 1 == workers) {
+      run_blocks(ex, next_block, num_blocks);
+    } else {
+      threads.emplace_back([&ex, &next_block, num_blocks] { run_blocks(ex, next_block, num_blocks); });
+    }
+  }
+  for (std::thread& th : threads) th.join();
+}
+
+inline Fiber& self() {
+  if (!current_fiber) fail("a CUDA builtin was used outside a kernel launched through cuda_cpu::launch");
+  return *current_fiber;
+}
+
+template <typename T>
+T shuffle(unsigned mask, T value, int src_lane, int width, const char* file, int line) {
+  static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable<T>::value, "shuffle of a scalar");
+  if (mask != 0xffffffffu || width != WARP)
+    fail("%s:%d: only full-warp shuffles (mask 0xffffffff, width 32) are supported", file, line);
+  Fiber& f = self();
+  std::memcpy(&f.shfl_value, &value, sizeof(T));
+  f.shfl_src = src_lane;
+  f.file = file;
+  f.line = line;
+  f.wait = Wait::Warp;
+  yield_to_scheduler();
+  T result;
+  std::memcpy(&result, &f.shfl_result, sizeof(T));
+  return result;
+}
+
+inline int lane_id() {
+  const Executor& ex = *current_executor;
+  const uint3 t = self().thread_idx;
+  return int((t.x + ex.block.x * (t.y + ex.block.y * t.z)) % WARP);
+}
+
+}  // namespace cuda_cpu
+
+#define threadIdx (::cuda_cpu::self().thread_idx)
+#define blockIdx (::cuda_cpu::current_executor->block_idx)
+#define blockDim (::cuda_cpu::current_executor->block)
+#define gridDim (::cuda_cpu::current_executor->grid)
+
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  cuda_cpu::Fiber& f = cuda_cpu::self();
+  f.file = file;
+  f.line = line;
+  f.wait = cuda_cpu::Wait::Block;
+  cuda_cpu::yield_to_scheduler();
+}
+
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32, const char* file = __builtin_FILE(),
+                  int line = __builtin_LINE()) {
+  return cuda_cpu::shuffle(mask, value, cuda_cpu::lane_id() ^ (lane_mask & 31), width, file, line);
+}
+
+template <typename T>
+T __shfl_sync(unsigned mask, T value, int src_lane, int width = 32, const char* file = __builtin_FILE(),
+              int line = __builtin_LINE()) {
+  return cuda_cpu::shuffle(mask, value, src_lane & 31, width, file, line);
+}
+
+template <typename T>
+T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = 32, const char* file = __builtin_FILE(),
+                   int line = __builtin_LINE()) {
+  const int src = cuda_cpu::lane_id() + int(delta);
+  return cuda_cpu::shuffle(mask, value, src < 32 ? src : -1, width, file, line);
+}
+
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __int_as_float(int x) {
+  float f;
+  std::memcpy(&f, &x, sizeof f);
+  return f;
+}

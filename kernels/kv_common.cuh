@@ -1,0 +1,79 @@
+// Shared pieces of the KV kernels: float conversion of the KV dtypes, vector loads, and the two
+// addressing policies (paged CSR vs contiguous extent). The attention kernel is written once against
+// the policy interface, so the page-table indirection is the only difference between the two.
+//
+// Pool layout (DESIGN §7): K and V are [num_slots, num_kv_heads, head_dim] in the KV dtype.
+// This file is plain CUDA C++ that NVRTC compiles as is and the CPU shim (cuda_cpu_shim.h) runs on
+// the host; keep it inside the shim's subset (no inline PTX, no cooperative groups).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+namespace kvw {
+
+constexpr int WARP_SIZE = 32;
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// The widest load (16, 8, 4 bytes, or one element) that divides a head row of `head_dim` elements,
+// so every row of every head starts on a vector boundary when the pool base is 16-byte aligned
+// (the launchers check that).
+template <typename T, int HEAD_DIM>
+struct RowVec {
+  static constexpr int ROW_BYTES = HEAD_DIM * int(sizeof(T));
+  static constexpr int BYTES = ROW_BYTES % 16 == 0 ? 16 : ROW_BYTES % 8 == 0 ? 8 : ROW_BYTES % 4 == 0 ? 4 : int(sizeof(T));
+  static constexpr int ELEMS = BYTES / int(sizeof(T));
+  static constexpr int PER_ROW = HEAD_DIM / ELEMS;  // vectors in one head row
+};
+
+// ELEMS elements loaded by one aligned vector instruction.
+template <typename T, int ELEMS>
+struct __align__(sizeof(T) * ELEMS) Vec {
+  T v[ELEMS];
+};
+
+template <typename T, int ELEMS>
+__device__ __forceinline__ void load_vec_as_float(const T* __restrict__ src, float* dst) {
+  const Vec<T, ELEMS> raw = *reinterpret_cast<const Vec<T, ELEMS>*>(src);
+#pragma unroll
+  for (int i = 0; i < ELEMS; ++i) dst[i] = to_float(raw.v[i]);
+}
+
+// Paged CSR addressing (FlashInfer's page table): logical position t of sequence s lives in slot
+// kv_indices[kv_indptr[s] + t / block_size] * block_size + t % block_size.
+struct PagedAddressing {
+  const int* __restrict__ kv_indptr;         // [num_seqs + 1]
+  const int* __restrict__ kv_indices;        // [nnz_blocks]
+  const int* __restrict__ kv_last_page_len;  // [num_seqs], 1..block_size
+  int block_size;
+
+  __device__ __forceinline__ int kv_len(int seq) const {
+    const int num_blocks = kv_indptr[seq + 1] - kv_indptr[seq];
+    return (num_blocks - 1) * block_size + kv_last_page_len[seq];
+  }
+  __device__ __forceinline__ long long slot(int seq, int pos) const {
+    const int block = kv_indices[kv_indptr[seq] + pos / block_size];
+    return (long long)block * block_size + pos % block_size;
+  }
+};
+
+// Contiguous extents: logical position t of sequence s lives in slot kv_start[s] + t.
+struct ContiguousAddressing {
+  const int* __restrict__ kv_start;  // [num_seqs]
+  const int* __restrict__ kv_lens;   // [num_seqs]
+
+  __device__ __forceinline__ int kv_len(int seq) const { return kv_lens[seq]; }
+  __device__ __forceinline__ long long slot(int seq, int pos) const { return (long long)kv_start[seq] + pos; }
+};
+
+}  // namespace kvw

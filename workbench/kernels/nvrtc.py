@@ -1,0 +1,137 @@
+"""Compile the kernel sources with NVRTC (no GPU needed) and read ptxas's register / spill report.
+
+Uses the public NVRTC bindings of `cuda-bindings` (CuPy's own compile call queries a device). The
+NVRTC in use must be the CUDA 13.0 series: newer NVRTC emits PTX that 13.0 drivers reject.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from workbench.kernels.source import cuda_include_dirs, kernels_dir, read_source
+
+_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>sm_\d+)'")
+_FRAME = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<spill_stores>\d+) bytes spill stores, "
+    r"(?P<spill_loads>\d+) bytes spill loads"
+)
+_REGS = re.compile(r"Used (?P<registers>\d+) registers")
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """ptxas's report for one compiled entry function."""
+
+    mangled_name: str
+    registers: int
+    stack_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    """One NVRTC compilation: the CUBIN, the mangled name of each name expression, and the ptxas report."""
+
+    arch: str
+    cubin: bytes
+    lowered_names: dict[str, str]  # name expression -> mangled entry name
+    resources: dict[str, KernelResources]  # mangled entry name -> report
+    log: str
+
+
+class NvrtcError(RuntimeError):
+    """NVRTC rejected the source; the message carries the compiler log."""
+
+
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+
+    _, major, minor = _check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+    return major, minor
+
+
+def compile_options(arch: str) -> list[str]:
+    """NVRTC options shared by the compile checks and the CuPy launcher (minus the target, which CuPy sets)."""
+    includes = cuda_include_dirs()
+    if not includes:
+        raise NvrtcError("cuda_fp16.h not found: install nvidia-cuda-runtime 13.0 or point CUDA_HOME at a toolkit")
+    return [
+        f"--gpu-architecture={arch}",
+        "--std=c++17",
+        f"-I{kernels_dir()}",
+        f"-I{includes[0]}",
+    ]
+
+
+def compile_cubin(source_name: str, name_expressions: list[str], arch: str) -> CompiledModule:
+    """Compile kernel source `source_name` to a CUBIN for `arch` (e.g. "sm_80"), instantiating `name_expressions`.
+
+    Raises NvrtcError with the compiler log when compilation fails.
+    """
+    from cuda.bindings import nvrtc
+
+    text = read_source(source_name).encode()
+    (program,) = _check(nvrtc.nvrtcCreateProgram(text, source_name.encode(), 0, [], []), "nvrtcCreateProgram")
+    try:
+        for expression in name_expressions:
+            _check(nvrtc.nvrtcAddNameExpression(program, expression.encode()), f"nvrtcAddNameExpression {expression}")
+        options = [o.encode() for o in [*compile_options(arch), "--ptxas-options=-v"]]
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        log = _program_log(program)
+        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise NvrtcError(f"NVRTC failed to compile {source_name} for {arch} ({status.name}):\n{log}")
+        (size,) = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        _check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
+        lowered = {}
+        for expression in name_expressions:
+            (name,) = _check(nvrtc.nvrtcGetLoweredName(program, expression.encode()), "nvrtcGetLoweredName")
+            lowered[expression] = name.decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return CompiledModule(arch=arch, cubin=cubin, lowered_names=lowered, resources=parse_ptxas_report(log), log=log)
+
+
+def parse_ptxas_report(log: str) -> dict[str, KernelResources]:
+    """The per-entry register / stack / spill figures of a `ptxas -v` log, keyed by mangled entry name."""
+    resources = {}
+    current, frame = None, None
+    for line in log.splitlines():
+        if entry := _ENTRY.search(line):
+            current, frame = entry["name"], None
+        elif (found := _FRAME.search(line)) and current:
+            frame = found
+        elif (regs := _REGS.search(line)) and current and frame:
+            resources[current] = KernelResources(
+                mangled_name=current,
+                registers=int(regs["registers"]),
+                stack_bytes=int(frame["stack"]),
+                spill_store_bytes=int(frame["spill_stores"]),
+                spill_load_bytes=int(frame["spill_loads"]),
+            )
+            current, frame = None, None
+    return resources
+
+
+def _program_log(program) -> str:
+    from cuda.bindings import nvrtc
+
+    (size,) = _check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
+    log = b" " * size
+    _check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
+    return log.decode(errors="replace").rstrip("\x00 \n")
+
+
+def _check(result, call: str):
+    from cuda.bindings import nvrtc
+
+    status, *values = result
+    if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise NvrtcError(f"{call} failed: {status.name}")
+    return values

@@ -1,0 +1,91 @@
+"""Find and read the CUDA C sources, in a source checkout (`kernels/`) or an installed wheel (`workbench/_kernels`)."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+from workbench.paths import PACKAGE_DIR, REPO_ROOT
+
+# Every file of the kernel sources; the .cu files are the compilation units, the rest are included.
+ATTENTION_CU = "attention.cu"
+CACHE_OPS_CU = "cache_ops.cu"
+SHIM_HEADER = "cuda_cpu_shim.h"
+SHIM_ENTRY = "cuda_cpu_entry.cpp"
+
+
+@cache
+def kernels_dir() -> Path:
+    """The folder holding the .cu sources: the checkout's `kernels/` first, else the wheel's `_kernels/`."""
+    for candidate in (REPO_ROOT / "kernels", PACKAGE_DIR / "_kernels"):
+        if (candidate / ATTENTION_CU).is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"CUDA kernel sources not found: looked for {ATTENTION_CU} in {REPO_ROOT / 'kernels'} (source checkout) "
+        f"and {PACKAGE_DIR / '_kernels'} (installed wheel)"
+    )
+
+
+def read_source(name: str) -> str:
+    """The text of kernel source `name`, prefixed with `#line 1 "<path>"` so compiler messages name the real file."""
+    path = kernels_dir() / name
+    return f'#line 1 "{path}"\n' + path.read_text()
+
+
+def source_files() -> list[Path]:
+    """All kernel source files (sorted), for cache keys over everything a compilation may include."""
+    return sorted(p for p in kernels_dir().iterdir() if p.suffix in (".cu", ".cuh", ".h", ".cpp"))
+
+
+def cuda_include_dirs() -> list[Path]:
+    """Folders holding cuda_fp16.h / cuda_bf16.h: the nvidia-cuda-runtime wheel, then $CUDA_HOME, /usr/local/cuda.
+
+    NVRTC needs only the fp16/bf16 headers; a host compiler (the CPU shim) also needs `crt/host_defines.h`,
+    which only a full toolkit ships, so callers pick the first folder that has what they need.
+    """
+    found = []
+    try:
+        import nvidia.cu13  # the nvidia-cuda-runtime 13.x wheel
+
+        found += [Path(p) / "include" for p in nvidia.cu13.__path__]
+    except ImportError:
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            found.append(Path(os.environ[env]) / "include")
+    found.append(Path("/usr/local/cuda/include"))
+    return [p for p in found if (p / "cuda_fp16.h").is_file()]
+
+
+# Template arguments the launchers instantiate (DESIGN §7): KV dtype → CUDA type, head dims, row tiles.
+CUDA_KV_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+HEAD_DIMS = (64, 80, 96, 128, 256)
+ROW_TILES = (1, 2, 4, 8)  # (query token, query head) rows per attention block
+COPY_WORDS = ("uint4", "unsigned short")  # 16-byte words when rows and pointers allow, else 2-byte
+
+
+def attention_kernel_name(addressing: str, kv_dtype: str, head_dim: int, rows: int) -> str:
+    """The name expression of one attention instantiation, e.g. `kvw::paged_attention<__half, 128, 4>`."""
+    if addressing not in ("paged", "contiguous"):
+        raise ValueError(f"addressing must be 'paged' or 'contiguous', got {addressing!r}")
+    return f"kvw::{addressing}_attention<{CUDA_KV_TYPES[kv_dtype]}, {head_dim}, {rows}>"
+
+
+def all_attention_kernel_names() -> list[str]:
+    """Every attention instantiation a launcher may ask for."""
+    return [
+        attention_kernel_name(addressing, kv_dtype, head_dim, rows)
+        for addressing in ("paged", "contiguous")
+        for kv_dtype in CUDA_KV_TYPES
+        for head_dim in HEAD_DIMS
+        for rows in ROW_TILES
+    ]
+
+
+def cache_kernel_names() -> list[str]:
+    """Every cache-op instantiation: write_cache and copy_blocks per copy word."""
+    return [f"kvw::{kernel}<{word}>" for kernel in ("write_cache", "copy_blocks") for word in COPY_WORDS]
+
+
+MERGE_KERNEL_NAME = "kvw::merge_partitions"
