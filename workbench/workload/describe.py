@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.workload.build import Workload
-from workbench.workload.request import Request, Segment, mix64
+from workbench.workload.request import Request, Segment
 
 DEFAULT_BLOCK_SIZE = 16
 PEAK_BINS_S = (1.0, 60.0)
@@ -33,39 +33,35 @@ class PrefixSharing:
 
 
 def prefix_sharing(requests: list[Request], block_size: int = DEFAULT_BLOCK_SIZE) -> PrefixSharing:
-    """Prefix-sharing potential of `requests` (in arrival order) at `block_size`, as the module says."""
+    """Prefix-sharing potential of `requests` (in arrival order) at `block_size`, as the module says.
+
+    Works on segments, not tokens: a segment's tokens depend only on (key, offset), so the token
+    prefix up to offset o of a segment is fixed by (the segments before it, its key, o). An earlier
+    sequence that holds the same (segments before, key) up to offset L covers, as full blocks, every
+    block of this one that ends inside the segment at an offset <= L (both start at the same position).
+    """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    seg_req, seg_start, seg_len, seg_key, seg_prefix = [], [], [], [], []
-    for index, r in enumerate(requests):
-        prefix = 0  # digest of the segments before the current one: equal digests = equal token prefixes
+    longest: dict[tuple[int, int], int] = {}  # (digest of segments before, key) -> longest earlier length
+    hit_blocks = 0
+    prompt_tokens = 0
+    for r in requests:
+        digest = 0  # of the segments before the current one: equal digests = equal token prefixes
         start = 0
+        seen_here = []
         for seg in (*r.content, Segment(r.output_key, r.output_tokens)):
-            seg_req.append(index)
-            seg_start.append(start)
-            seg_len.append(seg.length)
-            seg_key.append(seg.key)
-            seg_prefix.append(prefix)
-            prefix = hash((prefix, seg.key, seg.length)) & _MASK63
+            node = (digest, seg.key)
+            hit_end = min(start + min(seg.length, longest.get(node, 0)), r.prompt_tokens)
+            if hit_end > start:
+                hit_blocks += hit_end // block_size - start // block_size  # block ends in (start, hit_end]
+            seen_here.append((node, seg.length))
+            digest = hash((digest, seg.key, seg.length)) & _MASK63
             start += seg.length
-    start = np.array(seg_start, dtype=np.int64)  # [num_segments] position of each segment's first token
-    end = start + np.array(seg_len, dtype=np.int64)
-    per_seg = end // block_size - start // block_size  # [num_segments] block ends inside each segment
-    seg = np.repeat(np.arange(len(start)), per_seg)  # [num_blocks] segment holding each block's last token
-    first_end = (start // block_size + 1) * block_size
-    rank = np.arange(len(seg)) - np.repeat(np.cumsum(per_seg) - per_seg, per_seg)
-    block_end = first_end[seg] + rank * block_size  # [num_blocks] position just past each full block
-    # The prefix [0, block_end) is fixed by (segments before, this segment's key, offset into it).
-    offset = (block_end - start[seg]).astype(np.uint64)
-    keyed = mix64(np.array(seg_prefix, dtype=np.uint64)[seg] ^ np.array(seg_key, dtype=np.uint64)[seg])
-    with np.errstate(over="ignore"):
-        block_id = mix64(keyed + offset)  # [num_blocks]
-    block_req = np.array(seg_req, dtype=np.int64)[seg]
-    prompt_tokens = np.array([r.prompt_tokens for r in requests], dtype=np.int64)
-    in_prompt = block_end <= prompt_tokens[block_req]
-    _, first, inverse = np.unique(block_id, return_index=True, return_inverse=True)
-    hit = in_prompt & (block_req[first[inverse]] < block_req)
-    return PrefixSharing(block_size, int(prompt_tokens.sum()), int(hit.sum()) * block_size)
+        for node, length in seen_here:  # visible to later requests only
+            if length > longest.get(node, 0):
+                longest[node] = length
+        prompt_tokens += r.prompt_tokens
+    return PrefixSharing(block_size, prompt_tokens, hit_blocks * block_size)
 
 
 def peak_rate(arrival_s: np.ndarray, bin_s: float) -> float:
