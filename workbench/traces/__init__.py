@@ -1,6 +1,6 @@
 """The public trace registry: names, checksums, licences, and a verified fetch into a local cache."""
 
-from workbench.traces.fetch import cache_dir, fetch, resolve
 from workbench.traces.registry import TRACES, TraceEntry, get_trace
+from workbench.traces.store import cache_dir, fetch, resolve
 
 __all__ = ["TRACES", "TraceEntry", "cache_dir", "fetch", "get_trace", "resolve"]

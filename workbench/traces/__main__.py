@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from workbench.errors import TraceError
-from workbench.traces.fetch import cache_dir, cached_path, fetch, shared_path
 from workbench.traces.registry import TRACES
+from workbench.traces.store import cache_dir, cached_path, fetch, shared_path
 
 
 def main(argv: list[str] | None = None) -> int:

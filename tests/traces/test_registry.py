@@ -1,0 +1,151 @@
+"""The trace registry and its verified fetch, served from a loopback HTTP server (never the network)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import threading
+
+import pytest
+
+from workbench.config import RunConfig
+from workbench.errors import TraceError
+from workbench.paths import shared_traces_dir
+from workbench.traces import TRACES, TraceEntry, fetch, resolve
+from workbench.traces import registry as registry_module
+from workbench.traces.__main__ import main
+from workbench.workload import build_workload
+
+TINY = b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n"
+
+
+@pytest.fixture
+def server(tmp_path):
+    """Serves tmp_path/www on 127.0.0.1 at a free port; yields the base URL."""
+    www = tmp_path / "www"
+    www.mkdir()
+    handler = functools.partial(_QuietHandler, directory=str(www))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield www, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    path = tmp_path / "cache"
+    monkeypatch.setenv("WORKBENCH_TRACE_CACHE", str(path))
+    monkeypatch.setattr("workbench.traces.store.shared_traces_dir", lambda: None)
+    return path
+
+
+@pytest.fixture
+def tiny(monkeypatch, server):
+    www, base = server
+    (www / "tiny.csv").write_bytes(TINY)
+    entry = TraceEntry("tiny", "tiny", "tiny.csv", "burstgpt", hashlib.sha256(TINY).hexdigest(), len(TINY), 1,
+                       "CC-BY-4.0", f"{base}/tiny.csv", "test bytes")
+    monkeypatch.setitem(registry_module.TRACES, "tiny", entry)
+    return entry
+
+
+def _files(path):
+    return sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()) if path.exists() else []
+
+
+def test_fetch_verifies_and_caches(cache, tiny):
+    path = fetch("tiny")
+    assert path == cache / "tiny" / "tiny.csv" and path.read_bytes() == TINY
+    assert _files(cache) == ["tiny/tiny.csv"]
+    assert resolve("tiny") == path
+
+
+def test_checksum_mismatch_is_refused_and_leaves_nothing(cache, tiny, server):
+    www, base = server
+    (www / "tampered.csv").write_bytes(TINY.replace(b"472", b"473"))
+    with pytest.raises(TraceError, match="checksum mismatch.*expected sha256 " + tiny.sha256):
+        fetch("tiny", url=f"{base}/tampered.csv")
+    assert _files(cache) == []
+
+
+def test_missing_file_on_the_server_leaves_nothing(cache, tiny, server):
+    with pytest.raises(TraceError, match="cannot download"):
+        fetch("tiny", url=f"{server[1]}/absent.csv")
+    assert _files(cache) == []
+
+
+def test_a_corrupted_cache_copy_is_replaced(cache, tiny):
+    (cache / "tiny").mkdir(parents=True)
+    (cache / "tiny" / "tiny.csv").write_bytes(b"garbage")
+    assert resolve("tiny").read_bytes() == TINY
+
+
+def test_derived_traces_have_no_url(cache):
+    with pytest.raises(TraceError, match="no download URL"):
+        fetch("mooncake-fast25-conversation")
+
+
+def test_unknown_name():
+    with pytest.raises(TraceError, match="unknown trace"):
+        fetch("no-such-trace")
+
+
+def test_workload_spec_resolves_a_registry_name_by_fetching(cache, tiny):
+    requests = build_workload(RunConfig(workload="burstgpt:tiny"))
+    assert [(r.prompt_tokens, r.output_tokens) for r in requests] == [(472, 18)]
+    assert _files(cache) == ["tiny/tiny.csv"]
+
+
+def test_cli_fetch_and_list(cache, tiny, server, capsys):
+    www, base = server
+    (www / "tampered.csv").write_bytes(b"x")
+    assert main(["fetch", "tiny", "--url", f"{base}/tampered.csv"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("error: checksum mismatch for trace 'tiny'")
+    assert _files(cache) == []
+    assert main(["fetch", "tiny"]) == 0
+    assert capsys.readouterr().out.strip() == str(cache / "tiny" / "tiny.csv")
+    assert main(["list"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in TRACES)
+    assert "tiny" in listing and "cache" in listing
+
+
+def test_resolve_prefers_cache_then_shared(tmp_path, monkeypatch, tiny):
+    shared = tmp_path / "shared"
+    (shared / "tiny").mkdir(parents=True)
+    (shared / "tiny" / "tiny.csv").write_bytes(TINY)
+    monkeypatch.setenv("WORKBENCH_TRACE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("workbench.traces.store.shared_traces_dir", lambda: shared)
+    assert resolve("tiny") == shared / "tiny" / "tiny.csv"
+    fetched = fetch("tiny")
+    assert resolve("tiny") == fetched != shared / "tiny" / "tiny.csv"
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_registry_matches_the_shared_files(name):
+    folder = shared_traces_dir()
+    if folder is None:
+        pytest.skip("../shared/traces is not present")
+    entry = TRACES[name]
+    path = folder / entry.folder / entry.file_name
+    data = path.read_bytes()
+    assert len(data) == entry.size_bytes
+    assert hashlib.sha256(data).hexdigest() == entry.sha256
+    if entry.file_name.endswith(".json"):
+        assert data.count(b'"instruction"') == entry.rows
+    else:
+        header = 0 if entry.file_name.endswith(".jsonl") else 1
+        assert len(data.decode().splitlines()) - header == entry.rows
+    readme = (folder / entry.folder / "README.md").read_text()
+    assert entry.sha256 in readme
+    if entry.url is not None:
+        assert entry.url.startswith("https://raw.githubusercontent.com/")
