@@ -52,19 +52,20 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "kv-workbench" / "cuda_cpu"
 
 
-def build_library(entry: Path) -> Path:
-    """Compile `entry` (a .cpp that includes the shim and .cu files) to a shared library, cached by content.
+def build_library(entry: Path, depends: tuple[Path, ...] = ()) -> Path:
+    """Compile `entry` (C++ that includes the shim and .cu files) to a shared library, cached by content.
 
-    The key covers `entry`, every file of the kernel sources, the compiler's version and the flags, so
-    an edit anywhere rebuilds. The library is written under a temporary name and renamed into place,
-    so concurrent test processes never load a half-written file. Raises ShimBuildError on failure.
+    The key covers `entry`, `depends` (other files it includes), every kernel source file, the
+    compiler's version and the flags, so an edit anywhere rebuilds. The library is written under a
+    temporary name and renamed into place, so concurrent test processes never load a half-written
+    file. Raises ShimBuildError with the compiler's output on failure.
     """
     include = shim_include_dir()
     version = subprocess.run([CXX, "--version"], capture_output=True, text=True, check=True).stdout
     key = hashlib.sha256()
     for part in (version, " ".join(CXX_FLAGS), str(include), str(kernels_dir())):
         key.update(part.encode() + b"\0")
-    for path in [entry, *source_files()]:
+    for path in [entry, *depends, *source_files()]:
         key.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     target = cache_dir() / key.hexdigest()[:20] / f"lib{entry.stem}.so"
     if target.is_file():
@@ -72,7 +73,8 @@ def build_library(entry: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
-    command = [CXX, *CXX_FLAGS, f"-I{kernels_dir()}", f"-I{include}", str(entry), "-o", tmp]
+    includes = [f"-I{kernels_dir()}", f"-I{entry.parent}", f"-I{include}"]
+    command = [CXX, *CXX_FLAGS, *includes, "-x", "c++", str(entry), "-o", tmp]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         os.unlink(tmp)
