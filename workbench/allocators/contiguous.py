@@ -97,13 +97,13 @@ class ContiguousStrategy:
         self._seqs.remove(seq_id)
 
     def can_append(self, seq_ids: list[int]) -> bool:
-        self._check_appendable(self._seqs.rows(seq_ids))
+        self._check_appendable(seq_ids, self._seqs.rows(seq_ids))
         return True  # the extent already covers the final length
 
     def append(self, seq_ids: list[int]) -> AppendResult:
         """Mutates. The next slot of each extent."""
         rows = self._seqs.rows(seq_ids)
-        self._check_appendable(rows)
+        self._check_appendable(seq_ids, rows)
         lengths = self._seqs.column("length")
         slots = self._seqs.column("start")[rows] + lengths[rows]
         lengths[rows] += 1
@@ -189,10 +189,10 @@ class ContiguousStrategy:
         self._final_slots += final_len
         self._alloc_slots += alloc
 
-    def _check_appendable(self, rows: np.ndarray) -> None:
+    def _check_appendable(self, seq_ids: list[int], rows: np.ndarray) -> None:
         over = self._seqs.column("length")[rows] >= self._seqs.column("final_len")[rows]
         if over.any():
-            raise ValueError(f"append past final_len for rows {rows[over].tolist()}")
+            raise ValueError(f"append past final_len for sequences {[seq_ids[i] for i in np.flatnonzero(over)]}")
 
 
 def _copy_pairs(src_start: int, dst_start: int, num_slots: int) -> np.ndarray:

@@ -158,7 +158,7 @@ class PagedStrategy:
 
     def can_append(self, seq_ids: list[int]) -> bool:
         rows = self.tables.seqs.rows(seq_ids)
-        return self._blocks_for_append(rows)[0] <= self.num_allocatable_blocks()
+        return self._blocks_for_append(seq_ids, rows)[0] <= self.num_allocatable_blocks()
 
     def append(self, seq_ids: list[int]) -> AppendResult:
         """Mutates. One new slot per sequence; a sequence whose last block is full gets a new block, a
@@ -166,7 +166,7 @@ class PagedStrategy:
         holder. Raises RuntimeError, changing nothing, when the pool cannot supply the blocks."""
         t, bs = self.tables, self.block_size
         rows = t.seqs.rows(seq_ids)
-        num_new, lengths, cur, grow, shared = self._blocks_for_append(rows)
+        num_new, lengths, cur, grow, shared = self._blocks_for_append(seq_ids, rows)
         if num_new > self.num_allocatable_blocks():
             raise RuntimeError(f"out of blocks: append needs {num_new}, {self.num_allocatable_blocks()} allocatable")
         index = lengths // bs  # [num_seqs] table position of the new token
@@ -290,7 +290,7 @@ class PagedStrategy:
         fill[-1] = length - (num_blocks - 1) * self.block_size
         return fill
 
-    def _blocks_for_append(self, rows: np.ndarray):
+    def _blocks_for_append(self, seq_ids: list[int], rows: np.ndarray):
         """Pure. How many new blocks `append(rows)` takes, with the arrays append reuses: lengths
         [num_seqs], current last block [num_seqs], needs-a-fresh-block mask, writes-into-a-shared-block
         mask."""
@@ -299,7 +299,7 @@ class PagedStrategy:
         lengths = t.seqs.column("length")[rows]
         over = lengths >= t.seqs.column("final_len")[rows]
         if over.any():
-            raise ValueError(f"append past final_len for rows {rows[over].tolist()}")
+            raise ValueError(f"append past final_len for sequences {[seq_ids[i] for i in np.flatnonzero(over)]}")
         grow = lengths % self.block_size == 0  # the last block is full
         cur = t.last_blocks(rows)
         shared = ~grow & (self._refcount[cur] > 1)
