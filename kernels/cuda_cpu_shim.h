@@ -150,20 +150,23 @@ inline void* initial_stack(char* top) {
   return sp;
 }
 
-inline const char* wait_name(Wait w) {
-  switch (w) {
-    case Wait::Block: return "__syncthreads";
-    case Wait::Warp: return "a warp shuffle";
-    case Wait::Done: return "exit";
-    default: return "running";
+// "waits at __syncthreads file:line", "waits at a warp shuffle file:line" or "has exited".
+inline void describe_wait(const Fiber& f, char* text, size_t size) {
+  if (f.wait == Wait::Done) {
+    std::snprintf(text, size, "has exited");
+  } else {
+    const char* what = f.wait == Wait::Block ? "__syncthreads" : "a warp shuffle";
+    std::snprintf(text, size, "waits at %s %s:%d", what, f.file, f.line);
   }
 }
 
-inline void describe_mismatch(const Executor& ex, const Fiber& a, const Fiber& b, const char* what) {
-  fail("%s in block (%u,%u,%u): thread (%u,%u,%u) waits at %s %s:%d, but thread (%u,%u,%u) is at %s %s:%d",
-       what, ex.block_idx.x, ex.block_idx.y, ex.block_idx.z, a.thread_idx.x, a.thread_idx.y, a.thread_idx.z,
-       wait_name(a.wait), a.file, a.line, b.thread_idx.x, b.thread_idx.y, b.thread_idx.z, wait_name(b.wait),
-       b.file, b.line);
+[[noreturn]] inline void describe_mismatch(const Executor& ex, const Fiber& a, const Fiber& b, const char* what) {
+  char wait_a[512], wait_b[512];
+  describe_wait(a, wait_a, sizeof wait_a);
+  describe_wait(b, wait_b, sizeof wait_b);
+  fail("%s in block (%u,%u,%u): thread (%u,%u,%u) %s, but thread (%u,%u,%u) %s", what, ex.block_idx.x,
+       ex.block_idx.y, ex.block_idx.z, a.thread_idx.x, a.thread_idx.y, a.thread_idx.z, wait_a, b.thread_idx.x,
+       b.thread_idx.y, b.thread_idx.z, wait_b);
 }
 
 // Releases every warp whose lanes all wait at the same shuffle, exchanging their values.

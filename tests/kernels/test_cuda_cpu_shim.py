@@ -1,0 +1,114 @@
+"""The CPU shim itself: shuffle semantics, per-block shared memory, and aborts on planted barrier bugs."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.kernels import cuda_cpu
+
+HERE = Path(__file__).resolve().parent
+PROBE_CU = HERE / "shim_probe.cu"
+PROBE_ENTRY = HERE / "shim_probe_entry.cpp"
+
+try:
+    cuda_cpu.shim_include_dir()
+except cuda_cpu.ShimBuildError as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def probe_path() -> Path:
+    return cuda_cpu.build_library(PROBE_ENTRY, depends=(PROBE_CU,))
+
+
+@pytest.fixture(scope="module")
+def probe(probe_path):
+    lib = ctypes.CDLL(str(probe_path))
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.probe_shuffle.argtypes = [p, i, i, i]
+    lib.probe_reverse.argtypes = [p, p, i, i, i]
+    return lib
+
+
+def _line_of(function: str, needle: str, occurrence: int = 0) -> int:
+    """1-based line of the `occurrence`-th `needle` inside `function` of shim_probe.cu."""
+    lines = PROBE_CU.read_text().splitlines()
+    start = next(n for n, line in enumerate(lines) if f"void {function}(" in line)
+    hits = [n for n in range(start, len(lines)) if needle in lines[n]]
+    return hits[occurrence] + 1
+
+
+@pytest.mark.parametrize("blocks, threads", [(1, 32), (3, 128), (5, 64)])
+def test_shuffles_exchange_within_each_warp(probe, blocks, threads):
+    out = np.full((blocks * threads, 4), -1, dtype=np.int32)
+    probe.probe_shuffle(out.ctypes.data, blocks, threads, 2)
+    tid = np.arange(blocks * threads)
+    block, t = tid // threads, tid % threads
+    warp_base, lane = t - t % 32, t % 32
+    value = lambda thread: 1000 * block + thread
+    np.testing.assert_array_equal(out[:, 0], value(warp_base + (lane ^ 5)))
+    np.testing.assert_array_equal(out[:, 1], value(warp_base + (lane + 7) % 32))
+    np.testing.assert_array_equal(out[:, 2], value(np.where(lane + 3 < 32, t + 3, t)))
+    np.testing.assert_array_equal(out[:, 3], 32 * 1000 * block + 32 * warp_base + 31 * 32 // 2)
+
+
+@pytest.mark.parametrize("os_threads", [1, 2, 4])
+def test_shared_memory_is_per_block_across_os_threads(probe, os_threads):
+    blocks, threads = 37, 96
+    data = np.random.default_rng(os_threads).integers(0, 1 << 30, size=blocks * threads, dtype=np.int32)
+    out = np.full_like(data, -1)
+    probe.probe_reverse(data.ctypes.data, out.ctypes.data, blocks, threads, os_threads)
+    np.testing.assert_array_equal(out, data.reshape(blocks, threads)[:, ::-1].reshape(-1))
+
+
+def _run_bug(probe_path: Path, which: int) -> subprocess.CompletedProcess:
+    code = (
+        "import ctypes, sys, numpy as np\n"
+        f"lib = ctypes.CDLL({str(probe_path)!r})\n"
+        "out = np.zeros(64, dtype=np.int32)\n"
+        f"lib.probe_bug({which}, ctypes.c_void_p(out.ctypes.data))\n"
+        "print('returned normally')\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_divergent_syncthreads_aborts_with_both_sites(probe_path):
+    result = _run_bug(probe_path, 0)
+    first = _line_of("divergent_syncthreads", "__syncthreads();", 0)
+    second = _line_of("divergent_syncthreads", "__syncthreads();", 1)
+    assert result.returncode != 0 and "returned normally" not in result.stdout
+    assert re.search(
+        rf"cuda_cpu_shim: divergent __syncthreads in block \(0,0,0\): thread \(0,0,0\) waits at __syncthreads "
+        rf"\S*shim_probe\.cu:{first}, but thread \(32,0,0\) waits at __syncthreads \S*shim_probe\.cu:{second}",
+        result.stderr,
+    ), result.stderr
+
+
+def test_thread_exiting_before_syncthreads_aborts(probe_path):
+    result = _run_bug(probe_path, 1)
+    line = _line_of("exit_before_syncthreads", "__syncthreads();")
+    assert result.returncode != 0 and "returned normally" not in result.stdout
+    assert re.search(
+        rf"divergent __syncthreads in block \(0,0,0\): thread \(0,0,0\) waits at __syncthreads "
+        rf"\S*shim_probe\.cu:{line}, but thread \(37,0,0\) has exited",
+        result.stderr,
+    ), result.stderr
+
+
+def test_divergent_shuffle_aborts(probe_path):
+    result = _run_bug(probe_path, 2)
+    even = _line_of("divergent_shuffle", "__shfl_xor_sync", 1)
+    odd = _line_of("divergent_shuffle", "__shfl_xor_sync", 0)
+    assert result.returncode != 0 and "returned normally" not in result.stdout
+    assert re.search(
+        rf"divergent warp shuffle in block \(0,0,0\): thread \(0,0,0\) waits at a warp shuffle "
+        rf"\S*shim_probe\.cu:{even}, but thread \(1,0,0\) waits at a warp shuffle \S*shim_probe\.cu:{odd}",
+        result.stderr,
+    ), result.stderr
