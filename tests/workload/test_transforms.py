@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from workbench.config import RunConfig
 from workbench.workload import Segment, build_workload, output_key
+from workbench.workload.request import mix64, output_keys
 from workbench.workload.table import OutputRef, RequestTable, finalize
 
 arrivals = st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=60)
@@ -59,3 +60,11 @@ def test_trace_rate_scaling_and_cap(shared_traces):
     in_first_minute = int(((stamps - stamps.iloc[0]).dt.total_seconds() < 60.0).sum())
     window = build_workload(RunConfig(workload=f"azure:{path}", duration=60.0))
     assert len(window) == in_first_minute and window[-1].arrival_s < 60.0
+
+
+def test_vectorized_answer_keys_equal_output_key():
+    ids = np.array([0, 1, 7, 123_456, 2**40])
+    for sample in (0, 3):
+        expected = [int(mix64(np.array([(int(i) << 20) ^ sample ^ (1 << 62)], dtype=np.uint64))[0] >> np.uint64(1))
+                    for i in ids]
+        assert output_keys(ids, sample).tolist() == expected == [output_key(int(i), sample) for i in ids]

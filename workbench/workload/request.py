@@ -62,7 +62,13 @@ class Request:
 
 def output_key(request_id: int, sample: int) -> int:
     """Segment key for the generated tokens of one sample of one request."""
-    return int(mix64(np.array([(request_id << 20) ^ sample ^ (1 << 62)], dtype=np.uint64))[0] >> np.uint64(1))
+    return int(output_keys(np.array([request_id]), sample)[0])
+
+
+def output_keys(request_ids: np.ndarray, sample: int) -> np.ndarray:
+    """`output_key` of each request id for one sample, vectorized: uint64 [len(request_ids)]."""
+    ids = np.asarray(request_ids, dtype=np.uint64)
+    return mix64((ids << np.uint64(20)) ^ np.uint64(sample ^ (1 << 62))) >> np.uint64(1)
 
 
 def mix64(x: np.ndarray) -> np.ndarray:

@@ -95,6 +95,8 @@ def _multi_turn(spec: WorkloadSpec, rng: np.random.Generator, seed: int, rate: f
         session_starts = start_s + arrival_times_s(rng, rate / turns, cv, num=64)
         user, output = sample_lengths(dist, 64 * turns, rng, max_model_len)
         think = rng.exponential(think_s, size=64 * turns)
+        first_row = len(arrivals)
+        user_keys = content_keys(f"turn/{seed}", np.arange(first_row, first_row + 64 * turns)).tolist()
         for s, t_s in enumerate(session_starts.tolist()):
             context: list[Part] = []
             context_tokens = 0
@@ -103,7 +105,7 @@ def _multi_turn(spec: WorkloadSpec, rng: np.random.Generator, seed: int, rate: f
                 if context_tokens + u + o > max_model_len:
                     break
                 row = len(arrivals)
-                user_part = Segment(int(content_keys(f"turn/{seed}", np.array([row]))[0]), u)
+                user_part = Segment(user_keys[row - first_row], u)
                 arrivals.append(t_s)
                 prompts.append(context_tokens + u)
                 outputs.append(o)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.workload.request import Request, Segment, mix64, output_key
+from workbench.workload.request import Request, Segment, mix64, output_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,22 +92,25 @@ def finalize(
         keys = content_keys(f"unique/{seed}", order).tolist()
         contents = [(Segment(k, p),) for k, p in zip(keys, prompt, strict=True)]
     else:
-        contents = [_resolve(table.content[r], final_id, i) for i, r in enumerate(order.tolist())]
+        answer_keys = output_keys(np.arange(len(order)), 0).tolist()  # [kept] key of each request's answer
+        ids = final_id.tolist()
+        contents = [_resolve(table.content[r], ids, answer_keys, i) for i, r in enumerate(order.tolist())]
     return [
         Request(i, arrivals[i], prompt[i], output[i], contents[i], n, beam_width, sessions[i])
         for i in range(len(order))
     ]
 
 
-def _resolve(parts: tuple[Part, ...], final_id: np.ndarray, request_id: int) -> tuple[Segment, ...]:
+def _resolve(parts: tuple[Part, ...], final_id: list[int], answer_keys: list[int], request_id: int
+             ) -> tuple[Segment, ...]:
     resolved = []
     for part in parts:
         if isinstance(part, OutputRef):
-            ref_id = int(final_id[part.row])
+            ref_id = final_id[part.row]
             # The cap and the window keep a prefix of the arrival order, and a turn arrives after the
             # turn it quotes, so the quoted request is always kept and earlier.
             if not 0 <= ref_id < request_id:
                 raise ValueError(f"request {request_id} quotes row {part.row}, which is not an earlier request")
-            part = Segment(output_key(ref_id, 0), part.length)
+            part = Segment(answer_keys[ref_id], part.length)
         resolved.append(part)
     return tuple(resolved)
