@@ -27,6 +27,10 @@ class Segment:
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """One request as the engine replays it. With `n` > 1 the n samples share the prompt and each
+    generates `output_tokens` tokens, sample j's tokens keyed `output_key(request_id, j)`; with
+    `beam_width` > 1 the beams fork and prune as `workbench.workload.beam` prescribes."""
+
     request_id: int
     arrival_s: float
     prompt_tokens: int
