@@ -142,8 +142,8 @@ class KernelRunner:
                 sums = prefix_sums(token_terms(tokens, np.arange(g.kv_len)))  # [kv_len]
                 self.acc[seq_id] = sums[-1]
                 self.kv_len[seq_id] = g.kv_len
-                # every sequence's rows are written through its own slot mapping: shared blocks get
-                # the same slot several times with identical rows (same prefix), extents get copies
+                # every sequence's rows go through its own slot mapping: a shared block's slot comes up
+                # once per holder with identical rows (same prefix) and is written once
                 slots_parts.append(self.strategy.slot_mapping(seq_id, p.cached_tokens, g.kv_len))
                 k, v = self.content.rows(sums[p.cached_tokens:])
                 k_parts.append(k)
@@ -155,7 +155,8 @@ class KernelRunner:
                     ext_len.append(g.kv_len)
         if slots_parts:
             slots = np.concatenate(slots_parts)
-            self.pool.write(slots, np.concatenate(k_parts), np.concatenate(v_parts))
+            keep = np.unique(slots, return_index=True)[1]  # a shared slot once (its rows are identical)
+            self.pool.write(slots[keep], np.concatenate(k_parts)[keep], np.concatenate(v_parts)[keep])
         return ext_ids, ext_start, ext_len
 
     def _write_decodes(self, dec_ids: np.ndarray, slots: np.ndarray) -> None:

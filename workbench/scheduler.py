@@ -361,11 +361,19 @@ class Scheduler:
             token_ids = np.concatenate([prompt, token_ids_for(output_key(req.request_id, 0), 0, recomputed)])
         else:
             token_ids = prompt
+        if num_seqs > 1 and recomputed and self.paged:
+            # the appends below must not fail once the prompt is admitted (its blocks may be registered
+            # in a prefix cache before their KV is written): check an upper bound of the blocks first —
+            # the shared prompt, then per sequence its own tokens plus a copy of the shared last block
+            bs = self.block_size
+            needed = -(-len(prompt) // bs) + num_seqs * (-(-recomputed // bs) + 1)
+            if self.strategy.snapshot().num_free_blocks < needed:
+                self._refused_extent = 0
+                return None
         result = self.strategy.admit(g.seq_ids, SeqSpec(token_ids, g.final_len))
         if not result.admitted:
             self._refused_extent = result.needed_extent_slots
             return None
-        num_copies = len(copies)
         if result.copies is not None and len(result.copies):
             copies.append(result.copies)
         g.kv_len = len(token_ids)
@@ -373,11 +381,6 @@ class Scheduler:
         if num_seqs > 1 and recomputed:
             # each sample's own generated tokens follow the shared prompt: one append per position
             for _ in range(recomputed):
-                if not self.strategy.can_append(g.seq_ids):
-                    self._free_group(g)
-                    del copies[num_copies:]
-                    self._refused_extent = 0
-                    return None
                 step_copies = self.strategy.append(g.seq_ids).copies
                 if len(step_copies):
                     copies.append(step_copies)

@@ -1,0 +1,95 @@
+"""`python -m workbench.run`: one simulation run (DESIGN §8).
+
+The argument parser is generated from RunConfig's fields (their metadata is the help text, with
+units), so a flag exists exactly when a config key does: `--kv-gib` is `kv_gib`. A bad
+configuration is one line on stderr and exit status 2; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from pathlib import Path
+
+from workbench.config import RunConfig
+from workbench.errors import TraceError, WorkloadError
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _field_type(annotation: str):
+    base = annotation.replace(" | None", "").strip()
+    return _TYPES[base]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workbench.run", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in dataclasses.fields(RunConfig):
+        kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": f.metadata["help"]}
+        if f.metadata.get("choices"):
+            kwargs["choices"] = f.metadata["choices"]
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kwargs)
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="write config.json, steps.parquet, requests.parquet and summary.json here")
+    parser.add_argument("--progress", action="store_true", help="show a progress bar")
+    return parser
+
+
+def format_summary(summary: dict) -> str:
+    """A short two-column table of the figures people look at first."""
+    rows = [
+        ("kernel backend", summary["kernel_backend"]),
+        ("kv slots", summary["kv_slots"]),
+        ("requests finished / rejected", f"{summary['num_finished']} / {summary['num_rejected']}"),
+        ("simulated time (s)", summary["sim_time_s"]),
+        ("throughput (req/s, tok/s)", f"{summary['throughput_req_s']:.3f}, {summary['throughput_tok_s']:.1f}"),
+        ("normalized latency (s/token)", summary["normalized_latency_s_per_tok"]),
+        ("TTFT p50 / p99 (s)", f"{summary['ttft_p50_s']:.4g} / {summary['ttft_p99_s']:.4g}"),
+        ("TPOT p50 / p99 (s)", f"{summary['tpot_p50_s']:.4g} / {summary['tpot_p99_s']:.4g}"),
+        ("mean / max batch (seqs)", f"{summary['mean_batch_size']:.1f} / {summary['max_batch_size']}"),
+        ("memory token / reserved / internal / cached / external / free",
+         " / ".join(f"{summary[k]:.3f}" for k in ("mem_token_frac", "mem_reserved_frac", "mem_internal_frag_frac",
+                                                   "mem_cached_frac", "mem_external_frag_frac", "mem_free_frac"))),
+        ("sharing saving (token, block)",
+         f"{summary['sharing_saving_frac']:.3f}, {summary['block_sharing_saving_frac']:.3f}"),
+        ("prefix hit rate", summary["prefix_hit_rate"]),
+        ("preemptions / cow copies", f"{summary['num_preemptions']} / {summary['cow_copies']}"),
+        ("verify max rel err", summary["verify_max_rel_err"]),
+        ("wall time (s)", summary["sim_wall_s"]),
+    ]
+    width = max(len(name) for name, _ in rows)
+
+    def fmt(value) -> str:
+        if isinstance(value, float):
+            return "nan" if math.isnan(value) else f"{value:.4g}"
+        return str(value)
+
+    return "\n".join(f"{name:<{width}}  {fmt(value)}" for name, value in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    values = {name: getattr(args, name) for name in RunConfig.field_names()}
+    from workbench.engine import check_config, run
+    try:
+        cfg = RunConfig(**values)
+        check_config(cfg)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        summary = run(cfg, args.out, progress=args.progress)
+    except (WorkloadError, TraceError) as exc:  # workload input problems surface when the run reads it
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_summary(summary))
+    if args.out is not None:
+        print(f"wrote {args.out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
