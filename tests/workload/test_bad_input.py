@@ -115,3 +115,22 @@ def test_cli_module_has_no_traceback(tmp_path):
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == f"error: {path}:2: field 'ContextTokens': expected a non-negative integer, got 'x'"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.csv"]
+
+
+@pytest.mark.parametrize("stamp", ["2023-11-16T18:15:47+01:00", "99999-01-01", "2500-01-01 00:00:00", "1"])
+def test_azure_timestamps_outside_what_a_trace_holds(tmp_path, stamp):
+    path = tmp_path / "t.csv"
+    path.write_text(AZ + f"{T0},5,6\n{stamp},5,6\n")
+    if stamp.endswith("+01:00"):  # an explicit offset is honoured: 18:15:47+01:00 is 17:15:47 UTC, earlier
+        with pytest.raises(WorkloadError, match="backwards") as info:
+            build_workload(RunConfig(workload=f"azure:{path}"))
+    else:
+        with pytest.raises(WorkloadError, match="ISO 8601") as info:
+            build_workload(RunConfig(workload=f"azure:{path}"))
+    assert (info.value.line, info.value.field) == (3, "TIMESTAMP")
+
+
+def test_azure_sub_microsecond_ticks(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(AZ + "2023-11-16 18:15:46.0000000,5,6\n2023-11-16 18:15:46.0000001,5,6\n")
+    assert build_workload(RunConfig(workload=f"azure:{path}"))[1].arrival_s == pytest.approx(1e-7)

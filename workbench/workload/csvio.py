@@ -27,6 +27,8 @@ def read_csv(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
                             str(exc).strip()) from None
     except UnicodeDecodeError as exc:
         raise WorkloadError(path, None, None, "UTF-8 text", exc.reason) from None
+    except OSError as exc:
+        raise WorkloadError(path, None, None, "a readable file", exc.strerror) from None
     lines = np.arange(len(frame), dtype=np.int64) + 2  # [rows]
     blank = (frame == "").all(axis=1).to_numpy() if len(frame.columns) else np.ones(len(frame), dtype=bool)
     num_rows = len(frame)

@@ -59,6 +59,8 @@ def _parse_lines(path: Path) -> list[tuple[int, float, int, int, list[int]]]:
         raise WorkloadError(path, None, None, "an existing file") from None
     except UnicodeDecodeError as exc:
         raise WorkloadError(path, None, None, "UTF-8 text", exc.reason) from None
+    except OSError as exc:
+        raise WorkloadError(path, None, None, "a readable file", exc.strerror) from None
     rows = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():

@@ -40,11 +40,7 @@ def read_azure(path: Path, spec: WorkloadSpec) -> RequestTable:
     spec.check_keys(("failed",))
     frame, lines = read_csv(path)
     require_columns(path, frame, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
-    stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", errors="coerce")
-    if stamps.isna().any():
-        i = int(np.argmax(stamps.isna().to_numpy()))
-        raise WorkloadError(path, int(lines[i]), "TIMESTAMP", "an ISO 8601 timestamp", frame["TIMESTAMP"].iloc[i])
-    ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)  # [rows]
+    ns = _iso_ns(path, lines, frame["TIMESTAMP"])
     check_non_decreasing(path, lines, "TIMESTAMP", ns, frame["TIMESTAMP"])
     arrival_s = (ns - ns[0]) / 1e9
     prompt = numbers(path, frame, lines, "ContextTokens", integer=True)
@@ -52,6 +48,18 @@ def read_azure(path: Path, spec: WorkloadSpec) -> RequestTable:
     kept, prompt, output, notes = settle_failed(path, lines, prompt, output, failed=_failed(spec),
                                                 prompt_field="ContextTokens", output_field="GeneratedTokens")
     return RequestTable(arrival_s[kept], prompt, output, notes=notes)
+
+
+def _iso_ns(path: Path, lines: np.ndarray, raw: pd.Series) -> np.ndarray:
+    """ISO 8601 timestamps as int64 ns since the epoch, [rows]; an offset, when given, is honoured (UTC)."""
+    stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
+    # datetime64[ns] spans the years 1678-2261; anything outside is not a trace timestamp either
+    bad = (stamps.isna() | (stamps < pd.Timestamp("1678-01-01", tz="UTC"))
+           | (stamps >= pd.Timestamp("2262-01-01", tz="UTC"))).to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WorkloadError(path, int(lines[i]), raw.name, "an ISO 8601 timestamp", raw.iloc[i])
+    return stamps.dt.tz_localize(None).dt.as_unit("ns").to_numpy().astype(np.int64)
 
 
 def read_burstgpt(path: Path, spec: WorkloadSpec) -> RequestTable:
