@@ -134,3 +134,12 @@ def test_azure_sub_microsecond_ticks(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(AZ + "2023-11-16 18:15:46.0000000,5,6\n2023-11-16 18:15:46.0000001,5,6\n")
     assert build_workload(RunConfig(workload=f"azure:{path}"))[1].arrival_s == pytest.approx(1e-7)
+
+
+def test_rate_cannot_rescale_a_single_instant(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(AZ + f"{T0},5,6\n{T0},7,8\n")
+    assert len(build_workload(RunConfig(workload=f"azure:{path}"))) == 2
+    with pytest.raises(WorkloadError) as info:
+        build_workload(RunConfig(workload=f"azure:{path}", rate=2.0))
+    assert info.value.field == "rate"

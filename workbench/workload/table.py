@@ -110,7 +110,7 @@ def _resolve(parts: tuple[Part, ...], final_id: list[int], answer_keys: list[int
             # The cap and the window keep a prefix of the arrival order, and a turn arrives after the
             # turn it quotes, so the quoted request is always kept and earlier.
             if not 0 <= ref_id < request_id:
-                raise ValueError(f"request {request_id} quotes row {part.row}, which is not an earlier request")
+                raise RuntimeError(f"request {request_id} quotes row {part.row}, which is not an earlier request")
             part = Segment(answer_keys[ref_id], part.length)
         resolved.append(part)
     return tuple(resolved)
