@@ -52,7 +52,7 @@ def test_walk_of_cache_ops_matches_numpy(seed, kv_dtype, block_size, head_dim):
     for _ in range(6):
         op = rng.integers(4)
         if op == 0:
-            num_tokens = int(rng.integers(0, 12))
+            num_tokens = int(rng.integers(0, min(12, num_blocks * block_size) + 1))
             slots = rng.choice(num_blocks * block_size, size=num_tokens, replace=False).astype(np.int64)
             slots[rng.random(num_tokens) < 0.3] = -1
             new = [_random_rows(rng, num_tokens, *shape, kv_dtype) for _ in range(2)]
