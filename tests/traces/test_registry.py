@@ -58,13 +58,13 @@ def tiny(monkeypatch, server):
 
 
 def _files(path):
-    return sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()) if path.exists() else []
+    return sorted(p.relative_to(path).as_posix() for p in path.rglob("*")) if path.exists() else []
 
 
 def test_fetch_verifies_and_caches(cache, tiny):
     path = fetch("tiny")
     assert path == cache / "tiny" / "tiny.csv" and path.read_bytes() == TINY
-    assert _files(cache) == ["tiny/tiny.csv"]
+    assert _files(cache) == ["tiny", "tiny/tiny.csv"]
     assert resolve("tiny") == path
 
 
@@ -101,7 +101,7 @@ def test_unknown_name():
 def test_workload_spec_resolves_a_registry_name_by_fetching(cache, tiny):
     requests = build_workload(RunConfig(workload="burstgpt:tiny"))
     assert [(r.prompt_tokens, r.output_tokens) for r in requests] == [(472, 18)]
-    assert _files(cache) == ["tiny/tiny.csv"]
+    assert _files(cache) == ["tiny", "tiny/tiny.csv"]
 
 
 def test_cli_fetch_and_list(cache, tiny, server, capsys):

@@ -20,12 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "list":
         print(f"cache: {cache_dir()}")
-        print(f"{'name':<36} {'format':<9} {'rows':>7}  {'licence':<14} available")
+        print(f"{'name':<36} {'format':<9} {'rows':>7}  {'available':<19} licence")
         for entry in TRACES.values():
             where = [w for w, ok in (("cache", cached_path(entry).is_file()), ("shared", shared_path(entry)),
                                      ("url", entry.url)) if ok]
-            print(f"{entry.name:<36} {entry.format or '-':<9} {entry.rows:>7,}  {entry.licence[:14]:<14} "
-                  f"{', '.join(where) or 'nowhere'}")
+            print(f"{entry.name:<36} {entry.format or '-':<9} {entry.rows:>7,}  {', '.join(where) or 'nowhere':<19} "
+                  f"{entry.licence}")
         return 0
     try:
         path = fetch(args.name, url=args.url)

@@ -64,6 +64,7 @@ def fetch(name: str, url: str | None = None, timeout_s: float = 60.0) -> Path:
     dest = cached_path(entry)
     if dest.is_file() and sha256_of(dest) == entry.sha256:
         return dest
+    made_folder = not dest.parent.exists()
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.file_name}.", suffix=".part")
     tmp = Path(tmp_name)
@@ -81,6 +82,8 @@ def fetch(name: str, url: str | None = None, timeout_s: float = 60.0) -> Path:
         raise TraceError(f"cannot download trace {name!r} from {url}: {exc}; nothing was written") from None
     finally:
         tmp.unlink(missing_ok=True)
+        if made_folder and not dest.exists():
+            dest.parent.rmdir()
     return dest
 
 
