@@ -107,3 +107,10 @@ def test_cli_describe(capsys):
     hit = prefix_sharing(wl.requests, 32)
     assert f"({hit.hit_tokens:,} of {hit.prompt_tokens:,})" in out and "block size 32" in out
     assert hit.hit_tokens == 64 * 48  # all but the first user of each system prompt hit both 32-token blocks
+
+
+@pytest.mark.parametrize("cv", [1.0, 3.0])
+def test_summary_reports_burstiness(cv):
+    wl = load_workload(RunConfig(workload=f"alpaca-like:cv={cv}", num_requests=20_000, seed=3))
+    line = next(x for x in describe(wl).splitlines() if x.startswith("burstiness"))
+    assert float(line.split("CV ")[1].split()[0]) == pytest.approx(cv, rel=0.1)

@@ -70,6 +70,12 @@ def peak_rate(arrival_s: np.ndarray, bin_s: float) -> float:
     return float(counts.max()) / bin_s
 
 
+def interarrival_cv(arrival_s: np.ndarray) -> float:
+    """Standard deviation over mean of the gaps between consecutive arrivals (NaN below two gaps or no spread)."""
+    gaps = np.diff(arrival_s)
+    return float(gaps.std() / gaps.mean()) if len(gaps) > 1 and gaps.mean() > 0 else float("nan")
+
+
 def describe(workload: Workload, block_size: int = DEFAULT_BLOCK_SIZE) -> str:
     """The human-readable summary printed by `python -m workbench.workload describe`."""
     requests = workload.requests
@@ -87,6 +93,7 @@ def describe(workload: Workload, block_size: int = DEFAULT_BLOCK_SIZE) -> str:
         f"time span       {span_s:,.1f} s (first arrival at 0)",
         f"mean rate       {mean_rate}",
         f"peak rate       {peaks}",
+        f"burstiness      inter-arrival CV {interarrival_cv(arrival_s):.2f} (1 = Poisson)",
         f"{'tokens':<15} {'mean':>9} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8} {'total':>14}",
     ]
     for name, values in (("prompt", prompt), ("output", output)):
