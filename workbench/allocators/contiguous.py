@@ -190,6 +190,8 @@ class ContiguousStrategy:
         self._alloc_slots += alloc
 
     def _check_appendable(self, seq_ids: list[int], rows: np.ndarray) -> None:
+        if np.unique(rows).shape[0] != rows.shape[0]:
+            raise ValueError(f"a sequence id repeats in the batch {seq_ids}")
         over = self._seqs.column("length")[rows] >= self._seqs.column("final_len")[rows]
         if over.any():
             raise ValueError(f"append past final_len for sequences {[seq_ids[i] for i in np.flatnonzero(over)]}")

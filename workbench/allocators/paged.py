@@ -27,7 +27,8 @@ from workbench.allocators.base import AdmitResult, AppendResult, PagedDescriptor
 from workbench.allocators.block_stack import BlockStack
 from workbench.allocators.paged_tables import BlockTables
 
-_NO_COPIES = np.zeros((0, 2), dtype=np.int32)
+_NO_BLOCKS = np.zeros(0, dtype=np.int32)
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
 
 
@@ -57,7 +58,7 @@ class PagedStrategy:
         self._free = BlockStack(self.num_blocks)
         self._host_refcount = np.zeros(swap_slots // block_size, dtype=np.int32)  # [num_host_blocks]
         self._host_free = BlockStack(swap_slots // block_size)
-        self.tables = BlockTables(block_size)
+        self.tables = BlockTables(block_size, self.num_blocks)
         self._written_slots = 0  # distinct written slots of held blocks = token_slots
         self._logical_slots = 0  # sum of lengths of on-device sequences
         self._table_entries = 0  # sum of table lengths of on-device sequences
@@ -67,7 +68,7 @@ class PagedStrategy:
     def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray]:
         """Blocks already holding a leading run of the prompt's full blocks, int32 [num_hit], and the
         prompt's block keys (uint64 [num_full_blocks]; empty without a cache). Pure."""
-        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint64)
+        return _NO_BLOCKS, _NO_KEYS
 
     def _on_admitted(self, spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray, num_hit: int) -> None:
         """Mutates the cache index and counters after a successful admission."""
@@ -106,17 +107,15 @@ class PagedStrategy:
         hits, keys = self._lookup(spec)
         num_hit = hits.shape[0]
         num_blocks = -(-num_tokens // bs)
-        revived = int(np.count_nonzero(self._refcount[hits] == 0))  # hits sitting in the cache
+        revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
         need = num_blocks - num_hit
-        if need > self.num_allocatable_blocks() - revived:
-            return AdmitResult(False, reason=f"needs {need} blocks, {self.num_allocatable_blocks() - revived} "
-                                             "allocatable")
+        allocatable = self.num_allocatable_blocks() - revived
+        if need > allocatable:
+            return AdmitResult(False, reason=f"needs {need} blocks, {allocatable} allocatable")
         n = len(seq_ids)
-        self._claim(hits)
-        self._refcount[hits] += n
-        fresh = self._take(need)
+        fresh = self._take_after_claiming(hits, n, need)
         self._refcount[fresh] = n
-        blocks = np.concatenate([hits, fresh])
+        blocks = np.concatenate([hits, fresh]) if num_hit else fresh
         for seq_id in seq_ids:
             self.tables.add(seq_id, blocks, num_tokens, spec.final_len)
         self._written_slots += num_tokens - num_hit * bs + revived * bs
@@ -124,6 +123,13 @@ class PagedStrategy:
         self._table_entries += n * num_blocks
         self._on_admitted(spec, keys, blocks, num_hit)
         return AdmitResult(True, cached_tokens=num_hit * bs)
+
+    def _take_after_claiming(self, hits: np.ndarray, n: int, need: int) -> np.ndarray:
+        """Mutates. Hits gain n holders first, so that taking `need` fresh blocks cannot evict them."""
+        if hits.shape[0]:
+            self._claim(hits)
+            self._refcount[hits] += n
+        return self._take(need)
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
         """Mutates. The child shares all of the parent's blocks; never needs a new block."""
@@ -140,51 +146,39 @@ class PagedStrategy:
 
     def free(self, seq_id: int) -> None:
         """Mutates. Blocks no other sequence holds go back to the pool (or the prefix cache)."""
-        row = self.tables.seqs.row(seq_id)
-        blocks = self.tables.blocks_of(row)
-        length = int(self.tables.seqs.column("length")[row])
-        if self.tables.swapped[row]:
+        t = self.tables
+        row = t.seqs.row(seq_id)
+        if t.swapped[row]:
+            blocks = t.blocks_of(row)
             self._host_refcount[blocks] -= 1
             self._host_free.push(blocks[self._host_refcount[blocks] == 0])
         else:
-            self._refcount[blocks] -= 1
-            released = self._refcount[blocks] == 0  # [num_blocks_of_seq]
-            fill = self._fills(length, blocks.shape[0])
-            self._written_slots -= int(fill[released].sum())
-            self._logical_slots -= length
-            self._table_entries -= blocks.shape[0]
-            self._release(blocks[released])
-        self.tables.remove(seq_id)
+            released, written = t.release_row(row, self._refcount)
+            self._written_slots -= written
+            self._logical_slots -= int(t.seqs.column("length")[row])
+            self._table_entries -= int(t.seqs.column("num_blocks")[row])
+            self._release(released)
+        t.remove(seq_id)
 
     def can_append(self, seq_ids: list[int]) -> bool:
         rows = self.tables.seqs.rows(seq_ids)
-        return self._blocks_for_append(seq_ids, rows)[0] <= self.num_allocatable_blocks()
+        return self.tables.count_append(seq_ids, rows, self._refcount) <= self.num_allocatable_blocks()
 
     def append(self, seq_ids: list[int]) -> AppendResult:
-        """Mutates. One new slot per sequence; a sequence whose last block is full gets a new block, a
-        writer into a shared block gets a private copy (returned as a copy pair) unless it is the last
-        holder. Raises RuntimeError, changing nothing, when the pool cannot supply the blocks."""
-        t, bs = self.tables, self.block_size
+        """Mutates. One new slot per sequence, in batch order: a sequence whose last block is full gets
+        a new block; a writer into a shared block gets a private copy (returned as a (src, dst) pair)
+        unless it is the block's last holder, which writes in place. Raises RuntimeError, changing
+        nothing, when the pool cannot supply the blocks."""
+        t = self.tables
         rows = t.seqs.rows(seq_ids)
-        num_new, lengths, cur, grow, shared = self._blocks_for_append(seq_ids, rows)
+        num_new = t.count_append(seq_ids, rows, self._refcount)
         if num_new > self.num_allocatable_blocks():
             raise RuntimeError(f"out of blocks: append needs {num_new}, {self.num_allocatable_blocks()} allocatable")
-        index = lengths // bs  # [num_seqs] table position of the new token
-        offset = lengths - index * bs
-        new_blocks = self._take(num_new)
-        grow_at = np.flatnonzero(grow)
-        fresh = new_blocks[:grow_at.shape[0]]
-        t.append_blocks(rows[grow_at], fresh)
-        self._refcount[fresh] = 1
-        cur[grow_at] = fresh
-        self._table_entries += grow_at.shape[0]
-        copies = _NO_COPIES
-        if shared.any():
-            copies = self._copy_on_write(rows, index, offset, cur, shared, new_blocks[grow_at.shape[0]:])
-        t.seqs.column("length")[rows] += 1
-        self._written_slots += rows.shape[0]
+        slots, copies, copied_slots, grown = t.apply_append(rows, self._refcount, self._take(num_new))
+        self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
         self._logical_slots += rows.shape[0]
-        return AppendResult(slots=cur.astype(np.int64) * bs + offset, copies=copies)
+        self._table_entries += grown
+        return AppendResult(slots=slots, copies=copies)
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         return self.tables.slot_mapping(seq_id, start, stop)
@@ -277,62 +271,24 @@ class PagedStrategy:
             raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
 
     def _check_on_device(self, rows: np.ndarray) -> None:
+        _check_distinct(rows)
         if self.tables.swapped[rows].any():
             raise ValueError("a sequence of the batch is swapped out")
 
     def _check_swapped(self, rows: np.ndarray) -> None:
+        _check_distinct(rows)
         if not self.tables.swapped[rows].all():
             raise ValueError("a sequence of the batch is not swapped out")
-
-    def _fills(self, length: int, num_blocks: int) -> np.ndarray:
-        """Written slots of each block of a sequence of this length, int64 [num_blocks]."""
-        fill = np.full(num_blocks, self.block_size, dtype=np.int64)
-        fill[-1] = length - (num_blocks - 1) * self.block_size
-        return fill
-
-    def _blocks_for_append(self, seq_ids: list[int], rows: np.ndarray):
-        """Pure. How many new blocks `append(rows)` takes, with the arrays append reuses: lengths
-        [num_seqs], current last block [num_seqs], needs-a-fresh-block mask, writes-into-a-shared-block
-        mask."""
-        t = self.tables
-        self._check_on_device(rows)
-        lengths = t.seqs.column("length")[rows]
-        over = lengths >= t.seqs.column("final_len")[rows]
-        if over.any():
-            raise ValueError(f"append past final_len for sequences {[seq_ids[i] for i in np.flatnonzero(over)]}")
-        grow = lengths % self.block_size == 0  # the last block is full
-        cur = t.last_blocks(rows)
-        shared = ~grow & (self._refcount[cur] > 1)
-        num_new = int(np.count_nonzero(grow))
-        if shared.any():
-            # Writers into one shared block copy in turn; the writer that finds itself the last
-            # holder writes in place: c writers among r holders make c copies if c < r, else c - 1.
-            blocks, counts = np.unique(cur[shared], return_counts=True)
-            num_new += int(np.where(counts < self._refcount[blocks], counts, counts - 1).sum())
-        return num_new, lengths, cur, grow, shared
-
-    def _copy_on_write(self, rows, index, offset, cur, shared, spare) -> np.ndarray:
-        """Mutates `cur`, tables and refcounts; (src, dst) pairs int32 [num_copies, 2]."""
-        pairs = []
-        spare_at = 0
-        for i in np.flatnonzero(shared).tolist():
-            src = int(cur[i])
-            if self._refcount[src] == 1:
-                continue  # the last holder writes in place
-            dst = int(spare[spare_at])
-            spare_at += 1
-            self._refcount[src] -= 1
-            self._refcount[dst] = 1
-            self.tables.set_entry(int(rows[i]), int(index[i]), dst)
-            cur[i] = dst
-            self._written_slots += int(offset[i])  # the copied slots now exist twice
-            pairs.append((src, dst))
-        return np.array(pairs, dtype=np.int32).reshape(-1, 2)
 
     def check_integrity(self) -> None:
         from workbench.allocators.paged_integrity import check_paged
 
         check_paged(self)
+
+
+def _check_distinct(rows: np.ndarray) -> None:
+    if np.unique(rows).shape[0] != rows.shape[0]:
+        raise ValueError("a sequence id repeats in the group")
 
 
 def _distinct_in_order(entries: np.ndarray):

@@ -4,22 +4,25 @@ Row r of `_table` is the block table of the sequence in row r of `seqs`; only it
 `num_blocks[r]` entries are meaningful. The array grows by doubling in both directions (rows with
 the number of live sequences, columns with the longest table), so its size tracks the live state,
 not `max_model_len`. A batch's CSR page table is one gather with a flat index built by `np.repeat`:
-O(total blocks of the batch) numpy work and no Python loop over sequences or blocks.
+O(total blocks of the batch), done by the compiled loops of `paged_loops` together with the rest of
+a decode step's bookkeeping.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators import paged_loops as loops
 from workbench.allocators.base import PagedDescriptor
 from workbench.allocators.seq_rows import SeqRows
 
 
 class BlockTables:
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, num_blocks: int) -> None:
         self.block_size = block_size
-        self.seqs = SeqRows(("length", "final_len", "num_blocks", "swapped"))
+        self.seqs = SeqRows(("length", "final_len", "num_blocks", "swapped", "mark"))
         self._table = np.zeros((self.seqs.capacity_rows, 16), dtype=np.int32)  # [capacity_rows, capacity_cols]
+        self._scratch = np.zeros(num_blocks, dtype=np.int64)  # [num_blocks], zero between loop calls
 
     @property
     def swapped(self) -> np.ndarray:
@@ -44,24 +47,6 @@ class BlockTables:
         """The row's table, int32 [num_blocks] (a copy)."""
         return self._table[row, :self.seqs.column("num_blocks")[row]].copy()
 
-    def last_blocks(self, rows: np.ndarray) -> np.ndarray:
-        """Last table entry of each row, int32 [num_rows]."""
-        return self._table[rows, self.seqs.column("num_blocks")[rows] - 1]
-
-    def append_blocks(self, rows: np.ndarray, blocks: np.ndarray) -> None:
-        """Mutates. Append blocks[i] to the table of rows[i]."""
-        if rows.shape[0] == 0:
-            return
-        num_blocks = self.seqs.column("num_blocks")
-        at = num_blocks[rows]
-        self._fit(int(at.max()) + 1)
-        self._table[rows, at] = blocks
-        num_blocks[rows] += 1
-
-    def set_entry(self, row: int, index: int, block: int) -> None:
-        """Mutates. Replace one entry (copy-on-write)."""
-        self._table[row, index] = block
-
     def entries_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All table entries of these rows, concatenated in order, int32 [nnz], and the written slots
         of each entry's block as seen by its row, int64 [nnz]."""
@@ -78,13 +63,45 @@ class BlockTables:
         self._table.ravel()[flat] = entries
 
     def describe(self, rows: np.ndarray) -> PagedDescriptor:
-        if self.swapped[rows].any():
+        c = self.seqs.column
+        if c("swapped")[rows].any():
             raise ValueError("cannot describe a swapped-out sequence")
-        flat, indptr = self._flat_index(rows)
-        num_blocks = indptr[1:] - indptr[:-1]
-        last_page_len = self.seqs.column("length")[rows] - (num_blocks - 1) * self.block_size
-        return PagedDescriptor(kv_indptr=indptr.astype(np.int32), kv_indices=self._table.ravel()[flat],
-                               kv_last_page_len=last_page_len.astype(np.int32), block_size=self.block_size)
+        indptr, indices, last_page_len = loops.gather_tables(rows, c("length"), c("num_blocks"), self._table,
+                                                             self.block_size)
+        return PagedDescriptor(kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last_page_len,
+                               block_size=self.block_size)
+
+    def count_append(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray) -> int:
+        """Pure. Blocks `apply_append(rows)` will take (new blocks and copies); raises ValueError for
+        a repeated, swapped-out or finished sequence."""
+        c = self.seqs.column
+        num_new, widest = loops.count_append(rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"),
+                                             self._table, refcount, self.block_size, self._scratch, c("mark"))
+        if num_new < 0:
+            why = {loops.PAST_FINAL: "append past final_len", loops.REPEATED: "sequence id repeats in the batch",
+                   loops.SWAPPED: "sequence is swapped out"}[num_new]
+            raise ValueError(f"{why}: sequence {seq_ids[widest]}")
+        self._fit(widest)
+        return num_new
+
+    def apply_append(self, rows: np.ndarray, refcount: np.ndarray, new_blocks: np.ndarray):
+        """Mutates tables, lengths and refcount (see paged_loops.apply_append). Returns (slots int64
+        [num_seqs], copies int32 [num_copies, 2], slots copied, tables grown)."""
+        c = self.seqs.column
+        slots = np.empty(rows.shape[0], dtype=np.int64)
+        copies = np.empty((new_blocks.shape[0], 2), dtype=np.int32)
+        num_copies, copied_slots, grown = loops.apply_append(rows, c("length"), c("num_blocks"), self._table,
+                                                             refcount, self.block_size, new_blocks, slots, copies)
+        return slots, copies[:num_copies], copied_slots, grown
+
+    def release_row(self, row: int, refcount: np.ndarray) -> tuple[np.ndarray, int]:
+        """Mutates refcount: the row lets go of its blocks. Returns the blocks that reached refcount 0
+        (int32, head first) and the written slots they held."""
+        c = self.seqs.column
+        released = np.empty(int(c("num_blocks")[row]), dtype=np.int32)
+        n, written = loops.release_row(row, c("length"), c("num_blocks"), self._table, refcount, self.block_size,
+                                       released)
+        return released[:n], written
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         """Slots of positions [start, stop) of the sequence, int64 [stop - start]."""
@@ -103,24 +120,10 @@ class BlockTables:
         return np.flatnonzero(self.seqs.live & (self.swapped == 0))
 
     def reserved_slots(self, refcount: np.ndarray) -> int:
-        """Unwritten slots of held blocks that a holder will write (module rule of `paged`). Only last
-        blocks can be partial; a shared last block counts once, with its furthest-reaching holder."""
-        bs = self.block_size
-        rows = self.on_device_rows()
-        num_blocks = self.seqs.column("num_blocks")[rows]
-        block_start = (num_blocks - 1) * bs  # [num] first position of the last block
-        fill = self.seqs.column("length")[rows] - block_start
-        reach = np.minimum(self.seqs.column("final_len")[rows] - block_start, bs)
-        gap = reach - fill  # [num] >= 0 because length <= final_len
-        last = self._table[rows, num_blocks - 1]
-        shared = refcount[last] > 1
-        reserved = int(gap[~shared].sum())
-        if shared.any():
-            blocks, inverse = np.unique(last[shared], return_inverse=True)
-            furthest = np.zeros(blocks.shape[0], dtype=np.int64)
-            np.maximum.at(furthest, inverse, gap[shared])
-            reserved += int(furthest.sum())
-        return reserved
+        """Unwritten slots of held blocks that a holder will write (module rule of `paged`)."""
+        c = self.seqs.column
+        return int(loops.reserved_slots(self.on_device_rows(), c("length"), c("final_len"), c("num_blocks"),
+                                        self._table, refcount, self.block_size, self._scratch))
 
     def _flat_index(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Flat positions in `_table` of the rows' entries, int64 [nnz], and the CSR indptr [num_rows + 1]."""

@@ -69,15 +69,14 @@ class SeqRows:
             raise KeyError(f"sequence {seq_id} is not live") from None
 
     def rows(self, seq_ids: list[int]) -> np.ndarray:
-        """Rows of these sequences in this order, int64 [len(seq_ids)]; raises KeyError on an unknown id."""
+        """Rows of these sequences in this order, int64 [len(seq_ids)]; raises KeyError on an unknown
+        id. Repeated ids are not checked here: verbs for which a repeat matters check it."""
         if seq_ids == self._cached_ids:
             return self._cached_rows
         try:
             rows = np.fromiter(map(self._row_of.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
         except KeyError as e:
             raise KeyError(f"sequence {e.args[0]} is not live") from None
-        if np.unique(rows).shape[0] != rows.shape[0]:
-            raise ValueError(f"a sequence id repeats in the batch {seq_ids}")
         self._cached_ids = list(seq_ids)
         self._cached_rows = rows
         return rows

@@ -1,0 +1,166 @@
+"""The per-step loops of the paged strategies, compiled with Numba.
+
+A decode step touches every running sequence, so its bookkeeping runs as one compiled pass over the
+batch instead of a few dozen numpy calls (each ~1 µs of fixed cost, which dominates at 256
+sequences). The loops are plain and sequential on purpose: their order *is* the semantics (the
+k-th writer into a shared block copies iff k < refcount, so the last holder writes in place).
+
+Arrays (shared by every function; the caller owns and passes them):
+  table      int32 [capacity_rows, capacity_cols]  block table of each row
+  length     int64 [capacity_rows]  tokens held
+  num_blocks int64 [capacity_rows]  entries of the row's table in use
+  refcount   int32 [num_blocks]     holders among on-device sequences
+  scratch    int64 [num_blocks]     all zero between calls (per-block tallies inside one call)
+  row_mark   int64 [capacity_rows]  all zero between calls (rows seen inside one call)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+PAST_FINAL = -1  # count_append status: a sequence is at its final length
+REPEATED = -2  # count_append status: a row appears twice in the batch
+SWAPPED = -3  # count_append status: a sequence is swapped out
+
+
+@njit(cache=True)
+def count_append(rows, length, final_len, num_blocks, swapped, table, refcount, block_size, scratch, row_mark):
+    """Pure (scratch and row_mark are restored). (blocks the append takes, widest table after it),
+    or (PAST_FINAL | REPEATED | SWAPPED, index of the offending sequence in the batch)."""
+    num_new = 0
+    widest = 0
+    status = 0
+    bad = -1
+    seen = 0  # rows [0, seen) were tallied and marked
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if row_mark[r] != 0:
+            status, bad = REPEATED, i
+            break
+        if swapped[r] != 0:
+            status, bad = SWAPPED, i
+            break
+        if length[r] >= final_len[r]:
+            status, bad = PAST_FINAL, i
+            break
+        row_mark[r] = 1
+        if length[r] % block_size == 0:
+            num_new += 1
+            widest = max(widest, num_blocks[r] + 1)
+        else:
+            b = table[r, num_blocks[r] - 1]
+            scratch[b] += 1  # this writer is the scratch[b]-th into block b
+            if scratch[b] < refcount[b]:
+                num_new += 1  # a copy: some other holder is still there
+            widest = max(widest, num_blocks[r])
+        seen = i + 1
+    for i in range(seen):
+        r = rows[i]
+        row_mark[r] = 0
+        if length[r] % block_size != 0:
+            scratch[table[r, num_blocks[r] - 1]] = 0
+    if status != 0:
+        return status, bad
+    return num_new, widest
+
+
+@njit(cache=True)
+def apply_append(rows, length, num_blocks, table, refcount, block_size, new_blocks, slots, copies):
+    """Mutates table, length, num_blocks, refcount, and fills slots int64 [num_seqs] and the first
+    rows of copies int32 [>= num_copies, 2]. `new_blocks` must hold exactly what count_append
+    counted. Returns (number of copies, slots copied, tables grown)."""
+    used = 0
+    num_copies = 0
+    copied_slots = 0
+    grown = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        pos = length[r]
+        index = pos // block_size
+        offset = pos - index * block_size
+        if offset == 0:
+            b = new_blocks[used]
+            used += 1
+            table[r, index] = b
+            refcount[b] = 1
+            num_blocks[r] += 1
+            grown += 1
+        else:
+            b = table[r, index]
+            if refcount[b] > 1:  # copy-on-write: the writer takes a private copy
+                dst = new_blocks[used]
+                used += 1
+                refcount[b] -= 1
+                refcount[dst] = 1
+                table[r, index] = dst
+                copies[num_copies, 0] = b
+                copies[num_copies, 1] = dst
+                num_copies += 1
+                copied_slots += offset
+                b = dst
+        slots[i] = np.int64(b) * block_size + offset
+        length[r] = pos + 1
+    return num_copies, copied_slots, grown
+
+
+@njit(cache=True)
+def gather_tables(rows, length, num_blocks, table, block_size):
+    """Pure. FlashInfer's CSR page table of these rows: (kv_indptr int32 [n + 1], kv_indices int32
+    [nnz], kv_last_page_len int32 [n])."""
+    n = rows.shape[0]
+    indptr = np.empty(n + 1, dtype=np.int32)
+    indptr[0] = 0
+    for i in range(n):
+        indptr[i + 1] = indptr[i] + num_blocks[rows[i]]
+    indices = np.empty(indptr[n], dtype=np.int32)
+    last_page_len = np.empty(n, dtype=np.int32)
+    for i in range(n):
+        r = rows[i]
+        nb = num_blocks[r]
+        at = indptr[i]
+        for j in range(nb):
+            indices[at + j] = table[r, j]
+        last_page_len[i] = length[r] - (nb - 1) * block_size
+    return indptr, indices, last_page_len
+
+
+@njit(cache=True)
+def release_row(row, length, num_blocks, table, refcount, block_size, released):
+    """Mutates refcount: drop the row's hold on each of its blocks. Fills `released` (int32
+    [>= num_blocks[row]]) with the blocks that reached refcount 0, head first. Returns (number
+    released, written slots they held)."""
+    nb = num_blocks[row]
+    n = 0
+    written = 0
+    for j in range(nb):
+        b = table[row, j]
+        refcount[b] -= 1
+        if refcount[b] == 0:
+            released[n] = b
+            n += 1
+            written += block_size if j < nb - 1 else length[row] - (nb - 1) * block_size
+    return n, written
+
+
+@njit(cache=True)
+def reserved_slots(live_rows, length, final_len, num_blocks, table, refcount, block_size, scratch):
+    """Pure (scratch is restored). Unwritten slots of held blocks that some holder will write: only
+    last blocks can be partial; a shared one counts once, with its furthest-reaching holder."""
+    total = 0
+    for i in range(live_rows.shape[0]):
+        r = live_rows[i]
+        start = (num_blocks[r] - 1) * block_size
+        gap = min(final_len[r] - start, block_size) - (length[r] - start)
+        b = table[r, num_blocks[r] - 1]
+        if refcount[b] == 1:
+            total += gap
+        else:
+            scratch[b] = max(scratch[b], gap + 1)  # +1: zero marks "not yet seen"
+    for i in range(live_rows.shape[0]):
+        r = live_rows[i]
+        b = table[r, num_blocks[r] - 1]
+        if scratch[b] > 0:
+            total += scratch[b] - 1
+            scratch[b] = 0
+    return total
