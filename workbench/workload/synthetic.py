@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.errors import WorkloadError
-from workbench.workload.distributions import LENGTH_DISTS, arrival_times_s, sample_lengths
+from workbench.workload.distributions import LENGTH_DISTS, LengthDist, arrival_times_s, sample_lengths
 from workbench.workload.request import Segment
 from workbench.workload.spec import WorkloadSpec
 from workbench.workload.table import OutputRef, Part, RequestTable, content_keys
@@ -55,7 +55,7 @@ def generate(
     return _system_prompt(spec, rng, seed, arrival_s, max_model_len)
 
 
-def _lengths_dist(spec: WorkloadSpec):
+def _lengths_dist(spec: WorkloadSpec) -> LengthDist:
     return LENGTH_DISTS[spec.get_choice("lengths", "alpaca", tuple(LENGTH_DISTS))]
 
 
