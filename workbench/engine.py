@@ -12,11 +12,15 @@ from __future__ import annotations
 import platform
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from workbench import __version__
 from workbench.allocators import registry
+from workbench.allocators.base import Strategy
 from workbench.clock import RooflineClock
 from workbench.config import Resolved, RunConfig
 from workbench.paths import REPO_ROOT
@@ -55,6 +59,13 @@ def check_config(cfg: RunConfig) -> Resolved:
     return resolved
 
 
+@dataclass(frozen=True)
+class RunResult:
+    steps: pd.DataFrame  # steps.parquet
+    requests: pd.DataFrame  # requests.parquet
+    summary: dict[str, Any]  # summary.json
+
+
 def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False,
         timers: StepTimers | None = None) -> dict[str, Any]:
     """Run one simulation; with `out_dir`, write config.json, steps.parquet, requests.parquet and
@@ -64,6 +75,18 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False,
     requests = build_workload(cfg)
     strategy = registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size,
                                fit=cfg.fit, max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
+    result = simulate(cfg, requests, strategy, progress=progress, timers=timers, wall0_s=wall0)
+    if out_dir is not None:
+        write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,
+                      result.requests, result.summary)
+    return result.summary
+
+
+def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, progress: bool = False,
+             timers: StepTimers | None = None, wall0_s: float | None = None) -> RunResult:
+    """Replay `requests` on a fresh `strategy` (mutated) under `cfg`; returns the tables and summary."""
+    wall0_s = time.perf_counter() if wall0_s is None else wall0_s
+    res = cfg.resolve()
     sched = Scheduler(strategy, requests, max_model_len=res.model.max_model_len, max_num_seqs=cfg.max_num_seqs,
                       max_num_batched_tokens=res.max_num_batched_tokens, watermark_frac=cfg.watermark_frac,
                       swap=cfg.preemption == "swap", seed=cfg.seed)
@@ -94,13 +117,11 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False,
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
                         if runner and runner.kernel_time_s > 0 else 0.0),
         "verify_max_rel_err": runner.verify_max_rel_err if runner else float("nan"),
-        "sim_wall_s": time.perf_counter() - wall0,
+        "sim_wall_s": time.perf_counter() - wall0_s,
     }
     summary = summarize(steps, req_table, capacity_slots=strategy.capacity_slots,
                         generated_tokens=sched.generated_tokens, extra=extra)
-    if out_dir is not None:
-        write_outputs(Path(out_dir), run_description(cfg, res, backend), steps, req_table, summary)
-    return summary
+    return RunResult(steps, req_table, summary)
 
 
 def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, measured: bool,
@@ -132,7 +153,8 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
                             attention_s * attention_scale if measured and attention_s is not None else None)
         now_s += dt_s
         finished = sched.complete(plan, now_s)
-        _record(log, plan, step, now_s, dt_s, attention_s, sched.num_waiting(), sched.paged)
+        # the steps table stays deterministic: a wall time enters it only under the measured clock
+        _record(log, plan, step, now_s, dt_s, attention_s if measured else None, sched.num_waiting(), sched.paged)
         step += 1
         if timers:
             t3 = perf()
@@ -167,8 +189,7 @@ def _record(log: StepLog, plan: StepPlan, step: int, now_s: float, dt_s: float, 
     ))
 
 
-def requests_table(requests: list[Request], sched: Scheduler):
-    import pandas as pd
+def requests_table(requests: list[Request], sched: Scheduler) -> pd.DataFrame:
     return pd.DataFrame({
         "request_id": [r.request_id for r in requests],
         "arrival_s": [r.arrival_s for r in requests],

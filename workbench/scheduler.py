@@ -152,12 +152,11 @@ class Scheduler:
     def decode_ids(self) -> list[int]:
         """The running sequences in batch order (cached until the running set changes)."""
         if self._decode_ids is None:
-            for g in self.running:
-                self._sync(g)
-            self._decode_ids = [s for g in self.running for s in g.seq_ids]
-            self._run_kv = np.array([g.kv_len for g in self.running], dtype=np.int64)
-            self._run_nseq = np.array([g.num_seqs for g in self.running], dtype=np.int64)
-            self._run_step = self.step
+            step, running = self.step, self.running
+            self._decode_ids = [s for g in running for s in g.seq_ids]
+            self._run_kv = np.array([g.kv_len + step - g.synced_step for g in running], dtype=np.int64)
+            self._run_nseq = np.array([len(g.seq_ids) for g in running], dtype=np.int64)
+            self._run_step = step
             self._decode_ctx = int(np.dot(self._run_kv, self._run_nseq))
         return self._decode_ids
 
@@ -274,7 +273,12 @@ class Scheduler:
         if left:  # a group with nothing left stays STARTING and finishes in this `complete`
             g.state = RUNNING
             self.running.append(g)
-            self._decode_ids = None
+            if self._decode_ids is not None:  # extend the batch (new lists: plans keep the old ones)
+                self._decode_ids = self._decode_ids + g.seq_ids
+                kv_then = g.kv_len - (self.step - self._run_step)  # as if it had been there at the rebuild
+                self._run_kv = np.append(self._run_kv, kv_then)
+                self._run_nseq = np.append(self._run_nseq, g.num_seqs)
+                self._decode_ctx += g.kv_len * g.num_seqs
 
     def _beam_advance(self, g: Group) -> None:
         """Mutates. The group just produced token s = generated - 1: its beams become the survivors of

@@ -1,0 +1,56 @@
+"""Shared pieces of the engine tests: a small model geometry and a strategy that checks itself."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numba
+import pytest
+
+from workbench.allocators import registry
+from workbench.config import RunConfig
+from workbench.engine import RunResult, simulate
+from workbench.workload import build_workload
+
+# A layer small enough that every step's kernels and reference checks take milliseconds.
+SMALL_MODEL = "custom:layers=2,kv_heads=2,heads=4,head_dim=16,params_b=0.1,max_model_len=512"
+
+
+@pytest.fixture(autouse=True)
+def one_numba_thread():
+    """Tiny kernels on a shared 2-core machine: thread wake-ups would dominate, so run them serially."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(before)
+
+
+def small_config(**overrides) -> RunConfig:
+    base = dict(model=SMALL_MODEL, kv_slots=2048, kernel="numba", kv_dtype="fp32", workload="alpaca-like",
+                num_requests=24, rate=40.0, verify_every=1, block_size=8, seed=1)
+    base.update(overrides)
+    return RunConfig(**base)
+
+
+def checked_strategy(cfg: RunConfig):
+    """The configured strategy, wrapped so that every step's snapshot first runs its integrity check."""
+    res = cfg.resolve()
+    strategy = registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size,
+                               fit=cfg.fit, max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
+    base = type(strategy)
+
+    class Checked(base):
+        def snapshot(self, refused_extent_slots: int = 0):
+            self.check_integrity()
+            return super().snapshot(refused_extent_slots)
+
+    strategy.__class__ = Checked
+    return strategy
+
+
+def simulate_checked(cfg: RunConfig) -> RunResult:
+    return simulate(cfg, build_workload(cfg), checked_strategy(cfg))
+
+
+def replace(cfg: RunConfig, **changes) -> RunConfig:
+    return dataclasses.replace(cfg, **changes)
