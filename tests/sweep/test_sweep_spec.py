@@ -83,10 +83,15 @@ def test_zip_lists_of_unequal_length(tmp_path):
     assert "zip[0]" in message and "equal lengths" in message and "rate has 3" in message and "seed has 2" in message
 
 
-def test_a_key_given_twice(tmp_path):
-    message = error_of(tmp_path, "base: {rate: 2}\naxes: {rate: [1, 2]}\n")
-    assert "axes.rate" in message and "already set in base" in message
+def test_a_key_varied_twice(tmp_path):
     assert "already set in axes" in error_of(tmp_path, "axes: {rate: [1]}\nzip:\n  - {rate: [1], seed: [0]}\n")
+    message = error_of(tmp_path, "zip:\n  - {rate: [1], seed: [0]}\n  - {n: [2], rate: [3]}\n")
+    assert "zip[1].rate" in message and "already set in zip[0]" in message
+
+
+def test_axes_override_base():
+    spec = parse_spec({"base": {"rate": 2, "seed": 7}, "axes": {"rate": [1, 3]}})
+    assert [(p.config.rate, p.config.seed) for p in spec.points()] == [(1.0, 7), (3.0, 7)]
 
 
 def test_combinations_the_config_rejects_name_the_point(tmp_path):

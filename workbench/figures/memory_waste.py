@@ -20,7 +20,7 @@ from workbench.figures import style
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     saturated = all(summary[style.MEM_FRAC_SAT_KEY[c]].notna().all() for c in style.STACK_ORDER)
     keys = style.MEM_FRAC_SAT_KEY if saturated else style.MEM_FRAC_KEY
-    fig, ax = style.new_figure(height_in=2.8)
+    fig, ax = style.new_figure(width_in=max(style.COLUMN_WIDTH_IN, 1.6 + 0.55 * len(summary)), height_in=2.8)
     x = np.arange(len(summary))  # [num_points]
     bottom = np.zeros(len(summary))
     for column in style.STACK_ORDER:
@@ -33,9 +33,9 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
         bottom += percent
     token = summary[keys["token_slots"]].to_numpy(dtype=float) * 100
     for xi, value in zip(x, token, strict=True):
-        ax.text(xi, value / 2, f"{value:.1f}%", ha="center", va="center", fontsize=7, fontweight="bold")
-    labels = [style.point_label(s, b) for s, b in zip(summary["strategy"], summary["block_size"], strict=True)]
-    ax.set_xticks(x, [label.replace(" (", "\n(") for label in labels])
+        ax.text(xi, value / 2, f"{value:.0f}%", ha="center", va="center", fontsize=7, fontweight="bold",
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "alpha": 0.8, "linewidth": 0})
+    ax.set_xticks(x, [style.tick_label(s, b) for s, b in zip(summary["strategy"], summary["block_size"], strict=True)])
     ax.set_ylim(0, 100)
     ax.set_ylabel("KV cache slots (% of capacity)")
     ax.set_title(f"KV cache usage, {'saturated' if saturated else 'all'} steps")

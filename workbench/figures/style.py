@@ -98,6 +98,21 @@ def workload_label(workload: str) -> str:
     return WORKLOAD_LABELS.get(workload, workload)
 
 
+STRATEGY_TICKS = {
+    "contiguous-max": "Contig.\nmax",
+    "contiguous-pow2": "Contig.\npow2",
+    "contiguous-oracle": "Contig.\noracle",
+    "paged": "Paged",
+    "paged-prefix": "Paged +\nprefix",
+}
+
+
+def tick_label(strategy: str, block_size: int) -> str:
+    """A short two-line label for a bar: `Contig.\nmax`, `Paged\nB=16`."""
+    label = STRATEGY_TICKS.get(strategy, strategy)
+    return f"{label}\nB={block_size}" if strategy.startswith("paged") else label
+
+
 def point_label(strategy: str, block_size: int) -> str:
     """`Paged (16)` for paged strategies (the block size matters), the plain strategy label otherwise."""
     label = strategy_label(strategy)

@@ -12,6 +12,7 @@ zip:                        # each group's lists are zipped, then crossed with t
 ```
 
 Every key under `base`, `axes` and `zip` is a `RunConfig` field name (the run flags in snake_case).
+An axis or zip key overrides the same key of `base`; a key may be varied in one place only.
 Errors name the file and the key path (`axes.block_size[2]`). A point's id is a short hash of the
 canonical JSON of its resolved configuration, so it is stable across runs, executors and machines.
 """
@@ -125,7 +126,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep"
     base = _mapping(data.get("base", {}), "base", source)
     for key, value in base.items():
         base[key] = _check_value(value, key, f"base.{key}", source)
-    sections: list[tuple[str, dict[str, Any]]] = [("base", base)]
+    sections: list[tuple[str, dict[str, Any]]] = []  # the varied keys; each in one place (base may be overridden)
 
     axes = _mapping(data.get("axes", {}), "axes", source)
     for key, values in axes.items():
