@@ -148,8 +148,18 @@ class NanoAdapter:
 
 
 def replay(make: Callable[[], object], ops: list[tuple], with_describe: bool, full_batch: int):
-    """Run the stream once. Returns (total seconds, per-step seconds of steps whose batch is
+    """Run the stream once on a fresh instance, after a short untimed warm-up run on another (which
+    loads compiled code). Returns (total seconds, per-step seconds of steps whose batch is
     `full_batch` sequences: work of that step including its admissions and frees)."""
+    warm = make()
+    for op in ops[:2000]:
+        if op[0] == "step":
+            warm.append(op[1])
+            warm.describe(op[1])
+        elif op[0] == "admit":
+            warm.admit([op[1]], op[2])
+        else:
+            warm.free(op[1])
     s = make()
     total = 0.0
     step_times = []

@@ -83,6 +83,10 @@ class PagedStrategy:
         """Blocks kept only as prefix cache, int32 [num_cached]. Pure."""
         return np.zeros(0, dtype=np.int32)
 
+    def registered_block_ids(self) -> np.ndarray:
+        """Blocks registered in the prefix index (held or cached), int32 [num_registered]. Pure."""
+        return _NO_BLOCKS
+
     def check_cache_index(self) -> None:
         """Raise AssertionError if the prefix index disagrees with the blocks. Pure."""
 

@@ -50,6 +50,8 @@ def check_paged(s: PagedStrategy) -> None:
     np.maximum.at(fill_max, entries, fills)
     held = refcount > 0
     _require(bool(np.array_equal(fill_min[held], fill_max[held])), "holders of a block disagree on its fill")
+    registered = s.registered_block_ids()
+    _require(bool(np.all(fill_max[registered][held[registered]] == bs)), "a registered prefix block is not full")
     _require(int(fill_max[held].sum()) == s._written_slots, "token_slots counter differs from recomputation")
     _require(int(lengths[seqs.column("swapped")[live] == 0].sum()) == s._logical_slots,
              "logical_token_slots counter differs from recomputation")

@@ -66,6 +66,9 @@ class PagedPrefixStrategy(PagedStrategy):
     def cached_block_ids(self) -> np.ndarray:
         return np.fromiter(self._lru, dtype=np.int32, count=len(self._lru))
 
+    def registered_block_ids(self) -> np.ndarray:
+        return np.fromiter(self._key_of_block, dtype=np.int32, count=len(self._key_of_block))
+
     def _take(self, k: int) -> np.ndarray:
         from_free = min(k, self._free.size)
         taken = self._free.pop(from_free)
