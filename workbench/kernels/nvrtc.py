@@ -52,7 +52,7 @@ class NvrtcError(RuntimeError):
 def nvrtc_version() -> tuple[int, int]:
     from cuda.bindings import nvrtc
 
-    _, major, minor = _check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+    major, minor = _check(nvrtc.nvrtcVersion(), "nvrtcVersion")
     return major, minor
 
 

@@ -1,0 +1,63 @@
+"""Every CUDA kernel variant compiles with NVRTC 13.0 for sm_80 and sm_90, and ptxas reports no spills."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("cuda.bindings.nvrtc")
+
+from workbench.kernels import nvrtc, source  # noqa: E402
+
+ARCHS = ["sm_80", "sm_90"]
+
+
+def test_nvrtc_is_the_cuda_13_0_series():
+    """Newer NVRTC emits PTX that 13.0 drivers reject (DESIGN §7)."""
+    assert nvrtc.nvrtc_version() == (13, 0)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def compiled(request) -> list[nvrtc.CompiledModule]:
+    attention = [*source.all_attention_kernel_names(), source.MERGE_KERNEL_NAME]
+    return [
+        nvrtc.compile_cubin(source.ATTENTION_CU, attention, request.param),
+        nvrtc.compile_cubin(source.CACHE_OPS_CU, source.cache_kernel_names(), request.param),
+    ]
+
+
+def test_every_variant_compiles_without_spills(compiled):
+    for module in compiled:
+        assert module.cubin[:4] == b"\x7fELF", f"{module.arch}: NVRTC did not return a CUBIN"
+        for expression, mangled in module.lowered_names.items():
+            report = module.resources.get(mangled)
+            assert report is not None, f"{module.arch}: no ptxas report for {expression}"
+            assert not report.spills, (
+                f"{module.arch}: {expression} spills ({report.spill_store_bytes} B stored, "
+                f"{report.spill_load_bytes} B loaded, {report.registers} registers)"
+            )
+            assert 0 < report.registers <= 255
+
+
+def test_every_launcher_variant_is_instantiated(compiled):
+    """2 addressings x 3 dtypes x 5 head dims x 4 row tiles + the merge; 2 cache ops x 2 word sizes."""
+    attention, cache_ops = compiled
+    assert len(attention.lowered_names) == 2 * 3 * 5 * 4 + 1
+    assert len(cache_ops.lowered_names) == 4
+    assert len(set(attention.lowered_names.values())) == len(attention.lowered_names)
+
+
+def test_ptxas_report_parser_catches_spills():
+    log = "\n".join([
+        "ptxas info    : Compiling entry function '_Z1kPf' for 'sm_80'",
+        "ptxas info    : Function properties for _Z1kPf",
+        "ptxas         .     24 bytes stack frame, 16 bytes spill stores, 8 bytes spill loads",
+        "ptxas info    : Used 255 registers, used 1 barriers, 24 bytes cumulative stack size",
+        "ptxas info    : Compiling entry function '_Z1gPf' for 'sm_80'",
+        "ptxas info    : Function properties for _Z1gPf",
+        "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+        "ptxas info    : Used 32 registers, used 0 barriers",
+    ])
+    report = nvrtc.parse_ptxas_report(log)
+    assert report["_Z1kPf"] == nvrtc.KernelResources("_Z1kPf", 255, 24, 16, 8)
+    assert report["_Z1kPf"].spills and not report["_Z1gPf"].spills
+    assert report["_Z1gPf"].registers == 32
