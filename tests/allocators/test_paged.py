@@ -157,3 +157,19 @@ def test_unknown_and_repeated_ids_are_errors():
         s.append([1, 1])
     with pytest.raises(ValueError, match="already live"):
         s.admit([1], spec(3, 10))
+
+
+def test_tables_grow_past_their_initial_rows_and_columns():
+    from alloc_model import PoolModel
+
+    rng = np.random.default_rng(3)
+    s = paged(capacity_slots=300 * 128, block_size=2, max_model_len=200)
+    model = PoolModel(s)
+    ids = list(range(300))
+    for i in ids:  # 300 rows (64 initially), 30..60-entry tables (16 columns initially)
+        assert model.admit([i], rng.integers(0, 1000, int(rng.integers(60, 120))), 150).admitted
+    for _ in range(5):
+        model.append(ids, rng)
+    model.verify()
+    s.check_integrity()
+    assert s.describe(ids).kv_indptr[-1] == sum(-(-len(model.tokens[i]) // 2) for i in ids)

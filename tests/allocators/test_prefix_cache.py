@@ -127,3 +127,16 @@ def test_block_keys_are_identical_in_another_process():
 @pytest.mark.parametrize("block_size", [1, 3, 16, 256])
 def test_no_full_block_means_no_key(block_size):
     assert block_keys(np.arange(block_size - 1, dtype=np.int32), block_size).shape == (0,)
+
+
+def test_requests_sharing_a_system_prompt_hit_on_its_full_blocks():
+    from workbench.workload.request import Request, Segment
+
+    system = Segment(key=42, length=50)
+    a = Request(0, 0.0, 70, 5, (system, Segment(1, 20)))
+    b = Request(1, 0.0, 60, 5, (system, Segment(2, 10)))
+    s = prefix(capacity_blocks=64, block_size=16)
+    assert s.admit([0], SeqSpec(a.prompt_token_ids(), 75)).cached_tokens == 0
+    assert s.admit([1], SeqSpec(b.prompt_token_ids(), 65)).cached_tokens == 48  # 3 full blocks of the 50
+    assert (s.prefix_query_tokens, s.prefix_hit_tokens) == (130, 48)
+    assert s.snapshot().token_slots == 70 + 60 - 48
