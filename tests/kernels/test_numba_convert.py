@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from workbench.kernels.numba_attention import exp_nonpositive
 from workbench.kernels.numba_convert import bf16_to_float, half_to_float
 
 ALL_BITS = np.arange(1 << 16, dtype=np.uint16)  # [65536]
@@ -66,3 +67,23 @@ def test_bf16_equals_float32_truncated_to_its_top_half():
     nan = np.isnan(truncated)
     np.testing.assert_array_equal(np.isnan(got), nan)
     np.testing.assert_array_equal(got.view(np.uint32)[~nan], truncated.view(np.uint32)[~nan])
+
+
+@njit(cache=True)
+def _exp_all(x):
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = exp_nonpositive(x[i])
+    return out
+
+
+def test_exp_nonpositive_against_float64():
+    x = np.concatenate([-np.logspace(-8, np.log10(87.0), 200_000), np.linspace(-87.0, 0.0, 100_001)])
+    x = x.astype(np.float32)
+    got = _exp_all(x).astype(np.float64)
+    want = np.exp(x.astype(np.float64))
+    rel = np.abs(got - want) / want
+    assert rel.max() < 3e-7  # about 2 ulp of float32
+    special = _exp_all(np.array([0.0, -0.0, -np.inf, np.nan, -87.5, -1e30], np.float32))
+    assert special[0] == 1 and special[1] == 1 and special[2] == 0 and np.isnan(special[3])
+    assert special[4] == 0 and special[5] == 0

@@ -15,13 +15,39 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from workbench.kernels.numba_convert import load_row
+from workbench.kernels.numba_convert import FP32, bits_to_float, load_row
 
 TILE_TOKENS = 32  # K/V rows gathered per step: scores [rows, TILE_TOKENS] stay in L1
 # Reassociation lets the head_dim reductions vectorize; NaN/inf flags stay off because -inf is the
 # empty-softmax marker and a NaN in the pool must surface, not be optimized away.
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 NEG_INF = np.float32(-np.inf)
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HI = np.float32(0.693359375)  # Cody-Waite split of ln 2: n * _LN2_HI is exact for |n| < 2^10
+_LN2_LO = np.float32(-2.12194440e-4)
+_EXP_UNDERFLOW = np.float32(-87.0)  # below this e^x is under float32's smallest normal: return 0
+
+
+@njit(inline="always", cache=True, fastmath=FASTMATH)
+def exp_nonpositive(x):
+    """e^x for float32 x <= 0 (or -inf → 0, NaN → NaN), within ~2 ulp.
+
+    Plain arithmetic plus a bit cast (Cephes expf polynomial), so loops over it vectorize; Numba's
+    np.exp is a scalar libm call per element. Softmax only ever exponentiates x - max(x) <= 0.
+    """
+    n = np.floor(x * _LOG2E + np.float32(0.5))
+    r = x - n * _LN2_HI - n * _LN2_LO  # |r| <= ln2 / 2
+    poly = np.float32(1.9875691500e-4)
+    poly = poly * r + np.float32(1.3981999507e-3)
+    poly = poly * r + np.float32(8.3334519073e-3)
+    poly = poly * r + np.float32(4.1665795894e-2)
+    poly = poly * r + np.float32(1.6666665459e-1)
+    poly = poly * r + np.float32(5.0000001201e-1)
+    poly = poly * r * r + r + np.float32(1.0)
+    # 2^n built from its exponent bits; n in -126..0 here (clamped so NaN/underflow lanes stay defined)
+    two_n = bits_to_float((np.int32(max(n, np.float32(-126.0))) + np.int32(127)) << np.int32(23))
+    result = poly * two_n
+    return np.float32(0.0) if x < _EXP_UNDERFLOW else result
 
 
 @njit(inline="always", cache=True)
@@ -37,100 +63,162 @@ def tile_slots(paged, seq, pos0, num_tokens, kv_indptr, kv_indices, block_size, 
             slots[t] = np.int64(kv_start[seq]) + pos0 + t
 
 
-@njit(parallel=True, cache=True, fastmath=FASTMATH)
-def attention_partials(q, qo_indptr, k_pool, v_pool, kv_code, paged, kv_indptr, kv_indices, block_size,
-                       kv_start, kv_len, scale, chunk_seq, chunk_q_begin, chunk_q_end, part_tokens,
-                       part_out, part_m, part_l):
-    """Fill part_out [num_parts, total_q, num_heads, head_dim], part_m/part_l [num_parts, total_q, num_heads].
+# The two inner products take four tokens per pass over head_dim: one load of the query (or
+# accumulator) row serves four K (or V) rows, which roughly halves the loads per multiply-add.
+@njit(inline="always", cache=True, fastmath=FASTMATH)
+def tile_scores(qs, r, k_src, rows, kv_head, n, scores):
+    """scores[r, t] = qs[r] · k_src[rows[t] + kv_head] for t < n. Mutates scores."""
+    head_dim = qs.shape[1]
+    quad_end = n - n % 4
+    for t in range(0, quad_end, 4):
+        r0, r1, r2, r3 = rows[t] + kv_head, rows[t + 1] + kv_head, rows[t + 2] + kv_head, rows[t + 3] + kv_head
+        s0 = s1 = s2 = s3 = np.float32(0.0)
+        for d in range(head_dim):
+            x = qs[r, d]
+            s0 += x * k_src[r0, d]
+            s1 += x * k_src[r1, d]
+            s2 += x * k_src[r2, d]
+            s3 += x * k_src[r3, d]
+        scores[r, t], scores[r, t + 1], scores[r, t + 2], scores[r, t + 3] = s0, s1, s2, s3
+    for t in range(quad_end, n):
+        row = rows[t] + kv_head
+        s0 = np.float32(0.0)
+        for d in range(head_dim):
+            s0 += qs[r, d] * k_src[row, d]
+        scores[r, t] = s0
 
-    Mutates only the three part_* arrays; partition p of a sequence covers positions
-    p*part_tokens .. (p+1)*part_tokens-1. Partitions past a query's causal limit get m=-inf, l=0.
+
+@njit(inline="always", cache=True, fastmath=FASTMATH)
+def tile_accumulate(acc, r, v_src, rows, kv_head, n, weights):
+    """acc[r] += Σ_t weights[r, t] · v_src[rows[t] + kv_head] for t < n. Mutates acc."""
+    head_dim = acc.shape[1]
+    quad_end = n - n % 4
+    for t in range(0, quad_end, 4):
+        r0, r1, r2, r3 = rows[t] + kv_head, rows[t + 1] + kv_head, rows[t + 2] + kv_head, rows[t + 3] + kv_head
+        w0, w1, w2, w3 = weights[r, t], weights[r, t + 1], weights[r, t + 2], weights[r, t + 3]
+        for d in range(head_dim):
+            acc[r, d] += w0 * v_src[r0, d] + w1 * v_src[r1, d] + w2 * v_src[r2, d] + w3 * v_src[r3, d]
+    for t in range(quad_end, n):
+        row = rows[t] + kv_head
+        w0 = weights[r, t]
+        for d in range(head_dim):
+            acc[r, d] += w0 * v_src[row, d]
+
+
+@njit(parallel=True, cache=True)
+def attention_partials(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, chunks,
+                       part_tokens, parts):
+    """Run every (query chunk, KV partition) work item; fills parts = (part_out [num_parts, total_q,
+    num_heads, head_dim], part_m, part_l [num_parts, total_q, num_heads]) and mutates nothing else.
+
+    pools = (k_rows, v_rows, k_bits, v_bits): fp32 pools as float32 [num_slots * num_kv_heads, head_dim]
+    rows, 16-bit pools as uint16 [num_slots, num_kv_heads, head_dim]; the unused pair is a
+    placeholder, so one compiled kernel serves every KV dtype. table = (kv_indptr, kv_indices,
+    kv_start, kv_len); chunks = (chunk_seq, chunk_q_begin, chunk_q_end). Partition p of a sequence
+    covers positions p*part_tokens .. (p+1)*part_tokens-1.
     """
+    num_parts = parts[0].shape[0]
+    for item in prange(chunks[0].shape[0] * num_parts):
+        chunk, part = item // num_parts, item % num_parts
+        attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale,
+                    chunks[0][chunk], chunks[1][chunk], chunks[2][chunk], part, part_tokens, parts)
+
+
+# A separate (non-parallel) function: compiled on its own, its inner loops vectorize, which they do
+# not when written inline in the prange body.
+@njit(cache=True, fastmath=FASTMATH)
+def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, seq, q_begin, q_end,
+                part, part_tokens, parts):
+    """Queries q_begin..q_end-1 of `seq`, all heads, over one KV partition. Mutates parts only.
+
+    All heads at once so that each slot's K (and V) row [num_kv_heads, head_dim] is read as one
+    contiguous run: per-head items would stride through the pool and defeat the prefetcher.
+    State rows r = (query, head), query-major; row r reads kv head (r % num_heads) // group.
+    """
+    k_rows, v_rows, k_bits, v_bits = pools
+    kv_indptr, kv_indices, kv_start, kv_len = table
+    part_out, part_m, part_l = parts
     num_heads, head_dim = q.shape[1], q.shape[2]
-    num_kv_heads = k_pool.shape[1]
     group = num_heads // num_kv_heads
-    num_parts = part_out.shape[0]
-    num_chunks = chunk_seq.shape[0]
-    for item in prange(num_chunks * num_parts * num_kv_heads):
-        kv_head = item % num_kv_heads
-        part = (item // num_kv_heads) % num_parts
-        chunk = item // (num_kv_heads * num_parts)
-        seq = chunk_seq[chunk]
-        q_begin, q_end = chunk_q_begin[chunk], chunk_q_end[chunk]
-        seq_len = np.int64(kv_len[seq])
-        first_q_pos = seq_len - (qo_indptr[seq + 1] - qo_indptr[seq])  # position of the sequence's first query
-        pos_begin = np.int64(part) * part_tokens
-        if pos_begin >= seq_len:
-            continue  # this sequence has fewer partitions; merge never reads this one
-        # the chunk's last query sees up to first_q_pos + (q_end - 1 - qo_indptr[seq])
-        pos_end = min(pos_begin + part_tokens, first_q_pos + (q_end - qo_indptr[seq]))
-        num_rows = (q_end - q_begin) * group
-        qs = np.empty((num_rows, head_dim), dtype=np.float32)  # scaled queries, row = (query, head in group)
-        row_limit = np.empty(num_rows, dtype=np.int64)  # last visible position per row
-        for r in range(num_rows):
-            qi = q_begin + r // group
-            h = kv_head * group + r % group
-            row_limit[r] = first_q_pos + (qi - qo_indptr[seq])
-            for d in range(head_dim):
-                qs[r, d] = q[qi, h, d] * scale
-        acc = np.zeros((num_rows, head_dim), dtype=np.float32)
-        m = np.full(num_rows, NEG_INF, dtype=np.float32)
-        ell = np.zeros(num_rows, dtype=np.float32)
-        slots = np.empty(TILE_TOKENS, dtype=np.int64)
-        k_tile = np.empty((TILE_TOKENS, head_dim), dtype=np.float32)
-        v_tile = np.empty((TILE_TOKENS, head_dim), dtype=np.float32)
-        scores = np.empty((num_rows, TILE_TOKENS), dtype=np.float32)
-        min_limit = row_limit[0]
-        for pos0 in range(pos_begin, pos_end, TILE_TOKENS):
-            n = min(TILE_TOKENS, pos_end - pos0)
-            tile_slots(paged, seq, pos0, n, kv_indptr, kv_indices, block_size, kv_start, slots)
+    seq_len = np.int64(kv_len[seq])
+    first_q_pos = seq_len - (qo_indptr[seq + 1] - qo_indptr[seq])  # position of the sequence's first query
+    pos_begin = np.int64(part) * part_tokens
+    if pos_begin >= seq_len:
+        return  # this sequence has fewer partitions; merge never reads this one
+    # the chunk's last query (q_end - 1) sees positions up to first_q_pos + (q_end - 1 - qo_indptr[seq])
+    pos_end = min(pos_begin + part_tokens, first_q_pos + (q_end - qo_indptr[seq]))
+    num_rows = (q_end - q_begin) * num_heads
+    qs = np.empty((num_rows, head_dim), dtype=np.float32)  # scaled queries
+    row_limit = np.empty(num_rows, dtype=np.int64)  # last visible position per row
+    row_kv_head = np.empty(num_rows, dtype=np.int64)
+    for r in range(num_rows):
+        qi, h = q_begin + r // num_heads, r % num_heads
+        row_limit[r] = first_q_pos + (qi - qo_indptr[seq])
+        row_kv_head[r] = h // group
+        for d in range(head_dim):
+            qs[r, d] = q[qi, h, d] * scale
+    acc = np.zeros((num_rows, head_dim), dtype=np.float32)
+    m = np.full(num_rows, NEG_INF, dtype=np.float32)
+    ell = np.zeros(num_rows, dtype=np.float32)
+    slots = np.empty(TILE_TOKENS, dtype=np.int64)
+    rows = np.empty(TILE_TOKENS, dtype=np.int64)  # first row (kv head 0) of each tile token in k_src / v_src
+    tile_rows = TILE_TOKENS * num_kv_heads if kv_code != FP32 else 1
+    k_tile = np.empty((tile_rows, head_dim), dtype=np.float32)  # decoded 16-bit rows [token * kv head, D]
+    v_tile = np.empty((tile_rows, head_dim), dtype=np.float32)
+    scores = np.empty((num_rows, TILE_TOKENS), dtype=np.float32)
+    min_limit = row_limit[0]
+    for pos0 in range(pos_begin, pos_end, TILE_TOKENS):
+        n = min(TILE_TOKENS, pos_end - pos0)
+        tile_slots(paged, seq, pos0, n, kv_indptr, kv_indices, block_size, kv_start, slots)
+        if kv_code == FP32:  # read the pool in place
+            k_src, v_src = k_rows, v_rows
             for t in range(n):
-                load_row(k_pool, slots[t], kv_head, kv_code, k_tile, t)
-                load_row(v_pool, slots[t], kv_head, kv_code, v_tile, t)
-            for r in range(num_rows):
-                for t in range(n):
-                    dot = np.float32(0.0)
-                    for d in range(head_dim):
-                        dot += qs[r, d] * k_tile[t, d]
-                    scores[r, t] = dot
-            if pos0 + n - 1 > min_limit:  # causal mask only where some row cannot see the whole tile
-                for r in range(num_rows):
-                    for t in range(n):
-                        if pos0 + t > row_limit[r]:
-                            scores[r, t] = NEG_INF
-            for r in range(num_rows):
-                tile_max = NEG_INF
-                for t in range(n):
-                    tile_max = max(tile_max, scores[r, t])
-                new_m = max(m[r], tile_max)
-                if new_m == NEG_INF:  # every position so far is masked for this row
-                    for t in range(n):
-                        scores[r, t] = np.float32(0.0)
-                    continue
-                if new_m > m[r]:
-                    alpha = np.exp(m[r] - new_m)
-                    ell[r] *= alpha
-                    for d in range(head_dim):
-                        acc[r, d] *= alpha
-                    m[r] = new_m
-                for t in range(n):
-                    p = np.exp(scores[r, t] - new_m)
-                    scores[r, t] = p
-                    ell[r] += p
-            for r in range(num_rows):
-                for t in range(n):
-                    p = scores[r, t]
-                    for d in range(head_dim):
-                        acc[r, d] += p * v_tile[t, d]
+                rows[t] = slots[t] * num_kv_heads
+        else:
+            k_src, v_src = k_tile, v_tile
+            for t in range(n):
+                rows[t] = t * num_kv_heads
+                for h in range(num_kv_heads):
+                    load_row(k_bits, slots[t], h, kv_code, k_tile, rows[t] + h)
+                    load_row(v_bits, slots[t], h, kv_code, v_tile, rows[t] + h)
         for r in range(num_rows):
-            qi = q_begin + r // group
-            h = kv_head * group + r % group
-            part_m[part, qi, h] = m[r]
-            part_l[part, qi, h] = ell[r]
-            # ell == 0 only when the whole partition is past this row's causal limit; a NaN must propagate
-            inv = np.float32(1.0) / ell[r] if ell[r] != 0 else np.float32(0.0)
-            for d in range(head_dim):
-                part_out[part, qi, h, d] = acc[r, d] * inv
+            tile_scores(qs, r, k_src, rows, row_kv_head[r], n, scores)
+        if pos0 + n - 1 > min_limit:  # causal mask only where some row cannot see the whole tile
+            for r in range(num_rows):
+                for t in range(n):
+                    if pos0 + t > row_limit[r]:
+                        scores[r, t] = NEG_INF
+        for r in range(num_rows):
+            tile_max = NEG_INF
+            for t in range(n):
+                tile_max = max(tile_max, scores[r, t])
+            new_m = max(m[r], tile_max)
+            if new_m == NEG_INF:  # every position so far is masked for this row
+                for t in range(n):
+                    scores[r, t] = np.float32(0.0)
+                continue
+            if new_m > m[r]:
+                alpha = exp_nonpositive(m[r] - new_m)
+                ell[r] *= alpha
+                for d in range(head_dim):
+                    acc[r, d] *= alpha
+                m[r] = new_m
+            row_sum = np.float32(0.0)
+            for t in range(n):
+                p = exp_nonpositive(scores[r, t] - new_m)
+                scores[r, t] = p
+                row_sum += p
+            ell[r] += row_sum
+        for r in range(num_rows):
+            tile_accumulate(acc, r, v_src, rows, row_kv_head[r], n, scores)
+    for r in range(num_rows):
+        qi, h = q_begin + r // num_heads, r % num_heads
+        part_m[part, qi, h] = m[r]
+        part_l[part, qi, h] = ell[r]
+        # ell == 0 only when the whole partition is past this row's causal limit; a NaN must propagate
+        inv = np.float32(1.0) / ell[r] if ell[r] != 0 else np.float32(0.0)
+        for d in range(head_dim):
+            part_out[part, qi, h, d] = acc[r, d] * inv
 
 
 @njit(parallel=True, cache=True)

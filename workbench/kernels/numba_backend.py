@@ -13,14 +13,20 @@ from workbench.kernels.numba_attention import TILE_TOKENS, attention_partials, m
 from workbench.kernels.numba_cache import copy_blocks, scatter_rows
 from workbench.kernels.numba_convert import KV_CODE
 
-QUERY_ROWS_PER_ITEM = 16  # extend: queries × group heads sharing one pass over K/V (accumulators stay in L1)
-MIN_WORK_ITEMS = 64  # split KV into partitions when fewer (chunk, kv head) items than this
+QUERY_ROWS_PER_ITEM = 64  # extend: queries × heads sharing one pass over K/V (accumulators stay in L1/L2)
+MIN_WORK_ITEMS = 64  # split KV into partitions when fewer query chunks than this
 MIN_PART_TOKENS = 512  # never split finer than this: the merge costs a partial output per partition
 _EMPTY_I32 = np.zeros(1, dtype=np.int32)
+_NO_BITS = np.zeros((1, 1, 1), dtype=np.uint16)
 
 
-def _bits(pool: np.ndarray) -> np.ndarray:
-    return pool.view(np.uint32 if pool.dtype.itemsize == 4 else np.uint16)
+def _kernel_pools(k_pool, v_pool, kv_dtype):
+    """(k_rows, v_rows, k_bits, v_bits) as `attention_partials` takes them; the unused pair is a placeholder."""
+    if kv_dtype == "fp32":
+        rows = lambda pool: pool.reshape(-1, pool.shape[2])  # [num_slots * num_kv_heads, head_dim], a view
+        return rows(k_pool), rows(v_pool), _NO_BITS, _NO_BITS
+    no_rows = np.zeros((1, k_pool.shape[2]), dtype=np.float32)
+    return no_rows, no_rows, k_pool.view(np.uint16), v_pool.view(np.uint16)
 
 
 def _bytes(pool: np.ndarray) -> np.ndarray:
@@ -28,11 +34,11 @@ def _bytes(pool: np.ndarray) -> np.ndarray:
     return pool.view(np.uint8).reshape(pool.shape[0], row_bytes)  # [num_slots, row_bytes]
 
 
-def _plan(qo_indptr, kv_len, group):
+def _plan(qo_indptr, num_heads):
     """Query chunks (seq, q_begin, q_end) and the KV partition length; depends on shapes only, so a
     given input always runs the same floating-point schedule whatever the thread count."""
     num_q = np.diff(qo_indptr).astype(np.int64)  # [num_seqs]
-    queries_per_chunk = max(1, QUERY_ROWS_PER_ITEM // group)
+    queries_per_chunk = max(1, QUERY_ROWS_PER_ITEM // num_heads)
     chunks_per_seq = (num_q + queries_per_chunk - 1) // queries_per_chunk
     chunk_seq = np.repeat(np.arange(len(num_q), dtype=np.int64), chunks_per_seq)  # [num_chunks]
     first_chunk = np.cumsum(chunks_per_seq) - chunks_per_seq
@@ -54,17 +60,17 @@ def _part_tokens(num_items: int, max_len: int) -> int:
 def _attention(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
                kv_dtype, scale):
     num_kv_heads = k_pool.shape[1]
-    chunk_seq, chunk_q_begin, chunk_q_end = _plan(qo_indptr, kv_len, q.shape[1] // num_kv_heads)
+    chunk_seq, chunk_q_begin, chunk_q_end = _plan(qo_indptr, q.shape[1])
     max_len = int(kv_len.max())
-    part_tokens = _part_tokens(len(chunk_seq) * num_kv_heads, max_len)
+    part_tokens = _part_tokens(len(chunk_seq), max_len)
     num_parts = -(-max_len // part_tokens)
     # NaN-filled so that any element a kernel fails to write surfaces in verification
     part_out = np.full((num_parts, *q.shape), np.nan, dtype=np.float32)
     part_m = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
     part_l = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
-    attention_partials(q, qo_indptr, _bits(k_pool), _bits(v_pool), KV_CODE[kv_dtype], paged, kv_indptr,
-                       kv_indices, block_size, kv_start, kv_len, np.float32(scale), chunk_seq, chunk_q_begin,
-                       chunk_q_end, part_tokens, part_out, part_m, part_l)
+    attention_partials(q, qo_indptr, _kernel_pools(k_pool, v_pool, kv_dtype), num_kv_heads, KV_CODE[kv_dtype],
+                       paged, (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale),
+                       (chunk_seq, chunk_q_begin, chunk_q_end), part_tokens, (part_out, part_m, part_l))
     if num_parts == 1:
         return part_out[0]
     out = np.full(q.shape, np.nan, dtype=np.float32)  # [total_q, num_heads, head_dim]

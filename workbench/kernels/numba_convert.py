@@ -1,8 +1,7 @@
-"""KV element decoding for the Numba backend: storage bits → float32.
+"""KV element decoding for the Numba backend: 16-bit storage → float32.
 
-Numba has no CPU float16, so every pool reaches the kernels as raw bits: fp32 as uint32, fp16 and
-bf16 as uint16. `KV_CODE` is passed to the kernels as a plain int so that one compiled
-specialization per bit width serves all three formats.
+Numba has no CPU float16, so fp16 and bf16 pools reach the kernels as uint16 bits. `KV_CODE` is
+passed to the kernels as a plain int so that one compiled kernel serves every format.
 """
 
 from __future__ import annotations
@@ -43,15 +42,12 @@ def bf16_to_float(bits):
 
 @njit(inline="always", cache=True)
 def load_row(pool, slot, kv_head, kv_code, dst, row):
-    """dst[row, :] = pool[slot, kv_head, :] decoded to float32. Mutates dst only.
+    """dst[row, :] = pool[slot, kv_head, :] (uint16 fp16 or bf16 bits) decoded to float32. Mutates dst only.
 
     One loop per format (not a branch per element) so that each loop vectorizes.
     """
     head_dim = dst.shape[1]
-    if kv_code == FP32:
-        for d in range(head_dim):
-            dst[row, d] = bits_to_float(pool[slot, kv_head, d])
-    elif kv_code == FP16:
+    if kv_code == FP16:
         for d in range(head_dim):
             dst[row, d] = half_to_float(pool[slot, kv_head, d])
     else:
