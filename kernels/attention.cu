@@ -235,14 +235,14 @@ __global__ void
                                      partition_tokens, scale, out, part_out, part_ml);
 }
 
-// Combines the per-partition results of one (query token, head) per block: grid (num_heads, total_q).
+// Combines the per-partition results of one (query token, head) per block: grid (total_q, num_heads).
 // Partition p carries its normalised output o_p, its max m_p and sum l_p; the result is
 // sum_p w_p o_p / sum_p w_p with w_p = l_p exp(m_p - max_p m_p). Empty partitions have l_p = 0.
 __global__ void merge_partitions(const float* __restrict__ part_out,  // [total_q, num_heads, num_parts, head_dim]
                                  const float* __restrict__ part_ml,   // [total_q, num_heads, num_parts, 2]
                                  int num_parts, int head_dim,
                                  float* __restrict__ out) {  // [total_q, num_heads, head_dim]
-  const long long head_row = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+  const long long head_row = (long long)blockIdx.x * gridDim.y + blockIdx.y;
   const float* ml = part_ml + head_row * num_parts * 2;
   float m_all = -INFINITY;
   for (int p = 0; p < num_parts; ++p) m_all = fmaxf(m_all, ml[2 * p]);

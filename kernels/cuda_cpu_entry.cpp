@@ -93,7 +93,7 @@ extern "C" int kvw_attention(const AttentionArgs* a) {
 
 extern "C" void kvw_merge_partitions(const float* part_out, const float* part_ml, int num_partitions, int head_dim,
                                      int num_heads, int total_q, float* out, int block_threads, int os_threads) {
-  cuda_cpu::launch(dim3(num_heads, total_q), dim3(block_threads), os_threads,
+  cuda_cpu::launch(dim3(total_q, num_heads), dim3(block_threads), os_threads,
                    [&] { kvw::merge_partitions(part_out, part_ml, num_partitions, head_dim, out); });
 }
 

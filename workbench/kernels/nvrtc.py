@@ -56,17 +56,12 @@ def nvrtc_version() -> tuple[int, int]:
     return major, minor
 
 
-def compile_options(arch: str) -> list[str]:
-    """NVRTC options shared by the compile checks and the CuPy launcher (minus the target, which CuPy sets)."""
+def source_options() -> list[str]:
+    """NVRTC options shared by the compile checks and the CuPy launcher (which adds the target itself)."""
     includes = cuda_include_dirs()
     if not includes:
         raise NvrtcError("cuda_fp16.h not found: install nvidia-cuda-runtime 13.0 or point CUDA_HOME at a toolkit")
-    return [
-        f"--gpu-architecture={arch}",
-        "--std=c++17",
-        f"-I{kernels_dir()}",
-        f"-I{includes[0]}",
-    ]
+    return ["--std=c++17", f"-I{kernels_dir()}", f"-I{includes[0]}"]
 
 
 def compile_cubin(source_name: str, name_expressions: list[str], arch: str) -> CompiledModule:
@@ -81,7 +76,7 @@ def compile_cubin(source_name: str, name_expressions: list[str], arch: str) -> C
     try:
         for expression in name_expressions:
             _check(nvrtc.nvrtcAddNameExpression(program, expression.encode()), f"nvrtcAddNameExpression {expression}")
-        options = [o.encode() for o in [*compile_options(arch), "--ptxas-options=-v"]]
+        options = [o.encode() for o in [f"--gpu-architecture={arch}", *source_options(), "--ptxas-options=-v"]]
         (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         log = _program_log(program)
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
