@@ -1,0 +1,127 @@
+"""Exact values of the summary, the roofline clock and the K/V content functions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workbench import columns as C
+from workbench.clock import HOST_LINK_GB_S, RooflineClock
+from workbench.kernels import reference
+from workbench.kvpool import KVContent, generated_token_ids, prefix_sums, to_storage, token_terms
+from workbench.presets import GPUS, MODELS
+from workbench.results import FLOAT_STEP_COLUMNS, INT_STEP_COLUMNS, StepLog, summarize
+from workbench.workload.request import output_key, token_ids_for
+
+EXTRA = {"prefix_query_tokens": 100, "prefix_hit_tokens": 25, "kernel_backend": "none", "kernel_time_s": 0.0,
+         "kernel_gbps": 0.0, "verify_max_rel_err": math.nan, "sim_wall_s": 0.1}
+
+
+def _steps(rows: list[dict]) -> pd.DataFrame:
+    log = StepLog(initial_rows=1)  # forces growth
+    for r in rows:
+        full = {c: 0 for c in C.STEP_COLUMNS} | r
+        log.record(tuple(full[c] for c in FLOAT_STEP_COLUMNS), tuple(full[c] for c in INT_STEP_COLUMNS))
+    return log.to_frame()
+
+
+def _requests() -> pd.DataFrame:
+    return pd.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "admitted_s": [0.0, 1.0],
+                         "first_token_s": [0.5, 2.0], "finish_s": [2.5, 4.0], "prompt_tokens": [3, 3],
+                         "output_tokens": [5, 1], "prefix_hit_tokens": [0, 25], "num_preemptions": [0, 1],
+                         "status": ["finished", "finished"]})
+
+
+def test_summary_weights_by_step_duration_and_splits_saturated_steps():
+    steps = _steps([
+        dict(step=0, t_s=1.0, dt_s=1.0, num_waiting=0, num_running=2, token_slots=60, free_slots=40,
+             logical_token_slots=80, largest_free_extent_slots=40, unshared_block_slots=80, block_table_bytes=8),
+        dict(step=1, t_s=4.0, dt_s=3.0, num_waiting=2, num_running=4, token_slots=20, reserved_slots=30,
+             external_frag_slots=10, free_slots=40, logical_token_slots=20, largest_free_extent_slots=20,
+             unshared_block_slots=50, block_table_bytes=16, preemptions=1, cow_copies=2),
+    ])
+    s = summarize(steps, _requests(), capacity_slots=100, generated_tokens=6, extra=EXTRA)
+    assert tuple(s) == C.SUMMARY_KEYS
+    assert s["mem_token_frac"] == pytest.approx((60 * 1 + 20 * 3) / 4 / 100)
+    assert s["mem_reserved_frac"] == pytest.approx(30 * 3 / 4 / 100)
+    assert s["mem_free_frac"] == pytest.approx(40 / 100)
+    assert s["mem_token_frac_sat"] == pytest.approx(0.2)
+    assert s["mem_external_frag_frac_sat"] == pytest.approx(0.1)
+    assert s["ext_frag_index"] == pytest.approx((0 + (1 - 20 / 50)) / 2)
+    assert s["sharing_saving_frac"] == pytest.approx(1 - (60 + 60) / (80 + 60))
+    assert s["block_sharing_saving_frac"] == pytest.approx(1 - (60 + 150) / (80 + 150))
+    assert s["prefix_hit_rate"] == 0.25
+    assert s["block_table_bytes_mean"] == pytest.approx((8 + 48) / 4)
+    assert s["mean_batch_size"] == 3 and s["max_batch_size"] == 4
+    assert s["throughput_req_s"] == 0.5 and s["throughput_tok_s"] == 1.5
+    assert s["normalized_latency_s_per_tok"] == pytest.approx((2.5 / 5 + 3.0 / 1) / 2)
+    assert s["ttft_p50_s"] == pytest.approx(0.75)
+    assert s["tpot_p50_s"] == pytest.approx(2.0 / 4)  # only multi-token outputs have a TPOT
+    assert (s["num_preemptions"], s["cow_copies"], s["num_finished"], s["num_rejected"]) == (1, 2, 2, 0)
+
+
+def test_roofline_step_is_the_max_of_bandwidth_and_compute_plus_overhead():
+    model, gpu = MODELS["opt-13b"], GPUS["a100-40gb"]
+    kv_tok = model.kv_bytes_per_token("fp16")
+    clock = RooflineClock(model, gpu, kv_tok, 16, eff_bw=0.8, eff_flops=0.5, step_overhead_s=1e-3)
+    bw, flops = 1555e9 * 0.8, 312e12 * 0.5
+    # decode of 8 sequences with 1000 tokens of context each: memory bound
+    decode = clock.step_s(8, 8000, 8000, 0, 0)
+    assert decode == pytest.approx((12.85e9 * 2 + 8 * kv_tok + 8000 * kv_tok) / bw + 1e-3)
+    # a 2048-token prefill: compute bound
+    attn = 4 * 40 * 40 * 128 * (2048 * 2049 // 2)
+    prefill = clock.step_s(2048, 2048, 2048 * 2049 // 2, 0, 0)
+    assert prefill == pytest.approx((2 * 12.85e9 * 2048 + attn) / flops + 1e-3)
+    # swapping 10 blocks adds their transfer over the host link
+    assert clock.step_s(8, 8000, 8000, 0, 10) - decode == pytest.approx(10 * 16 * kv_tok / (HOST_LINK_GB_S * 1e9))
+    # a measured attention time replaces the modeled attention terms
+    measured = clock.step_s(8, 8000, 8000, 0, 0, measured_attention_s=0.5)
+    assert measured == pytest.approx((12.85e9 * 2 + 8 * kv_tok) / bw + 0.5 + 1e-3)
+
+
+def _rows_of(tokens: np.ndarray, content: KVContent):
+    return content.rows(prefix_sums(token_terms(tokens, np.arange(len(tokens)))))
+
+
+@given(st.lists(st.integers(0, 50_000), min_size=2, max_size=40), st.integers(1, 39))
+def test_kv_rows_depend_on_the_whole_prefix_and_nothing_else(tokens, cut):
+    content = KVContent(num_kv_heads=2, head_dim=8, kv_dtype="fp32")
+    tokens = np.array(tokens, dtype=np.int32)
+    cut = min(cut, len(tokens) - 1)
+    k, v = _rows_of(tokens, content)
+    k_prefix, v_prefix = _rows_of(tokens[:cut], content)
+    assert np.array_equal(k[:cut], k_prefix) and np.array_equal(v[:cut], v_prefix)  # shared prefix, same KV
+    changed = tokens.copy()
+    changed[cut - 1] = (changed[cut - 1] + 1) % 50_000
+    k2, _ = _rows_of(changed, content)
+    assert np.array_equal(k2[: cut - 1], k[: cut - 1])
+    assert not np.array_equal(k2[cut - 1:], k[cut - 1:])  # every later row differs
+    assert np.abs(k).max() <= 1.0
+
+
+def test_incremental_decode_hash_equals_the_prefix_recomputation():
+    prompt = np.arange(10, dtype=np.int32) * 7
+    key = output_key(3, 1)
+    generated = token_ids_for(key, 0, 5)
+    full = prefix_sums(token_terms(np.concatenate([prompt, generated]), np.arange(15)))
+    acc = prefix_sums(token_terms(prompt, np.arange(10)))[-1]
+    for j in range(5):
+        tok = generated_token_ids(np.array([key], dtype=np.uint64), np.array([j]))
+        assert tok[0] == generated[j]
+        with np.errstate(over="ignore"):
+            acc = acc + token_terms(tok, np.array([10 + j]))[0]
+        assert acc == full[10 + j]
+
+
+def test_bf16_storage_rounds_to_nearest_even():
+    x = np.array([1.0, -2.5, 1 + 2**-8, 1 + 3 * 2**-8, 3.14159], dtype=np.float32)
+    back = reference.dequantize(to_storage(x, "bf16"), "bf16")
+    assert back[:2].tolist() == [1.0, -2.5]
+    assert back[2] == 1.0  # halfway: ties to even (mantissa 0)
+    assert back[3] == 1 + 4 * 2**-8  # halfway: ties to even (mantissa 2)
+    assert abs(back[4] - 3.14159) <= 2**-7 * 2
