@@ -71,7 +71,7 @@ def _split_k_tokens(base_blocks: int, max_kv_len: int, num_sms: int) -> int:
     if base_blocks >= target_blocks or max_kv_len < 2 * MIN_PARTITION_TOKENS:
         return max(max_kv_len, 1)
     parts = math.ceil(target_blocks / base_blocks)
-    tokens = math.ceil(max_kv_len / parts / PARTITION_ALIGN_TOKENS) * PARTITION_ALIGN_TOKENS
+    tokens = max_kv_len // parts // PARTITION_ALIGN_TOKENS * PARTITION_ALIGN_TOKENS  # rounded down: >= parts pieces
     return max(tokens, MIN_PARTITION_TOKENS)
 
 

@@ -1,0 +1,73 @@
+"""Launch plans shared by the CuPy and CPU-shim backends: rows per block, row chunks, split-K, vector widths."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workbench.kernels import launch
+
+
+@given(
+    num_seqs=st.integers(1, 512),
+    num_kv_heads=st.integers(1, 16),
+    group=st.integers(1, 64),
+    max_q=st.integers(1, 4096),
+    max_kv_len=st.integers(1, 200_000),
+    num_sms=st.integers(1, 160),
+)
+def test_plan_covers_every_row_and_position(num_seqs, num_kv_heads, group, max_q, max_kv_len, num_sms):
+    max_q = min(max_q, max_kv_len)
+    plan = launch.plan_attention(num_seqs, group * num_kv_heads, num_kv_heads, max_q, max_kv_len, num_sms)
+    num_rows = max_q * group
+    assert plan.rows in (1, 2, 4, 8)
+    assert plan.rows == min(8, 1 << math.ceil(math.log2(num_rows)))  # smallest tile holding the group
+    assert (plan.row_chunks - 1) * plan.rows < num_rows <= plan.row_chunks * plan.rows
+    # every KV position of the longest sequence is in exactly one partition, and no partition is empty
+    assert (plan.num_partitions - 1) * plan.partition_tokens < max_kv_len <= plan.num_partitions * plan.partition_tokens
+    base_blocks = num_seqs * num_kv_heads * plan.row_chunks
+    if plan.num_partitions > 1:
+        assert base_blocks < launch.BLOCKS_PER_SM * num_sms, "split-K only when the unsplit grid leaves SMs idle"
+        assert plan.partition_tokens >= launch.MIN_PARTITION_TOKENS
+        assert plan.partition_tokens % launch.PARTITION_ALIGN_TOKENS == 0
+        filled = base_blocks * plan.num_partitions >= launch.BLOCKS_PER_SM * num_sms
+        assert filled or plan.partition_tokens == launch.MIN_PARTITION_TOKENS, "fills the device unless clamped"
+    assert plan.grid(num_kv_heads, num_seqs) == (num_kv_heads * plan.row_chunks, plan.num_partitions, num_seqs)
+
+
+def test_small_batch_long_context_splits_to_fill_the_device():
+    """Four sequences, 8 kv heads, 32k context on 132 SMs: the unsplit grid would be 32 blocks."""
+    plan = launch.plan_attention(4, 32, 8, 1, 32768, 132)
+    assert plan.rows == 4 and plan.row_chunks == 1
+    blocks = 4 * 8 * plan.num_partitions
+    assert launch.BLOCKS_PER_SM * 132 <= blocks < 2 * launch.BLOCKS_PER_SM * 132
+
+
+def test_large_batch_is_not_split():
+    plan = launch.plan_attention(256, 32, 8, 1, 4096, 132)
+    assert plan.num_partitions == 1 and plan.partition_tokens == 4096
+
+
+def test_forced_partitions_and_bad_values():
+    assert launch.plan_attention(2, 4, 1, 1, 1000, 1, partition_tokens=7).num_partitions == 143
+    with pytest.raises(ValueError, match="partition_tokens"):
+        launch.plan_attention(2, 4, 1, 1, 1000, 1, partition_tokens=0)
+    with pytest.raises(ValueError, match="grid too large"):
+        launch.plan_attention(70_000, 4, 1, 1, 10, 1)
+
+
+@pytest.mark.parametrize(
+    "head_dim, itemsize, expected",
+    [(64, 4, 16), (80, 4, 16), (80, 2, 16), (96, 2, 16), (256, 2, 16), (6, 2, 4), (3, 4, 4), (3, 2, 2), (2, 4, 8)],
+)
+def test_vector_width_is_the_widest_that_divides_a_row(head_dim, itemsize, expected):
+    assert launch.vector_bytes(head_dim, itemsize) == expected
+
+
+def test_pool_alignment_check_names_the_pool():
+    launch.check_pool_alignment(64, 2, k_pool=0x1000, v_pool=0x2000)
+    with pytest.raises(ValueError, match="v_pool: data must start on a 16-byte boundary"):
+        launch.check_pool_alignment(64, 2, k_pool=0x1000, v_pool=0x2004)
