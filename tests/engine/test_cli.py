@@ -1,0 +1,58 @@
+"""`python -m workbench.run`: flags from RunConfig, a summary table, one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.engine.conftest import SMALL_MODEL
+from workbench import columns as C
+from workbench.config import RunConfig
+from workbench.run import build_parser, main
+
+
+def test_every_config_field_is_a_flag_with_help():
+    help_text = build_parser().format_help()
+    for f in dataclasses.fields(RunConfig):
+        assert "--" + f.name.replace("_", "-") in help_text
+    for unit in ("GiB", "tokens", "requests/s", "seconds"):
+        assert unit in help_text
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--strategy", "nope"], "unknown strategy 'nope'; valid: contiguous-max, contiguous-pow2, contiguous-oracle, "
+                             "paged, paged-prefix"),
+    (["--block-size", "0"], "block_size must be > 0, got 0"),
+    (["--kv-slots", "-5"], "kv_slots must be > 0, got -5"),
+    (["--kv-slots", "1000"], "cannot hold a single request of max_model_len = 2048 tokens"),
+    (["--n", "2", "--beam-width", "3"], "contradictory"),
+    (["--max-num-batched-tokens", "512"], "max_num_batched_tokens (512) < max_model_len (2048)"),
+    (["--workload", "nonsense-name", "--kernel", "none"], "nonsense-name"),
+])
+def test_bad_configs_exit_2_with_one_line(argv, message, capsys, tmp_path):
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not out.exists()  # nothing half written
+
+
+def test_a_run_prints_the_summary_and_writes_the_files(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["--model", SMALL_MODEL, "--kv-slots", "2048", "--kernel", "none", "--workload", "alpaca-like",
+               "--num-requests", "20", "--rate", "10", "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "requests finished / rejected" in printed and "20 / 0" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert tuple(summary) == C.SUMMARY_KEYS and summary["num_finished"] == 20
+
+
+def test_module_entry_point_runs():
+    proc = subprocess.run([sys.executable, "-m", "workbench.run", "--strategy", "bogus"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown strategy 'bogus'" in proc.stderr
