@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.kernels import launch
-from workbench.kernels.source import SHIM_ENTRY, cuda_include_dirs, kernels_dir, source_files
+from workbench.kernels.source import HEAD_DIMS, SHIM_ENTRY, cuda_include_dirs, kernels_dir, source_files
 from workbench.paths import REPO_ROOT
 
 CXX = os.environ.get("CXX", "g++")
@@ -151,6 +151,8 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
     `partition_tokens` forces a split-K partition size instead of the launcher heuristic.
     """
     total_q, num_heads, head_dim = q.shape
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"the CUDA attention kernels are instantiated for head_dim in {HEAD_DIMS}, got {head_dim}")
     num_kv_heads = k_pool.shape[1]
     num_seqs = len(qo_indptr) - 1
     args = AttentionArgs(kv_dtype=KV_DTYPE_CODES[kv_dtype], head_dim=head_dim, num_heads=num_heads)

@@ -16,7 +16,14 @@ import numpy as np
 
 from workbench.kernels import launch
 from workbench.kernels.nvrtc import source_options
-from workbench.kernels.source import ATTENTION_CU, CACHE_OPS_CU, MERGE_KERNEL_NAME, attention_kernel_name, read_source
+from workbench.kernels.source import (
+    ATTENTION_CU,
+    CACHE_OPS_CU,
+    HEAD_DIMS,
+    MERGE_KERNEL_NAME,
+    attention_kernel_name,
+    read_source,
+)
 
 COPY_WORD_TYPES = {16: "uint4", 2: "unsigned short"}
 
@@ -43,6 +50,8 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
     queries of one sequence): one small device-to-host read per call.
     """
     total_q, num_heads, head_dim = q.shape
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"the CUDA attention kernels are instantiated for head_dim in {HEAD_DIMS}, got {head_dim}")
     num_kv_heads = k_pool.shape[1]
     num_seqs = qo_indptr.shape[0] - 1
     out = cp.full(q.shape, cp.nan, dtype=cp.float32)  # poisoned: an element the kernel misses stays NaN

@@ -1,0 +1,131 @@
+"""The CUDA kernels on a GPU through CuPy: the DESIGN §7 grid against the reference, and cupy against numba.
+
+Marked `gpu`; skipped when CuPy is not installed or sees no device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_cases import TOLERANCE, assert_attention_close, make_case, random_qo_indptr
+
+from workbench import kernels
+from workbench.kernels import reference as ref
+
+cp = pytest.importorskip("cupy")
+try:
+    _gpu = bool(cp.cuda.is_available())
+except Exception:  # a broken driver install means no GPU here
+    _gpu = False
+if not _gpu:
+    pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
+
+from workbench.kernels import cupy_backend  # noqa: E402  (imports cupy)
+
+pytestmark = pytest.mark.gpu
+GRID_LENGTHS = [1, 15, 16, 17, 97, 1000]
+
+
+def _on_device(case):
+    """The case's arrays as CuPy arrays (same field names)."""
+    fields = ("q", "paged_k", "paged_v", "kv_indptr", "kv_indices", "kv_last_page_len", "contig_k", "contig_v",
+              "kv_start", "kv_len")
+    return {name: cp.asarray(getattr(case, name)) for name in fields}
+
+
+def _reference(case, qo_indptr):
+    return ref.paged_extend(case.q, qo_indptr, case.paged_k, case.paged_v, case.kv_indptr, case.kv_indices,
+                            case.kv_last_page_len, case.block_size, case.kv_dtype, 1 / np.sqrt(case.q.shape[2]))
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("block_size", [1, 2, 8, 16, 32, 128, 256])
+def test_decode_grid(block_size, group, kv_dtype):
+    rng = np.random.default_rng([block_size, group, len(kv_dtype), 21])
+    case = make_case(rng, rng.permutation(GRID_LENGTHS), 2 * group, 2, 64, block_size, kv_dtype)
+    d = _on_device(case)
+    paged = kernels.paged_decode(d["q"], d["paged_k"], d["paged_v"], d["kv_indptr"], d["kv_indices"],
+                                 d["kv_last_page_len"], block_size, backend="cupy", kv_dtype=kv_dtype)
+    contig = kernels.contiguous_decode(d["q"], d["contig_k"], d["contig_v"], d["kv_start"], d["kv_len"],
+                                       backend="cupy", kv_dtype=kv_dtype)
+    assert isinstance(paged, cp.ndarray)
+    indptr = np.arange(len(GRID_LENGTHS) + 1)
+    assert_attention_close(cp.asnumpy(paged), _reference(case, indptr), kv_dtype, indptr)
+    np.testing.assert_array_equal(cp.asnumpy(paged), cp.asnumpy(contig))
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("block_size", [1, 16, 256])
+def test_extend_grid(block_size, kv_dtype):
+    rng = np.random.default_rng([block_size, len(kv_dtype), 22])
+    lengths = rng.permutation(GRID_LENGTHS)
+    qo_indptr = random_qo_indptr(rng, lengths)
+    case = make_case(rng, lengths, 8, 2, 64, block_size, kv_dtype, num_q=int(qo_indptr[-1]))
+    d = _on_device(case)
+    paged = kernels.paged_extend(d["q"], cp.asarray(qo_indptr), d["paged_k"], d["paged_v"], d["kv_indptr"],
+                                 d["kv_indices"], d["kv_last_page_len"], block_size, backend="cupy",
+                                 kv_dtype=kv_dtype)
+    assert_attention_close(cp.asnumpy(paged), _reference(case, qo_indptr), kv_dtype, qo_indptr)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 256])
+@pytest.mark.parametrize("partition_tokens", [None, 5, 300])
+def test_head_dims_and_split_k(head_dim, kv_dtype, partition_tokens):
+    rng = np.random.default_rng([head_dim, len(kv_dtype), 23])
+    qo_indptr = np.array([0, 1, 4, 9, 10], dtype=np.int32)
+    case = make_case(rng, [1, 17, 97, 1000], 8, 2, head_dim, 16, kv_dtype, num_q=10)
+    d = _on_device(case)
+    paged = (d["kv_indptr"], d["kv_indices"], d["kv_last_page_len"], 16)
+    out = cupy_backend.attention(d["q"], cp.asarray(qo_indptr), d["paged_k"], d["paged_v"], kv_dtype,
+                                 1 / np.sqrt(head_dim), paged=paged, partition_tokens=partition_tokens)
+    assert_attention_close(cp.asnumpy(out), _reference(case, qo_indptr), kv_dtype, qo_indptr)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("context", [1024, 8192])
+def test_cupy_agrees_with_numba_at_serving_shapes(context, kv_dtype):
+    """DESIGN §10 shape (32 q / 8 kv heads, head_dim 128, block 16) with the launcher's own split-K choice."""
+    rng = np.random.default_rng([context, len(kv_dtype), 24])
+    lengths = rng.integers(context // 2, context + 1, size=4)
+    case = make_case(rng, lengths, 32, 8, 128, 16, kv_dtype)
+    d = _on_device(case)
+    gpu = kernels.paged_decode(d["q"], d["paged_k"], d["paged_v"], d["kv_indptr"], d["kv_indices"],
+                               d["kv_last_page_len"], 16, backend="cupy", kv_dtype=kv_dtype)
+    cpu = kernels.paged_decode(case.q, case.paged_k, case.paged_v, case.kv_indptr, case.kv_indices,
+                               case.kv_last_page_len, 16, backend="numba", kv_dtype=kv_dtype)
+    assert ref.rel_err(cp.asnumpy(gpu), cpu) <= TOLERANCE[kv_dtype]
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+def test_cache_ops_match_numpy_including_host_swap(kv_dtype):
+    rng = np.random.default_rng([len(kv_dtype), 25])
+    block_size, num_blocks, host_blocks = 16, 12, 6
+    storage = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}[kv_dtype]
+
+    def rows(n):
+        return rng.integers(0, 1 << 14, size=(n, 2, 64)).astype(storage)
+
+    k, v = rows(num_blocks * block_size), rows(num_blocks * block_size)
+    host_k, host_v = rows(host_blocks * block_size), rows(host_blocks * block_size)
+    dk, dv = cp.asarray(k), cp.asarray(v)
+    slots = rng.choice(num_blocks * block_size, size=20, replace=False).astype(np.int64)
+    slots[::4] = -1
+    new_k, new_v = rows(20), rows(20)
+    kernels.cache_write(dk, dv, cp.asarray(new_k), cp.asarray(new_v), cp.asarray(slots), backend="cupy")
+    ref.cache_write(k, v, new_k, new_v, slots)
+    copies = np.array([[0, 5], [3, 7], [3, 8]], dtype=np.int32)
+    kernels.block_copy(dk, dv, cp.asarray(copies), block_size, backend="cupy")
+    ref.block_copy(k, v, copies, block_size)
+    expected_host_k, expected_host_v = host_k.copy(), host_v.copy()
+    out_moves = np.array([[1, 4], [9, 0]], dtype=np.int32)  # device -> host
+    kernels.block_swap(dk, dv, host_k, host_v, out_moves, block_size, backend="cupy")
+    ref.block_swap(k, v, expected_host_k, expected_host_v, out_moves, block_size)
+    in_moves = np.array([[2, 10], [4, 11]], dtype=np.int32)  # host -> device
+    kernels.block_swap(host_k, host_v, dk, dv, in_moves, block_size, backend="cupy")
+    ref.block_swap(expected_host_k, expected_host_v, k, v, in_moves, block_size)
+    np.testing.assert_array_equal(cp.asnumpy(dk), k)
+    np.testing.assert_array_equal(cp.asnumpy(dv), v)
+    np.testing.assert_array_equal(host_k, expected_host_k)
+    np.testing.assert_array_equal(host_v, expected_host_v)
