@@ -117,10 +117,11 @@ class PoolModel:
         return token, reserved, len(written) * self.bs - token - reserved
 
     def _contiguous_reference(self) -> tuple[int, int, int]:
-        token = sum(len(t) for t in self.tokens.values())
-        final = sum(self.final.values())
+        ids = self.on_device()
+        token = sum(len(self.tokens[i]) for i in ids)
+        final = sum(self.final[i] for i in ids)
         alloc = 0
-        for f in self.final.values():
+        for f in (self.final[i] for i in ids):
             size = {"contiguous-max": self.s.max_model_len, "contiguous-oracle": f,
                     "contiguous-pow2": min(1 << (f - 1).bit_length(), self.s.max_model_len)}[self.s.name]
             alloc += 1 << (size - 1).bit_length() if self.s.fit == "buddy" else size

@@ -119,9 +119,31 @@ def test_describe_and_slot_mapping():
     assert s.snapshot().block_table_bytes == 16
 
 
-def test_contiguous_strategies_do_not_swap():
-    s = registry.create("contiguous-max", capacity_slots=100, fit="first", max_model_len=40)
-    s.admit([0], spec(5, 30))
-    assert not s.supports_swap and not s.can_swap_out([0])
-    with pytest.raises(NotImplementedError, match="recompute"):
-        s.swap_out([0])
+def test_contiguous_swap_moves_written_slots_and_reserves_again_on_swap_in():
+    s = registry.create("contiguous-max", capacity_slots=120, fit="first", max_model_len=40, swap_slots=8)
+    s.admit([0, 1], spec(3, 30))  # extents at 0 and 40
+    out = s.swap_out([0, 1])
+    assert out.moves.tolist() == [[0, 0], [1, 1], [2, 2], [40, 3], [41, 4], [42, 5]]
+    snap = s.snapshot()
+    assert snap.free_slots == 120 and snap.token_slots == 0 and snap.block_table_bytes == 0
+    with pytest.raises(ValueError, match="swapped out"):
+        s.append([0])
+    s.admit([2], spec(1, 30))  # takes [0, 40)
+    assert s.can_swap_in([0, 1])
+    back = s.swap_in([0, 1])
+    assert back.moves.tolist() == [[0, 40], [1, 41], [2, 42], [3, 80], [4, 81], [5, 82]]
+    assert s.describe([0, 1]).kv_start.tolist() == [40, 80]
+    assert s.can_swap_out([0, 1, 2])  # 3 + 3 + 1 written slots fit the 8 host slots
+    s.append([0, 1])
+    assert not s.can_swap_out([0, 1, 2])
+    before = s.snapshot()
+    with pytest.raises(RuntimeError, match="no host extents"):
+        s.swap_out([0, 1, 2])
+    assert s.snapshot() == before
+    s.check_integrity()
+
+
+def test_without_host_space_contiguous_strategies_cannot_swap():
+    s = registry.create("contiguous-oracle", capacity_slots=100, fit="first", max_model_len=40)
+    s.admit([0], spec(3, 30))
+    assert not s.can_swap_out([0])

@@ -12,7 +12,9 @@ Accounting (all counters kept incrementally, so `snapshot` is O(number of free e
   in free extents smaller than that; free = the rest.
 Parallel sampling needs one extent per sample (all or nothing) and delivers the prompt's KV to
 samples 2..n as copies from the first extent; a fork is a new extent plus a copy of the parent's KV.
-Swap is not supported (preempt by recompute).
+Swap moves a sequence's written slots to an extent of a first-fit host space of `swap_slots` and
+releases its device extent; swap-in places a fresh reservation. Swapped sequences count in no device
+column (and not in logical_token_slots).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import AdmitResult, AppendResult, ContiguousDescriptor, SeqSpec, Snapshot, SwapResult
-from workbench.allocators.extents import make_placer
+from workbench.allocators.extents import RunPlacer, make_placer
 from workbench.allocators.seq_rows import SeqRows
 
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
@@ -30,21 +32,24 @@ _EXTENT_DESCRIPTOR_BYTES = 8  # int32 kv_start + int32 kv_len per sequence
 class ContiguousStrategy:
     kernel_mode = "contiguous"
     block_size = 1
-    supports_swap = False
+    supports_swap = True
     name = "contiguous"
 
     def __init__(self, *, capacity_slots: int, max_model_len: int, fit: str = "first", block_size: int = 1,
                  swap_slots: int = 0) -> None:
-        del block_size, swap_slots  # one slot per block; extents are not swapped
-        if capacity_slots < 1 or max_model_len < 1:
-            raise ValueError(f"capacity_slots ({capacity_slots}) and max_model_len ({max_model_len}) must be >= 1")
+        del block_size  # one slot per block
+        if capacity_slots < 1 or max_model_len < 1 or swap_slots < 0:
+            raise ValueError(f"need capacity_slots ({capacity_slots}) >= 1, max_model_len ({max_model_len}) >= 1, "
+                             f"swap_slots ({swap_slots}) >= 0")
         self.capacity_slots = capacity_slots
         self.max_model_len = max_model_len
         self.fit = fit
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
         self._placer = make_placer(fit, capacity_slots)
-        self._seqs = SeqRows(("start", "alloc", "length", "final_len"))
+        self._host = RunPlacer(swap_slots, best=False) if swap_slots else None
+        self._seqs = SeqRows(("start", "alloc", "length", "final_len", "swapped", "host_start"))
+        self._num_on_device = 0
         self._token_slots = 0
         self._final_slots = 0  # sum of final_len over live sequences
         self._alloc_slots = 0  # sum of allocated extent sizes
@@ -60,7 +65,7 @@ class ContiguousStrategy:
         if not 1 <= spec.num_tokens <= spec.final_len <= self.max_model_len:
             raise ValueError(f"need 1 <= num_tokens ({spec.num_tokens}) <= final_len ({spec.final_len}) "
                              f"<= max_model_len ({self.max_model_len})")
-        extents = self._place_all(len(seq_ids), spec.final_len)
+        extents = _place_all(self._placer, [self.reservation_slots(spec.final_len)] * len(seq_ids))
         if extents is None:
             needed = self._placer.alloc_size(self.reservation_slots(spec.final_len))
             return AdmitResult(False, needed_extent_slots=needed,
@@ -76,8 +81,10 @@ class ContiguousStrategy:
         if child_id in self._seqs:
             raise ValueError(f"sequence {child_id} is already live")
         parent = self._seqs.row(parent_id)
+        if self._seqs.column("swapped")[parent]:
+            raise ValueError(f"cannot fork sequence {parent_id}: it is swapped out")
         length, final_len = (int(self._seqs.column(c)[parent]) for c in ("length", "final_len"))
-        extents = self._place_all(1, final_len)
+        extents = _place_all(self._placer, [self.reservation_slots(final_len)])
         if extents is None:
             needed = self._placer.alloc_size(self.reservation_slots(final_len))
             return AdmitResult(False, needed_extent_slots=needed, reason=f"no free extent of {needed} slots")
@@ -88,12 +95,10 @@ class ContiguousStrategy:
     def free(self, seq_id: int) -> None:
         """Mutates. The extent returns to the free space."""
         row = self._seqs.row(seq_id)
-        start, alloc, length, final_len = (int(self._seqs.column(c)[row])
-                                           for c in ("start", "alloc", "length", "final_len"))
-        self._placer.release(start, alloc)
-        self._token_slots -= length
-        self._final_slots -= final_len
-        self._alloc_slots -= alloc
+        if self._seqs.column("swapped")[row]:
+            self._host.release(int(self._seqs.column("host_start")[row]), int(self._seqs.column("length")[row]))
+        else:
+            self._leave_device(row)
         self._seqs.remove(seq_id)
 
     def can_append(self, seq_ids: list[int]) -> bool:
@@ -115,10 +120,14 @@ class ContiguousStrategy:
         length = int(self._seqs.column("length")[row])
         if not 0 <= start <= stop <= length:
             raise ValueError(f"positions [{start}, {stop}) outside sequence {seq_id} of {length} tokens")
+        if self._seqs.column("swapped")[row]:
+            raise ValueError(f"sequence {seq_id} is swapped out")
         return self._seqs.column("start")[row] + np.arange(start, stop, dtype=np.int64)
 
     def describe(self, seq_ids: list[int]) -> ContiguousDescriptor:
         rows = self._seqs.rows(seq_ids)
+        if self._seqs.column("swapped")[rows].any():
+            raise ValueError("cannot describe a swapped-out sequence")
         return ContiguousDescriptor(kv_start=self._seqs.column("start")[rows].astype(np.int32),
                                     kv_len=self._seqs.column("length")[rows].astype(np.int32))
 
@@ -132,66 +141,108 @@ class ContiguousStrategy:
             reserved_slots=self._final_slots - self._token_slots,
             internal_frag_slots=self._alloc_slots - self._final_slots, cached_slots=0,
             external_frag_slots=external, free_slots=self.capacity_slots - used - external,
-            logical_token_slots=self._token_slots, block_table_bytes=_EXTENT_DESCRIPTOR_BYTES * len(self._seqs),
+            logical_token_slots=self._token_slots, block_table_bytes=_EXTENT_DESCRIPTOR_BYTES * self._num_on_device,
             largest_free_extent_slots=int(sizes.max()) if sizes.shape[0] else 0,
             num_free_blocks=self._placer.free_slots)
 
     def can_swap_out(self, seq_ids: list[int]) -> bool:
-        return False
+        rows = self._group_rows(seq_ids, swapped=False)
+        return self._host is not None and _fits(self._host, self._seqs.column("length")[rows].tolist())
 
     def swap_out(self, seq_ids: list[int]) -> SwapResult:
-        raise NotImplementedError(f"{self.name} does not swap: preempt by recompute")
+        """Mutates. Each sequence's written slots move to one host extent; device extents are released.
+        Raises RuntimeError, changing nothing, when the host space cannot take the group."""
+        rows = self._group_rows(seq_ids, swapped=False)
+        c = self._seqs.column
+        lengths = c("length")[rows].tolist()
+        extents = _place_all(self._host, lengths) if self._host is not None else None
+        if extents is None:
+            raise RuntimeError(f"cannot swap out {seq_ids}: no host extents for {lengths} slots")
+        moves = []
+        for row, (host_start, length) in zip(rows.tolist(), extents, strict=True):
+            moves.append(_copy_pairs(int(c("start")[row]), host_start, length))
+            self._leave_device(row)
+            c("swapped")[row] = 1
+            c("host_start")[row] = host_start
+        return SwapResult(moves=np.concatenate(moves))
 
     def can_swap_in(self, seq_ids: list[int]) -> bool:
-        return False
+        rows = self._group_rows(seq_ids, swapped=True)
+        return _fits(self._placer, [self.reservation_slots(int(f)) for f in self._seqs.column("final_len")[rows]])
 
     def swap_in(self, seq_ids: list[int]) -> SwapResult:
-        raise NotImplementedError(f"{self.name} does not swap: preempt by recompute")
+        """Mutates. Each sequence gets a fresh reservation and its written slots back."""
+        rows = self._group_rows(seq_ids, swapped=True)
+        c = self._seqs.column
+        extents = _place_all(self._placer, [self.reservation_slots(int(f)) for f in c("final_len")[rows]])
+        if extents is None:
+            raise RuntimeError(f"cannot swap in {seq_ids}: no free extents")
+        moves = []
+        for row, (start, alloc) in zip(rows.tolist(), extents, strict=True):
+            length = int(c("length")[row])
+            moves.append(_copy_pairs(int(c("host_start")[row]), start, length))
+            self._host.release(int(c("host_start")[row]), length)
+            c("swapped")[row] = 0
+            self._enter_device(row, start, alloc)
+        return SwapResult(moves=np.concatenate(moves))
 
     def check_integrity(self) -> None:
-        """Pure. Extents and free space tile the slot space exactly; counters match a recount."""
+        """Pure. Extents and free space tile the device (and host) slot space exactly; counters match
+        a recount."""
         live = np.flatnonzero(self._seqs.live)
-        col = {c: self._seqs.column(c)[live] for c in ("start", "alloc", "length", "final_len")}
+        col = {c: self._seqs.column(c)[live] for c in ("start", "alloc", "length", "final_len", "swapped",
+                                                        "host_start")}
         if not (np.all(col["length"] >= 1) and np.all(col["length"] <= col["final_len"])
-                and np.all(col["final_len"] <= col["alloc"])):
-            raise AssertionError("1 <= length <= final_len <= extent broken")
-        free_starts, free_sizes = self._placer.free_extents()
-        starts = np.concatenate([col["start"], free_starts])
-        sizes = np.concatenate([col["alloc"], free_sizes])
-        order = np.argsort(starts, kind="stable")
-        ends = np.cumsum(sizes[order])
-        if not (np.array_equal(starts[order], np.concatenate([[0], ends[:-1]])) and ends[-1] == self.capacity_slots):
-            raise AssertionError("extents and free space overlap or leave a gap")
-        self._placer.check()
-        if (int(col["length"].sum()), int(col["final_len"].sum()), int(col["alloc"].sum()),
-                int(free_sizes.sum())) != (self._token_slots, self._final_slots, self._alloc_slots,
-                                           self._placer.free_slots):
-            raise AssertionError("slot counters differ from a recount")
-
-    def _place_all(self, n: int, final_len: int) -> list[tuple[int, int]] | None:
-        """Mutates only on success: n extents, or None with the free space unchanged."""
-        size = self.reservation_slots(final_len)
-        placed = []
-        for _ in range(n):
-            extent = self._placer.place(size)
-            if extent is None:
-                for start, alloc in reversed(placed):  # canonical free space: rollback is exact
-                    self._placer.release(start, alloc)
-                return None
-            placed.append(extent)
-        return placed
+                and np.all(col["final_len"] <= self.max_model_len)):
+            raise AssertionError("1 <= length <= final_len <= max_model_len broken")
+        dev = col["swapped"] == 0
+        if not np.all(col["final_len"][dev] <= col["alloc"][dev]):
+            raise AssertionError("an extent is shorter than its sequence's final length")
+        _check_tiling(self._placer, col["start"][dev], col["alloc"][dev], "device")
+        if self._host is not None:
+            _check_tiling(self._host, col["host_start"][~dev], col["length"][~dev], "host")
+        recount = (int(dev.sum()), int(col["length"][dev].sum()), int(col["final_len"][dev].sum()),
+                   int(col["alloc"][dev].sum()))
+        if recount != (self._num_on_device, self._token_slots, self._final_slots, self._alloc_slots):
+            raise AssertionError(f"slot counters differ from a recount {recount}")
 
     def _add(self, seq_id: int, start: int, alloc: int, length: int, final_len: int) -> None:
         row = self._seqs.add(seq_id)
-        for name, value in (("start", start), ("alloc", alloc), ("length", length), ("final_len", final_len)):
-            self._seqs.column(name)[row] = value
-        self._token_slots += length
-        self._final_slots += final_len
+        self._seqs.column("length")[row] = length
+        self._seqs.column("final_len")[row] = final_len
+        self._enter_device(row, start, alloc)
+
+    def _enter_device(self, row: int, start: int, alloc: int) -> None:
+        c = self._seqs.column
+        c("start")[row] = start
+        c("alloc")[row] = alloc
+        self._num_on_device += 1
+        self._token_slots += int(c("length")[row])
+        self._final_slots += int(c("final_len")[row])
         self._alloc_slots += alloc
+
+    def _leave_device(self, row: int) -> None:
+        """Mutates. Release the row's device extent and its share of the counters."""
+        c = self._seqs.column
+        self._placer.release(int(c("start")[row]), int(c("alloc")[row]))
+        self._num_on_device -= 1
+        self._token_slots -= int(c("length")[row])
+        self._final_slots -= int(c("final_len")[row])
+        self._alloc_slots -= int(c("alloc")[row])
+
+    def _group_rows(self, seq_ids: list[int], swapped: bool) -> np.ndarray:
+        rows = self._seqs.rows(seq_ids)
+        if np.unique(rows).shape[0] != rows.shape[0]:
+            raise ValueError(f"a sequence id repeats in the group {seq_ids}")
+        if not np.all(self._seqs.column("swapped")[rows] == int(swapped)):
+            raise ValueError(f"every sequence of {seq_ids} must be {'swapped out' if swapped else 'on the device'}")
+        return rows
 
     def _check_appendable(self, seq_ids: list[int], rows: np.ndarray) -> None:
         if np.unique(rows).shape[0] != rows.shape[0]:
             raise ValueError(f"a sequence id repeats in the batch {seq_ids}")
+        if self._seqs.column("swapped")[rows].any():
+            raise ValueError(f"a sequence of {seq_ids} is swapped out")
         over = self._seqs.column("length")[rows] >= self._seqs.column("final_len")[rows]
         if over.any():
             raise ValueError(f"append past final_len for sequences {[seq_ids[i] for i in np.flatnonzero(over)]}")
@@ -201,3 +252,38 @@ def _copy_pairs(src_start: int, dst_start: int, num_slots: int) -> np.ndarray:
     """(src, dst) slot pairs copying num_slots slots, int32 [num_slots, 2]."""
     offsets = np.arange(num_slots, dtype=np.int32)
     return np.stack([src_start + offsets, dst_start + offsets], axis=1)
+
+
+def _place_all(placer, sizes: list[int]) -> list[tuple[int, int]] | None:
+    """Mutates only on success: one extent per size, or None with the free space unchanged."""
+    placed = []
+    for size in sizes:
+        extent = placer.place(size)
+        if extent is None:
+            for start, alloc in reversed(placed):  # canonical free space: the rollback is exact
+                placer.release(start, alloc)
+            return None
+        placed.append(extent)
+    return placed
+
+
+def _fits(placer, sizes: list[int]) -> bool:
+    """Pure: whether `_place_all(placer, sizes)` would succeed."""
+    placed = _place_all(placer, sizes)
+    for start, alloc in reversed(placed or []):
+        placer.release(start, alloc)
+    return placed is not None
+
+
+def _check_tiling(placer, starts: np.ndarray, sizes: np.ndarray, space: str) -> None:
+    """Raise AssertionError unless the extents and the placer's free space tile its slot space."""
+    free_starts, free_sizes = placer.free_extents()
+    starts = np.concatenate([starts, free_starts])
+    sizes = np.concatenate([sizes, free_sizes])
+    order = np.argsort(starts, kind="stable")
+    ends = np.cumsum(sizes[order])
+    if not (np.array_equal(starts[order], np.concatenate([[0], ends[:-1]])) and ends[-1] == placer.capacity_slots):
+        raise AssertionError(f"{space} extents and free space overlap or leave a gap")
+    if int(free_sizes.sum()) != placer.free_slots:
+        raise AssertionError(f"{space} free-slot counter differs from a recount")
+    placer.check()
