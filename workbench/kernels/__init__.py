@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import shutil
 
 import numpy as np
 
@@ -44,10 +45,12 @@ def _cupy_available() -> bool:
 
 
 def available_backends() -> list[str]:
-    """Backends that can run here: their module exists (and for cupy, a GPU is visible)."""
+    """Backends that can run here: their module exists, and cupy sees a GPU, and cuda-cpu finds g++."""
     names = []
     for name, module in BACKEND_MODULES.items():
-        if importlib.util.find_spec(module) is None or (name == "cupy" and not _cupy_available()):
+        if importlib.util.find_spec(module) is None:
+            continue
+        if (name == "cupy" and not _cupy_available()) or (name == "cuda-cpu" and shutil.which("g++") is None):
             continue
         names.append(name)
     return names

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.kernels import launch
-from workbench.kernels.source import HEAD_DIMS, SHIM_ENTRY, cuda_include_dirs, kernels_dir, source_files
+from workbench.kernels.source import HEAD_DIMS, SHIM_ENTRY, cuda_include_dirs, kernels_dir, sources_digest
 from workbench.paths import REPO_ROOT
 
 CXX = os.environ.get("CXX", "g++")
@@ -65,7 +65,8 @@ def build_library(entry: Path, depends: tuple[Path, ...] = ()) -> Path:
     key = hashlib.sha256()
     for part in (version, " ".join(CXX_FLAGS), str(include), str(kernels_dir())):
         key.update(part.encode() + b"\0")
-    for path in [entry, *depends, *source_files()]:
+    key.update(sources_digest().encode())
+    for path in [entry, *depends]:
         key.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     target = cache_dir() / key.hexdigest()[:20] / f"lib{entry.stem}.so"
     if target.is_file():

@@ -23,6 +23,7 @@ from workbench.kernels.source import (
     MERGE_KERNEL_NAME,
     attention_kernel_name,
     read_source,
+    sources_digest,
 )
 
 COPY_WORD_TYPES = {16: "uint4", 2: "unsigned short"}
@@ -30,9 +31,13 @@ COPY_WORD_TYPES = {16: "uint4", 2: "unsigned short"}
 
 @cache
 def _kernel(source_name: str, name_expression: str) -> cp.RawKernel:
-    """The kernel `name_expression` of `source_name`, compiled once per process (CuPy also caches on disk)."""
-    module = cp.RawModule(code=read_source(source_name), options=tuple(source_options()),
-                          name_expressions=(name_expression,))
+    """The kernel `name_expression` of `source_name`, compiled once per process (CuPy also caches on disk).
+
+    CuPy's disk cache keys on the code text, not on the headers it includes, so the code starts with
+    a digest of every kernel source file.
+    """
+    code = f"// kernel sources {sources_digest()}\n" + read_source(source_name)
+    module = cp.RawModule(code=code, options=tuple(source_options()), name_expressions=(name_expression,))
     return module.get_function(name_expression)
 
 

@@ -1,13 +1,14 @@
 """The Numba attention kernel: decode and causal extend, paged or contiguous, in one routine.
 
-Decode is extend with one query per sequence. A work item is (query chunk, KV partition, kv head):
-it reads each K/V row of its partition once for all the query heads of its GQA group and all the
-queries of its chunk, keeps float32 online-softmax state (running max `m`, sum `l`, accumulator
-`acc`) per query row, and writes a normalized partial output plus (m, l). When a sequence is split
-into several KV partitions, `merge_partials` combines them (flash-decoding).
+Decode is extend with one query per sequence. A work item is (query chunk, KV partition): it
+covers every head, so each slot's K and V rows [num_kv_heads, head_dim] are read once, as one
+contiguous run, for all query heads of every GQA group and all queries of the chunk. It keeps
+float32 online-softmax state (running max `m`, sum `ell`, accumulator `acc`) per (query, head)
+row and writes a normalized partial output plus (m, ell). When a sequence is split into several
+KV partitions, `merge_partials` combines them (flash-decoding).
 
 The only difference between paged and contiguous addressing is how a tile's slots are computed
-(`tile_slots`); everything after that reads float32 tiles.
+(`tile_slots`); everything after that reads float32 rows.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from numba import njit, prange
 
 from workbench.kernels.numba_convert import FP32, bits_to_float, load_row
 
-TILE_TOKENS = 32  # K/V rows gathered per step: scores [rows, TILE_TOKENS] stay in L1
+TILE_TOKENS = 32  # tokens per online-softmax step: scores [rows, TILE_TOKENS] stay in L1
 # Reassociation lets the head_dim reductions vectorize; NaN/inf flags stay off because -inf is the
 # empty-softmax marker and a NaN in the pool must surface, not be optimized away.
 FASTMATH = {"reassoc", "contract", "nsz", "arcp"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from functools import cache
 from pathlib import Path
@@ -36,6 +37,14 @@ def read_source(name: str) -> str:
 def source_files() -> list[Path]:
     """All kernel source files (sorted), for cache keys over everything a compilation may include."""
     return sorted(p for p in kernels_dir().iterdir() if p.suffix in (".cu", ".cuh", ".h", ".cpp"))
+
+
+def sources_digest() -> str:
+    """SHA-256 over every kernel source file: changes whenever any .cu, .cuh, .h or .cpp changes."""
+    digest = hashlib.sha256()
+    for path in source_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def cuda_include_dirs() -> list[Path]:
