@@ -1,0 +1,170 @@
+"""GPU decode bandwidth: paged vs contiguous attention vs a device-to-device copy (DESIGN §10).
+
+    python benchmarks/bench_gpu_kernels.py --out OUTDIR      # the table (also OUTDIR/gpu_kernels.{md,csv})
+    python benchmarks/bench_gpu_kernels.py --small           # every kernel once on small shapes (for compute-sanitizer)
+
+Shape per DESIGN §10: 32 query / 8 kv heads, head_dim 128, fp16 KV; contexts 1k-32k; block sizes
+8-128; the batch is sized to about 1 GiB of KV so the device, not the launch, is measured. Paged
+pools use a shuffled block table. Before timing, each configuration checks that paged and
+contiguous outputs agree bit for bit (same logical KV, same schedule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+from workbench import kernels
+from workbench.kernels import cupy_backend
+
+NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
+CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768)
+BLOCK_SIZES = (8, 16, 32, 64, 128)
+TARGET_KV_BYTES = 1 << 30
+REPEATS = 20
+
+
+def time_ms(fn, repeats: int = REPEATS) -> float:
+    """Median milliseconds of `fn()` over `repeats` runs, after two warm-up runs, timed with CUDA events."""
+    fn()
+    fn()
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def copy_bandwidth_gbps(num_bytes: int) -> float:
+    """Device-to-device copy of `num_bytes`: (read + write) bytes per second, in GB/s."""
+    src = cp.empty(num_bytes, dtype=cp.uint8)
+    dst = cp.empty_like(src)
+    ms = time_ms(lambda: cp.copyto(dst, src))
+    return 2 * num_bytes / ms / 1e6
+
+
+def decode_case(context: int, block_size: int, num_seqs: int, rng):
+    """Device arrays for `num_seqs` sequences of `context` tokens, paged (shuffled blocks) and contiguous."""
+    blocks_per_seq = -(-context // block_size)
+    num_blocks = num_seqs * blocks_per_seq
+    shape = (num_seqs * context, NUM_KV_HEADS, HEAD_DIM)
+    contig_k = cp.random.standard_normal(shape, dtype=cp.float32).astype(cp.float16)
+    contig_v = cp.random.standard_normal(shape, dtype=cp.float32).astype(cp.float16)
+    table = rng.permutation(num_blocks).astype(np.int32)  # [num_seqs * blocks_per_seq] logical -> physical
+    logical = np.arange(num_seqs * blocks_per_seq * block_size).reshape(num_seqs, -1)[:, :context]
+    slots = (table[logical // block_size] * block_size + logical % block_size).reshape(-1)  # physical slot of token
+    paged_k = cp.zeros((num_blocks * block_size, NUM_KV_HEADS, HEAD_DIM), dtype=cp.float16)
+    paged_v = cp.zeros_like(paged_k)
+    slots_d = cp.asarray(slots)
+    paged_k[slots_d] = contig_k
+    paged_v[slots_d] = contig_v
+    kv_indptr = cp.arange(0, num_blocks + 1, blocks_per_seq, dtype=cp.int32)
+    kv_indices = cp.asarray(table)
+    kv_last = cp.full(num_seqs, context - (blocks_per_seq - 1) * block_size, dtype=cp.int32)
+    kv_start = cp.arange(0, num_seqs * context, context, dtype=cp.int32)
+    kv_len = cp.full(num_seqs, context, dtype=cp.int32)
+    q = cp.random.standard_normal((num_seqs, NUM_HEADS, HEAD_DIM), dtype=cp.float32)
+    return q, (paged_k, paged_v, kv_indptr, kv_indices, kv_last), (contig_k, contig_v, kv_start, kv_len)
+
+
+def bandwidth_table(out_dir: Path) -> None:
+    rng = np.random.default_rng(0)
+    copy_gbps = copy_bandwidth_gbps(TARGET_KV_BYTES)
+    print(f"device-to-device copy: {copy_gbps:.0f} GB/s (read + write)", flush=True)
+    rows = []
+    for context in CONTEXTS:
+        per_seq_bytes = 2 * context * NUM_KV_HEADS * HEAD_DIM * 2
+        num_seqs = int(np.clip(TARGET_KV_BYTES // per_seq_bytes, 1, 256))
+        for block_size in BLOCK_SIZES:
+            q, paged, contig = decode_case(context, block_size, num_seqs, rng)
+            pk, pv, indptr, indices, last = paged
+            ck, cv, start, length = contig
+
+            def run_paged(q=q, pk=pk, pv=pv, indptr=indptr, indices=indices, last=last, block_size=block_size):
+                return cupy_backend.paged_decode(q, pk, pv, indptr, indices, last, block_size, "fp16",
+                                                 HEAD_DIM**-0.5)
+
+            def run_contig(q=q, ck=ck, cv=cv, start=start, length=length):
+                return cupy_backend.contiguous_decode(q, ck, cv, start, length, "fp16", HEAD_DIM**-0.5)
+
+            if not bool(cp.array_equal(run_paged(), run_contig())):
+                sys.exit(f"paged and contiguous decode differ at context {context}, block size {block_size}")
+            paged_ms, contig_ms = time_ms(run_paged), time_ms(run_contig)
+            kv_bytes = kernels.kv_bytes_read(np.full(num_seqs, context), NUM_KV_HEADS, HEAD_DIM, "fp16")
+            paged_gbps = kv_bytes / paged_ms / 1e6
+            rows.append(dict(context=context, block_size=block_size, num_seqs=num_seqs,
+                             contiguous_ms=round(contig_ms, 4), paged_ms=round(paged_ms, 4),
+                             paged_over_contiguous=round(paged_ms / contig_ms, 3),
+                             paged_kv_gbps=round(paged_gbps, 1),
+                             contiguous_kv_gbps=round(kv_bytes / contig_ms / 1e6, 1),
+                             paged_frac_of_copy=round(paged_gbps / copy_gbps, 3)))
+            print(rows[-1], flush=True)
+            del q, paged, contig, pk, pv, ck, cv
+            cp.get_default_memory_pool().free_all_blocks()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "gpu_kernels.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    header = "| " + " | ".join(rows[0]) + " |"
+    lines = [f"device copy bandwidth: {copy_gbps:.0f} GB/s (read + write), fp16 KV, 32 q / 8 kv heads, head_dim 128",
+             "", header, "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
+    (out_dir / "gpu_kernels.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def small_run() -> None:
+    """Every kernel once on small shapes (decode, extend, split-K, each dtype, cache ops): a sanitizer workload."""
+    rng = np.random.default_rng(1)
+    for kv_dtype, storage in (("fp32", cp.float32), ("fp16", cp.float16), ("bf16", cp.uint16)):
+        lengths = np.array([1, 17, 300])
+        block_size = 16
+        nblocks = -(-lengths // block_size)
+        total = int(nblocks.sum())
+        values = cp.random.standard_normal((total * block_size, 2, 64), dtype=cp.float32)
+        pool = (values.view(cp.uint32) >> 16).astype(cp.uint16) if kv_dtype == "bf16" else values.astype(storage)
+        indices = cp.asarray(rng.permutation(total).astype(np.int32))
+        indptr = cp.asarray(np.concatenate([[0], np.cumsum(nblocks)]).astype(np.int32))
+        last = cp.asarray((lengths - (nblocks - 1) * block_size).astype(np.int32))
+        qo_indptr = cp.asarray(np.array([0, 1, 5, 12], dtype=np.int32))
+        q = cp.random.standard_normal((12, 8, 64), dtype=cp.float32)
+        for partition_tokens in (None, 64):
+            cupy_backend.attention(q, qo_indptr, pool, pool, kv_dtype, 0.125,
+                                   paged=(indptr, indices, last, block_size), partition_tokens=partition_tokens)
+            cupy_backend.attention(q, qo_indptr, pool, pool, kv_dtype, 0.125,
+                                   contiguous=(cp.zeros(3, dtype=cp.int32), cp.asarray(lengths.astype(np.int32))),
+                                   partition_tokens=partition_tokens)
+        copy = pool.copy()
+        cupy_backend.cache_write(pool, copy, pool[:5].copy(), copy[:5].copy(), cp.asarray([3, -1, 40, 7, 9]))
+        cupy_backend.block_copy(pool, copy, cp.asarray(np.array([[0, 2], [1, 3]], dtype=np.int32)), block_size)
+        host = cp.asnumpy(pool)
+        cupy_backend.block_swap(pool, copy, host, host.copy(), np.array([[0, 1]], dtype=np.int32), block_size)
+    cp.cuda.Device().synchronize()
+    print("small run: every kernel launched")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write gpu_kernels.md / .csv here")
+    parser.add_argument("--small", action="store_true", help="run every kernel once on small shapes and exit")
+    args = parser.parse_args()
+    if args.small:
+        small_run()
+    elif args.out:
+        bandwidth_table(args.out)
+    else:
+        parser.error("give --out OUTDIR or --small")
+
+
+if __name__ == "__main__":
+    main()
