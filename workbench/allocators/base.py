@@ -67,6 +67,9 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class SwapResult:
+    """Block moves (slot moves for contiguous strategies, whose blocks are slots). A block shared
+    inside the swapped group moves once."""
+
     moves: np.ndarray  # int32 [num_moves, 2] (src_block, dst_block): device→host on out, host→device on in
 
 
@@ -90,20 +93,26 @@ class ContiguousDescriptor:
 class Snapshot:
     """The exact six-way partition of the pool's capacity at one instant (DESIGN §3), in slots.
 
-    token + reserved + internal_frag + cached + external_frag + free == capacity_slots.
+    token + reserved + internal_frag + cached + external_frag + free == capacity_slots, all >= 0
+    (construction fails otherwise). Only device memory is counted: a swapped-out sequence appears in
+    no column, not even `logical_token_slots`.
     """
 
     capacity_slots: int
-    token_slots: int
-    reserved_slots: int
-    internal_frag_slots: int
-    cached_slots: int
-    external_frag_slots: int
+    token_slots: int  # written slots of held blocks; a slot shared by several sequences counts once
+    reserved_slots: int  # held, unwritten, and a holder will write it before it reaches its final length
+    internal_frag_slots: int  # held and never to be written (over-reservation, block slack, buddy round-up)
+    cached_slots: int  # blocks held only by the prefix cache (refcount 0, evictable)
+    external_frag_slots: int  # with a refusal: free slots in free extents smaller than the refused extent
     free_slots: int
-    logical_token_slots: int
+    logical_token_slots: int  # sum of the on-device sequences' lengths (shared slots counted per sequence)
+    # Kernel-facing metadata: 4 bytes per block-table entry (paged: one int32 per entry of each on-device
+    # sequence's table, as in kv_indices), 8 bytes per extent (contiguous: int32 kv_start + kv_len).
     block_table_bytes: int
+    # The largest request the free space can serve in one piece: the largest free extent (buddy: free
+    # buddy block) for contiguous strategies; all free slots for paged ones, whose blocks need no adjacency.
     largest_free_extent_slots: int
-    num_free_blocks: int
+    num_free_blocks: int  # blocks a request can get now: free plus evictable cached ones (slots if contiguous)
 
     def __post_init__(self) -> None:
         parts = (self.token_slots, self.reserved_slots, self.internal_frag_slots, self.cached_slots,
@@ -137,7 +146,9 @@ class Strategy(Protocol):
         ...
 
     def append(self, seq_ids: list[int]) -> AppendResult:
-        """Mutates. Give each sequence one more token slot (a decode step); raises if it cannot."""
+        """Mutates. Give each sequence one more token slot (a decode step), in batch order. Raises
+        RuntimeError, changing nothing, when the pool cannot (check `can_append` first), and
+        ValueError for a repeated, swapped-out or finished (length == final_len) sequence."""
         ...
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
@@ -159,6 +170,10 @@ class Strategy(Protocol):
     def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
         """The §3 accounting now. `refused_extent_slots` > 0 means the head-of-queue request was
         refused this step needing that contiguous extent (external fragmentation is then counted)."""
+        ...
+
+    def can_swap_out(self, seq_ids: list[int]) -> bool:
+        """Whether `swap_out(seq_ids)` would succeed now (False when there is no host space)."""
         ...
 
     def swap_out(self, seq_ids: list[int]) -> SwapResult:
