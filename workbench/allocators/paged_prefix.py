@@ -39,20 +39,20 @@ class PagedPrefixStrategy(PagedStrategy):
     def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray]:
         keys = block_keys(spec.token_ids, self.block_size)
         max_hit = (spec.num_tokens - 1) // self.block_size  # leave the last prompt token to compute
+        index = self._block_of_key
         hits = []
         for key in keys[:max_hit].tolist():
-            block = self._block_of_key.get(key)
-            if block is None:
+            if key not in index:
                 break
-            hits.append(block)
+            hits.append(index[key])
         return np.array(hits, dtype=np.int32), keys
 
     def _on_admitted(self, spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray, num_hit: int) -> None:
-        for i in range(num_hit, keys.shape[0]):
-            key = int(keys[i])
-            if key not in self._block_of_key:  # a recomputed copy of a cached block stays unregistered
-                self._block_of_key[key] = int(blocks[i])
-                self._key_of_block[int(blocks[i])] = key
+        index = self._block_of_key
+        for key, block in zip(keys[num_hit:].tolist(), blocks[num_hit:keys.shape[0]].tolist(), strict=True):
+            if key not in index:  # a recomputed copy of a cached block stays unregistered
+                index[key] = block
+                self._key_of_block[block] = key
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
 

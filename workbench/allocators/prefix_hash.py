@@ -12,10 +12,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.workload.request import mix64
-
 _BASE = 0x9E3779B97F4A7C15 | 1  # odd, so it is invertible mod 2^64
 _BASE_INV = pow(_BASE, -1, 2**64)
+_powers = np.ones(1, dtype=np.uint64)  # B^i, grown on demand; uint64 array arithmetic wraps mod 2^64
+_powers_inv = np.ones(1, dtype=np.uint64)  # B^-i
+_salts: dict[int, np.ndarray] = {}
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over a uint64 array (equal to `workload.request.mix64`)."""
+    z = x + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(B^i, B^-i) for i < n, uint64 [n] each (views of tables that grow by doubling)."""
+    global _powers, _powers_inv
+    if _powers.shape[0] < n:
+        size = max(n, 2 * _powers.shape[0])
+        _powers = np.cumprod(np.full(size, _BASE, dtype=np.uint64), dtype=np.uint64) * np.uint64(_BASE_INV)
+        _powers_inv = np.cumprod(np.full(size, _BASE_INV, dtype=np.uint64), dtype=np.uint64) * np.uint64(_BASE)
+    return _powers[:n], _powers_inv[:n]
 
 
 def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
@@ -23,12 +42,11 @@ def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
     num_full = token_ids.shape[0] // block_size
     if num_full == 0:
         return np.zeros(0, dtype=np.uint64)
+    salt = _salts.get(block_size)
+    if salt is None:
+        salt = _salts[block_size] = _mix(np.arange(block_size, dtype=np.uint64))  # position inside the block
     tokens = token_ids[:num_full * block_size].astype(np.uint64).reshape(num_full, block_size)
-    salt = mix64(np.arange(block_size, dtype=np.uint64))  # [block_size]: position inside the block
     # [num_full]: a sum of strong hashes of distinct (position, token) pairs; equal only for equal blocks
-    content = mix64(mix64(tokens ^ salt).sum(axis=1, dtype=np.uint64))
-    powers_inv = np.cumprod(np.full(num_full, _BASE_INV, dtype=np.uint64), dtype=np.uint64) * np.uint64(_BASE)
-    powers = np.cumprod(np.full(num_full, _BASE, dtype=np.uint64), dtype=np.uint64) * np.uint64(_BASE_INV)
-    # powers_inv[i] = B^-i, powers[i] = B^i (cumprod starts at the first power; one factor undone)
-    chain = powers * np.cumsum(content * powers_inv, dtype=np.uint64)
-    return mix64(chain)
+    content = _mix(_mix(tokens ^ salt).sum(axis=1, dtype=np.uint64))
+    powers, powers_inv = _power_tables(num_full)
+    return _mix(powers * np.cumsum(content * powers_inv, dtype=np.uint64))
