@@ -1,8 +1,13 @@
-"""`paged`: PagedAttention's block manager (DESIGN §4) with batch-level numpy bookkeeping.
+"""`paged`: PagedAttention's block manager (DESIGN §4) with batch-level bookkeeping.
 
 Blocks are allocated on demand and freed on completion. A group admitted together (parallel
 sampling) and a fork share blocks by reference count; the first write into a shared block copies it
-(copy-on-write), except for its last holder, which writes in place.
+(copy-on-write), except for its last holder, which writes in place. Swap moves a group's distinct
+blocks to a host pool of `swap_slots // block_size` blocks and back.
+
+State lives in numpy arrays (refcounts, a free-block stack, per-sequence columns and a 2-D block
+table); a decode step is two compiled passes over the batch (`paged_loops`), so its cost grows with
+the batch, never with the pool.
 
 State invariants (checked by `check_integrity`):
 - A sequence's block table holds ceil(length / block_size) distinct blocks; all but the last are

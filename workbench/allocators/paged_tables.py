@@ -3,9 +3,9 @@
 Row r of `_table` is the block table of the sequence in row r of `seqs`; only its first
 `num_blocks[r]` entries are meaningful. The array grows by doubling in both directions (rows with
 the number of live sequences, columns with the longest table), so its size tracks the live state,
-not `max_model_len`. A batch's CSR page table is one gather with a flat index built by `np.repeat`:
-O(total blocks of the batch), done by the compiled loops of `paged_loops` together with the rest of
-a decode step's bookkeeping.
+not `max_model_len`. A batch's CSR page table is one compiled gather (`paged_loops.gather_tables`),
+O(total blocks of the batch); the rarer whole-group operations (swap) use a flat index built with
+`np.repeat`.
 """
 
 from __future__ import annotations
