@@ -31,10 +31,14 @@ from workbench.workload.request import Request
 
 
 class StepTimers:
-    """Wall-time accumulators per engine phase (benchmarks only: `run(..., timers=StepTimers())`)."""
+    """Wall-time accumulators per engine phase (benchmarks: `simulate(..., timers=StepTimers())`).
+
+    Whoever wraps the strategy to time its calls adds them to `allocator_s`; the phases then
+    exclude that time, so the four parts add up to the step loop's time."""
 
     def __init__(self) -> None:
-        self.scheduler_s = 0.0  # queueing, admission and the strategy calls it makes
+        self.allocator_s = 0.0  # inside strategy calls, in any phase
+        self.scheduler_s = 0.0  # queueing and admission decisions
         self.kernel_s = 0.0  # block moves, cache writes, attention, verification
         self.bookkeeping_s = 0.0  # clock, completion, step rows
         self.steps = 0
@@ -143,11 +147,14 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
                 break
             now_s = max(now_s, nxt)
             continue
-        t0 = perf() if timers else 0.0
+        if timers:
+            a0, t0 = timers.allocator_s, perf()
         plan = sched.schedule(now_s)
-        t1 = perf() if timers else 0.0
+        if timers:
+            a1, t1 = timers.allocator_s, perf()
         attention_s = runner.run(plan, step) if runner is not None else None
-        t2 = perf() if timers else 0.0
+        if timers:
+            a2, t2 = timers.allocator_s, perf()
         dt_s = clock.step_s(plan.num_prefill_tokens + len(plan.decode_ids), plan.kv_read_tokens,
                             plan.attn_query_ctx, _num_blocks(plan.copies), _num_blocks(plan.swap_out + plan.swap_in),
                             attention_s * attention_scale if measured and attention_s is not None else None)
@@ -157,10 +164,10 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
         _record(log, plan, step, now_s, dt_s, attention_s if measured else None, sched.num_waiting(), sched.paged)
         step += 1
         if timers:
-            t3 = perf()
-            timers.scheduler_s += t1 - t0
-            timers.kernel_s += t2 - t1
-            timers.bookkeeping_s += t3 - t2
+            a3, t3 = timers.allocator_s, perf()
+            timers.scheduler_s += (t1 - t0) - (a1 - a0)
+            timers.kernel_s += (t2 - t1) - (a2 - a1)
+            timers.bookkeeping_s += (t3 - t2) - (a3 - a2)
             timers.steps += 1
         if bar is not None and finished:
             done += finished

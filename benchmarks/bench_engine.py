@@ -1,0 +1,105 @@
+"""Engine speed on the Azure LLM conversation trace (DESIGN §10).
+
+1. The whole trace (19,366 requests over ~3,500 s) with `paged` and `--kernel none`: simulated
+   seconds per wall second (target >= 300) and per CPU second of this process (less sensitive to
+   other load on a shared machine).
+2. A window of the trace with `--kernel numba --kernel-heads 8`: where a step's time goes —
+   scheduler, allocator (every strategy call, timed by a wrapper), kernel (block moves, cache
+   writes, attention) and bookkeeping (clock, completion, step rows).
+
+Wall times are noisy on a shared machine: compare rows of one run.
+
+    python benchmarks/bench_engine.py [--model llama-3-8b] [--gpu a100-80gb] [--window-s 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from workbench.allocators import registry
+from workbench.config import RunConfig
+from workbench.engine import StepTimers, simulate
+from workbench.paths import shared_traces_dir
+from workbench.workload import build_workload
+
+STRATEGY_METHODS = ("admit", "can_append", "append", "fork", "free", "slot_mapping", "describe", "snapshot",
+                    "swap_out", "can_swap_out", "can_swap_in", "swap_in")
+
+
+def make_strategy(cfg: RunConfig):
+    res = cfg.resolve()
+    return registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size, fit=cfg.fit,
+                           max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
+
+
+def timed_strategy(cfg: RunConfig, timers: StepTimers):
+    """The configured strategy with every protocol call's wall time added to `timers.allocator_s`."""
+    strategy = make_strategy(cfg)
+    base = type(strategy)
+
+    def timed(name):
+        method = getattr(base, name)
+
+        def call(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                timers.allocator_s += time.perf_counter() - t0
+        return call
+
+    strategy.__class__ = type(f"Timed{base.__name__}", (base,),
+                              {name: timed(name) for name in STRATEGY_METHODS if hasattr(base, name)})
+    return strategy
+
+
+def replay(cfg: RunConfig, *, split: bool) -> tuple[dict, float, float, StepTimers]:
+    requests = build_workload(cfg)
+    timers = StepTimers()
+    strategy = timed_strategy(cfg, timers) if split else make_strategy(cfg)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    result = simulate(cfg, requests, strategy, timers=timers if split else None)
+    return result.summary, time.perf_counter() - wall0, time.process_time() - cpu0, timers
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="llama-3-8b")
+    parser.add_argument("--gpu", default="a100-80gb")
+    parser.add_argument("--window-s", type=float, default=120.0, help="trace window for the kernel run, seconds")
+    args = parser.parse_args()
+    traces = shared_traces_dir()
+    path = traces / "azure-llm-2023-conv" / "AzureLLMInferenceTrace_conv.csv" if traces else None
+    if path is None or not path.is_file():
+        print("bench_engine: the Azure conversation trace is not under ../shared/traces/", file=sys.stderr)
+        return 1
+    base = dict(strategy="paged", block_size=16, model=args.model, gpu=args.gpu, workload=f"azure:{path}")
+
+    summary, wall_s, cpu_s, _ = replay(RunConfig(**base, kernel="none"), split=False)
+    print(f"Azure conversation trace, paged, kernel none ({args.model} on {args.gpu})")
+    print(f"{'requests':>9} {'sim_s':>9} {'wall_s':>8} {'cpu_s':>8} {'sim/wall':>9} {'sim/cpu':>8}")
+    print(f"{summary['num_requests']:>9} {summary['sim_time_s']:>9.1f} {wall_s:>8.2f} {cpu_s:>8.2f} "
+          f"{summary['sim_time_s'] / wall_s:>9.0f} {summary['sim_time_s'] / cpu_s:>8.0f}   (target sim/wall >= 300)")
+
+    print()
+    for kernel, heads in (("none", None), ("numba", 8)):
+        cfg = RunConfig(**base, kernel=kernel, kernel_heads=heads, duration=args.window_s)
+        summary, wall_s, cpu_s, t = replay(cfg, split=True)
+        total = t.scheduler_s + t.allocator_s + t.kernel_s + t.bookkeeping_s
+        label = f"kernel {kernel}" + (f", {heads} kv heads" if heads else "")
+        print(f"per-step split, first {args.window_s:g} s of the trace, {label}: {t.steps} steps, "
+              f"{summary['num_requests']} requests, {summary['mean_batch_size']:.1f} seqs/step on average")
+        print(f"{'part':<12} {'us/step':>9} {'share':>7}")
+        for name, value in (("scheduler", t.scheduler_s), ("allocator", t.allocator_s), ("kernel", t.kernel_s),
+                            ("bookkeeping", t.bookkeeping_s), ("total", total)):
+            print(f"{name:<12} {value / t.steps * 1e6:>9.1f} {value / total:>7.1%}")
+        if kernel != "none":
+            print(f"kernel KV read bandwidth: {summary['kernel_gbps']:.2f} GB/s")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
