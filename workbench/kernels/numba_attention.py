@@ -17,11 +17,9 @@ import numpy as np
 from numba import njit, prange
 
 from workbench.kernels.numba_convert import FP32, bits_to_float, load_row
+from workbench.kernels.numba_tiles import FASTMATH, tile_accumulate, tile_scores
 
 TILE_TOKENS = 32  # tokens per online-softmax step: scores [rows, TILE_TOKENS] stay in L1
-# Reassociation lets the head_dim reductions vectorize; NaN/inf flags stay off because -inf is the
-# empty-softmax marker and a NaN in the pool must surface, not be optimized away.
-FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
 NEG_INF = np.float32(-np.inf)
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693359375)  # Cody-Waite split of ln 2: n * _LN2_HI is exact for |n| < 2^10
@@ -62,48 +60,6 @@ def tile_slots(paged, seq, pos0, num_tokens, kv_indptr, kv_indices, block_size, 
     else:
         for t in range(num_tokens):
             slots[t] = np.int64(kv_start[seq]) + pos0 + t
-
-
-# The two inner products take four tokens per pass over head_dim: one load of the query (or
-# accumulator) row serves four K (or V) rows, which roughly halves the loads per multiply-add.
-@njit(inline="always", cache=True, fastmath=FASTMATH)
-def tile_scores(qs, r, k_src, rows, kv_head, n, scores):
-    """scores[r, t] = qs[r] · k_src[rows[t] + kv_head] for t < n. Mutates scores."""
-    head_dim = qs.shape[1]
-    quad_end = n - n % 4
-    for t in range(0, quad_end, 4):
-        r0, r1, r2, r3 = rows[t] + kv_head, rows[t + 1] + kv_head, rows[t + 2] + kv_head, rows[t + 3] + kv_head
-        s0 = s1 = s2 = s3 = np.float32(0.0)
-        for d in range(head_dim):
-            x = qs[r, d]
-            s0 += x * k_src[r0, d]
-            s1 += x * k_src[r1, d]
-            s2 += x * k_src[r2, d]
-            s3 += x * k_src[r3, d]
-        scores[r, t], scores[r, t + 1], scores[r, t + 2], scores[r, t + 3] = s0, s1, s2, s3
-    for t in range(quad_end, n):
-        row = rows[t] + kv_head
-        s0 = np.float32(0.0)
-        for d in range(head_dim):
-            s0 += qs[r, d] * k_src[row, d]
-        scores[r, t] = s0
-
-
-@njit(inline="always", cache=True, fastmath=FASTMATH)
-def tile_accumulate(acc, r, v_src, rows, kv_head, n, weights):
-    """acc[r] += Σ_t weights[r, t] · v_src[rows[t] + kv_head] for t < n. Mutates acc."""
-    head_dim = acc.shape[1]
-    quad_end = n - n % 4
-    for t in range(0, quad_end, 4):
-        r0, r1, r2, r3 = rows[t] + kv_head, rows[t + 1] + kv_head, rows[t + 2] + kv_head, rows[t + 3] + kv_head
-        w0, w1, w2, w3 = weights[r, t], weights[r, t + 1], weights[r, t + 2], weights[r, t + 3]
-        for d in range(head_dim):
-            acc[r, d] += w0 * v_src[r0, d] + w1 * v_src[r1, d] + w2 * v_src[r2, d] + w3 * v_src[r3, d]
-    for t in range(quad_end, n):
-        row = rows[t] + kv_head
-        w0 = weights[r, t]
-        for d in range(head_dim):
-            acc[r, d] += w0 * v_src[row, d]
 
 
 @njit(parallel=True, cache=True)
@@ -182,8 +138,7 @@ def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_
                 for h in range(num_kv_heads):
                     load_row(k_bits, slots[t], h, kv_code, k_tile, rows[t] + h)
                     load_row(v_bits, slots[t], h, kv_code, v_tile, rows[t] + h)
-        for r in range(num_rows):
-            tile_scores(qs, r, k_src, rows, row_kv_head[r], n, scores)
+        tile_scores(qs, k_src, rows, row_kv_head, n, scores)
         if pos0 + n - 1 > min_limit:  # causal mask only where some row cannot see the whole tile
             for r in range(num_rows):
                 for t in range(n):
@@ -210,8 +165,7 @@ def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_
                 scores[r, t] = p
                 row_sum += p
             ell[r] += row_sum
-        for r in range(num_rows):
-            tile_accumulate(acc, r, v_src, rows, row_kv_head[r], n, scores)
+        tile_accumulate(acc, v_src, rows, row_kv_head, n, scores)
     for r in range(num_rows):
         qi, h = q_begin + r // num_heads, r % num_heads
         part_m[part, qi, h] = m[r]
