@@ -17,9 +17,13 @@ namespace kvw {
 
 constexpr int ATTN_THREADS = 128;
 constexpr int ATTN_WARPS = ATTN_THREADS / WARP_SIZE;
+constexpr int ATTN_UNROLL = 2;  // token steps whose K/V loads are in flight together
 constexpr unsigned FULL_MASK = 0xffffffffu;
 
-__host__ __device__ constexpr int pow2_at_least(int n, int p = 1) { return p >= n || p >= WARP_SIZE ? p : pow2_at_least(n, 2 * p); }
+// The smallest power of two >= n, capped at a warp.
+__host__ __device__ constexpr int pow2_at_least(int n, int p = 1) {
+  return p >= n || p >= WARP_SIZE ? p : pow2_at_least(n, 2 * p);
+}
 
 template <typename T, int HEAD_DIM>
 struct RowLanes {
@@ -61,12 +65,12 @@ __device__ __forceinline__ void attention_block(
   const int group = num_heads / num_kv_heads;
   const int q_begin = qo_indptr[seq];
   const int num_q = qo_indptr[seq + 1] - q_begin;
-  if (row0 >= num_q * group) return;  // block-uniform: this sequence has fewer rows than the grid
+  const int num_rows = num_q * group;
+  if (row0 >= num_rows) return;  // block-uniform: this sequence has fewer rows than the grid
   const int kv_len = addr.kv_len(seq);
 
   // Row r of this block is query token (row0 + r) / group, head kv_head * group + (row0 + r) % group;
   // it sees `visible` KV positions (0 for padding rows past the sequence's rows).
-  const int num_rows = num_q * group;
   const auto row_q = [&](int r) { return q_begin + (row0 + r) / group; };
   const auto row_head = [&](int r) { return kv_head * group + (row0 + r) % group; };
   const auto row_visible = [&](int r) { return row0 + r < num_rows ? kv_len - num_q + (row0 + r) / group + 1 : 0; };
@@ -103,45 +107,54 @@ __device__ __forceinline__ void attention_block(
 
   const int begin = part * partition_tokens;
   const int end = imin(begin + partition_tokens, visible_max);
-  // The loop bound depends on the warp only, so every lane reaches every shuffle.
-  for (int base = begin + warp * L::SLOTS; base < end; base += ATTN_WARPS * L::SLOTS) {
-    const int pos = base + slot;
-    const bool in_range = pos < end;
-    float k[L::ELEMS], v[L::ELEMS];
+  // Each step the block covers STEP consecutive positions (warp w takes SLOTS of them); each loop
+  // iteration issues the loads of UNROLL steps before using any, to keep more bytes in flight.
+  // The loop bound is block-uniform, so every lane reaches every shuffle.
+  constexpr int STEP = ATTN_WARPS * L::SLOTS;
+  for (int base = begin; base < end; base += ATTN_UNROLL * STEP) {
+    int pos[ATTN_UNROLL];
+    float k[ATTN_UNROLL][L::ELEMS], v[ATTN_UNROLL][L::ELEMS];
 #pragma unroll
-    for (int e = 0; e < L::ELEMS; ++e) k[e] = v[e] = 0.f;
-    if (in_range) {
-      const long long row = (addr.slot(seq, pos) * num_kv_heads + kv_head) * HEAD_DIM;
+    for (int u = 0; u < ATTN_UNROLL; ++u) {
+      pos[u] = base + u * STEP + warp * L::SLOTS + slot;
 #pragma unroll
-      for (int i = 0; i < L::VECS; ++i) {
-        const int vec = g + i * L::GROUP;
-        if (vec < V::PER_ROW) {
-          load_vec_as_float<T, V::ELEMS>(k_pool + row + vec * V::ELEMS, k + i * V::ELEMS);
-          load_vec_as_float<T, V::ELEMS>(v_pool + row + vec * V::ELEMS, v + i * V::ELEMS);
+      for (int e = 0; e < L::ELEMS; ++e) k[u][e] = v[u][e] = 0.f;
+      if (pos[u] < end) {
+        const long long row = (addr.slot(seq, pos[u]) * num_kv_heads + kv_head) * HEAD_DIM;
+#pragma unroll
+        for (int i = 0; i < L::VECS; ++i) {
+          const int vec = g + i * L::GROUP;
+          if (vec < V::PER_ROW) {
+            load_vec_as_float<T, V::ELEMS>(k_pool + row + vec * V::ELEMS, k[u] + i * V::ELEMS);
+            load_vec_as_float<T, V::ELEMS>(v_pool + row + vec * V::ELEMS, v[u] + i * V::ELEMS);
+          }
         }
       }
     }
-    float score[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      score[r] = 0.f;
+    for (int u = 0; u < ATTN_UNROLL; ++u) {
+      float score[ROWS];
 #pragma unroll
-      for (int e = 0; e < L::ELEMS; ++e) score[r] += q_reg[r][e] * k[e];
-    }
+      for (int r = 0; r < ROWS; ++r) {
+        score[r] = 0.f;
 #pragma unroll
-    for (int offset = L::GROUP / 2; offset > 0; offset /= 2)
+        for (int e = 0; e < L::ELEMS; ++e) score[r] += q_reg[r][e] * k[u][e];
+      }
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) score[r] += __shfl_xor_sync(FULL_MASK, score[r], offset);
+      for (int offset = L::GROUP / 2; offset > 0; offset /= 2)
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      if (in_range && pos < row_visible(r)) {
-        const float m_new = fmaxf(m[r], score[r]);
-        const float alpha = __expf(m[r] - m_new);
-        const float p = __expf(score[r] - m_new);
-        l[r] = l[r] * alpha + p;
+        for (int r = 0; r < ROWS; ++r) score[r] += __shfl_xor_sync(FULL_MASK, score[r], offset);
 #pragma unroll
-        for (int e = 0; e < L::ELEMS; ++e) acc[r][e] = acc[r][e] * alpha + p * v[e];
-        m[r] = m_new;
+      for (int r = 0; r < ROWS; ++r) {
+        if (pos[u] < end && pos[u] < row_visible(r)) {
+          const float m_new = fmaxf(m[r], score[r]);
+          const float alpha = __expf(m[r] - m_new);
+          const float p = __expf(score[r] - m_new);
+          l[r] = l[r] * alpha + p;
+#pragma unroll
+          for (int e = 0; e < L::ELEMS; ++e) acc[r][e] = acc[r][e] * alpha + p * v[u][e];
+          m[r] = m_new;
+        }
       }
     }
   }
@@ -212,12 +225,12 @@ __device__ __forceinline__ void attention_block(
 
 // Grid (num_kv_heads * row_chunks, num_partitions, num_seqs), ATTN_THREADS threads.
 template <typename T, int HEAD_DIM, int ROWS>
-__global__ void
-    paged_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr, const T* __restrict__ k_pool,
-                    const T* __restrict__ v_pool, const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                    const int* __restrict__ kv_last_page_len, int block_size, int num_heads, int num_kv_heads,
-                    int row_chunks, int partition_tokens, float scale, float* __restrict__ out,
-                    float* __restrict__ part_out, float* __restrict__ part_ml) {
+__global__ void paged_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
+                                const T* __restrict__ k_pool, const T* __restrict__ v_pool,
+                                const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
+                                const int* __restrict__ kv_last_page_len, int block_size, int num_heads,
+                                int num_kv_heads, int row_chunks, int partition_tokens, float scale,
+                                float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_ml) {
   const PagedAddressing addr{kv_indptr, kv_indices, kv_last_page_len, block_size};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
                                      partition_tokens, scale, out, part_out, part_ml);
@@ -225,11 +238,12 @@ __global__ void
 
 // Same grid as paged_attention; only the addressing differs.
 template <typename T, int HEAD_DIM, int ROWS>
-__global__ void
-    contiguous_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr, const T* __restrict__ k_pool,
-                         const T* __restrict__ v_pool, const int* __restrict__ kv_start, const int* __restrict__ kv_len,
-                         int num_heads, int num_kv_heads, int row_chunks, int partition_tokens, float scale,
-                         float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_ml) {
+__global__ void contiguous_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
+                                     const T* __restrict__ k_pool, const T* __restrict__ v_pool,
+                                     const int* __restrict__ kv_start, const int* __restrict__ kv_len, int num_heads,
+                                     int num_kv_heads, int row_chunks, int partition_tokens, float scale,
+                                     float* __restrict__ out, float* __restrict__ part_out,
+                                     float* __restrict__ part_ml) {
   const ContiguousAddressing addr{kv_start, kv_len};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
                                      partition_tokens, scale, out, part_out, part_ml);

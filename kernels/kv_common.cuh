@@ -31,7 +31,10 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162f
 template <typename T, int HEAD_DIM>
 struct RowVec {
   static constexpr int ROW_BYTES = HEAD_DIM * int(sizeof(T));
-  static constexpr int BYTES = ROW_BYTES % 16 == 0 ? 16 : ROW_BYTES % 8 == 0 ? 8 : ROW_BYTES % 4 == 0 ? 4 : int(sizeof(T));
+  static constexpr int BYTES = ROW_BYTES % 16 == 0  ? 16
+                               : ROW_BYTES % 8 == 0 ? 8
+                               : ROW_BYTES % 4 == 0 ? 4
+                                                    : int(sizeof(T));
   static constexpr int ELEMS = BYTES / int(sizeof(T));
   static constexpr int PER_ROW = HEAD_DIM / ELEMS;  // vectors in one head row
 };
