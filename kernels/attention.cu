@@ -11,6 +11,11 @@
 // (running max m, running sum l, unnormalised accumulator acc). The states are merged across slots
 // with warp shuffles, across warps through shared memory, and across KV partitions (split-K,
 // flash-decoding style) by merge_partitions.
+//
+// Limits, by design: a block holds at most 8 rows, so a GQA group of more than 8 query heads (MQA
+// with many heads) is split over row chunks that each read the K/V rows again; extend re-reads the
+// prefix once per 8 (token, head) rows and uses no tensor cores, which is fine for prefix hits and
+// short chunks, not a replacement for a tiled prefill kernel.
 #include "kv_common.cuh"
 
 namespace kvw {

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workbench.kernels import launch
+from workbench.kernels import launch, source
 
 
 @given(
@@ -71,3 +72,13 @@ def test_pool_alignment_check_names_the_pool():
     launch.check_pool_alignment(64, 2, k_pool=0x1000, v_pool=0x2000)
     with pytest.raises(ValueError, match="v_pool: data must start on a 16-byte boundary"):
         launch.check_pool_alignment(64, 2, k_pool=0x1000, v_pool=0x2004)
+
+
+def test_constants_mirror_the_cuda_source():
+    """The launcher's block sizes and row tiles are the ones attention.cu and the entry points assume."""
+    text = source.read_source(source.ATTENTION_CU)
+    assert re.search(rf"constexpr int ATTN_THREADS = {launch.ATTN_THREADS};", text)
+    assert source.ROW_TILES == (1, 2, 4, 8)
+    entry = source.read_source(source.SHIM_ENTRY)
+    assert [int(r) for r in re.findall(r"case (\d+): attention<T, HEAD_DIM, \d+>", entry)] == list(source.ROW_TILES)
+    assert [int(d) for d in re.findall(r"case (\d+): return attention_rows<T, \d+>", entry)] == list(source.HEAD_DIMS)
