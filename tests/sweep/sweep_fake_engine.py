@@ -40,6 +40,7 @@ def fake_run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = Fa
         (out_dir / "config.json").write_text(json.dumps(cfg.to_dict()))
         pd.DataFrame({c: [0, 1] for c in STEP_COLUMNS}).to_parquet(out_dir / "steps.parquet")
         pd.DataFrame({c: [0] for c in REQUEST_COLUMNS}).to_parquet(out_dir / "requests.parquet")
+        (out_dir / "numba_threads.txt").write_text(os.environ.get("NUMBA_NUM_THREADS", ""))
         (out_dir / "summary.json").write_text(json.dumps(summary))
         log_dir = os.environ.get("SWEEP_FAKE_LOG_DIR")
         if log_dir:

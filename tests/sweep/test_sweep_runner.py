@@ -12,6 +12,7 @@ from sweep_fake_engine import fake_run
 from workbench.columns import SUMMARY_KEYS, WALL_CLOCK_KEYS
 from workbench.config import RunConfig
 from workbench.sweep import LocalExecutor, SweepError, parse_spec, read_summary, run_sweep
+from workbench.sweep.executors import default_jobs
 
 SPEC = {"name": "t", "base": {"kv_slots": 4096}, "axes": {"strategy": ["paged", "contiguous-max"],
                                                           "block_size": [8, 16, 32]},
@@ -30,7 +31,7 @@ def test_points_summary_and_layout(tmp_path):
     assert sorted(p.name for p in (tmp_path / "points").iterdir()) == sorted(p.point_id for p in points)
     for point, row in zip(points, table.itertuples(index=False), strict=True):
         files = sorted(f.name for f in (tmp_path / "points" / point.point_id).iterdir())
-        assert files == ["config.json", "requests.parquet", "steps.parquet", "summary.json"]
+        assert files == ["config.json", "numba_threads.txt", "requests.parquet", "steps.parquet", "summary.json"]
         expected = fake_run(point.config)
         for key in SUMMARY_KEYS:
             if key not in WALL_CLOCK_KEYS:
@@ -97,3 +98,12 @@ def test_a_failing_point_is_named_and_finished_points_are_kept(tmp_path):
     assert finished <= {spec.points()[0].point_id, spec.points()[2].point_id}
     for name in finished:
         assert json.loads((tmp_path / "points" / name / "summary.json").read_text())["kernel_backend"] == "none"
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_each_worker_gets_its_share_of_the_cores(tmp_path, jobs):
+    spec = parse_spec({"axes": {"seed": [0, 1, 2]}})
+    run_sweep(spec, tmp_path, executor=LocalExecutor(jobs), progress=False, run_fn=fake_run)
+    expected = str(max(1, default_jobs() // jobs))
+    for point in spec.points():
+        assert (tmp_path / "points" / point.point_id / "numba_threads.txt").read_text() == expected

@@ -21,7 +21,7 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     ncols = 2 if len(summary) > 1 else 1
     nrows = math.ceil(len(summary) / ncols)
     fig, axes = style.new_figure(nrows, ncols, width_in=style.PAGE_WIDTH_IN, height_in=1.9 * nrows + 0.5,
-                                 sharey=True, squeeze=False)
+                                 sharex=True, sharey=True, squeeze=False)
     present = [c for c in style.STACK_ORDER if np.any(summary[style.MEM_FRAC_KEY[c]].to_numpy(dtype=float) > 0)]
     for ax, row in zip(axes.flat, summary.itertuples(index=False), strict=False):
         steps = pd.read_parquet(Path(sweep_dir) / POINTS_DIR / row.point_id / "steps.parquet")
@@ -30,9 +30,9 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
         ax.stackplot(t_s, *percent, step="post", labels=[style.SLOT_STYLE[c][0] for c in present],
                      colors=[style.SLOT_STYLE[c][1] for c in present], linewidth=0)
         ax.set_title(style.point_label(row.strategy, row.block_size))
-        ax.set_xlim(0, float(t_s[-1]) if len(t_s) else 1.0)
         ax.set_ylim(0, 100)
         ax.grid(visible=False)
+    axes.flat[0].set_xlim(0, None)
     for ax in axes[:, 0]:
         ax.set_ylabel("KV slots (% of capacity)")
     for ax in axes[-1, :]:

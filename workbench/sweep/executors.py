@@ -19,6 +19,9 @@ EXECUTOR_NAMES = ("local", "dask")
 
 
 class Executor(Protocol):
+    # CPU threads each task may use (cores ÷ concurrent tasks), None when the executor cannot know
+    threads_per_task: int | None
+
     def map_unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[Any]:
         """Yield fn(task) for every task in completion order; raise the first task error."""
         ...
@@ -35,6 +38,7 @@ class LocalExecutor:
         if jobs is not None and jobs < 1:
             raise ValueError(f"jobs must be >= 1, got {jobs}")
         self.jobs = jobs or default_jobs()
+        self.threads_per_task = max(1, default_jobs() // self.jobs)
 
     def map_unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[Any]:
         if not tasks:
@@ -57,6 +61,7 @@ class DaskExecutor:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.scheduler = scheduler
         self.workers = workers or default_jobs()
+        self.threads_per_task = None if scheduler else max(1, default_jobs() // self.workers)
 
     def map_unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[Any]:
         if not tasks:

@@ -9,6 +9,7 @@ skips the complete points and clears the debris; without it the sweep starts fro
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import uuid
@@ -43,6 +44,7 @@ class PointTask:
     config: dict[str, Any]
     points_dir: str
     run_fn: RunFn | None  # None: the engine; must be importable by name in the workers
+    threads: int | None  # CPU threads for the run's parallel kernels (None: the library default)
 
 
 def execute_point(task: PointTask) -> str:
@@ -54,6 +56,8 @@ def execute_point(task: PointTask) -> str:
         from workbench.engine import run as run_fn
     else:
         run_fn = task.run_fn
+    if task.threads is not None:
+        limit_numba_threads(task.threads)
     points_dir = Path(task.points_dir)
     final = points_dir / task.point_id
     tmp = points_dir / f"{TMP_PREFIX}{task.point_id}-{uuid.uuid4().hex[:8]}"
@@ -69,6 +73,18 @@ def execute_point(task: PointTask) -> str:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return task.point_id
+
+
+def limit_numba_threads(threads: int) -> None:
+    """Cap Numba's parallel threads in this worker: concurrent points each spawning one thread per
+    core oversubscribe the machine and slow every parallel region down many times over."""
+    if "numba" in sys.modules:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    else:
+        current = os.environ.get("NUMBA_NUM_THREADS")
+        os.environ["NUMBA_NUM_THREADS"] = str(min(threads, int(current)) if current else threads)
 
 
 def is_complete(points_dir: Path, point_id: str) -> bool:
@@ -93,12 +109,13 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None
         shutil.rmtree(debris, ignore_errors=True)
 
     todo = [p for p in points if not is_complete(points_dir, p.point_id)]
+    executor = executor or LocalExecutor()
     tasks = [PointTask(p.point_id, f"point {p.index} [{p.point_id}] ({describe(p.varied)})", p.config.to_dict(),
-                       str(points_dir), run_fn) for p in todo]
+                       str(points_dir), run_fn, executor.threads_per_task) for p in todo]
     bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=spec.name, unit="point",
                file=sys.stderr, disable=not progress, dynamic_ncols=True)
     try:
-        for _ in (executor or LocalExecutor()).map_unordered(execute_point, tasks):
+        for _ in executor.map_unordered(execute_point, tasks):
             bar.update(1)
     finally:
         bar.close()
