@@ -145,3 +145,24 @@ def test_unowned_slots_are_poisoned(kv_dtype):
     values = ref.dequantize(case.paged_k, kv_dtype)  # [num_slots, 1, 8]
     assert owned.sum() == 7
     assert np.isfinite(values[owned]).all() and np.isnan(values[~owned]).all()
+
+
+def test_results_do_not_depend_on_thread_count():
+    """The work split depends on shapes only, so one thread and many give the same bits."""
+    import numba
+
+    rng = np.random.default_rng(9)
+    case = make_case(rng, [700, 5, 64], 8, 2, 64, 16, "fp32")
+    qo_indptr = np.array([0, 30, 31, 40], dtype=np.int32)
+    case.q = rng.standard_normal((40, 8, 64), dtype=np.float32)
+    before = numba.get_num_threads()
+    try:
+        results = []
+        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(threads)
+            results.append((_decode_both(case, case.q[:3].copy())[0], _extend_both(case, qo_indptr)[0]))
+    finally:
+        numba.set_num_threads(before)
+    for decode, extend in results[1:]:
+        np.testing.assert_array_equal(decode, results[0][0])
+        np.testing.assert_array_equal(extend, results[0][1])
