@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators import contiguous_loops
 from workbench.allocators.base import AdmitResult, AppendResult, ContiguousDescriptor, SeqSpec, Snapshot, SwapResult
 from workbench.allocators.extents import RunPlacer, make_placer
+from workbench.allocators.paged_loops import raise_for_status
 from workbench.allocators.seq_rows import SeqRows
 
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
@@ -48,7 +50,7 @@ class ContiguousStrategy:
         self.prefix_hit_tokens = 0
         self._placer = make_placer(fit, capacity_slots)
         self._host = RunPlacer(swap_slots, best=False) if swap_slots else None
-        self._seqs = SeqRows(("start", "alloc", "length", "final_len", "swapped", "host_start"))
+        self._seqs = SeqRows(("start", "alloc", "length", "final_len", "swapped", "host_start", "mark"))
         self._num_on_device = 0
         self._token_slots = 0
         self._final_slots = 0  # sum of final_len over live sequences
@@ -102,18 +104,12 @@ class ContiguousStrategy:
         self._seqs.remove(seq_id)
 
     def can_append(self, seq_ids: list[int]) -> bool:
-        self._check_appendable(seq_ids, self._seqs.rows(seq_ids))
+        self._append(seq_ids, apply=False)
         return True  # the extent already covers the final length
 
     def append(self, seq_ids: list[int]) -> AppendResult:
         """Mutates. The next slot of each extent."""
-        rows = self._seqs.rows(seq_ids)
-        self._check_appendable(seq_ids, rows)
-        lengths = self._seqs.column("length")
-        slots = self._seqs.column("start")[rows] + lengths[rows]
-        lengths[rows] += 1
-        self._token_slots += rows.shape[0]
-        return AppendResult(slots=slots, copies=_NO_COPIES)
+        return AppendResult(slots=self._append(seq_ids, apply=True), copies=_NO_COPIES)
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         row = self._seqs.row(seq_id)
@@ -238,14 +234,19 @@ class ContiguousStrategy:
             raise ValueError(f"every sequence of {seq_ids} must be {'swapped out' if swapped else 'on the device'}")
         return rows
 
-    def _check_appendable(self, seq_ids: list[int], rows: np.ndarray) -> None:
-        if np.unique(rows).shape[0] != rows.shape[0]:
-            raise ValueError(f"a sequence id repeats in the batch {seq_ids}")
-        if self._seqs.column("swapped")[rows].any():
-            raise ValueError(f"a sequence of {seq_ids} is swapped out")
-        over = self._seqs.column("length")[rows] >= self._seqs.column("final_len")[rows]
-        if over.any():
-            raise ValueError(f"append past final_len for sequences {[seq_ids[i] for i in np.flatnonzero(over)]}")
+    def _append(self, seq_ids: list[int], apply: bool) -> np.ndarray:
+        """Mutates if `apply`. Slots of the batch's next tokens, int64 [num_seqs]; raises ValueError
+        for a repeated, swapped-out or finished sequence."""
+        rows = self._seqs.rows(seq_ids)
+        c = self._seqs.column
+        slots = np.empty(rows.shape[0], dtype=np.int64)
+        status, bad = contiguous_loops.append_extents(rows, c("start"), c("length"), c("final_len"), c("swapped"),
+                                                      c("mark"), slots, apply)
+        if status:
+            raise_for_status(status, seq_ids, bad)
+        if apply:
+            self._token_slots += rows.shape[0]
+        return slots
 
 
 def _copy_pairs(src_start: int, dst_start: int, num_slots: int) -> np.ndarray:

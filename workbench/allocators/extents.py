@@ -36,8 +36,8 @@ class RunPlacer:
         i = int(np.argmin(np.where(fits, self._sizes, np.iinfo(np.int64).max))) if self.best else int(np.argmax(fits))
         start = int(self._starts[i])
         if self._sizes[i] == size:
-            self._starts = np.delete(self._starts, i)
-            self._sizes = np.delete(self._sizes, i)
+            self._starts = _without(self._starts, i)
+            self._sizes = _without(self._sizes, i)
         else:
             self._starts[i] += size
             self._sizes[i] -= size
@@ -51,16 +51,16 @@ class RunPlacer:
         merge_next = i < self._starts.shape[0] and start + size == self._starts[i]
         if merge_prev and merge_next:
             self._sizes[i - 1] += size + self._sizes[i]
-            self._starts = np.delete(self._starts, i)
-            self._sizes = np.delete(self._sizes, i)
+            self._starts = _without(self._starts, i)
+            self._sizes = _without(self._sizes, i)
         elif merge_prev:
             self._sizes[i - 1] += size
         elif merge_next:
             self._starts[i] = start
             self._sizes[i] += size
         else:
-            self._starts = np.insert(self._starts, i, start)
-            self._sizes = np.insert(self._sizes, i, size)
+            self._starts = _with(self._starts, i, start)
+            self._sizes = _with(self._sizes, i, size)
         self.free_slots += size
 
     def free_extents(self) -> tuple[np.ndarray, np.ndarray]:
@@ -146,6 +146,16 @@ class BuddyPlacer:
                     raise AssertionError(f"free buddy block {start}+{1 << order} is misaligned or crosses its region")
                 if order < top and (start ^ (1 << order)) in starts:
                     raise AssertionError(f"free buddies {start} and {start ^ (1 << order)} were not merged")
+
+
+def _without(a: np.ndarray, i: int) -> np.ndarray:
+    """`a` minus element i (np.delete's result, without its generality's cost)."""
+    return np.concatenate((a[:i], a[i + 1:]))
+
+
+def _with(a: np.ndarray, i: int, value: int) -> np.ndarray:
+    """`a` with `value` inserted before position i."""
+    return np.concatenate((a[:i], np.array([value], dtype=a.dtype), a[i:]))
 
 
 def make_placer(fit: str, capacity_slots: int) -> RunPlacer | BuddyPlacer:

@@ -24,6 +24,13 @@ REPEATED = -2  # count_append status: a row appears twice in the batch
 SWAPPED = -3  # count_append status: a sequence is swapped out
 
 
+def raise_for_status(status: int, seq_ids: list[int], bad: int) -> None:
+    """The ValueError for a negative status of a compiled append check."""
+    why = {PAST_FINAL: "append past final_len", REPEATED: "sequence id repeats in the batch",
+           SWAPPED: "sequence is swapped out"}[status]
+    raise ValueError(f"{why}: sequence {seq_ids[bad]}")
+
+
 @njit(cache=True)
 def count_append(rows, length, final_len, num_blocks, swapped, table, refcount, block_size, scratch, row_mark):
     """Pure (scratch and row_mark are restored). (blocks the append takes, widest table after it),

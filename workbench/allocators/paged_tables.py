@@ -78,9 +78,7 @@ class BlockTables:
         num_new, widest = loops.count_append(rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"),
                                              self._table, refcount, self.block_size, self._scratch, c("mark"))
         if num_new < 0:
-            why = {loops.PAST_FINAL: "append past final_len", loops.REPEATED: "sequence id repeats in the batch",
-                   loops.SWAPPED: "sequence is swapped out"}[num_new]
-            raise ValueError(f"{why}: sequence {seq_ids[widest]}")
+            loops.raise_for_status(num_new, seq_ids, widest)
         self._fit(widest)
         return num_new
 
