@@ -51,9 +51,10 @@ class ContiguousStrategy:
         self._placer = make_placer(fit, capacity_slots)
         self._host = RunPlacer(swap_slots, best=False) if swap_slots else None
         self._seqs = SeqRows(("start", "alloc", "length", "final_len", "swapped", "host_start", "mark"))
+        # counters over on-device sequences
         self._num_on_device = 0
-        self._token_slots = 0
-        self._final_slots = 0  # sum of final_len over live sequences
+        self._token_slots = 0  # sum of lengths
+        self._final_slots = 0  # sum of final lengths
         self._alloc_slots = 0  # sum of allocated extent sizes
 
     def reservation_slots(self, final_len: int) -> int:
