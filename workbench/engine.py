@@ -156,7 +156,7 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
         if timers:
             a2, t2 = timers.allocator_s, perf()
         dt_s = clock.step_s(plan.num_prefill_tokens + len(plan.decode_ids), plan.kv_read_tokens,
-                            plan.attn_query_ctx, _num_blocks(plan.copies), _num_blocks(plan.swap_out + plan.swap_in),
+                            plan.attn_query_ctx, plan.copied_blocks, plan.swapped_blocks,
                             attention_s * attention_scale if measured and attention_s is not None else None)
         now_s += dt_s
         finished = sched.complete(plan, now_s)
@@ -177,21 +177,17 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
     return log
 
 
-def _num_blocks(parts: list) -> int:
-    return sum(len(p) for p in parts)
-
-
 def _record(log: StepLog, plan: StepPlan, step: int, now_s: float, dt_s: float, attention_s: float | None,
             num_waiting: int, paged: bool) -> None:
     snap = plan.snapshot
     allocated = snap.token_slots + snap.reserved_slots + snap.internal_frag_slots
     # INT_STEP_COLUMNS order (workbench.results)
     log.record((now_s, dt_s, attention_s or 0.0), (
-        step, len(plan.decode_ids) + sum(p.group.num_seqs for p in plan.prefills), num_waiting,
+        step, plan.num_running, num_waiting,
         plan.num_prefill_tokens, len(plan.decode_ids),
         snap.token_slots, snap.reserved_slots, snap.internal_frag_slots, snap.cached_slots,
         snap.external_frag_slots, snap.free_slots, snap.logical_token_slots, snap.block_table_bytes,
-        _num_blocks(plan.copies), plan.preemptions, _num_blocks(plan.swap_out) + _num_blocks(plan.swap_in),
+        plan.copied_blocks, plan.preemptions, plan.swapped_blocks,
         snap.largest_free_extent_slots, plan.unshared_block_slots if paged else allocated,
     ))
 

@@ -77,6 +77,9 @@ class StepPlan:
     kv_read_tokens: int  # KV rows the step's attention reads, summed over sequences
     attn_query_ctx: int  # keys attended, summed over query tokens
     unshared_block_slots: int  # paged: whole-block slots the device sequences would need unshared
+    num_running: int  # sequences in the batch: decoding plus prefilled
+    copied_blocks: int
+    swapped_blocks: int  # moved either way
 
 
 class Scheduler:
@@ -103,10 +106,12 @@ class Scheduler:
         self.step = 0  # completed steps
         self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
         self._decode_ids: list[int] | None = None  # the flattened running sequences, rebuilt on change
-        self._decode_ctx = 0  # sum of kv_len over decoding sequences
-        self._run_kv = np.zeros(0, dtype=np.int64)  # [num_running_groups] kv_len when the batch was rebuilt
-        self._run_nseq = np.zeros(0, dtype=np.int64)  # [num_running_groups]
-        self._run_step = 0  # completed steps when the batch was rebuilt
+        # Running totals over the decoding sequences, kept in O(1) per step. A running group's kv_len
+        # is v + (completed steps) for a fixed v, so its block count grows at the append where
+        # (v + completed steps) % block_size == 0: `_crossing[r]` counts sequences with v % bs == r.
+        self._decode_ctx = 0  # sum of kv_len
+        self._unshared_blocks = 0  # sum of ceil(kv_len / block_size)
+        self._crossing = [0] * self.block_size
         self.beam_tokens: dict[int, list[int]] = {}  # beam sequence id -> its generated token ids
         self.forks: list[tuple[int, int]] = []  # (parent, child) beam forks since the last schedule
         self._fork_copies: list[np.ndarray] = []  # their copy-on-write pairs, run with the next step
@@ -152,20 +157,8 @@ class Scheduler:
     def decode_ids(self) -> list[int]:
         """The running sequences in batch order (cached until the running set changes)."""
         if self._decode_ids is None:
-            step, running = self.step, self.running
-            self._decode_ids = [s for g in running for s in g.seq_ids]
-            self._run_kv = np.array([g.kv_len + step - g.synced_step for g in running], dtype=np.int64)
-            self._run_nseq = np.array([len(g.seq_ids) for g in running], dtype=np.int64)
-            self._run_step = step
-            self._decode_ctx = int(np.dot(self._run_kv, self._run_nseq))
+            self._decode_ids = [s for g in self.running for s in g.seq_ids]
         return self._decode_ids
-
-    def unshared_block_slots(self) -> int:
-        """Slots the decoding sequences would fill in whole blocks if nothing were shared (after this
-        step's append; a vectorized pass over the running groups)."""
-        kv = self._run_kv + (self.step + 1 - self._run_step)  # [num_running_groups]
-        bs = self.block_size
-        return int(np.dot(-(-kv // bs), self._run_nseq)) * bs
 
     def _sync(self, g: Group) -> None:
         lag = self.step - g.synced_step
@@ -201,6 +194,7 @@ class Scheduler:
             if len(result.copies):
                 copies.append(result.copies)
             self._decode_ctx += len(ids)
+            self._unshared_blocks += self._crossing[-self.step % self.block_size]
         else:
             decode_slots = np.zeros(0, dtype=np.int64)
         kv_read = attn_ctx = self._decode_ctx
@@ -214,19 +208,24 @@ class Scheduler:
             if not self.swapped:
                 refused_extent = self._admit(now_s, prefills, copies)
         num_prefill = 0
+        num_running = len(ids)
         bs = self.block_size
-        unshared = self.unshared_block_slots() if (self.paged and ids) else 0
+        unshared = self._unshared_blocks * bs  # whole-block slots the sequences would fill unshared
         for p in prefills:
             num_prefill += p.write_tokens
             g = p.group
             kv_read += g.kv_len * g.num_seqs
             unshared += g.num_seqs * -(-g.kv_len // bs) * bs
+            num_running += g.num_seqs
             # queries at positions [cached, kv_len) attend to positions 0..p: the sum of (p + 1)
             attn_ctx += (g.kv_len * (g.kv_len + 1) - p.cached_tokens * (p.cached_tokens + 1)) // 2
+        for g in started:  # swapped back in: holding blocks, computing from the next step
+            unshared += g.num_seqs * -(-g.kv_len // bs) * bs
         forks, self.forks = self.forks, []
         return StepPlan(decode_groups, started, ids, decode_slots, prefills, copies, swap_out, swap_in, forks,
                         preemptions, refused_extent, strategy.snapshot(refused_extent), num_prefill, kv_read,
-                        attn_ctx, unshared)
+                        attn_ctx, unshared, num_running, sum(len(c) for c in copies) if copies else 0,
+                        sum(len(m) for m in swap_out) + sum(len(m) for m in swap_in) if swap_out or swap_in else 0)
 
     def complete(self, plan: StepPlan, now_s: float) -> int:
         """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished
@@ -273,12 +272,9 @@ class Scheduler:
         if left:  # a group with nothing left stays STARTING and finishes in this `complete`
             g.state = RUNNING
             self.running.append(g)
-            if self._decode_ids is not None:  # extend the batch (new lists: plans keep the old ones)
+            if self._decode_ids is not None:  # extend the batch (a new list: plans keep the old one)
                 self._decode_ids = self._decode_ids + g.seq_ids
-                kv_then = g.kv_len - (self.step - self._run_step)  # as if it had been there at the rebuild
-                self._run_kv = np.append(self._run_kv, kv_then)
-                self._run_nseq = np.append(self._run_nseq, g.num_seqs)
-                self._decode_ctx += g.kv_len * g.num_seqs
+            self._count_running(g, +1)
 
     def _beam_advance(self, g: Group) -> None:
         """Mutates. The group just produced token s = generated - 1: its beams become the survivors of
@@ -429,8 +425,16 @@ class Scheduler:
             self._sync(g)
             self.running.remove(g)
             self._decode_ids = None
+            self._count_running(g, -1)
         self.num_running_seqs -= g.num_seqs
         g.epoch += 1
+
+    def _count_running(self, g: Group, sign: int) -> None:
+        """Add (+1) or remove (-1) a synced running group from the running totals."""
+        n, bs = g.num_seqs, self.block_size
+        self._decode_ctx += sign * g.kv_len * n
+        self._unshared_blocks += sign * -(-g.kv_len // bs) * n
+        self._crossing[(g.kv_len - self.step) % bs] += sign * n
 
     def _free_group(self, g: Group) -> None:
         for seq_id in g.seq_ids:

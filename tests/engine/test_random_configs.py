@@ -29,10 +29,16 @@ def test_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fan
     assert len(requests) == 15
     assert requests["status"].map(lambda s: s == "finished" or s.startswith("rejected: ")).all()
     assert summary["num_finished"] + summary["num_rejected"] == 15
+    allocated = steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]
     if not strategy.startswith("paged"):
         assert (steps["cached_slots"] == 0).all()
+        assert (steps["unshared_block_slots"] == allocated).all()  # nothing is shared
     else:
         assert (steps["external_frag_slots"] == 0).all()
+        # sharing only ever saves whole blocks; with nothing to share the two counts agree exactly
+        assert (steps["unshared_block_slots"] >= allocated).all()
+        if strategy == "paged" and fanout == ("n", 1):
+            assert (steps["unshared_block_slots"] == allocated).all()
     finished = requests[requests["status"] == "finished"]
     assert (finished["finish_s"] >= finished["first_token_s"]).all()
     assert (finished["first_token_s"] > finished["arrival_s"]).all()
