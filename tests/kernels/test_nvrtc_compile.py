@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 pytest.importorskip("cuda.bindings.nvrtc")
@@ -16,13 +19,20 @@ def test_nvrtc_is_the_cuda_13_0_series():
     assert nvrtc.nvrtc_version() == (13, 0)
 
 
-@pytest.fixture(scope="module", params=ARCHS)
-def compiled(request) -> list[nvrtc.CompiledModule]:
+@pytest.fixture(scope="module")
+def compiled_by_arch() -> dict[str, list[nvrtc.CompiledModule]]:
+    """Both sources for both archs; NVRTC releases the GIL, so the four compilations run side by side."""
     attention = [*source.all_attention_kernel_names(), source.MERGE_KERNEL_NAME]
-    return [
-        nvrtc.compile_cubin(source.ATTENTION_CU, attention, request.param),
-        nvrtc.compile_cubin(source.CACHE_OPS_CU, source.cache_kernel_names(), request.param),
-    ]
+    jobs = [(arch, src, names) for arch in ARCHS
+            for src, names in ((source.ATTENTION_CU, attention), (source.CACHE_OPS_CU, source.cache_kernel_names()))]
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        modules = list(pool.map(lambda job: nvrtc.compile_cubin(job[1], job[2], job[0]), jobs))
+    return {arch: [m for m in modules if m.arch == arch] for arch in ARCHS}
+
+
+@pytest.fixture(params=ARCHS)
+def compiled(request, compiled_by_arch) -> list[nvrtc.CompiledModule]:
+    return compiled_by_arch[request.param]
 
 
 def test_every_variant_compiles_without_spills(compiled):
