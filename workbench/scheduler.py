@@ -335,7 +335,7 @@ class Scheduler:
                                                              "the watermark")
                         continue
                     return 0
-            admitted = self._admit_group(g, num_seqs, copies)
+            admitted = self._admit_group(g, num_seqs, copies, pool_empty)
             if admitted is None:
                 if pool_empty:
                     self._reject(self.waiting.popleft(), "needs more KV slots than the whole pool")
@@ -348,7 +348,7 @@ class Scheduler:
             prefills.append(admitted)
         return 0
 
-    def _admit_group(self, g: Group, num_seqs: int, copies: list[np.ndarray]) -> Prefill | None:
+    def _admit_group(self, g: Group, num_seqs: int, copies: list[np.ndarray], pool_empty: bool) -> Prefill | None:
         """Allocate the group's prompt (plus what it generated before a recompute); None if refused,
         with the strategy unchanged."""
         req = g.request
@@ -361,10 +361,11 @@ class Scheduler:
             token_ids = np.concatenate([prompt, token_ids_for(output_key(req.request_id, 0), 0, recomputed)])
         else:
             token_ids = prompt
-        if num_seqs > 1 and recomputed and self.paged:
+        if num_seqs > 1 and recomputed and self.paged and not pool_empty:
             # the appends below must not fail once the prompt is admitted (its blocks may be registered
             # in a prefix cache before their KV is written): check an upper bound of the blocks first —
-            # the shared prompt, then per sequence its own tokens plus a copy of the shared last block
+            # the shared prompt, then per sequence its own tokens plus a copy of the shared last block.
+            # An empty pool always has room: the group held these blocks before it was preempted.
             bs = self.block_size
             needed = -(-len(prompt) // bs) + num_seqs * (-(-recomputed // bs) + 1)
             if self.strategy.snapshot().num_free_blocks < needed:
