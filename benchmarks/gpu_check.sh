@@ -15,6 +15,10 @@ export NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-$PWD/.cache/numba}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 status=0
 
+echo "== device"
+"$PY" -c "import cupy; p = cupy.cuda.runtime.getDeviceProperties(0); print('cupy', cupy.__version__, p['name'].decode())" \
+  2>&1 | tee "$OUT/device.txt"
+
 echo "== GPU tests"
 timeout 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cupy_gpu.py 2>&1 | tee "$OUT/gpu_tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

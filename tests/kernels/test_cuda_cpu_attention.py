@@ -154,3 +154,17 @@ def test_misaligned_pool_is_rejected():
     with pytest.raises(ValueError, match="16-byte boundary"):
         cuda_cpu.paged_decode(case.q, shifted_k, case.paged_v, case.kv_indptr, case.kv_indices,
                               case.kv_last_page_len, 4, "fp32", 0.125)
+
+
+def test_results_do_not_depend_on_the_machine(monkeypatch):
+    """Same inputs, bit-identical outputs on 1 or 3 OS threads: plans use a fixed SM count, blocks are independent."""
+    rng = np.random.default_rng(17)
+    case = make_case(rng, [1000, 17, 600], 8, 2, 64, 16, "fp16")
+    args = (case.q, case.paged_k, case.paged_v, case.kv_indptr, case.kv_indices, case.kv_last_page_len, 16, "fp16",
+            0.125)
+    monkeypatch.setattr(cuda_cpu, "os_threads", lambda: 3)
+    many = cuda_cpu.paged_decode(*args)
+    monkeypatch.setattr(cuda_cpu, "os_threads", lambda: 1)
+    one = cuda_cpu.paged_decode(*args)
+    np.testing.assert_array_equal(many, one)
+    assert_attention_close(one, _reference(case, _decode_indptr(3)), "fp16", _decode_indptr(3))

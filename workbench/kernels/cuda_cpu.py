@@ -3,7 +3,8 @@
 The shim library (`kernels/cuda_cpu_entry.cpp` + `cuda_cpu_shim.h` + the unmodified .cu files) is
 built with g++ on first use into a cache folder keyed by a hash of every source, the compiler and
 the flags, then loaded with ctypes. Slow (every CUDA thread is a fiber): for correctness tests at
-small shapes. It runs the same launch plans as the CuPy backend (`workbench.kernels.launch`).
+small shapes. It runs the same launch plans as the CuPy backend (`workbench.kernels.launch`) on
+an H200. Linux x86-64 with g++ and a CUDA 13 toolkit's headers.
 Same positional signatures as the other backends (DESIGN §7); NumPy in, NumPy out.
 """
 
@@ -26,6 +27,9 @@ from workbench.paths import REPO_ROOT
 CXX = os.environ.get("CXX", "g++")
 CXX_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-pthread")
 KV_DTYPE_CODES = {"fp32": 0, "fp16": 1, "bf16": 2}
+# The shim plans launches for this many SMs (an H200's), whatever CPU it runs on: results do not
+# depend on the machine's core count, and the shim runs the grids the GPU would run.
+PLAN_SMS = 132
 
 
 class ShimBuildError(RuntimeError):
@@ -174,7 +178,7 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
     if total_q == 0:
         return out
     plan = launch.plan_attention(
-        num_seqs, num_heads, num_kv_heads, int(np.diff(qo_indptr).max()), int(kv_lens.max()), os_threads(),
+        num_seqs, num_heads, num_kv_heads, int(np.diff(qo_indptr).max()), int(kv_lens.max()), PLAN_SMS,
         partition_tokens,
     )
     launch.check_pool_alignment(head_dim, k_pool.itemsize, k_pool=k_pool.ctypes.data, v_pool=v_pool.ctypes.data)
