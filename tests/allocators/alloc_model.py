@@ -128,6 +128,21 @@ class PoolModel:
         return token, final - token, alloc - final
 
 
+def reference_free_runs(model: PoolModel) -> list[int]:
+    """Sizes of the maximal free runs of a first/best-fit contiguous pool, from the extents alone."""
+    s = model.s
+    used = np.zeros(s.capacity_slots + 1, dtype=bool)
+    used[-1] = True  # sentinel ends the last run
+    ids = model.on_device()
+    if ids:
+        for start, f in zip(s.describe(ids).kv_start.tolist(), (model.final[i] for i in ids), strict=True):
+            size = {"contiguous-max": s.max_model_len, "contiguous-oracle": f,
+                    "contiguous-pow2": min(1 << (f - 1).bit_length(), s.max_model_len)}[s.name]
+            used[start:start + size] = True
+    edges = np.flatnonzero(np.diff(np.concatenate([[True], used]).astype(np.int8)))  # run starts and ends
+    return (edges[1::2] - edges[0::2]).tolist()
+
+
 def descriptor_slots(d: PagedDescriptor | ContiguousDescriptor) -> np.ndarray:
     """Every slot a kernel reads through the descriptor, sequence after sequence, int64 [total tokens]."""
     if isinstance(d, ContiguousDescriptor):

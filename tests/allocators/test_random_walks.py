@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from alloc_model import PoolModel
+from alloc_model import PoolModel, reference_free_runs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +49,24 @@ def _check(model: PoolModel) -> None:
     assert snap.token_slots <= snap.logical_token_slots
     if s.kernel_mode == "paged":
         assert snap.external_frag_slots == 0
+        assert snap.num_free_blocks * s.block_size == snap.free_slots + snap.cached_slots
+    else:
+        assert snap.num_free_blocks == snap.free_slots and snap.external_frag_slots == 0
     model.verify()
+
+
+def _check_refusal(model: PoolModel, needed_slots: int) -> None:
+    """External fragmentation at a refusal, against the free runs recomputed from the extents."""
+    snap = model.s.snapshot(needed_slots)
+    if model.s.kernel_mode == "paged":
+        assert snap.external_frag_slots == 0
+        return
+    assert needed_slots > 0
+    assert snap.num_free_blocks == snap.free_slots + snap.external_frag_slots
+    if model.s.fit != "buddy":
+        runs = reference_free_runs(model)
+        assert snap.external_frag_slots == sum(r for r in runs if r < needed_slots)
+        assert snap.largest_free_extent_slots == max(runs, default=0)
 
 
 def _walk(name: str, fit: str, block_size: int, seed: int, num_ops: int) -> None:
@@ -70,11 +87,13 @@ def _walk(name: str, fit: str, block_size: int, seed: int, num_ops: int) -> None
             n = int(rng.integers(1, 5))
             ids = list(range(next_id, next_id + n))
             before = s.snapshot()
-            if model.admit(ids, prompt, final).admitted:
+            result = model.admit(ids, prompt, final)
+            if result.admitted:
                 next_id += n
                 groups.append(ids)
             else:
                 assert s.snapshot() == before, "a refused admission changed the pool"
+                _check_refusal(model, result.needed_extent_slots)
         elif op == "append" and on_device:
             batch = [i for i in on_device if len(model.tokens[i]) < model.final[i] and rng.random() < 0.7]
             if not batch:
