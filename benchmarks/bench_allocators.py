@@ -196,7 +196,7 @@ def strategy_factory(name: str, capacity_slots: int, block_size: int, fit: str =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=3000, help="requests taken from the trace start")
+    parser.add_argument("--requests", type=int, default=1000, help="requests taken from the trace start")
     args = parser.parse_args()
     prompts, outputs = load_lengths(args.requests)
     ops = build_stream(prompts, outputs, max_running=256)
