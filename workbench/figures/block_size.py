@@ -2,8 +2,9 @@
 
 Small blocks waste little at the end of each sequence (internal fragmentation) but need large block
 tables and make the kernel chase more pointers; large blocks do the opposite. Four panels against
-the block size: internal fragmentation (% of the pool), mean block-table bytes, measured kernel
-time per attended token, and generated-token throughput.
+the block size: internal fragmentation (% of the pool), mean block-table bytes, the measured attention
+kernel time per KV token read (run level, decode and prefill together: `kernel_cost`), and
+generated-token throughput (roofline clock).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def panels(rows: pd.DataFrame) -> dict[str, object]:
     return {
         "Internal fragmentation (% of KV slots)": rows["mem_internal_frag_frac"].to_numpy(dtype=float) * 100,
         "Block-table size (KiB, mean)": rows["block_table_bytes_mean"].to_numpy(dtype=float) / 1024,
-        "Kernel time per context token (ns)": ns_per_context_token(rows),
+        "Kernel time per KV token read (ns)": ns_per_context_token(rows),
         "Throughput (generated tokens/s)": rows["throughput_tok_s"].to_numpy(dtype=float),
     }
 

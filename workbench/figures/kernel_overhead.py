@@ -1,9 +1,11 @@
 """kernel_overhead: what the paging indirection costs the attention kernel, measured on the real kernel.
 
-Each point runs one fixed-length workload (`fixed:prompt=L,...`) with the kernel on every k-th step;
-the summary's measured `kernel_gbps` becomes the time per attended token. Left: contiguous vs paged
-kernels against the context length L. Right: paged ÷ contiguous time against the block size, at the
-longest context. The points run one at a time (TIMED) so that measurements do not share the cores.
+Each point runs one fixed-length workload (`fixed:prompt=L,...`) with `clock: measured` and the kernel
+on every k-th step; the value is the decode kernel's median time per attended token over the
+decode-only steps (`kernel_cost.decode_ns_per_token`: prefill attention is quadratic in L and would
+swamp it). Left: contiguous vs paged kernels against the context length L. Right: paged ÷ contiguous
+time against the block size, at the longest context. The points run one at a time (TIMED) so that
+measurements do not share the cores.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench.figures import style
-from workbench.figures.kernel_cost import ns_per_context_token
+from workbench.figures.kernel_cost import decode_ns_per_token
 from workbench.workload.spec import parse_spec as parse_workload
 
 TIMED = True
@@ -31,7 +33,7 @@ def context_tokens(workload: str) -> int:
 
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     data = summary.assign(context=[context_tokens(w) for w in summary["workload"]],
-                          ns_per_token=ns_per_context_token(summary))
+                          ns_per_token=[decode_ns_per_token(sweep_dir, p) for p in summary["point_id"]])
     contiguous = data[~data["strategy"].str.startswith("paged")]
     paged = data[data["strategy"].str.startswith("paged")]
     fig, (left, right) = style.new_figure(1, 2, width_in=style.PAGE_WIDTH_IN, height_in=2.5)
@@ -46,7 +48,7 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
                   label=style.point_label(strategy, block_size))
     left.set_xscale("log", base=2)
     left.set_xlabel("Context length (tokens)")
-    left.set_ylabel("Kernel time per context token (ns)")
+    left.set_ylabel("Decode kernel time per context token (ns)")
     left.set_ylim(bottom=0)
     left.legend()
 

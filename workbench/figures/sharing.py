@@ -51,6 +51,7 @@ def _prefix_hits(ax, rows: pd.DataFrame) -> None:
         part = part.sort_values("kv_slots")
         ax.plot(part["kv_slots"].to_numpy() / 1000, part["prefix_hit_rate"].to_numpy(dtype=float) * 100,
                 marker="o", color=style.strategy_color("paged-prefix"), label=style.workload_label(workload))
+    ax.set_xscale("log", base=2)
     ax.set_xlabel("KV cache capacity (thousand token slots)")
     ax.set_ylabel("Prefix-cache hit rate (% of prompt tokens)")
     ax.set_title("Prefix caching across requests")
