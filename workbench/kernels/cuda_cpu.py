@@ -37,13 +37,18 @@ class ShimBuildError(RuntimeError):
 
 
 def shim_include_dir() -> Path:
-    """A CUDA include folder a host compiler can use (cuda_fp16.h plus crt/host_defines.h)."""
+    """A CUDA include folder a host compiler can use: cuda_fp16.h plus crt/host_defines.h and nv/target.
+
+    A CUDA 13 toolkit has all three; so do the nvidia-cuda-runtime, nvidia-cuda-crt and
+    nvidia-cuda-cccl 13.0 wheels installed together.
+    """
     for folder in cuda_include_dirs():
-        if (folder / "crt" / "host_defines.h").is_file():
+        if (folder / "crt" / "host_defines.h").is_file() and (folder / "nv" / "target").is_file():
             return folder
     raise ShimBuildError(
-        "the cuda-cpu backend needs a CUDA 13 toolkit's headers (cuda_fp16.h and crt/host_defines.h); "
-        "set CUDA_HOME or install the toolkit at /usr/local/cuda"
+        "the cuda-cpu backend needs CUDA 13 headers a host compiler can use (cuda_fp16.h, crt/host_defines.h, "
+        "nv/target): install nvidia-cuda-runtime, nvidia-cuda-crt and nvidia-cuda-cccl 13.0.*, or a toolkit "
+        "at $CUDA_HOME or /usr/local/cuda"
     )
 
 
