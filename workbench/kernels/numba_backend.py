@@ -1,8 +1,11 @@
 """Numba CPU backend: the DESIGN §7 kernel signatures over NumPy arrays (inputs already validated).
 
-Pools reach the compiled kernels as raw bits (fp32 → uint32, fp16/bf16 → uint16) plus an int
-format code, and the cache ops as byte views, which keeps the number of compiled specializations
-(and the first-call compile time) small.
+Every call reaches the same compiled attention kernel: fp32 pools as float32 rows
+[num_slots * num_kv_heads, head_dim], fp16/bf16 pools as uint16 bits plus an int format code, the
+unused pair as placeholders, and paged or contiguous tables side by side with a flag. The cache ops
+see byte views. One specialization each keeps first-call compile time small.
+
+Outputs are allocated NaN-filled, so an element a kernel fails to write never passes verification.
 """
 
 from __future__ import annotations
@@ -64,7 +67,6 @@ def _attention(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block
     max_len = int(kv_len.max())
     part_tokens = _part_tokens(len(chunk_seq), max_len)
     num_parts = -(-max_len // part_tokens)
-    # NaN-filled so that any element a kernel fails to write surfaces in verification
     part_out = np.full((num_parts, *q.shape), np.nan, dtype=np.float32)
     part_m = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
     part_l = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
