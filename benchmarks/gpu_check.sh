@@ -27,7 +27,7 @@ echo "== compute-sanitizer"
 SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 if [ -x "$SANITIZER" ]; then
   for tool in memcheck racecheck; do
-    timeout 120 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$PY" benchmarks/bench_gpu_kernels.py --small \
+    timeout 75 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$PY" benchmarks/bench_gpu_kernels.py --small \
       >"$OUT/sanitizer_$tool.txt" 2>&1 || status=1
     tail -n 3 "$OUT/sanitizer_$tool.txt"
   done
@@ -36,5 +36,5 @@ else
 fi
 
 echo "== bandwidth table"
-timeout 150 "$PY" benchmarks/bench_gpu_kernels.py --out "$OUT" || status=1
+timeout 90 "$PY" benchmarks/bench_gpu_kernels.py --out "$OUT" || status=1
 exit $status
