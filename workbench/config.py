@@ -80,6 +80,10 @@ class RunConfig:
             raise ValueError(f"verify_every must be >= 0, got {self.verify_every}")
         if self.swap_gib < 0:
             raise ValueError(f"swap_gib must be >= 0, got {self.swap_gib}")
+        if self.kernel == "none" and self.verify_every:
+            raise ValueError("verify_every > 0 needs a kernel to verify: contradictory with kernel none")
+        if self.kernel == "none" and self.clock == "measured":
+            raise ValueError("clock measured times the kernel: contradictory with kernel none")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("n > 1 and beam_width > 1 are contradictory: choose parallel sampling or beam search")
 

@@ -23,9 +23,10 @@ from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.clock import RooflineClock
 from workbench.config import Resolved, RunConfig
+from workbench.groups import StepPlan
 from workbench.paths import REPO_ROOT
 from workbench.results import StepLog, summarize, write_outputs
-from workbench.scheduler import Scheduler, StepPlan
+from workbench.scheduler import Scheduler
 from workbench.workload import build_workload
 from workbench.workload.request import Request
 

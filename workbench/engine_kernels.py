@@ -14,9 +14,9 @@ import numpy as np
 
 from workbench import kernels
 from workbench.allocators.base import PagedDescriptor, Strategy
+from workbench.groups import Group, StepPlan
 from workbench.kernels import reference
 from workbench.kvpool import KVContent, KVPool, generated_token_ids, prefix_sums, token_terms
-from workbench.scheduler import Group, StepPlan
 from workbench.workload.request import mix64, output_key, token_ids_for
 
 VERIFY_SEQS_PER_STEP = 8  # sequences checked at a verification step (chosen by a seeded draw)

@@ -29,6 +29,8 @@ def small_config(**overrides) -> RunConfig:
     base = dict(model=SMALL_MODEL, kv_slots=2048, kernel="numba", kv_dtype="fp32", workload="alpaca-like",
                 num_requests=24, rate=40.0, verify_every=1, block_size=8, seed=1)
     base.update(overrides)
+    if base["kernel"] == "none":  # nothing to verify without a kernel
+        base["verify_every"] = overrides.get("verify_every", 0)
     return RunConfig(**base)
 
 

@@ -56,3 +56,12 @@ def test_module_entry_point_runs():
     proc = subprocess.run([sys.executable, "-m", "workbench.run", "--strategy", "bogus"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and "unknown strategy 'bogus'" in proc.stderr
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--kernel", "none", "--verify-every", "1"], "verify_every > 0 needs a kernel"),
+    (["--kernel", "none", "--clock", "measured"], "clock measured times the kernel"),
+])
+def test_contradictory_flags_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
