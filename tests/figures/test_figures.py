@@ -15,7 +15,6 @@ from workbench.columns import SLOT_COLUMNS
 from workbench.figures import style
 from workbench.figures.build import build, draw
 from workbench.figures.registry import FIGURE_NAMES, experiment_path
-from workbench.presets import dtype_bytes, model_from_name
 from workbench.sweep import LocalExecutor, parse_spec, read_summary
 
 pytest.importorskip("workbench.engine", reason="the figures are built from real runs of the engine")
@@ -34,8 +33,9 @@ SPECS = {
                          "workload": ["alpaca-like"] * 4 + ["system-prompt:k=2,system=128"] * 2,
                          "kv_slots": [3072] * 4 + [1024, 4096]}]},
     "fragmentation_timeline": {"base": TINY, "axes": {"strategy": ["contiguous-max", "paged"]}},
-    "block_size": {"base": {**TINY, "kernel": "numba", "kernel_every": 8, "kernel_heads": 1, "strategy": "paged"},
-                   "axes": {"workload": ["sharegpt-like", "alpaca-like"], "block_size": [2, 64]}},
+    "block_size": {"base": {**TINY, "kernel_every": 2, "kernel_heads": 1, "strategy": "paged"},
+                   "axes": {"workload": ["sharegpt-like", "alpaca-like"], "block_size": [2, 64]},
+                   "zip": [{"clock": ["roofline", "measured"], "kernel": ["none", "numba"], "num_requests": [60, 16]}]},
     "kernel_overhead": {"base": {**TINY, "kernel": "numba", "kernel_every": 2, "num_requests": 8, "rate": 1000.0,
                                  "clock": "measured"},
                         "zip": [{"strategy": ["contiguous-oracle"] * 2 + ["paged"] * 3,
@@ -149,26 +149,26 @@ def test_fragmentation_timeline_stacks_the_steps(built):
     plt.close(fig)
 
 
-def expected_ns_per_token(rows: pd.DataFrame) -> np.ndarray:
-    model = model_from_name(TINY["model"])
-    heads = rows["kernel_heads"].astype(float).fillna(model.num_kv_heads).to_numpy()
-    return 2 * heads * model.head_dim * dtype_bytes("fp16") / rows["kernel_gbps"].to_numpy()
-
-
 def test_block_size_panels_are_the_summary(built):
-    _, summary = built["block_size"]
+    sweep_dir, summary = built["block_size"]
     fig, axes = figure(built, "block_size")
-    columns = [("mem_internal_frag_frac", 100.0), ("block_table_bytes_mean", 1 / 1024), (None, None),
+    columns = [("mem_internal_frag_frac_sat", 100.0), ("block_table_bytes_mean", 1 / 1024), (None, None),
                ("throughput_tok_s", 1.0)]
     for ax, (column, scale) in zip(axes, columns, strict=True):
-        for line, (workload, rows) in zip(ax.get_lines(), summary.groupby("workload", sort=False), strict=True):
+        clock = "measured" if column is None else "roofline"
+        groups = summary[summary["clock"] == clock].groupby("workload", sort=False)
+        for line, (workload, rows) in zip(ax.get_lines(), groups, strict=True):
             rows = rows.sort_values("block_size")
             assert line.get_label() == style.workload_label(workload)
             np.testing.assert_array_equal(line.get_xdata(), rows["block_size"])
-            expected = expected_ns_per_token(rows) if column is None else rows[column].to_numpy() * scale
+            if column is None:
+                expected = [decode_ns(sweep_dir, p) for p in rows["point_id"]]
+            else:
+                expected = rows[column].to_numpy() * scale
             np.testing.assert_allclose(line.get_ydata(), expected, rtol=1e-12)
-    internal = summary.sort_values("block_size").groupby("workload")["mem_internal_frag_frac"]
-    assert all(values.is_monotonic_increasing for _, values in internal)  # bigger blocks, more tail waste
+    roofline = summary[summary["clock"] == "roofline"].sort_values("block_size")
+    for _, values in roofline.groupby("workload")["block_table_bytes_mean"]:
+        assert values.is_monotonic_decreasing  # bigger blocks, shorter tables
     plt.close(fig)
 
 

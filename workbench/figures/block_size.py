@@ -2,43 +2,50 @@
 
 Small blocks waste little at the end of each sequence (internal fragmentation) but need large block
 tables and make the kernel chase more pointers; large blocks do the opposite. Four panels against
-the block size: internal fragmentation (% of the pool), mean block-table bytes, the measured attention
-kernel time per KV token read (run level, decode and prefill together: `kernel_cost`), and
-generated-token throughput (roofline clock).
+the block size: internal fragmentation (% of the pool, saturated steps), mean block-table bytes,
+generated-token throughput — from the `clock: roofline` points — and the decode kernel's time per
+attended token, from the `clock: measured` points (`kernel_cost.decode_ns_per_token`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench.figures import style
-from workbench.figures.kernel_cost import ns_per_context_token
+from workbench.figures.kernel_cost import decode_ns_per_token
 
+TIMED = True
 WORKLOAD_MARKERS = ("o", "s", "^", "D")
+KERNEL_PANEL = "Decode kernel time per context token (ns)"
 
 
-def panels(rows: pd.DataFrame) -> dict[str, object]:
-    """The y values of each panel for `rows` (one workload, sorted by block size)."""
+def panels(rows: pd.DataFrame, sweep_dir: Path) -> dict[str, np.ndarray]:
+    """The y values of each panel for `rows` (one workload and one clock, sorted by block size)."""
+    if (rows["clock"] == "measured").all():
+        return {KERNEL_PANEL: np.array([decode_ns_per_token(sweep_dir, p) for p in rows["point_id"]])}
     return {
-        "Internal fragmentation (% of KV slots)": rows["mem_internal_frag_frac"].to_numpy(dtype=float) * 100,
+        "Internal fragmentation (% of KV slots)": rows["mem_internal_frag_frac_sat"].to_numpy(dtype=float) * 100,
         "Block-table size (KiB, mean)": rows["block_table_bytes_mean"].to_numpy(dtype=float) / 1024,
-        "Kernel time per KV token read (ns)": ns_per_context_token(rows),
         "Throughput (generated tokens/s)": rows["throughput_tok_s"].to_numpy(dtype=float),
     }
 
 
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     fig, axes = style.new_figure(2, 2, width_in=style.PAGE_WIDTH_IN, height_in=4.2, sharex=True)
+    by_label = dict(zip(["Internal fragmentation (% of KV slots)", "Block-table size (KiB, mean)", KERNEL_PANEL,
+                         "Throughput (generated tokens/s)"], axes.flat, strict=True))
     for i, (workload, rows) in enumerate(summary.groupby("workload", sort=False)):
-        rows = rows.sort_values("block_size")
-        for ax, (ylabel, values) in zip(axes.flat, panels(rows).items(), strict=True):
-            ax.plot(rows["block_size"].to_numpy(), values, marker=WORKLOAD_MARKERS[i % len(WORKLOAD_MARKERS)],
-                    label=style.workload_label(workload))
-            ax.set_ylabel(ylabel)
-    for ax in axes.flat:
+        for _, part in rows.groupby("clock", sort=False):
+            part = part.sort_values("block_size")
+            for ylabel, values in panels(part, sweep_dir).items():
+                by_label[ylabel].plot(part["block_size"].to_numpy(), values, label=style.workload_label(workload),
+                                      marker=WORKLOAD_MARKERS[i % len(WORKLOAD_MARKERS)])
+    for ylabel, ax in by_label.items():
+        ax.set_ylabel(ylabel)
         ax.set_xscale("log", base=2)
         ax.set_ylim(bottom=0)
     for ax in axes[-1]:
