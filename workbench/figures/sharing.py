@@ -52,6 +52,9 @@ def _prefix_hits(ax, rows: pd.DataFrame) -> None:
         ax.plot(part["kv_slots"].to_numpy() / 1000, part["prefix_hit_rate"].to_numpy(dtype=float) * 100,
                 marker="o", color=style.strategy_color("paged-prefix"), label=style.workload_label(workload))
     ax.set_xscale("log", base=2)
+    sizes_k = np.unique(rows["kv_slots"].to_numpy() / 1000)  # [num_sizes]
+    ax.set_xticks(sizes_k, [f"{k:,.0f}" for k in sizes_k])
+    ax.minorticks_off()
     ax.set_xlabel("KV cache capacity (thousand token slots)")
     ax.set_ylabel("Prefix-cache hit rate (% of prompt tokens)")
     ax.set_title("Prefix caching across requests")
