@@ -187,8 +187,11 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
         partition_tokens,
     )
     launch.check_pool_alignment(head_dim, k_pool.itemsize, k_pool=k_pool.ctypes.data, v_pool=v_pool.ctypes.data)
-    part_out = np.empty((total_q, num_heads, plan.num_partitions, head_dim), dtype=np.float32)
-    part_ml = np.empty((total_q, num_heads, plan.num_partitions, 2), dtype=np.float32)
+    if plan.num_partitions > 1:
+        part_out = np.empty((total_q, num_heads, plan.num_partitions, head_dim), dtype=np.float32)
+        part_ml = np.empty((total_q, num_heads, plan.num_partitions, 2), dtype=np.float32)
+    else:
+        part_out = part_ml = out  # not touched by a single-partition launch
     args.rows, args.row_chunks = plan.rows, plan.row_chunks
     args.num_partitions, args.partition_tokens = plan.num_partitions, plan.partition_tokens
     args.q, args.qo_indptr = _ptr(q, np.float32), _ptr(qo_indptr, np.int32)
@@ -197,8 +200,8 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
     args.out, args.part_out, args.part_ml = _ptr(out), _ptr(part_out), _ptr(part_ml)
     args.os_threads = os_threads()
     lib = _library()
-    if lib.kvw_attention(ctypes.byref(args)) != 0:
-        raise ValueError(f"no attention kernel for kv_dtype={kv_dtype}, head_dim={head_dim}, rows={plan.rows}")
+    status = lib.kvw_attention(ctypes.byref(args))
+    assert status == 0, "head_dim is checked above and rows come from launch.ROW_TILES"
     if plan.num_partitions > 1:
         lib.kvw_merge_partitions(
             args.part_out, args.part_ml, plan.num_partitions, head_dim, num_heads, total_q, args.out,
