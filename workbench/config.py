@@ -84,6 +84,9 @@ class RunConfig:
             raise ValueError("verify_every > 0 needs a kernel to verify: contradictory with kernel none")
         if self.kernel == "none" and self.clock == "measured":
             raise ValueError("clock measured times the kernel: contradictory with kernel none")
+        if max(self.n, self.beam_width) > self.max_num_seqs:
+            raise ValueError(f"a request of {max(self.n, self.beam_width)} sequences can never run with "
+                             f"max_num_seqs = {self.max_num_seqs}")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("n > 1 and beam_width > 1 are contradictory: choose parallel sampling or beam search")
 

@@ -150,7 +150,14 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
             continue
         if timers:
             a0, t0 = timers.allocator_s, perf()
+        rejected = sched.num_rejected
         plan = sched.schedule(now_s)
+        if not plan.num_running and not plan.started:
+            # nothing computes: every candidate was rejected (then go on), or nothing can ever move
+            if sched.num_rejected == rejected:
+                raise RuntimeError(f"scheduler stuck at t = {now_s:.6g} s: {len(sched.waiting)} waiting, "
+                                   f"{len(sched.swapped)} swapped, nothing running or admissible")
+            continue
         if timers:
             a1, t1 = timers.allocator_s, perf()
         attention_s = runner.run(plan, step) if runner is not None else None

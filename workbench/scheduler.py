@@ -68,6 +68,7 @@ class Scheduler:
         self.status = ["pending"] * n
         self.prefix_query_tokens = 0
         self.generated_tokens = 0  # tokens of finished requests, every sample counted
+        self.num_rejected = 0
         self.has_beams = any(r.beam_width > 1 for r in requests)
 
     # ---- queue state -------------------------------------------------------------------------
@@ -266,6 +267,9 @@ class Scheduler:
             req = g.request
             tokens = req.prompt_tokens + g.generated  # a recomputed group re-prefills what it generated
             num_seqs = req.n if req.beam_width == 1 else req.beam_width
+            if num_seqs > self.max_num_seqs:
+                self._reject(self.waiting.popleft(), f"{num_seqs} sequences > max_num_seqs ({self.max_num_seqs})")
+                continue
             if tokens > budget or self.num_running_seqs + num_seqs > self.max_num_seqs:
                 return 0
             pool_empty = self.num_running_seqs == 0 and not self.swapped
@@ -384,5 +388,6 @@ class Scheduler:
             self.strategy.free(seq_id)
 
     def _reject(self, g: Group, reason: str) -> None:
+        self.num_rejected += 1
         g.state = DONE
         self.status[g.index] = f"rejected: {reason}"

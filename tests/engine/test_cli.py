@@ -61,6 +61,7 @@ def test_module_entry_point_runs():
 @pytest.mark.parametrize("argv,message", [
     (["--kernel", "none", "--verify-every", "1"], "verify_every > 0 needs a kernel"),
     (["--kernel", "none", "--clock", "measured"], "clock measured times the kernel"),
+    (["--n", "8", "--max-num-seqs", "4"], "a request of 8 sequences can never run with max_num_seqs = 4"),
 ])
 def test_contradictory_flags_exit_2(argv, message, capsys):
     assert main(argv) == 2

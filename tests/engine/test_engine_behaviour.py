@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.engine.conftest import replace, simulate_checked, small_config
+from tests.engine.conftest import checked_strategy, replace, simulate_checked, small_config
 from workbench import columns as C
-from workbench.engine import run
+from workbench.engine import run, simulate
+from workbench.workload import build_workload
 
 
 def test_too_long_for_max_model_len_is_rejected_with_reason():
@@ -122,3 +123,11 @@ def test_max_num_seqs_caps_the_batch():
     steps = simulate_checked(cfg).steps
     assert steps["num_running"].max() == 5
     assert np.all(steps["num_decode_tokens"] <= 5)
+
+
+def test_group_wider_than_max_num_seqs_is_rejected_not_stuck():
+    wide = small_config(strategy="paged", kernel="none", n=4, num_requests=3)
+    narrow = replace(wide, n=1, max_num_seqs=2)  # the config allows it; these requests never can run
+    result = simulate(narrow, build_workload(wide), checked_strategy(narrow))
+    assert set(result.requests["status"]) == {"rejected: 4 sequences > max_num_seqs (2)"}
+    assert len(result.steps) == 0

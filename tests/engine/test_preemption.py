@@ -29,8 +29,8 @@ def test_tiny_pool_preempts_and_still_verifies(strategy, mode, n):
         assert steps["swapped_blocks"].sum() == 0
 
 
-def test_contiguous_strategies_fall_back_to_recompute():
-    # contiguous strategies cannot swap; they reserve at admission, so they never need to preempt
+def test_contiguous_strategies_never_preempt():
+    # they reserve the final length at admission, so a decode append always has its slot (and they cannot swap)
     cfg = small_config(strategy="contiguous-oracle", kv_slots=384, max_model_len=256, preemption="swap",
                        swap_gib=1 / 1024, workload="fixed:prompt=60,output=120", num_requests=6, rate=100.0,
                        max_num_batched_tokens=512)
