@@ -40,7 +40,8 @@ class RunConfig:
                      choices=("auto", "cupy", "numba", "none"))
     kernel_every: int = _f(1, "run the attention kernel every k steps")
     kernel_heads: int | None = _f(None, "KV heads of the kernel's layer (default: the model's)")
-    verify_every: int = _f(0, "verify sampled sequences against the reference every k steps (0 = never)")
+    verify_every: int = _f(0, "every k steps, check up to 8 decoding and 2 prefilling sequences of the batch "
+                              "against the float64 reference (0 = never)")
     preemption: str = _f("recompute", "preemption mode: recompute | swap", choices=("recompute", "swap"))
     swap_gib: float = _f(4.0, "host swap space in GiB")
     max_num_seqs: int = _f(256, "maximum running sequences per step")

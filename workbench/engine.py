@@ -139,7 +139,6 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
     perf = time.perf_counter
     now_s = 0.0
     step = 0
-    done = 0
     while True:
         sched.arrive(now_s)
         if not sched.has_work():
@@ -178,7 +177,6 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
             timers.bookkeeping_s += (t3 - t2) - (a3 - a2)
             timers.steps += 1
         if bar is not None and finished:
-            done += finished
             bar.update(finished)
     if bar is not None:
         bar.close()
