@@ -113,9 +113,13 @@ class KernelRunner:
             self._write_decodes(dec_ids, plan.decode_slots)
         if step % self.kernel_every:
             return None
+        dec = self._decode_launch(plan.decode_ids, dec_ids, step) if len(dec_ids) else None
+        ext_in = self._extend_launch(ext, step) if ext[0] else None
+        # only the kernels are timed: descriptors, queries and transfers are ready before t0
+        self._sync()
         t0 = time.perf_counter()
-        dec_out = self._decode(plan.decode_ids, dec_ids, step) if len(dec_ids) else None
-        ext_out = self._extend(ext, step) if ext[0] else None
+        dec_out = None if dec is None else (dec[0], dec[1]())
+        ext_out = None if ext_in is None else (ext_in[0], ext_in[1], ext_in[2]())
         self._sync()
         elapsed = time.perf_counter() - t0
         self.kernel_time_s += elapsed
@@ -187,41 +191,42 @@ class KernelRunner:
             h = mix64(base[:, None] + heads[None, :])  # [S, Hq]
         return np.ascontiguousarray(self.q_table[(h % np.uint64(_Q_TABLE_ROWS)).astype(np.intp)])
 
-    def _attend(self, desc, q: np.ndarray, qo_indptr: np.ndarray | None):
-        pool, xp = self.pool, self.pool.xp
+    def _launch(self, desc, q: np.ndarray, qo_indptr: np.ndarray | None):
+        """The attention call for one batch (decode when `qo_indptr` is None, else extend), ready to
+        run: host->device conversions happen here, outside the timed region. Counts the KV bytes read."""
+        pool, xp, backend, kv_dtype = self.pool, self.pool.xp, self.backend, self.kv_dtype
         qd = xp.asarray(q)
+        qo = None if qo_indptr is None else xp.asarray(qo_indptr)
         if isinstance(desc, PagedDescriptor):
             args = (pool.k, pool.v, xp.asarray(desc.kv_indptr), xp.asarray(desc.kv_indices),
                     xp.asarray(desc.kv_last_page_len), desc.block_size)
             kv_len = kernels.paged_kv_len(desc.kv_indptr, desc.kv_last_page_len, desc.block_size)
-            if qo_indptr is None:
-                out = kernels.paged_decode(qd, *args, backend=self.backend, kv_dtype=self.kv_dtype)
+            if qo is None:
+                call = lambda: kernels.paged_decode(qd, *args, backend=backend, kv_dtype=kv_dtype)
             else:
-                out = kernels.paged_extend(qd, xp.asarray(qo_indptr), *args, backend=self.backend,
-                                           kv_dtype=self.kv_dtype)
+                call = lambda: kernels.paged_extend(qd, qo, *args, backend=backend, kv_dtype=kv_dtype)
         else:
             args = (pool.k, pool.v, xp.asarray(desc.kv_start), xp.asarray(desc.kv_len))
             kv_len = desc.kv_len
-            if qo_indptr is None:
-                out = kernels.contiguous_decode(qd, *args, backend=self.backend, kv_dtype=self.kv_dtype)
+            if qo is None:
+                call = lambda: kernels.contiguous_decode(qd, *args, backend=backend, kv_dtype=kv_dtype)
             else:
-                out = kernels.contiguous_extend(qd, xp.asarray(qo_indptr), *args, backend=self.backend,
-                                                kv_dtype=self.kv_dtype)
-        self.kernel_bytes += kernels.kv_bytes_read(kv_len, pool.k.shape[1], self.head_dim, self.kv_dtype)
-        return out
+                call = lambda: kernels.contiguous_extend(qd, qo, *args, backend=backend, kv_dtype=kv_dtype)
+        self.kernel_bytes += kernels.kv_bytes_read(kv_len, pool.k.shape[1], self.head_dim, kv_dtype)
+        return call
 
-    def _decode(self, ids: list[int], dec_ids: np.ndarray, step: int):
+    def _decode_launch(self, ids: list[int], dec_ids: np.ndarray, step: int):
         q = self._queries(dec_ids, self.kv_len[dec_ids] - 1, step)
-        return q, self._attend(self.strategy.describe(ids), q, None)
+        return q, self._launch(self.strategy.describe(ids), q, None)
 
-    def _extend(self, ext: tuple[list[int], list[int], list[int]], step: int):
+    def _extend_launch(self, ext: tuple[list[int], list[int], list[int]], step: int):
         ids, starts, lens = ext
         q_seq = np.concatenate([np.full(n - s, i, dtype=np.int64) for i, s, n in zip(ids, starts, lens, strict=True)])
         q_pos = np.concatenate([np.arange(s, n, dtype=np.int64) for s, n in zip(starts, lens, strict=True)])
         qo_indptr = np.zeros(len(ids) + 1, dtype=np.int32)
         qo_indptr[1:] = np.cumsum([n - s for s, n in zip(starts, lens, strict=True)])
         q = self._queries(q_seq, q_pos, step)
-        return q, qo_indptr, self._attend(self.strategy.describe(ids), q, qo_indptr)
+        return q, qo_indptr, self._launch(self.strategy.describe(ids), q, qo_indptr)
 
     def _sync(self) -> None:
         if self.backend == "cupy":
