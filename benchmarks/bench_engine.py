@@ -9,7 +9,7 @@
 
 Wall times are noisy on a shared machine: compare rows of one run.
 
-    python benchmarks/bench_engine.py [--model llama-3-8b] [--gpu a100-80gb] [--window-s 120]
+    python benchmarks/bench_engine.py [--model llama-3-8b] [--gpu a100-80gb] [--window-s 20]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama-3-8b")
     parser.add_argument("--gpu", default="a100-80gb")
-    parser.add_argument("--window-s", type=float, default=120.0, help="trace window for the kernel run, seconds")
+    parser.add_argument("--window-s", type=float, default=20.0, help="trace window for the kernel run, seconds")
     args = parser.parse_args()
     traces = shared_traces_dir()
     path = traces / "azure-llm-2023-conv" / "AzureLLMInferenceTrace_conv.csv" if traces else None
