@@ -40,7 +40,7 @@ class SweepError(RuntimeError):
 @dataclass(frozen=True)
 class PointTask:
     point_id: str
-    label: str  # "point 3 (strategy=paged, block_size=16)", for errors
+    label: str  # "point 3 [<id>] (strategy=paged, block_size=16)", for errors
     config: dict[str, Any]
     points_dir: str
     run_fn: RunFn | None  # None: the engine; must be importable by name in the workers
@@ -111,7 +111,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None
     todo = [p for p in points if not is_complete(points_dir, p.point_id)]
     executor = executor or LocalExecutor()
     tasks = [PointTask(p.point_id, f"point {p.index} [{p.point_id}] ({describe(p.varied)})", p.config.to_dict(),
-                       str(points_dir), run_fn, executor.threads_per_task) for p in todo]
+                       str(points_dir.resolve()), run_fn, executor.threads_per_task) for p in todo]
     bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=spec.name, unit="point",
                file=sys.stderr, disable=not progress, dynamic_ncols=True)
     try:
