@@ -1,143 +1,99 @@
 // C entry points of the CPU shim build (workbench/kernels/cuda_cpu.py loads it through ctypes).
-// The kernels are the unmodified .cu text; this file only instantiates and launches them.
+// The kernels are the unmodified .cu text; this file registers every instantiation under the name
+// expression the CuPy launcher compiles (workbench/kernels/source.py) and launches it the way
+// cuLaunchKernel does: args[i] points at the value of parameter i. Each argument's size is checked
+// against its parameter, so a launch that would pass garbage to a GPU kernel fails here instead.
 #include "cuda_cpu_shim.h"
+
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "attention.cu"
 #include "cache_ops.cu"
 
 namespace {
 
-// Mirrors workbench/kernels/cuda_cpu.py AttentionArgs field for field.
-struct AttentionArgs {
-  int paged;      // 1: kv_indptr / kv_indices / kv_last_page_len, 0: kv_start / kv_len
-  int kv_dtype;   // 0 fp32, 1 fp16, 2 bf16
-  int head_dim;
-  int rows;
-  const float* q;
-  const int* qo_indptr;
-  const void* k_pool;
-  const void* v_pool;
-  const int* kv_indptr;
-  const int* kv_indices;
-  const int* kv_last_page_len;
-  const int* kv_start;
-  const int* kv_len;
-  int block_size;
-  int num_heads;
-  int num_kv_heads;
-  int num_seqs;
-  int row_chunks;
-  int num_partitions;
-  int partition_tokens;
-  float scale;
-  float* out;
-  float* part_out;
-  float* part_ml;
-  int os_threads;
-};
+// Returns "" on success, else what was wrong with the arguments.
+using Launcher = std::function<std::string(dim3 grid, dim3 block, void** args, const int* arg_bytes, int num_args,
+                                           int os_threads)>;
+using Registry = std::map<std::string, Launcher>;
+
+template <typename... P, size_t... I>
+void call_with(void (*kernel)(P...), void** args, std::index_sequence<I...>) {
+  kernel(*static_cast<P*>(args[I])...);
+}
+
+template <typename... P>
+Launcher launcher(void (*kernel)(P...)) {
+  return [kernel](dim3 grid, dim3 block, void** args, const int* arg_bytes, int num_args, int os_threads) {
+    constexpr int num_params = int(sizeof...(P));
+    if (num_args != num_params)
+      return "takes " + std::to_string(num_params) + " arguments, got " + std::to_string(num_args);
+    const size_t param_bytes[] = {sizeof(P)...};
+    for (int i = 0; i < num_params; ++i)
+      if (size_t(arg_bytes[i]) != param_bytes[i])
+        return "argument " + std::to_string(i) + " has " + std::to_string(arg_bytes[i]) + " bytes, the parameter " +
+               std::to_string(param_bytes[i]);
+    cuda_cpu::launch(grid, block, os_threads, [&] { call_with(kernel, args, std::index_sequence_for<P...>{}); });
+    return std::string();
+  };
+}
 
 template <typename T, int HEAD_DIM, int ROWS>
-void attention(const AttentionArgs& a) {
-  const dim3 grid(a.num_kv_heads * a.row_chunks, a.num_partitions, a.num_seqs);
-  const T* k = static_cast<const T*>(a.k_pool);
-  const T* v = static_cast<const T*>(a.v_pool);
-  if (a.paged) {
-    cuda_cpu::launch(grid, dim3(kvw::ATTN_THREADS), a.os_threads, [&] {
-      kvw::paged_attention<T, HEAD_DIM, ROWS>(a.q, a.qo_indptr, k, v, a.kv_indptr, a.kv_indices, a.kv_last_page_len,
-                                               a.block_size, a.num_heads, a.num_kv_heads, a.row_chunks,
-                                               a.partition_tokens, a.scale, a.out, a.part_out, a.part_ml);
-    });
-  } else {
-    cuda_cpu::launch(grid, dim3(kvw::ATTN_THREADS), a.os_threads, [&] {
-      kvw::contiguous_attention<T, HEAD_DIM, ROWS>(a.q, a.qo_indptr, k, v, a.kv_start, a.kv_len, a.num_heads,
-                                                    a.num_kv_heads, a.row_chunks, a.partition_tokens, a.scale, a.out,
-                                                    a.part_out, a.part_ml);
-    });
-  }
+void add_attention(Registry& r, const std::string& type) {
+  const std::string args = "<" + type + ", " + std::to_string(HEAD_DIM) + ", " + std::to_string(ROWS) + ">";
+  r["kvw::paged_attention" + args] = launcher(&kvw::paged_attention<T, HEAD_DIM, ROWS>);
+  r["kvw::contiguous_attention" + args] = launcher(&kvw::contiguous_attention<T, HEAD_DIM, ROWS>);
 }
 
 template <typename T, int HEAD_DIM>
-bool attention_rows(const AttentionArgs& a) {
-  switch (a.rows) {
-    case 1: attention<T, HEAD_DIM, 1>(a); return true;
-    case 2: attention<T, HEAD_DIM, 2>(a); return true;
-    case 4: attention<T, HEAD_DIM, 4>(a); return true;
-    case 8: attention<T, HEAD_DIM, 8>(a); return true;
-  }
-  return false;
+void add_rows(Registry& r, const std::string& type) {
+  add_attention<T, HEAD_DIM, 1>(r, type);
+  add_attention<T, HEAD_DIM, 2>(r, type);
+  add_attention<T, HEAD_DIM, 4>(r, type);
+  add_attention<T, HEAD_DIM, 8>(r, type);
 }
 
 template <typename T>
-bool attention_head_dim(const AttentionArgs& a) {
-  switch (a.head_dim) {
-    case 64: return attention_rows<T, 64>(a);
-    case 80: return attention_rows<T, 80>(a);
-    case 96: return attention_rows<T, 96>(a);
-    case 128: return attention_rows<T, 128>(a);
-    case 256: return attention_rows<T, 256>(a);
-  }
-  return false;
+void add_head_dims(Registry& r, const std::string& type) {
+  add_rows<T, 64>(r, type);
+  add_rows<T, 80>(r, type);
+  add_rows<T, 96>(r, type);
+  add_rows<T, 128>(r, type);
+  add_rows<T, 256>(r, type);
+}
+
+const Registry& registry() {
+  static const Registry r = [] {
+    Registry built;
+    add_head_dims<float>(built, "float");
+    add_head_dims<__half>(built, "__half");
+    add_head_dims<__nv_bfloat16>(built, "__nv_bfloat16");
+    built["kvw::merge_partitions"] = launcher(&kvw::merge_partitions);
+    built["kvw::write_cache<uint4>"] = launcher(&kvw::write_cache<uint4>);
+    built["kvw::write_cache<unsigned short>"] = launcher(&kvw::write_cache<unsigned short>);
+    built["kvw::copy_blocks<uint4>"] = launcher(&kvw::copy_blocks<uint4>);
+    built["kvw::copy_blocks<unsigned short>"] = launcher(&kvw::copy_blocks<unsigned short>);
+    return built;
+  }();
+  return r;
 }
 
 }  // namespace
 
-// Returns 0, or -1 when (kv_dtype, head_dim, rows) has no instantiation.
-extern "C" int kvw_attention(const AttentionArgs* a) {
-  switch (a->kv_dtype) {
-    case 0: return attention_head_dim<float>(*a) ? 0 : -1;
-    case 1: return attention_head_dim<__half>(*a) ? 0 : -1;
-    case 2: return attention_head_dim<__nv_bfloat16>(*a) ? 0 : -1;
-  }
-  return -1;
-}
+extern "C" int kvw_has_kernel(const char* name) { return registry().count(name) ? 1 : 0; }
 
-extern "C" void kvw_merge_partitions(const float* part_out, const float* part_ml, int num_partitions, int head_dim,
-                                     int num_heads, int total_q, float* out, int block_threads, int os_threads) {
-  cuda_cpu::launch(dim3(total_q, num_heads), dim3(block_threads), os_threads,
-                   [&] { kvw::merge_partitions(part_out, part_ml, num_partitions, head_dim, out); });
-}
-
-// word_bytes 16 moves uint4 words, 2 moves unsigned short words; returns -1 for any other size.
-extern "C" int kvw_write_cache(int word_bytes, const void* k_new, const void* v_new, const long long* slot_mapping,
-                               int num_tokens, int row_words, void* k_pool, void* v_pool, int chunks,
-                               int block_threads, int os_threads) {
-  const dim3 grid(num_tokens, chunks);
-  if (word_bytes == 16) {
-    cuda_cpu::launch(grid, dim3(block_threads), os_threads, [&] {
-      kvw::write_cache(static_cast<const uint4*>(k_new), static_cast<const uint4*>(v_new), slot_mapping, row_words,
-                       static_cast<uint4*>(k_pool), static_cast<uint4*>(v_pool));
-    });
-    return 0;
-  }
-  if (word_bytes == 2) {
-    using W = unsigned short;
-    cuda_cpu::launch(grid, dim3(block_threads), os_threads, [&] {
-      kvw::write_cache(static_cast<const W*>(k_new), static_cast<const W*>(v_new), slot_mapping, row_words,
-                       static_cast<W*>(k_pool), static_cast<W*>(v_pool));
-    });
-    return 0;
-  }
-  return -1;
-}
-
-extern "C" int kvw_copy_blocks(int word_bytes, const void* src_k, const void* src_v, void* dst_k, void* dst_v,
-                               const int* pairs, int num_pairs, long long block_words, int chunks, int block_threads,
-                               int os_threads) {
-  const dim3 grid(num_pairs, chunks);
-  if (word_bytes == 16) {
-    cuda_cpu::launch(grid, dim3(block_threads), os_threads, [&] {
-      kvw::copy_blocks(static_cast<const uint4*>(src_k), static_cast<const uint4*>(src_v), static_cast<uint4*>(dst_k),
-                       static_cast<uint4*>(dst_v), pairs, block_words);
-    });
-    return 0;
-  }
-  if (word_bytes == 2) {
-    using W = unsigned short;
-    cuda_cpu::launch(grid, dim3(block_threads), os_threads, [&] {
-      kvw::copy_blocks(static_cast<const W*>(src_k), static_cast<const W*>(src_v), static_cast<W*>(dst_k),
-                       static_cast<W*>(dst_v), pairs, block_words);
-    });
-    return 0;
-  }
+// Runs kernel `name` over grid[3] x block[3]; returns 0, or -1 with a message in `error`.
+extern "C" int kvw_launch(const char* name, const unsigned* grid, const unsigned* block, void** args,
+                          const int* arg_bytes, int num_args, int os_threads, char* error, int error_bytes) {
+  const auto found = registry().find(name);
+  std::string problem = found == registry().end() ? std::string("no such kernel")
+                                                  : found->second(dim3(grid[0], grid[1], grid[2]),
+                                                                  dim3(block[0], block[1], block[2]), args, arg_bytes,
+                                                                  num_args, os_threads);
+  if (problem.empty()) return 0;
+  std::snprintf(error, size_t(error_bytes), "%s: %s", name, problem.c_str());
   return -1;
 }

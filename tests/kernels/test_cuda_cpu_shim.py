@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.kernels import cuda_cpu
+from workbench.kernels import cuda_cpu, cuda_launches, source
 
 HERE = Path(__file__).resolve().parent
 PROBE_CU = HERE / "shim_probe.cu"
@@ -112,3 +112,22 @@ def test_divergent_shuffle_aborts(probe_path):
         rf"\S*shim_probe\.cu:{even}, but thread \(1,0,0\) waits at a warp shuffle \S*shim_probe\.cu:{odd}",
         result.stderr,
     ), result.stderr
+
+
+def test_shim_build_registers_every_kernel_the_gpu_launcher_compiles():
+    names = [*source.all_attention_kernel_names(), source.MERGE_KERNEL_NAME, *source.cache_kernel_names()]
+    assert [n for n in names if not cuda_cpu.has_kernel(n)] == []
+    assert not cuda_cpu.has_kernel("kvw::paged_attention<float, 72, 1>")
+
+
+def test_launch_checks_argument_sizes_against_parameters():
+    """A launch whose scalar has the wrong width (int64 for an int parameter) fails with the kernel's name."""
+    pool = np.zeros((4, 1, 8), dtype=np.float32)
+    bad = cuda_launches.Launch(source.CACHE_OPS_CU, "kvw::write_cache<unsigned short>", (1, 1, 1), (32, 1, 1),
+                               (pool, pool, np.zeros(1, dtype=np.int64), np.int64(16), pool, pool))
+    with pytest.raises(ValueError, match=r"write_cache<unsigned short>: argument 3 has 8 bytes, the parameter 4"):
+        cuda_cpu.run([bad])
+    missing = cuda_launches.Launch(source.CACHE_OPS_CU, "kvw::write_cache<unsigned short>", (1, 1, 1), (32, 1, 1),
+                                   (pool, pool))
+    with pytest.raises(ValueError, match="takes 6 arguments, got 2"):
+        cuda_cpu.run([missing])

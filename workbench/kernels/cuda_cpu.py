@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.kernels import launch
-from workbench.kernels.source import HEAD_DIMS, SHIM_ENTRY, cuda_include_dirs, kernels_dir, sources_digest
+from workbench.kernels import cuda_launches
+from workbench.kernels.source import SHIM_ENTRY, cuda_include_dirs, kernels_dir, sources_digest
 from workbench.paths import REPO_ROOT
 
 CXX = os.environ.get("CXX", "g++")
@@ -93,51 +93,22 @@ def build_library(entry: Path, depends: tuple[Path, ...] = ()) -> Path:
     return target
 
 
-class AttentionArgs(ctypes.Structure):
-    """Mirrors `AttentionArgs` of kernels/cuda_cpu_entry.cpp field for field."""
-
-    _fields_ = [
-        ("paged", ctypes.c_int),
-        ("kv_dtype", ctypes.c_int),
-        ("head_dim", ctypes.c_int),
-        ("rows", ctypes.c_int),
-        ("q", ctypes.c_void_p),
-        ("qo_indptr", ctypes.c_void_p),
-        ("k_pool", ctypes.c_void_p),
-        ("v_pool", ctypes.c_void_p),
-        ("kv_indptr", ctypes.c_void_p),
-        ("kv_indices", ctypes.c_void_p),
-        ("kv_last_page_len", ctypes.c_void_p),
-        ("kv_start", ctypes.c_void_p),
-        ("kv_len", ctypes.c_void_p),
-        ("block_size", ctypes.c_int),
-        ("num_heads", ctypes.c_int),
-        ("num_kv_heads", ctypes.c_int),
-        ("num_seqs", ctypes.c_int),
-        ("row_chunks", ctypes.c_int),
-        ("num_partitions", ctypes.c_int),
-        ("partition_tokens", ctypes.c_int),
-        ("scale", ctypes.c_float),
-        ("out", ctypes.c_void_p),
-        ("part_out", ctypes.c_void_p),
-        ("part_ml", ctypes.c_void_p),
-        ("os_threads", ctypes.c_int),
-    ]
-
-
 @cache
 def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build_library(kernels_dir() / SHIM_ENTRY)))
-    p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-    lib.kvw_attention.argtypes = [ctypes.POINTER(AttentionArgs)]
-    lib.kvw_attention.restype = i
-    lib.kvw_merge_partitions.argtypes = [p, p, i, i, i, i, p, i, i]
-    lib.kvw_merge_partitions.restype = None
-    lib.kvw_write_cache.argtypes = [i, p, p, p, i, i, p, p, i, i, i]
-    lib.kvw_write_cache.restype = i
-    lib.kvw_copy_blocks.argtypes = [i, p, p, p, p, p, i, ll, i, i, i]
-    lib.kvw_copy_blocks.restype = i
+    lib.kvw_has_kernel.argtypes = [ctypes.c_char_p]
+    lib.kvw_has_kernel.restype = ctypes.c_int
+    lib.kvw_launch.argtypes = [
+        ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_void_p),
+        ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+    ]
+    lib.kvw_launch.restype = ctypes.c_int
     return lib
+
+
+def has_kernel(name_expression: str) -> bool:
+    """Whether the shim build registers the kernel the CuPy launcher would compile as `name_expression`."""
+    return bool(_library().kvw_has_kernel(name_expression.encode()))
 
 
 def os_threads() -> int:
@@ -145,12 +116,42 @@ def os_threads() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _ptr(array: np.ndarray, dtype=None) -> int:
-    """Data address of a C-contiguous array (of `dtype` when given): what a raw kernel argument needs."""
-    if dtype is not None and array.dtype != np.dtype(dtype):
-        raise ValueError(f"expected a {np.dtype(dtype)} array, got {array.dtype}")
-    if not array.flags.c_contiguous:
-        raise ValueError("kernel arrays must be C-contiguous")
+_SCALAR_TYPES = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.int64): ctypes.c_int64,
+                 np.dtype(np.float32): ctypes.c_float}
+
+
+def run(launches: list[cuda_launches.Launch]) -> None:
+    """Run each launch through the shim, as cuLaunchKernel would: one pointer to each argument's value.
+
+    Raises ValueError when a kernel is unknown or an argument's size differs from its parameter's.
+    """
+    lib = _library()
+    for item in launches:
+        values = [_c_value(arg) for arg in item.args]  # kept alive until the launch returns
+        num_args = len(values)
+        pointers = (ctypes.c_void_p * num_args)(*(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+        sizes = (ctypes.c_int * num_args)(*(ctypes.sizeof(v) for v in values))
+        error = ctypes.create_string_buffer(512)
+        status = lib.kvw_launch(
+            item.kernel.encode(), (ctypes.c_uint * 3)(*item.grid), (ctypes.c_uint * 3)(*item.block), pointers, sizes,
+            num_args, os_threads(), error, len(error),
+        )
+        if status != 0:
+            raise ValueError(f"cuda-cpu launch failed: {error.value.decode()}")
+
+
+def _c_value(arg):
+    """An array as its data pointer, a NumPy scalar as the C value of its type."""
+    if isinstance(arg, np.ndarray):
+        if not arg.flags.c_contiguous:
+            raise ValueError("kernel arrays must be C-contiguous")
+        return ctypes.c_void_p(arg.ctypes.data)
+    if isinstance(arg, np.generic) and arg.dtype in _SCALAR_TYPES:
+        return _SCALAR_TYPES[arg.dtype](arg.item())
+    raise TypeError(f"kernel argument of unsupported type {type(arg).__name__}")
+
+
+def _data_ptr(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
@@ -160,53 +161,15 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
     `partition_tokens` forces a split-K partition size instead of the launcher heuristic.
     """
-    total_q, num_heads, head_dim = q.shape
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"the CUDA attention kernels are instantiated for head_dim in {HEAD_DIMS}, got {head_dim}")
-    num_kv_heads = k_pool.shape[1]
-    num_seqs = len(qo_indptr) - 1
-    args = AttentionArgs(kv_dtype=KV_DTYPE_CODES[kv_dtype], head_dim=head_dim, num_heads=num_heads)
     if paged is not None:
-        kv_indptr, kv_indices, kv_last_page_len, block_size = paged
-        _check_blocks(kv_indices, k_pool.shape[0] // block_size, "kv_indices")
-        kv_lens = (np.diff(kv_indptr.astype(np.int64)) - 1) * block_size + kv_last_page_len
-        args.paged, args.block_size = 1, block_size
-        args.kv_indptr, args.kv_indices = _ptr(kv_indptr, np.int32), _ptr(kv_indices, np.int32)
-        args.kv_last_page_len = _ptr(kv_last_page_len, np.int32)
-    else:
-        kv_start, kv_lens = contiguous
-        if num_seqs and int((kv_start.astype(np.int64) + kv_lens).max()) > k_pool.shape[0]:
-            raise ValueError(f"kv_start + kv_len exceeds the pool's {k_pool.shape[0]} slots")
-        args.paged = 0
-        args.kv_start, args.kv_len = _ptr(kv_start, np.int32), _ptr(kv_lens, np.int32)
-    out = np.full(q.shape, np.nan, dtype=np.float32)  # poisoned: an element the kernel misses stays NaN
-    if total_q == 0:
-        return out
-    plan = launch.plan_attention(
-        num_seqs, num_heads, num_kv_heads, int(np.diff(qo_indptr).max()), int(kv_lens.max()), PLAN_SMS,
-        partition_tokens,
+        _check_blocks(paged[1], k_pool.shape[0] // paged[3], "kv_indices")
+    elif len(contiguous[0]) and int((contiguous[0].astype(np.int64) + contiguous[1]).max()) > k_pool.shape[0]:
+        raise ValueError(f"kv_start + kv_len exceeds the pool's {k_pool.shape[0]} slots")
+    out, launches = cuda_launches.attention(
+        np, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, _data_ptr, PLAN_SMS, paged=paged, contiguous=contiguous,
+        partition_tokens=partition_tokens,
     )
-    launch.check_pool_alignment(head_dim, k_pool.itemsize, k_pool=k_pool.ctypes.data, v_pool=v_pool.ctypes.data)
-    if plan.num_partitions > 1:
-        part_out = np.empty((total_q, num_heads, plan.num_partitions, head_dim), dtype=np.float32)
-        part_ml = np.empty((total_q, num_heads, plan.num_partitions, 2), dtype=np.float32)
-    else:
-        part_out = part_ml = out  # not touched by a single-partition launch
-    args.rows, args.row_chunks = plan.rows, plan.row_chunks
-    args.num_partitions, args.partition_tokens = plan.num_partitions, plan.partition_tokens
-    args.q, args.qo_indptr = _ptr(q, np.float32), _ptr(qo_indptr, np.int32)
-    args.k_pool, args.v_pool = _ptr(k_pool), _ptr(v_pool)
-    args.num_kv_heads, args.num_seqs, args.scale = num_kv_heads, num_seqs, scale
-    args.out, args.part_out, args.part_ml = _ptr(out), _ptr(part_out), _ptr(part_ml)
-    args.os_threads = os_threads()
-    lib = _library()
-    status = lib.kvw_attention(ctypes.byref(args))
-    assert status == 0, "head_dim is checked above and rows come from launch.ROW_TILES"
-    if plan.num_partitions > 1:
-        lib.kvw_merge_partitions(
-            args.part_out, args.part_ml, plan.num_partitions, head_dim, num_heads, total_q, args.out,
-            launch.MERGE_THREADS, os_threads(),
-        )
+    run(launches)
     return out
 
 
@@ -241,14 +204,7 @@ def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
     """Mutates the pools: row i of k_new/v_new goes to slot slot_mapping[i]; negative slots are skipped."""
     if len(slot_mapping) and int(slot_mapping.max()) >= k_pool.shape[0]:
         raise ValueError(f"slot_mapping: slot {int(slot_mapping.max())} is outside the pool's {k_pool.shape[0]} slots")
-    row_bytes = k_pool[0].nbytes if len(k_pool) else 0
-    word = launch.copy_word_bytes(row_bytes, *(a.ctypes.data for a in (k_pool, v_pool, k_new, v_new)))
-    row_words = row_bytes // word
-    status = _library().kvw_write_cache(
-        word, _ptr(k_new), _ptr(v_new), _ptr(slot_mapping, np.int64), len(slot_mapping), row_words, _ptr(k_pool),
-        _ptr(v_pool), launch.copy_chunks(row_words), launch.COPY_THREADS, os_threads(),
-    )
-    assert status == 0, "copy word sizes come from launch.copy_word_bytes"
+    run(cuda_launches.cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, _data_ptr))
 
 
 def block_copy(k_pool, v_pool, copies, block_size) -> None:
@@ -260,14 +216,7 @@ def block_swap(src_k, src_v, dst_k, dst_v, moves, block_size) -> None:
     """Mutates dst_k/dst_v: block dst of the dst pools gets block src of the src pools per (src, dst) row."""
     _check_blocks(moves[:, 0], src_k.shape[0] // block_size, "source blocks")
     _check_blocks(moves[:, 1], dst_k.shape[0] // block_size, "destination blocks")
-    block_bytes = block_size * (src_k[0].nbytes if len(src_k) else 0)
-    word = launch.copy_word_bytes(block_bytes, *(a.ctypes.data for a in (src_k, src_v, dst_k, dst_v)))
-    block_words = block_bytes // word
-    status = _library().kvw_copy_blocks(
-        word, _ptr(src_k), _ptr(src_v), _ptr(dst_k), _ptr(dst_v), _ptr(moves, np.int32), len(moves), block_words,
-        launch.copy_chunks(block_words), launch.COPY_THREADS, os_threads(),
-    )
-    assert status == 0, "copy word sizes come from launch.copy_word_bytes"
+    run(cuda_launches.copy_blocks(src_k, src_v, dst_k, dst_v, moves, block_size, _data_ptr))
 
 
 def _check_blocks(block_ids, num_blocks: int, what: str) -> None:

@@ -1,0 +1,116 @@
+"""The CUDA kernel launches of every op, built once for both executors of the .cu kernels.
+
+The CuPy backend hands each `Launch` to a `RawKernel`; the CPU shim backend hands the same launch to
+the shim's cuLaunchKernel-like entry point, which checks every argument's size against the kernel's
+parameter. So the shim tests exercise the GPU launcher's grids and argument lists, not a copy.
+Functions take `xp` (numpy or cupy) for the buffers they allocate; inputs are already validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.kernels import launch
+from workbench.kernels.source import (
+    ATTENTION_CU,
+    CACHE_OPS_CU,
+    HEAD_DIMS,
+    MERGE_KERNEL_NAME,
+    attention_kernel_name,
+)
+
+COPY_WORD_TYPES = {16: "uint4", 2: "unsigned short"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: source file, name expression, grid, block, and arguments in parameter order.
+
+    Arguments are arrays (NumPy or CuPy, passed as device pointers) and NumPy scalars whose type is
+    the kernel parameter's (np.int32 for int, np.int64 for long long, np.float32 for float).
+    """
+
+    source: str
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    args: tuple
+
+
+def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_sms, *, paged=None,
+              contiguous=None, partition_tokens=None, max_q_per_seq=None):
+    """Output buffer (float32 [total_q, H, D], NaN-poisoned) and the launches that fill it.
+
+    paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
+    The plan needs the longest KV length and, unless `max_q_per_seq` is given, the most queries of one
+    sequence: small reads of device arrays. `data_ptr(array)` is the array's address (alignment check).
+    """
+    total_q, num_heads, head_dim = q.shape
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"the CUDA attention kernels are instantiated for head_dim in {HEAD_DIMS}, got {head_dim}")
+    num_kv_heads = k_pool.shape[1]
+    num_seqs = qo_indptr.shape[0] - 1
+    out = xp.full(q.shape, np.nan, dtype=np.float32)  # an element the kernel misses stays NaN
+    if total_q == 0:
+        return out, []
+    if paged is not None:
+        kv_indptr, kv_indices, kv_last_page_len, block_size = paged
+        kv_lens = (xp.diff(kv_indptr) - 1) * block_size + kv_last_page_len
+        addressing, addressing_args = "paged", (kv_indptr, kv_indices, kv_last_page_len, np.int32(block_size))
+    else:
+        kv_start, kv_lens = contiguous
+        addressing, addressing_args = "contiguous", (kv_start, kv_lens)
+    if max_q_per_seq is None:
+        max_q_per_seq = int(xp.diff(qo_indptr).max())
+    plan = launch.plan_attention(num_seqs, num_heads, num_kv_heads, max_q_per_seq, int(kv_lens.max()), num_sms,
+                                 partition_tokens)
+    launch.check_pool_alignment(head_dim, k_pool.itemsize, k_pool=data_ptr(k_pool), v_pool=data_ptr(v_pool))
+    if plan.num_partitions > 1:
+        part_out = xp.empty((total_q, num_heads, plan.num_partitions, head_dim), dtype=np.float32)
+        part_ml = xp.empty((total_q, num_heads, plan.num_partitions, 2), dtype=np.float32)
+    else:
+        part_out = part_ml = out  # not touched by a single-partition launch
+    launches = [Launch(
+        ATTENTION_CU,
+        attention_kernel_name(addressing, kv_dtype, head_dim, plan.rows),
+        plan.grid(num_kv_heads, num_seqs),
+        (launch.ATTN_THREADS, 1, 1),
+        (q, qo_indptr, k_pool, v_pool, *addressing_args, np.int32(num_heads), np.int32(num_kv_heads),
+         np.int32(plan.row_chunks), np.int32(plan.partition_tokens), np.float32(scale), out, part_out, part_ml),
+    )]
+    if plan.num_partitions > 1:
+        launches.append(Launch(
+            ATTENTION_CU, MERGE_KERNEL_NAME, (total_q, num_heads, 1), (launch.MERGE_THREADS, 1, 1),
+            (part_out, part_ml, np.int32(plan.num_partitions), np.int32(head_dim), out),
+        ))
+    return out, launches
+
+
+def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, data_ptr) -> list[Launch]:
+    """write_cache: row i of k_new/v_new to slot slot_mapping[i] (int64; negative skips)."""
+    if len(slot_mapping) == 0:
+        return []
+    row_bytes = k_pool.itemsize * k_pool.shape[1] * k_pool.shape[2]
+    word = launch.copy_word_bytes(row_bytes, *(data_ptr(a) for a in (k_pool, v_pool, k_new, v_new)))
+    row_words = row_bytes // word
+    return [Launch(
+        CACHE_OPS_CU, f"kvw::write_cache<{COPY_WORD_TYPES[word]}>",
+        (len(slot_mapping), launch.copy_chunks(row_words), 1), (launch.COPY_THREADS, 1, 1),
+        (k_new, v_new, slot_mapping, np.int32(row_words), k_pool, v_pool),
+    )]
+
+
+def copy_blocks(src_k, src_v, dst_k, dst_v, pairs, block_size, data_ptr) -> list[Launch]:
+    """copy_blocks: block pairs[i][1] of the dst pools gets block pairs[i][0] of the src pools (pairs int32 [n, 2])."""
+    if len(pairs) == 0:
+        return []
+    block_bytes = block_size * src_k.itemsize * src_k.shape[1] * src_k.shape[2]
+    word = launch.copy_word_bytes(block_bytes, *(data_ptr(a) for a in (src_k, src_v, dst_k, dst_v)))
+    block_words = block_bytes // word
+    return [Launch(
+        CACHE_OPS_CU, f"kvw::copy_blocks<{COPY_WORD_TYPES[word]}>",
+        (len(pairs), launch.copy_chunks(block_words), 1), (launch.COPY_THREADS, 1, 1),
+        (src_k, src_v, dst_k, dst_v, pairs, np.int64(block_words)),
+    )]
