@@ -16,8 +16,8 @@ MERGE_THREADS = 64  # threads per merge_partitions block
 COPY_THREADS = 128  # threads per write_cache / copy_blocks block
 MIN_PARTITION_TOKENS = 256  # split-K never cuts a sequence into pieces shorter than this
 PARTITION_ALIGN_TOKENS = 64
-# Split-K aims for at least this many attention blocks per SM: a warp keeps only one step of K/V
-# loads in flight, so the bytes in flight per SM (what saturates HBM) come from resident blocks.
+# Split-K aims for at least this many attention blocks per SM: a warp keeps only ATTN_UNROLL steps
+# of K/V loads in flight, so the bytes in flight per SM (what saturates HBM) come from resident blocks.
 BLOCKS_PER_SM = 8
 COPY_WORDS_PER_BLOCK = 4096  # copy kernels give each CUDA block about this many words
 MAX_GRID_YZ = 65535
