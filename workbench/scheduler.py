@@ -66,7 +66,6 @@ class Scheduler:
         self.prefix_hit_tokens = np.zeros(n, dtype=np.int64)
         self.num_preemptions = np.zeros(n, dtype=np.int64)
         self.status = ["pending"] * n
-        self.prefix_query_tokens = 0
         self.generated_tokens = 0  # tokens of finished requests, every sample counted
         self.num_rejected = 0
         self.has_beams = any(r.beam_width > 1 for r in requests)
@@ -333,7 +332,6 @@ class Scheduler:
                     copies.append(step_copies)
             g.kv_len += recomputed
             write_tokens += recomputed * num_seqs
-        self.prefix_query_tokens += len(token_ids)
         self.prefix_hit_tokens[g.index] += result.cached_tokens
         g.state = STARTING
         self.num_running_seqs += num_seqs
