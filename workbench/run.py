@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except (WorkloadError, TraceError) as exc:  # workload input problems surface when the run reads it
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"{cfg.strategy} (block {cfg.block_size}) · {cfg.model} · {cfg.workload}")
     print(format_summary(summary))
     if args.out is not None:
         print(f"wrote {args.out}/")
