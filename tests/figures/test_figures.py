@@ -207,3 +207,11 @@ def test_a_rebuild_reuses_the_finished_points(built):
     after = {p.name: p.stat().st_mtime_ns for p in (root / "runs" / "fig_memory_waste" / "points").iterdir()}
     assert before == after
     assert json.loads((root / "figures" / "memory_waste.provenance.json").read_text())["command"] == "again"
+
+
+def test_cli_rejects_an_unknown_figure(capsys):
+    from workbench.figures.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["memory_wast"])
+    assert "unknown figure 'memory_wast'" in capsys.readouterr().err
