@@ -50,8 +50,9 @@ def sources_digest() -> str:
 def cuda_include_dirs() -> list[Path]:
     """Folders holding cuda_fp16.h / cuda_bf16.h: the nvidia-cuda-runtime wheel, then $CUDA_HOME, /usr/local/cuda.
 
-    NVRTC needs only the fp16/bf16 headers; a host compiler (the CPU shim) also needs `crt/host_defines.h`,
-    which only a full toolkit ships, so callers pick the first folder that has what they need.
+    NVRTC needs only the fp16/bf16 headers; a host compiler (the CPU shim) also needs `crt/host_defines.h`
+    and `nv/target` (a toolkit, or the nvidia-cuda-crt and -cccl wheels), so callers pick the first
+    folder that has what they need.
     """
     found = []
     try:
