@@ -2,7 +2,7 @@
 
 Small blocks waste little at the end of each sequence (internal fragmentation) but need large block
 tables and make the kernel chase more pointers; large blocks do the opposite. Four panels against
-the block size: internal fragmentation (% of the pool, saturated steps), mean block-table bytes,
+the block size: internal fragmentation (% of the pool, mean over all steps), mean block-table bytes,
 generated-token throughput — from the `clock: roofline` points — and the decode kernel's time per
 attended token, from the `clock: measured` points (`kernel_cost.decode_ns_per_token`).
 """
@@ -28,7 +28,7 @@ def panels(rows: pd.DataFrame, sweep_dir: Path) -> dict[str, np.ndarray]:
     if (rows["clock"] == "measured").all():
         return {KERNEL_PANEL: np.array([decode_ns_per_token(sweep_dir, p) for p in rows["point_id"]])}
     return {
-        "Internal fragmentation (% of KV slots)": rows["mem_internal_frag_frac_sat"].to_numpy(dtype=float) * 100,
+        "Internal fragmentation (% of KV slots)": rows["mem_internal_frag_frac"].to_numpy(dtype=float) * 100,
         "Block-table size (KiB, mean)": rows["block_table_bytes_mean"].to_numpy(dtype=float) / 1024,
         "Throughput (generated tokens/s)": rows["throughput_tok_s"].to_numpy(dtype=float),
     }
