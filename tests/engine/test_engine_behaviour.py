@@ -131,3 +131,11 @@ def test_group_wider_than_max_num_seqs_is_rejected_not_stuck():
     result = simulate(narrow, build_workload(wide), checked_strategy(narrow))
     assert set(result.requests["status"]) == {"rejected: 4 sequences > max_num_seqs (2)"}
     assert len(result.steps) == 0
+
+
+def test_kernel_every_runs_attention_on_every_kth_step_only():
+    cfg = small_config(strategy="paged", num_requests=6, clock="measured", kernel_every=3, verify_every=3)
+    steps = simulate_checked(cfg).steps
+    ran = steps["kernel_time_s"].to_numpy() > 0
+    assert ran.any()
+    assert (ran == (steps["step"].to_numpy() % 3 == 0)).all()
