@@ -71,8 +71,7 @@ class RunResult:
     summary: dict[str, Any]  # summary.json
 
 
-def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False,
-        timers: StepTimers | None = None) -> dict[str, Any]:
+def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) -> dict[str, Any]:
     """Run one simulation; with `out_dir`, write config.json, steps.parquet, requests.parquet and
     summary.json there. Returns the summary (keys = columns.SUMMARY_KEYS)."""
     wall0 = time.perf_counter()
@@ -80,7 +79,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False,
     requests = build_workload(cfg)
     strategy = registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size,
                                fit=cfg.fit, max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
-    result = simulate(cfg, requests, strategy, progress=progress, timers=timers, wall0_s=wall0)
+    result = simulate(cfg, requests, strategy, progress=progress, wall0_s=wall0)
     if out_dir is not None:
         write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,
                       result.requests, result.summary)
