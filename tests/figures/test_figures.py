@@ -176,7 +176,7 @@ def decode_ns(sweep_dir: Path, point_id: str) -> float:
     steps = pd.read_parquet(sweep_dir / "points" / point_id / "steps.parquet")
     decode = steps[(steps["kernel_time_s"] > 0) & (steps["num_prefill_tokens"] == 0)]
     assert len(decode) >= 2, "the run must time several decode-only steps"
-    return float(np.median(decode["kernel_time_s"] / decode["token_slots"])) * 1e9
+    return float(np.percentile(decode["kernel_time_s"] / decode["token_slots"], 25)) * 1e9  # the lower quartile
 
 
 def test_kernel_overhead_values_are_the_steps_decode_times(built):

@@ -20,7 +20,7 @@ from workbench.figures.kernel_cost import decode_ns_per_token
 
 TIMED = True
 WORKLOAD_MARKERS = ("o", "s", "^", "D")
-KERNEL_PANEL = "Decode kernel time per context token (ns)"
+KERNEL_PANEL = "Decode kernel (ns per context token)"
 
 
 def panels(rows: pd.DataFrame, sweep_dir: Path) -> dict[str, np.ndarray]:
@@ -28,16 +28,16 @@ def panels(rows: pd.DataFrame, sweep_dir: Path) -> dict[str, np.ndarray]:
     if (rows["clock"] == "measured").all():
         return {KERNEL_PANEL: np.array([decode_ns_per_token(sweep_dir, p) for p in rows["point_id"]])}
     return {
-        "Internal fragmentation (% of KV slots)": rows["mem_internal_frag_frac"].to_numpy(dtype=float) * 100,
-        "Block-table size (KiB, mean)": rows["block_table_bytes_mean"].to_numpy(dtype=float) / 1024,
-        "Throughput (generated tokens/s)": rows["throughput_tok_s"].to_numpy(dtype=float),
+        "Internal frag. (% of KV slots)": rows["mem_internal_frag_frac"].to_numpy(dtype=float) * 100,
+        "Block tables (KiB, mean)": rows["block_table_bytes_mean"].to_numpy(dtype=float) / 1024,
+        "Throughput (tokens/s)": rows["throughput_tok_s"].to_numpy(dtype=float),
     }
 
 
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
-    fig, axes = style.new_figure(2, 2, width_in=style.PAGE_WIDTH_IN, height_in=4.2, sharex=True)
-    by_label = dict(zip(["Internal fragmentation (% of KV slots)", "Block-table size (KiB, mean)", KERNEL_PANEL,
-                         "Throughput (generated tokens/s)"], axes.flat, strict=True))
+    fig, axes = style.new_figure(2, 2, width_in=style.PAGE_WIDTH_IN, height_in=4.4, sharex=True)
+    by_label = dict(zip(["Internal frag. (% of KV slots)", "Block tables (KiB, mean)", KERNEL_PANEL,
+                         "Throughput (tokens/s)"], axes.flat, strict=True))
     for i, (workload, rows) in enumerate(summary.groupby("workload", sort=False)):
         for _, part in rows.groupby("clock", sort=False):
             part = part.sort_values("block_size")

@@ -1,8 +1,8 @@
 """kernel_overhead: what the paging indirection costs the attention kernel, measured on the real kernel.
 
 Each point runs one fixed-length workload (`fixed:prompt=L,...`) with `clock: measured` and the kernel
-on every k-th step; the value is the decode kernel's median time per attended token over the
-decode-only steps (`kernel_cost.decode_ns_per_token`: prefill attention is quadratic in L and would
+on every k-th step; the value is the decode kernel's time per attended token over the decode-only
+steps (lower quartile, `kernel_cost.decode_ns_per_token`; prefill attention is quadratic in L and would
 swamp it). Left: contiguous vs paged kernels against the context length L. Right: paged ÷ contiguous
 time against the block size, at the longest context. The points run one at a time (TIMED) so that
 measurements do not share the cores.
