@@ -68,6 +68,14 @@ def test_bad_experiment_is_one_clear_error(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_an_unknown_figure_fails_before_the_sweep(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("figure: memory_wast\naxes: {seed: [0]}\n")
+    assert main([str(bad), "--out", str(tmp_path / "out")]) == 1
+    assert "unknown figure 'memory_wast'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_contradictory_flags(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(write_experiment(tmp_path)), "--scheduler", "tcp://127.0.0.1:1"])

@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--workers starts a LocalCluster; an existing --scheduler brings its own workers")
     try:
         spec = load_spec(args.experiment or DEFAULT_EXPERIMENT)
+        if spec.figure:
+            from workbench.figures.registry import check_name
+
+            check_name(spec.figure)  # before the sweep, not after it
         executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)
         out_dir = args.out or DEFAULT_RUNS_DIR / spec.name
         table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, progress=not args.no_progress)
