@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -26,6 +29,10 @@ def test_stored_without_outputs(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_executes(path, tmp_path, monkeypatch):
+    # the kernel of this environment, even when a user-level `python3` kernelspec points elsewhere
+    venv_jupyter = Path(sys.prefix) / "share" / "jupyter"
+    assert (venv_jupyter / "kernels" / "python3").is_dir(), "run: python -m ipykernel install --sys-prefix"
+    monkeypatch.setenv("JUPYTER_PATH", str(venv_jupyter))
     monkeypatch.setenv("WORKBENCH_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("WORKBENCH_RUNS_DIR", str(tmp_path))
     book = nbformat.read(path, as_version=4)
