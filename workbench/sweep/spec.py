@@ -64,7 +64,7 @@ class SweepSpec:
     description: str = ""
 
     def points(self) -> list[Point]:
-        """The expansion: axes crossed (first slowest) with zip groups; ids unique by construction."""
+        """The expansion: axes crossed (first slowest) with zip groups; raises SpecError on a bad or repeated point."""
         dims: list[list[dict[str, Any]]] = [[{key: v} for v in values] for key, values in self.axes.items()]
         for group in self.zips:
             length = len(next(iter(group.values())))
