@@ -4,10 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
-export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba
+# Numba keys its on-disk cache on the defining file only, so a kernel that inlines helpers from a
+# sibling module would keep stale machine code after that module changes: key the cache directory
+# on every Numba-using source instead.
+NUMBA_SOURCES_HASH := $(shell grep -rl --include='*.py' numba workbench | sort | xargs cat | cksum | cut -d' ' -f1)
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba/$(NUMBA_SOURCES_HASH)
 export MPLBACKEND ?= Agg
 
-.PHONY: demo test lint bench figures lab clean
+.PHONY: demo test lint bench gpu-check figures lab clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +26,7 @@ $(STAMP_DEV): pyproject.toml setup.py | $(BIN)/python
 	touch $@ $(STAMP_RUN)
 
 demo: $(STAMP_RUN)
-	$(BIN)/python -m workbench.workload describe sharegpt-like --num-requests 1000 --rate 2
+	$(BIN)/python -m workbench.sweep
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .
@@ -32,10 +36,17 @@ test: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP_DEV)
-	@echo "not yet: benchmarks land with the allocator, kernel and engine issues"
+	$(BIN)/python benchmarks/bench_workload.py
+	$(BIN)/python benchmarks/bench_allocators.py
+	$(BIN)/python benchmarks/bench_kernels.py --clock cpu
+	$(BIN)/python benchmarks/bench_engine.py
+
+gpu-check: $(STAMP_DEV)
+	$(BIN)/python -m pip install -q -e '.[gpu]'
+	benchmarks/gpu_check.sh out/gpu-check
 
 figures: $(STAMP_DEV)
-	@echo "not yet: figures land with the sweep issue"
+	$(BIN)/python -m workbench.figures
 
 lab: $(STAMP_DEV)
 	$(BIN)/jupyter lab notebooks/
