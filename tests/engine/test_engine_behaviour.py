@@ -139,3 +139,9 @@ def test_kernel_every_runs_attention_on_every_kth_step_only():
     ran = steps["kernel_time_s"].to_numpy() > 0
     assert ran.any()
     assert (ran == (steps["step"].to_numpy() % 3 == 0)).all()
+
+
+def test_progress_bar_counts_finished_requests(capsys):
+    cfg = small_config(strategy="paged", kernel="none", num_requests=5)
+    assert run(cfg, progress=True)["num_finished"] == 5
+    assert "5/5" in capsys.readouterr().err
