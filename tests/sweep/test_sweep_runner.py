@@ -107,3 +107,11 @@ def test_each_worker_gets_its_share_of_the_cores(tmp_path, jobs):
     expected = str(max(1, default_jobs() // jobs))
     for point in spec.points():
         assert (tmp_path / "points" / point.point_id / "numba_threads.txt").read_text() == expected
+
+
+def test_threads_per_task_can_be_pinned(tmp_path):
+    spec = parse_spec({"axes": {"seed": [0]}})
+    run_sweep(spec, tmp_path, executor=LocalExecutor(1, threads_per_task=1), progress=False, run_fn=fake_run)
+    assert (tmp_path / "points" / spec.points()[0].point_id / "numba_threads.txt").read_text() == "1"
+    with pytest.raises(ValueError, match="threads_per_task must be >= 1"):
+        LocalExecutor(1, threads_per_task=0)

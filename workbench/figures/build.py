@@ -43,7 +43,9 @@ def build(name: str, *, figures_dir: Path = FIGURES_DIR, runs_dir: Path = RUNS_D
     spec = spec or load_spec(experiment_path(name))
     sweep_dir = Path(runs_dir) / f"fig_{name}"
     if executor is None:
-        executor = LocalExecutor(1) if is_timed(name) else LocalExecutor()
+        # timed points: one at a time, single-threaded, so that another process taking a core cannot
+        # stall a parallel region for a scheduler time slice inside the measurement
+        executor = LocalExecutor(1, threads_per_task=1) if is_timed(name) else LocalExecutor()
     run_sweep(spec, sweep_dir, executor=executor, resume=True, progress=progress)
     paths = draw_into(name, sweep_dir, figures_dir)
     sidecar = Path(figures_dir) / f"{name}.provenance.json"

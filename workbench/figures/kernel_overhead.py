@@ -4,8 +4,9 @@ Each point runs one fixed-length workload (`fixed:prompt=L,...`) with `clock: me
 on every k-th step; the value is the decode kernel's time per attended token over the decode-only
 steps (lower quartile, `kernel_cost.decode_ns_per_token`; prefill attention is quadratic in L and would
 swamp it). Left: contiguous vs paged kernels against the context length L. Right: paged ÷ contiguous
-time against the block size, at the longest context. The points run one at a time (TIMED) so that
-measurements do not share the cores.
+time against the block size, at the longest context. The points run one at a time and single-threaded
+(TIMED): on a shared machine a parallel region waits for its slowest thread, and a thread that loses
+its core waits a whole scheduler time slice.
 """
 
 from __future__ import annotations

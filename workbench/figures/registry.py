@@ -35,6 +35,6 @@ def plotter(name: str) -> PlotFn:
 
 
 def is_timed(name: str) -> bool:
-    """Figures of measured wall times run their points one at a time, so runs do not share the cores."""
+    """Figures of measured wall times run their points one at a time and single-threaded."""
     check_name(name)
     return bool(getattr(importlib.import_module(f"workbench.figures.{name}"), "TIMED", False))

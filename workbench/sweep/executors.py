@@ -32,13 +32,16 @@ def default_jobs() -> int:
 
 
 class LocalExecutor:
-    """A `concurrent.futures` process pool of `jobs` workers (default: the usable cores)."""
+    """A `concurrent.futures` process pool of `jobs` workers (default: the usable cores), each task
+    with `threads_per_task` threads for parallel kernels (default: its share of the cores)."""
 
-    def __init__(self, jobs: int | None = None) -> None:
+    def __init__(self, jobs: int | None = None, threads_per_task: int | None = None) -> None:
         if jobs is not None and jobs < 1:
             raise ValueError(f"jobs must be >= 1, got {jobs}")
+        if threads_per_task is not None and threads_per_task < 1:
+            raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
         self.jobs = jobs or default_jobs()
-        self.threads_per_task = max(1, default_jobs() // self.jobs)
+        self.threads_per_task = threads_per_task or max(1, default_jobs() // self.jobs)
 
     def map_unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[Any]:
         if not tasks:
