@@ -25,6 +25,7 @@ DEFAULT_RUNS_DIR = Path("runs")
 TABLE_KEYS = (
     "mem_token_frac", "mem_reserved_frac", "mem_internal_frag_frac", "mem_external_frag_frac",
     "mean_batch_size", "throughput_req_s", "normalized_latency_s_per_tok", "num_preemptions", "prefix_hit_rate",
+    "verify_max_rel_err",
 )
 
 
