@@ -25,10 +25,12 @@ def _field_type(annotation: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench.run", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m workbench.run", description=__doc__.splitlines()[0])
     for f in dataclasses.fields(RunConfig):
-        kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": f.metadata["help"]}
+        help = f.metadata["help"]
+        if f.default is not None and "default" not in help:
+            help += " (default: %(default)s)"
+        kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": help}
         if f.metadata.get("choices"):
             kwargs["choices"] = f.metadata["choices"]
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kwargs)
