@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench.allocators.base import Snapshot
-from workbench.workload.request import Request
+from workbench.workload.request import VOCAB_SIZE, Request, mix64
+
+
+def generated_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """`token_ids_for(key, offset)` vectorized over pairs: int32 [S] for uint64 keys [S], offsets [S]."""
+    with np.errstate(over="ignore"):
+        seed = keys.astype(np.uint64) * np.uint64(0x100000001B3)
+        return (mix64(offsets.astype(np.uint64) ^ seed) % np.uint64(VOCAB_SIZE)).astype(np.int32)
+
 
 # STARTING: allocated this step (prefill or swap-in); joins the decode batch at the next step
 WAITING, STARTING, RUNNING, SWAPPED, DONE = range(5)

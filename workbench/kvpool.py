@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import kernels
-from workbench.workload.request import VOCAB_SIZE, mix64
+from workbench.groups import generated_token_ids  # noqa: F401 (the kernel runner's import point)
+from workbench.workload.request import mix64
 
 _TABLE_ROWS = 4096  # entries per content table; a row picks two of them (4096^2 combinations)
 _TABLE_SEED = 0x5EED_C0DE  # content is a property of tokens, not of a run: one fixed seed
@@ -37,13 +38,6 @@ def prefix_sums(terms: np.ndarray, acc0: np.uint64 | int = 0) -> np.ndarray:
         with np.errstate(over="ignore"):
             out += np.uint64(acc0)
     return out
-
-
-def generated_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """`token_ids_for(key, offset)` vectorized over pairs: int32 [S] for uint64 keys [S], offsets [S]."""
-    with np.errstate(over="ignore"):
-        seed = keys.astype(np.uint64) * np.uint64(0x100000001B3)
-        return (mix64(offsets.astype(np.uint64) ^ seed) % np.uint64(VOCAB_SIZE)).astype(np.int32)
 
 
 def to_storage(rows: np.ndarray, kv_dtype: str) -> np.ndarray:

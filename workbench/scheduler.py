@@ -19,9 +19,9 @@ from collections import deque
 import numpy as np
 
 from workbench.allocators.base import SeqSpec, Strategy
-from workbench.groups import DONE, RUNNING, STARTING, SWAPPED, WAITING, Group, Prefill, StepPlan
+from workbench.groups import DONE, RUNNING, STARTING, SWAPPED, WAITING, Group, Prefill, StepPlan, generated_token_ids
 from workbench.workload.beam import beam_step
-from workbench.workload.request import Request, output_key, token_ids_for
+from workbench.workload.request import Request, output_key, output_keys, token_ids_for
 
 
 class Scheduler:
@@ -48,6 +48,13 @@ class Scheduler:
         self.step = 0  # completed steps
         self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
         self._decode_ids: list[int] | None = None  # the flattened running sequences, rebuilt on change
+        # Strategies that cache decode-filled blocks get each appended token's id. Token s of sample j
+        # is token_ids_for(output_key(request, j), s); a decoding sequence writes token
+        # `_decode_token_base + step` at the step's append. Rebuilt when the batch list changes.
+        self.wants_token_ids = strategy.wants_token_ids
+        self._decode_token_batch: list[int] | None = None  # the batch list the two arrays describe
+        self._decode_token_keys = np.zeros(0, dtype=np.uint64)  # [num_decode]
+        self._decode_token_base = np.zeros(0, dtype=np.int64)  # [num_decode]
         # Running totals over the decoding sequences, kept in O(1) per step. A running group's kv_len
         # is v + (completed steps) for a fixed v, so its block count grows at the append where
         # (v + completed steps) % block_size == 0: `_crossing[r]` counts sequences with v % bs == r.
@@ -102,6 +109,39 @@ class Scheduler:
             self._decode_ids = [s for g in self.running for s in g.seq_ids]
         return self._decode_ids
 
+    def _decode_token_ids(self, ids: list[int]) -> np.ndarray:
+        """Ids of the tokens the decode batch `ids` writes this step, int32 [len(ids)]: each sequence's
+        latest generated token (a group's `generated` - `synced_step` is constant while it runs)."""
+        if self._decode_token_batch is not ids:
+            running = self.running
+            sizes = np.fromiter((g.num_seqs for g in running), dtype=np.int64, count=len(running))
+            request_ids = np.repeat([g.request.request_id for g in running], sizes)  # [num_decode]
+            samples = np.arange(len(ids)) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # index in its group
+            keys = np.empty(len(ids), dtype=np.uint64)
+            for j in range(int(sizes.max())):
+                keys[samples == j] = output_keys(request_ids[samples == j], j)
+            self._decode_token_keys = keys
+            self._decode_token_base = np.repeat([g.generated - g.synced_step - 1 for g in running], sizes)
+            self._decode_token_batch = ids
+        offsets = self._decode_token_base + self.step
+        tokens = generated_token_ids(self._decode_token_keys, offsets)
+        if self.has_beams:
+            for i, seq_id in enumerate(ids):
+                beam = self.beam_tokens.get(seq_id)
+                if beam is not None:
+                    tokens[i] = beam[offsets[i]]
+        return tokens
+
+    def _token_ids_at(self, g: Group, offset: int) -> np.ndarray:
+        """Ids of generated token `offset` of each of the group's sequences, int32 [num_seqs]."""
+        tokens = np.array([token_ids_for(output_key(g.request.request_id, j), offset, offset + 1)[0]
+                           for j in range(g.num_seqs)], dtype=np.int32)
+        for i, seq_id in enumerate(g.seq_ids):
+            beam = self.beam_tokens.get(seq_id)
+            if beam is not None:
+                tokens[i] = beam[offset]
+        return tokens
+
     def _sync(self, g: Group) -> None:
         lag = self.step - g.synced_step
         if g.state == RUNNING and lag:
@@ -131,7 +171,7 @@ class Scheduler:
             ids = self.decode_ids()
         decode_groups = self.running
         if ids:
-            result = strategy.append(ids)
+            result = strategy.append(ids, self._decode_token_ids(ids)) if self.wants_token_ids else strategy.append(ids)
             decode_slots = result.slots
             if len(result.copies):
                 copies.append(result.copies)
@@ -326,8 +366,9 @@ class Scheduler:
         write_tokens = len(token_ids) - result.cached_tokens
         if num_seqs > 1 and recomputed:
             # each sample's own generated tokens follow the shared prompt: one append per position
-            for _ in range(recomputed):
-                step_copies = self.strategy.append(g.seq_ids).copies
+            for j in range(recomputed):
+                step_copies = (self.strategy.append(g.seq_ids, self._token_ids_at(g, j)) if self.wants_token_ids
+                               else self.strategy.append(g.seq_ids)).copies
                 if len(step_copies):
                     copies.append(step_copies)
             g.kv_len += recomputed

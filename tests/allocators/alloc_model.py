@@ -45,10 +45,13 @@ class PoolModel:
         return result
 
     def append(self, seq_ids: list[int], rng: np.random.Generator) -> None:
-        result = self.s.append(seq_ids)
+        self.append_tokens(seq_ids, rng.integers(0, 1000, len(seq_ids)).astype(np.int32))
+
+    def append_tokens(self, seq_ids: list[int], new: np.ndarray) -> None:
+        """Append these token ids (int32 [len(seq_ids)]), telling a strategy that wants them."""
+        result = self.s.append(seq_ids, new) if self.s.wants_token_ids else self.s.append(seq_ids)
         self._copy(result.copies)
         self.cow_copies += result.copies.shape[0]
-        new = rng.integers(0, 1000, len(seq_ids))
         assert np.unique(result.slots).shape[0] == len(seq_ids), "two sequences write one slot"
         self.device[result.slots] = new
         for seq_id, token in zip(seq_ids, new.tolist(), strict=True):

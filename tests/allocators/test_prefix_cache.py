@@ -7,10 +7,11 @@ import sys
 
 import numpy as np
 import pytest
+from alloc_model import PoolModel
 
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
-from workbench.allocators.prefix_hash import block_keys
+from workbench.allocators.prefix_hash import block_keys, chain_next, tail_term_sum, token_terms
 from workbench.workload.request import mix64
 
 
@@ -100,8 +101,21 @@ def test_block_keys_are_the_sequential_chain():
             content = int(mix64(np.array([mix64(ids[i * 16:(i + 1) * 16].astype(np.uint64) ^ salt).sum(
                 dtype=np.uint64)]))[0])
         chain = (chain * base + content) % 2**64
-        expected.append(int(mix64(np.array([chain], dtype=np.uint64))[0]))
+        expected.append(chain)
     assert keys.tolist() == expected
+
+
+def test_block_keys_grown_token_by_token_equal_block_keys():
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 50_000, 7 * 16 + 9).astype(np.int32)
+    key, term_sum, grown = np.zeros(1, np.uint64), np.zeros(1, np.uint64), []
+    for position, token in enumerate(ids.tolist()):
+        term_sum = term_sum + token_terms(np.array([token]), np.array([position % 16]), 16)
+        if position % 16 == 15:
+            key, term_sum = chain_next(key, term_sum), np.zeros(1, np.uint64)
+            grown.append(int(key[0]))
+    assert grown == block_keys(ids, 16).tolist()
+    assert int(term_sum[0]) == int(tail_term_sum(ids, 16))
 
 
 def test_block_keys_depend_on_the_whole_prefix_and_the_position_inside_a_block():
@@ -140,3 +154,54 @@ def test_requests_sharing_a_system_prompt_hit_on_its_full_blocks():
     assert s.admit([1], SeqSpec(b.prompt_token_ids(), 65)).cached_tokens == 48  # 3 full blocks of the 50
     assert (s.prefix_query_tokens, s.prefix_hit_tokens) == (130, 48)
     assert s.snapshot().token_slots == 70 + 60 - 48
+
+
+def _decode(model: PoolModel, seq_ids: list[int], tokens: np.ndarray) -> None:
+    """Append tokens [num_steps, len(seq_ids)] step by step, checking the pool after each step."""
+    for step_tokens in tokens:
+        model.append_tokens(seq_ids, step_tokens.astype(np.int32))
+        model.s.check_integrity()
+        model.verify()
+
+
+def test_a_block_filled_during_decode_is_hit_by_a_prompt_holding_its_tokens():
+    model = PoolModel(prefix())  # blocks of 4
+    model.admit([1], tokens(6), 20)  # block 0 full (registered), block 1 holds 2 prompt tokens
+    _decode(model, [1], tokens(7, 100)[:, None])  # fills block 1 (2 prompt + 2 generated) and block 2
+    held = model.s.describe([1]).kv_indices.tolist()
+    assert sorted(model.s.registered_block_ids().tolist()) == sorted(held[:3])
+    answer = model.tokens[1]
+    model.free(1)
+    next_turn = np.array(answer + [500, 501], dtype=np.int32)  # 15 tokens: 3 full blocks cached
+    assert model.admit([2], next_turn, 20).cached_tokens == 12  # the admit checks the hit blocks' tokens
+    assert model.s.describe([2]).kv_indices.tolist()[:3] == held[:3]
+    other = next_turn.copy()
+    other[9] += 1  # a different generated token in block 2: the hit stops before it
+    assert model.admit([3], other, 20).cached_tokens == 8
+    assert (model.s.prefix_query_tokens, model.s.prefix_hit_tokens) == (6 + 15 + 15, 12 + 8)
+    model.s.check_integrity()
+
+
+def test_parallel_samples_and_forks_register_only_their_own_tokens():
+    model = PoolModel(prefix(capacity_blocks=32))
+    model.admit([1, 2], tokens(6), 30)  # two samples share the prompt's blocks, block 1 half full
+    _decode(model, [1, 2], np.array([[100, 200], [101, 201]]))  # each fills its own copy of block 1
+    model.fork(2, 3)  # the child shares sample 2's blocks and continues its chain
+    _decode(model, [1, 2, 3], np.array([[102, 202, 302], [103, 203, 303], [104, 204, 304], [105, 205, 305]]))
+    answers = {i: list(model.tokens[i]) for i in (1, 2, 3)}
+    for i in (1, 2, 3):
+        model.free(i)
+    for new_id, i in enumerate((1, 2, 3), start=10):
+        prompt = np.array(answers[i] + [999], dtype=np.int32)  # 13 tokens
+        assert model.admit([new_id], prompt, 30).cached_tokens == 12, f"sample {i}"
+    model.s.check_integrity()
+
+
+def test_appending_without_token_ids_registers_nothing_more():
+    s = prefix()
+    s.admit([1], SeqSpec(tokens(6), 20))
+    for _ in range(6):
+        s.append([1])
+    s.free(1)
+    assert s.admit([2], SeqSpec(np.concatenate([tokens(6), tokens(6, 100), tokens(1, 500)]), 20)).cached_tokens == 4
+    s.check_integrity()

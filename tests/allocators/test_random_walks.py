@@ -39,6 +39,13 @@ def _prompt(rng: np.random.Generator, prefixes: list[np.ndarray], max_len: int) 
     return rng.integers(0, 1000, length)
 
 
+def _continuation(rng: np.random.Generator, tokens: np.ndarray, max_len: int) -> np.ndarray:
+    """A prompt that repeats a leading part of `tokens` (often all of it) and goes on with new tokens."""
+    keep = tokens.shape[0] if rng.random() < 0.7 else int(rng.integers(1, tokens.shape[0] + 1))
+    extra = rng.integers(0, 1000, int(rng.integers(1, 20)))
+    return np.concatenate([tokens[:keep], extra])[:max_len]
+
+
 def _check(model: PoolModel) -> None:
     s = model.s
     s.check_integrity()
@@ -77,12 +84,16 @@ def _walk(name: str, fit: str, block_size: int, seed: int, num_ops: int) -> None
     model = PoolModel(s, host_slots=capacity // 2)
     prefixes = [rng.integers(0, 1000, max_len) for _ in range(3)]
     groups: list[list[int]] = []  # admission groups (swap unit), members still live
+    seen: list[np.ndarray] = []  # token ids of freed sequences, prompt and appended tokens
     next_id = 0
     for _ in range(num_ops):
-        op = rng.choice(["admit", "append", "append", "append", "fork", "free", "swap_out", "swap_in"])
+        op = rng.choice(["admit", "admit", "append", "append", "append", "fork", "free", "swap_out", "swap_in"])
         on_device = model.on_device()
         if op == "admit":
-            prompt = _prompt(rng, prefixes, max_len - 1)
+            if seen and rng.random() < 0.5:  # continue a sequence seen before (a next turn): hits its decode blocks
+                prompt = _continuation(rng, seen[int(rng.integers(len(seen)))], max_len - 1)
+            else:
+                prompt = _prompt(rng, prefixes, max_len - 1)
             final = int(rng.integers(prompt.shape[0], max_len + 1))
             n = int(rng.integers(1, 5))
             ids = list(range(next_id, next_id + n))
@@ -119,7 +130,9 @@ def _walk(name: str, fit: str, block_size: int, seed: int, num_ops: int) -> None
                 next_id += 1
         elif op == "free" and model.tokens:
             group = groups[int(rng.integers(len(groups)))]
-            model.free(group.pop(int(rng.integers(len(group)))))
+            seq_id = group.pop(int(rng.integers(len(group))))
+            seen.append(np.array(model.tokens[seq_id]))
+            model.free(seq_id)
             if not group:
                 groups.remove(group)
         elif op == "swap_out" and s.supports_swap:

@@ -130,6 +130,7 @@ class Strategy(Protocol):
     block_size: int  # slots per block; 1 for contiguous strategies
     capacity_slots: int  # whole blocks only: the pool's C of DESIGN §3 (a tail smaller than a block is not pool)
     supports_swap: bool  # False: swap_out raises and the engine must preempt by recompute
+    wants_token_ids: bool  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
     prefix_query_tokens: int  # prompt tokens looked up in the prefix cache by this instance (0 without one)
     prefix_hit_tokens: int  # of those, tokens served from the cache
 
@@ -145,10 +146,14 @@ class Strategy(Protocol):
         """Whether `append(seq_ids)` would succeed now."""
         ...
 
-    def append(self, seq_ids: list[int]) -> AppendResult:
+    def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. Give each sequence one more token slot (a decode step), in batch order. Raises
         RuntimeError, changing nothing, when the pool cannot (check `can_append` first), and
-        ValueError for a repeated, swapped-out or finished (length == final_len) sequence."""
+        ValueError for a repeated, swapped-out or finished (length == final_len) sequence.
+
+        `token_ids` (int32 [num_seqs]) are the ids of the tokens written into those slots. Only a
+        strategy with `wants_token_ids` uses them (to cache blocks filled during decode); callers
+        may pass None, and then such a strategy stops caching these sequences' later blocks."""
         ...
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:

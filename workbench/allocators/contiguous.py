@@ -35,6 +35,7 @@ class ContiguousStrategy:
     kernel_mode = "contiguous"
     block_size = 1
     supports_swap = True
+    wants_token_ids = False
     name = "contiguous"
 
     def __init__(self, *, capacity_slots: int, max_model_len: int, fit: str = "first", block_size: int = 1,
@@ -108,8 +109,9 @@ class ContiguousStrategy:
         self._append(seq_ids, apply=False)
         return True  # the extent already covers the final length
 
-    def append(self, seq_ids: list[int]) -> AppendResult:
-        """Mutates. The next slot of each extent."""
+    def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
+        """Mutates. The next slot of each extent; `token_ids` is ignored (no prefix cache)."""
+        del token_ids
         return AppendResult(slots=self._append(seq_ids, apply=True), copies=_NO_COPIES)
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:

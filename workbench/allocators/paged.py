@@ -41,6 +41,7 @@ class PagedStrategy:
     name = "paged"
     kernel_mode = "paged"
     supports_swap = True
+    wants_token_ids = False
 
     def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
                  fit: str = "first") -> None:
@@ -75,8 +76,9 @@ class PagedStrategy:
         prompt's block keys (uint64 [num_full_blocks]; empty without a cache). Pure."""
         return _NO_BLOCKS, _NO_KEYS
 
-    def _on_admitted(self, spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray, num_hit: int) -> None:
-        """Mutates the cache index and counters after a successful admission."""
+    def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
+                     num_hit: int) -> None:
+        """Mutates the cache index and counters after a successful admission of `seq_ids`."""
 
     def _claim(self, hits: np.ndarray) -> None:
         """Mutates. Take hit blocks out of the evictable cache before their refcount rises."""
@@ -130,7 +132,7 @@ class PagedStrategy:
         self._written_slots += num_tokens - num_hit * bs + revived * bs
         self._logical_slots += n * num_tokens
         self._table_entries += n * num_blocks
-        self._on_admitted(spec, keys, blocks, num_hit)
+        self._on_admitted(seq_ids, spec, keys, blocks, num_hit)
         return AdmitResult(True, cached_tokens=num_hit * bs)
 
     def _take_after_claiming(self, hits: np.ndarray, n: int, need: int) -> np.ndarray:
@@ -173,11 +175,12 @@ class PagedStrategy:
         rows = self.tables.seqs.rows(seq_ids)
         return self.tables.count_append(seq_ids, rows, self._refcount) <= self.num_allocatable_blocks()
 
-    def append(self, seq_ids: list[int]) -> AppendResult:
+    def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. One new slot per sequence, in batch order: a sequence whose last block is full gets
         a new block; a writer into a shared block gets a private copy (returned as a (src, dst) pair)
         unless it is the block's last holder, which writes in place. Raises RuntimeError, changing
-        nothing, when the pool cannot supply the blocks."""
+        nothing, when the pool cannot supply the blocks. `token_ids` is ignored (no prefix cache)."""
+        del token_ids
         t = self.tables
         rows = t.seqs.rows(seq_ids)
         num_new = t.count_append(seq_ids, rows, self._refcount)

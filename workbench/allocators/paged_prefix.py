@@ -5,9 +5,13 @@ blocks have registered keys reuses those blocks (refcount++), so only the rest i
 never covers the whole prompt: at least the last prompt token is recomputed, so the engine has a
 token to produce logits from (vLLM's rule; a fully cached prompt recomputes its last block).
 
-Only prompt blocks are registered: the strategy sees token ids at admission (`SeqSpec.token_ids`),
-not the tokens a sequence generates, so blocks filled during decode stay unregistered (a recomputed
-sequence re-admitted with prompt + generated registers those too).
+Blocks filled during decode are registered too when `append` gets the new tokens' ids: each
+sequence carries the key of its last full block and the running term sum of its partial block
+(`prefix_hash`), so the key of a block it fills is exactly the key a later prompt holding the same
+tokens computes (a multi-turn prompt hits the previous answer). The block just filled holds exactly
+that sequence's tokens: a writer into a shared block copies it first, so parallel samples and beams,
+which diverge, each register their own block. A fork inherits the parent's chain. A sequence that
+appends without token ids has unknown content from then on and registers nothing more.
 
 When a registered block's refcount drops to 0 it becomes *cached*: evictable, reusable by a hit.
 Cached blocks form an LRU queue (least recently used first). A freed request's blocks join it tail
@@ -24,17 +28,68 @@ import numpy as np
 
 from workbench.allocators.base import SeqSpec
 from workbench.allocators.paged import PagedStrategy
-from workbench.allocators.prefix_hash import block_keys
+from workbench.allocators.prefix_hash import block_keys, chain_next, tail_term_sum, token_terms
 
 
 class PagedPrefixStrategy(PagedStrategy):
     name = "paged-prefix"
+    wants_token_ids = True
 
     def __init__(self, **options) -> None:
         super().__init__(**options)
         self._block_of_key: dict[int, int] = {}
         self._key_of_block: dict[int, int] = {}
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached blocks, least recently used first
+        # per row of `tables.seqs`, set whenever a row gets a sequence (admit, fork)
+        self._chain_key = np.zeros(0, dtype=np.uint64)  # [rows] key of the last full block (0: none)
+        self._tail_sum = np.zeros(0, dtype=np.uint64)  # [rows] term sum of the partial last block's tokens
+        self._known = np.zeros(0, dtype=bool)  # [rows] every token id of the sequence is known
+
+    def _fit_rows(self) -> None:
+        grow = self.tables.seqs.capacity_rows - self._known.shape[0]
+        if grow > 0:
+            self._chain_key = np.concatenate([self._chain_key, np.zeros(grow, dtype=np.uint64)])
+            self._tail_sum = np.concatenate([self._tail_sum, np.zeros(grow, dtype=np.uint64)])
+            self._known = np.concatenate([self._known, np.zeros(grow, dtype=bool)])
+
+    def fork(self, parent_id: int, child_id: int):
+        """Mutates. As `paged`; the child continues the parent's hash chain (same tokens)."""
+        result = super().fork(parent_id, child_id)
+        self._fit_rows()
+        parent, child = self.tables.seqs.row(parent_id), self.tables.seqs.row(child_id)
+        self._chain_key[child] = self._chain_key[parent]
+        self._tail_sum[child] = self._tail_sum[parent]
+        self._known[child] = self._known[parent]
+        return result
+
+    def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None):
+        """Mutates. As `paged`; then each sequence whose block became full with this token registers it
+        under its chain key (unless the key already names another block, or its tokens are unknown)."""
+        result = super().append(seq_ids)
+        rows = self.tables.seqs.rows(seq_ids)
+        if token_ids is None:
+            self._known[rows] = False
+            return result
+        bs = self.block_size
+        offsets = (self.tables.seqs.column("length")[rows] - 1) % bs  # [num_seqs] where each token landed
+        sums = self._tail_sum[rows] + token_terms(token_ids, offsets, bs)
+        full = offsets == bs - 1
+        self._tail_sum[rows] = np.where(full, np.uint64(0), sums)
+        if full.any():
+            full_rows = rows[full]
+            keys = chain_next(self._chain_key[full_rows], sums[full])
+            self._chain_key[full_rows] = keys
+            known = self._known[full_rows]
+            self._register(keys[known], self.tables.last_blocks(full_rows[known]))
+        return result
+
+    def _register(self, keys: np.ndarray, blocks: np.ndarray) -> None:
+        """Mutates the index. A key already naming another block keeps it (the copy stays unregistered)."""
+        index = self._block_of_key
+        for key, block in zip(keys.tolist(), blocks.tolist(), strict=True):
+            if key not in index:
+                index[key] = block
+                self._key_of_block[block] = key
 
     def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray]:
         keys = block_keys(spec.token_ids, self.block_size)
@@ -47,12 +102,14 @@ class PagedPrefixStrategy(PagedStrategy):
             hits.append(index[key])
         return np.array(hits, dtype=np.int32), keys
 
-    def _on_admitted(self, spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray, num_hit: int) -> None:
-        index = self._block_of_key
-        for key, block in zip(keys[num_hit:].tolist(), blocks[num_hit:keys.shape[0]].tolist(), strict=True):
-            if key not in index:  # a recomputed copy of a cached block stays unregistered
-                index[key] = block
-                self._key_of_block[block] = key
+    def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
+                     num_hit: int) -> None:
+        self._register(keys[num_hit:], blocks[num_hit:keys.shape[0]])  # a recomputed copy stays unregistered
+        self._fit_rows()
+        rows = self.tables.seqs.rows(seq_ids)
+        self._chain_key[rows] = keys[-1] if keys.shape[0] else 0
+        self._tail_sum[rows] = tail_term_sum(spec.token_ids, self.block_size)
+        self._known[rows] = True
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
 

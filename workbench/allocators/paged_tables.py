@@ -47,6 +47,10 @@ class BlockTables:
         """The row's table, int32 [num_blocks] (a copy)."""
         return self._table[row, :self.seqs.column("num_blocks")[row]].copy()
 
+    def last_blocks(self, rows: np.ndarray) -> np.ndarray:
+        """The last table entry of each row, int32 [len(rows)]."""
+        return self._table[rows, self.seqs.column("num_blocks")[rows] - 1]
+
     def entries_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All table entries of these rows, concatenated in order, int32 [nnz], and the written slots
         of each entry's block as seen by its row, int64 [nnz]."""

@@ -1,11 +1,13 @@
-"""Keys of a prompt's full blocks: a hash chain over (parent key, block token ids), vectorized.
+"""Keys of a sequence's full blocks: a hash chain over (parent key, block token ids), vectorized.
 
 key[i] identifies the whole prefix of blocks 0..i, so equal keys mean equal prefixes (up to 64-bit
 collisions, probability ~2^-64 per pair) and a block is reused only under an identical prefix.
-The chain is H[i] = H[i-1] * B + c[i] (mod 2^64) over strong per-block content hashes c[i]; being
-linear it unrolls into one prefix sum, H[i] = B^i * sum_{j<=i} c[j] * B^-j, so a 125k-token prompt
-is hashed by a handful of numpy passes instead of a Python loop over blocks. Pure functions of the
-token ids: identical across processes and runs (no salted Python hash).
+The chain is key[i] = key[i-1] * B + c[i] (mod 2^64), key[-1] = 0, over strong per-block content
+hashes c[i] = mix(sum of the block's token terms). Being linear it unrolls into one prefix sum,
+key[i] = B^i * sum_{j<=i} c[j] * B^-j, so a 125k-token prompt is hashed by a handful of numpy passes
+instead of a Python loop over blocks; and a block filled token by token during decode gets the same
+key from its running term sum (`token_terms`, `chain_next`). Pure functions of the token ids:
+identical across processes and runs (no salted Python hash).
 """
 
 from __future__ import annotations
@@ -37,16 +39,39 @@ def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _powers[:n], _powers_inv[:n]
 
 
+def _salt(block_size: int) -> np.ndarray:
+    """A strong hash of each position inside a block, uint64 [block_size]."""
+    salt = _salts.get(block_size)
+    if salt is None:
+        salt = _salts[block_size] = _mix(np.arange(block_size, dtype=np.uint64))
+    return salt
+
+
+def token_terms(token_ids: np.ndarray, offsets: np.ndarray, block_size: int) -> np.ndarray:
+    """Hash terms of tokens at these offsets inside their blocks, uint64 [n] for int [n] each. A
+    block's content hash is `_mix` of the (wrapping) sum of its tokens' terms: distinct (offset, token)
+    pairs get independent strong hashes, so the sum is equal only for equal blocks."""
+    return _mix(token_ids.astype(np.uint64) ^ _salt(block_size)[offsets])
+
+
+def chain_next(parent_keys: np.ndarray, term_sums: np.ndarray) -> np.ndarray:
+    """Keys of blocks whose tokens' terms sum to `term_sums`, following `parent_keys` (0 for a first
+    block), uint64 [n] each."""
+    return parent_keys * np.uint64(_BASE) + _mix(term_sums)
+
+
 def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
     """Chain keys of the full blocks of `token_ids` (int32 [n]), uint64 [n // block_size]."""
     num_full = token_ids.shape[0] // block_size
     if num_full == 0:
         return np.zeros(0, dtype=np.uint64)
-    salt = _salts.get(block_size)
-    if salt is None:
-        salt = _salts[block_size] = _mix(np.arange(block_size, dtype=np.uint64))  # position inside the block
     tokens = token_ids[:num_full * block_size].astype(np.uint64).reshape(num_full, block_size)
-    # [num_full]: a sum of strong hashes of distinct (position, token) pairs; equal only for equal blocks
-    content = _mix(_mix(tokens ^ salt).sum(axis=1, dtype=np.uint64))
+    content = _mix((_mix(tokens ^ _salt(block_size))).sum(axis=1, dtype=np.uint64))  # [num_full]
     powers, powers_inv = _power_tables(num_full)
-    return _mix(powers * np.cumsum(content * powers_inv, dtype=np.uint64))
+    return powers * np.cumsum(content * powers_inv, dtype=np.uint64)
+
+
+def tail_term_sum(token_ids: np.ndarray, block_size: int) -> np.uint64:
+    """Sum of the terms of the tokens after the last full block of `token_ids` (0 if none)."""
+    tail = token_ids[token_ids.shape[0] // block_size * block_size:]
+    return token_terms(tail, np.arange(tail.shape[0]), block_size).sum(dtype=np.uint64)
