@@ -42,9 +42,9 @@ def load_lengths(num_requests: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build_stream(prompts: np.ndarray, outputs: np.ndarray, max_running: int, seed: int = 0) -> list[tuple]:
-    """("admit", id, SeqSpec) | ("step", [ids]) | ("free", id), in order. A sequence holds its prompt
-    after admission and one more token per step until it reaches prompt + output - 1 tokens (the
-    last sampled token's KV is never written)."""
+    """("admit", id, SeqSpec) | ("step", [ids], token ids int32 [len(ids)]) | ("free", id), in order. A
+    sequence holds its prompt after admission and one more token per step until it reaches
+    prompt + output - 1 tokens (the last sampled token's KV is never written)."""
     rng = np.random.default_rng(seed)
     ops: list[tuple] = []
     running: dict[int, int] = {}  # id -> steps left
@@ -59,7 +59,7 @@ def build_stream(prompts: np.ndarray, outputs: np.ndarray, max_running: int, see
                 ops.append(("free", i))
                 del running[i]
         batch = list(running)
-        ops.append(("step", batch))
+        ops.append(("step", batch, rng.integers(0, 50_272, len(batch)).astype(np.int32)))
         for i in batch:
             running[i] -= 1
             if running[i] == 0:
@@ -129,6 +129,8 @@ class NanoBlockManager:
 class NanoAdapter:
     """The baseline behind the verbs the replay uses."""
 
+    wants_token_ids = False
+
     def __init__(self, capacity_slots: int, block_size: int) -> None:
         self.m = NanoBlockManager(capacity_slots // block_size, block_size)
 
@@ -154,13 +156,17 @@ def replay(make: Callable[[], object], ops: list[tuple], with_describe: bool, fu
     warm = make()
     for op in ops[:2000]:
         if op[0] == "step":
-            warm.append(op[1])
+            if warm.wants_token_ids:
+                warm.append(op[1], op[2])
+            else:
+                warm.append(op[1])
             warm.describe(op[1])
         elif op[0] == "admit":
             warm.admit([op[1]], op[2])
         else:
             warm.free(op[1])
     s = make()
+    wants_token_ids = s.wants_token_ids  # paged-prefix registers decode-filled blocks, as in the engine
     total = 0.0
     step_times = []
     pending = 0.0  # admissions and frees since the last step belong to the next step's work
@@ -169,7 +175,10 @@ def replay(make: Callable[[], object], ops: list[tuple], with_describe: bool, fu
         kind = op[0]
         t0 = clock()
         if kind == "step":
-            s.append(op[1])
+            if wants_token_ids:
+                s.append(op[1], op[2])
+            else:
+                s.append(op[1])
             if with_describe:
                 s.describe(op[1])
         elif kind == "admit":

@@ -11,7 +11,8 @@ from alloc_model import PoolModel
 
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
-from workbench.allocators.prefix_hash import block_keys, chain_next, tail_term_sum, token_terms
+from workbench.allocators.prefix_hash import CHAIN_BASE, block_keys, position_salt, tail_term_sum
+from workbench.allocators.prefix_loops import append_terms
 from workbench.workload.request import mix64
 
 
@@ -108,12 +109,15 @@ def test_block_keys_are_the_sequential_chain():
 def test_block_keys_grown_token_by_token_equal_block_keys():
     rng = np.random.default_rng(1)
     ids = rng.integers(0, 50_000, 7 * 16 + 9).astype(np.int32)
-    key, term_sum, grown = np.zeros(1, np.uint64), np.zeros(1, np.uint64), []
-    for position, token in enumerate(ids.tolist()):
-        term_sum = term_sum + token_terms(np.array([token]), np.array([position % 16]), 16)
-        if position % 16 == 15:
-            key, term_sum = chain_next(key, term_sum), np.zeros(1, np.uint64)
-            grown.append(int(key[0]))
+    rows, lengths = np.array([0]), np.zeros(1, dtype=np.int64)  # one sequence in row 0
+    chain_key, term_sum = np.zeros(1, np.uint64), np.zeros(1, np.uint64)
+    filled_rows, filled_keys = np.zeros(1, np.int64), np.zeros(1, np.uint64)
+    grown = []
+    for token in ids.tolist():
+        lengths[0] += 1
+        if append_terms(rows, lengths, np.array([token], np.int32), position_salt(16), CHAIN_BASE, chain_key,
+                        term_sum, filled_rows, filled_keys):
+            grown.append(int(filled_keys[0]))
     assert grown == block_keys(ids, 16).tolist()
     assert int(term_sum[0]) == int(tail_term_sum(ids, 16))
 

@@ -28,7 +28,8 @@ import numpy as np
 
 from workbench.allocators.base import SeqSpec
 from workbench.allocators.paged import PagedStrategy
-from workbench.allocators.prefix_hash import block_keys, chain_next, tail_term_sum, token_terms
+from workbench.allocators.prefix_hash import CHAIN_BASE, block_keys, position_salt, tail_term_sum
+from workbench.allocators.prefix_loops import append_terms
 
 
 class PagedPrefixStrategy(PagedStrategy):
@@ -44,6 +45,7 @@ class PagedPrefixStrategy(PagedStrategy):
         self._chain_key = np.zeros(0, dtype=np.uint64)  # [rows] key of the last full block (0: none)
         self._tail_sum = np.zeros(0, dtype=np.uint64)  # [rows] term sum of the partial last block's tokens
         self._known = np.zeros(0, dtype=bool)  # [rows] every token id of the sequence is known
+        self._salt = position_salt(self.block_size)
 
     def _fit_rows(self) -> None:
         grow = self.tables.seqs.capacity_rows - self._known.shape[0]
@@ -70,17 +72,13 @@ class PagedPrefixStrategy(PagedStrategy):
         if token_ids is None:
             self._known[rows] = False
             return result
-        bs = self.block_size
-        offsets = (self.tables.seqs.column("length")[rows] - 1) % bs  # [num_seqs] where each token landed
-        sums = self._tail_sum[rows] + token_terms(token_ids, offsets, bs)
-        full = offsets == bs - 1
-        self._tail_sum[rows] = np.where(full, np.uint64(0), sums)
-        if full.any():
-            full_rows = rows[full]
-            keys = chain_next(self._chain_key[full_rows], sums[full])
-            self._chain_key[full_rows] = keys
-            known = self._known[full_rows]
-            self._register(keys[known], self.tables.last_blocks(full_rows[known]))
+        filled_rows = np.empty(rows.shape[0], dtype=np.int64)
+        filled_keys = np.empty(rows.shape[0], dtype=np.uint64)
+        num_filled = append_terms(rows, self.tables.seqs.column("length"), token_ids, self._salt, CHAIN_BASE,
+                                  self._chain_key, self._tail_sum, filled_rows, filled_keys)
+        if num_filled:
+            known = self._known[filled_rows[:num_filled]]
+            self._register(filled_keys[:num_filled][known], self.tables.last_blocks(filled_rows[:num_filled][known]))
         return result
 
     def _register(self, keys: np.ndarray, blocks: np.ndarray) -> None:

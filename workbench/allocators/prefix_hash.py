@@ -6,8 +6,8 @@ The chain is key[i] = key[i-1] * B + c[i] (mod 2^64), key[-1] = 0, over strong p
 hashes c[i] = mix(sum of the block's token terms). Being linear it unrolls into one prefix sum,
 key[i] = B^i * sum_{j<=i} c[j] * B^-j, so a 125k-token prompt is hashed by a handful of numpy passes
 instead of a Python loop over blocks; and a block filled token by token during decode gets the same
-key from its running term sum (`token_terms`, `chain_next`). Pure functions of the token ids:
-identical across processes and runs (no salted Python hash).
+key from its running term sum (`token_terms`; compiled per decode step in `prefix_loops`).
+Pure functions of the token ids: identical across processes and runs (no salted Python hash).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 
 _BASE = 0x9E3779B97F4A7C15 | 1  # odd, so it is invertible mod 2^64
 _BASE_INV = pow(_BASE, -1, 2**64)
+CHAIN_BASE = np.uint64(_BASE)
 _powers = np.ones(1, dtype=np.uint64)  # B^i, grown on demand; uint64 array arithmetic wraps mod 2^64
 _powers_inv = np.ones(1, dtype=np.uint64)  # B^-i
 _salts: dict[int, np.ndarray] = {}
@@ -39,7 +40,7 @@ def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _powers[:n], _powers_inv[:n]
 
 
-def _salt(block_size: int) -> np.ndarray:
+def position_salt(block_size: int) -> np.ndarray:
     """A strong hash of each position inside a block, uint64 [block_size]."""
     salt = _salts.get(block_size)
     if salt is None:
@@ -51,13 +52,7 @@ def token_terms(token_ids: np.ndarray, offsets: np.ndarray, block_size: int) -> 
     """Hash terms of tokens at these offsets inside their blocks, uint64 [n] for int [n] each. A
     block's content hash is `_mix` of the (wrapping) sum of its tokens' terms: distinct (offset, token)
     pairs get independent strong hashes, so the sum is equal only for equal blocks."""
-    return _mix(token_ids.astype(np.uint64) ^ _salt(block_size)[offsets])
-
-
-def chain_next(parent_keys: np.ndarray, term_sums: np.ndarray) -> np.ndarray:
-    """Keys of blocks whose tokens' terms sum to `term_sums`, following `parent_keys` (0 for a first
-    block), uint64 [n] each."""
-    return parent_keys * np.uint64(_BASE) + _mix(term_sums)
+    return _mix(token_ids.astype(np.uint64) ^ position_salt(block_size)[offsets])
 
 
 def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
@@ -66,7 +61,7 @@ def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
     if num_full == 0:
         return np.zeros(0, dtype=np.uint64)
     tokens = token_ids[:num_full * block_size].astype(np.uint64).reshape(num_full, block_size)
-    content = _mix((_mix(tokens ^ _salt(block_size))).sum(axis=1, dtype=np.uint64))  # [num_full]
+    content = _mix((_mix(tokens ^ position_salt(block_size))).sum(axis=1, dtype=np.uint64))  # [num_full]
     powers, powers_inv = _power_tables(num_full)
     return powers * np.cumsum(content * powers_inv, dtype=np.uint64)
 
