@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.kernels.numba_attention import TILE_TOKENS, attention_partials, merge_partials
+from workbench.kernels.numba_attention import TILE_TOKENS, attend_item, attention_partials, merge_partials
 from workbench.kernels.numba_cache import copy_blocks, scatter_rows
 from workbench.kernels.numba_convert import KV_CODE
 
@@ -70,9 +70,17 @@ def _attention(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block
     part_out = np.full((num_parts, *q.shape), np.nan, dtype=np.float32)
     part_m = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
     part_l = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
-    attention_partials(q, qo_indptr, _kernel_pools(k_pool, v_pool, kv_dtype), num_kv_heads, KV_CODE[kv_dtype],
-                       paged, (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale),
-                       (chunk_seq, chunk_q_begin, chunk_q_end), part_tokens, (part_out, part_m, part_l))
+    args = (q, qo_indptr, _kernel_pools(k_pool, v_pool, kv_dtype), num_kv_heads, KV_CODE[kv_dtype], paged,
+            (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale))
+    parts = (part_out, part_m, part_l)
+    if len(chunk_seq):
+        # attention_partials carries its own copy of attend_item, optimized again inside its module; the
+        # process runs whichever definition of the symbol it loaded first. Loading attend_item's own code
+        # first (a work item past the end of every sequence returns at once and writes nothing) makes a
+        # cached attention_partials run the same instructions as a freshly compiled one, which under
+        # fastmath decides the summation order and so the bits of the output.
+        attend_item(*args, chunk_seq[0], chunk_q_begin[0], chunk_q_end[0], num_parts, part_tokens, parts)
+    attention_partials(*args, (chunk_seq, chunk_q_begin, chunk_q_end), part_tokens, parts)
     if num_parts == 1:
         return part_out[0]
     out = np.full(q.shape, np.nan, dtype=np.float32)  # [total_q, num_heads, head_dim]
