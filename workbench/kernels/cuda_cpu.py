@@ -155,7 +155,8 @@ def _data_ptr(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
-def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, partition_tokens=None):
+def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, partition_tokens=None,
+              max_q_per_seq=None):
     """Extend attention (decode when every sequence has one query) through the shim → float32 [total_q, H, D].
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
@@ -167,37 +168,14 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
         raise ValueError(f"kv_start + kv_len exceeds the pool's {k_pool.shape[0]} slots")
     out, launches = cuda_launches.attention(
         np, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, _data_ptr, PLAN_SMS, paged=paged, contiguous=contiguous,
-        partition_tokens=partition_tokens,
+        partition_tokens=partition_tokens, max_q_per_seq=max_q_per_seq,
     )
     run(launches)
     return out
 
 
-def _decode_indptr(num_seqs: int) -> np.ndarray:
-    return np.arange(num_seqs + 1, dtype=np.int32)  # one query token per sequence
-
-
-def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
-    """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]."""
-    paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-    return attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale, paged=paged)
-
-
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
-    """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim]."""
-    contiguous = (kv_start, kv_len)
-    return attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale, contiguous=contiguous)
-
-
-def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
-    """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim]."""
-    paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-    return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, paged=paged)
-
-
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
-    """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim]."""
-    return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, contiguous=(kv_start, kv_len))
+paged_decode, contiguous_decode, paged_extend, contiguous_extend = cuda_launches.attention_entry_points(
+    attention, np)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:

@@ -114,3 +114,38 @@ def copy_blocks(src_k, src_v, dst_k, dst_v, pairs, block_size, data_ptr) -> list
         (len(pairs), launch.copy_chunks(block_words), 1), (launch.COPY_THREADS, 1, 1),
         (src_k, src_v, dst_k, dst_v, pairs, np.int64(block_words)),
     )]
+
+
+def attention_entry_points(attention, xp):
+    """The four DESIGN §7 attention entry points of a CUDA executor, over its `attention(q, qo_indptr,
+    k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, max_q_per_seq=None)`.
+
+    Decode is extend with one query per sequence; passing `max_q_per_seq=1` saves reading the
+    query offsets back to find their widest gap (a device-to-host copy on the GPU).
+    """
+
+    def decode_indptr(num_seqs: int):
+        return xp.arange(num_seqs + 1, dtype=xp.int32)  # one query token per sequence
+
+    def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+        """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]."""
+        paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
+        return attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale, paged=paged,
+                         max_q_per_seq=1)
+
+    def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+        """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim]."""
+        return attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale,
+                         contiguous=(kv_start, kv_len), max_q_per_seq=1)
+
+    def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype,
+                     scale):
+        """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim]."""
+        paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
+        return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, paged=paged)
+
+    def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+        """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim]."""
+        return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, contiguous=(kv_start, kv_len))
+
+    return paged_decode, contiguous_decode, paged_extend, contiguous_extend

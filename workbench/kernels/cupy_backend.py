@@ -61,32 +61,8 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
     return out
 
 
-def _decode_indptr(num_seqs: int):
-    return cp.arange(num_seqs + 1, dtype=cp.int32)  # one query token per sequence
-
-
-def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
-    """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]."""
-    paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-    return attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale, paged=paged, max_q_per_seq=1)
-
-
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
-    """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim]."""
-    contiguous = (kv_start, kv_len)
-    return attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale, contiguous=contiguous,
-                     max_q_per_seq=1)
-
-
-def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
-    """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim]."""
-    paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-    return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, paged=paged)
-
-
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
-    """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim]."""
-    return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, contiguous=(kv_start, kv_len))
+paged_decode, contiguous_decode, paged_extend, contiguous_extend = cuda_launches.attention_entry_points(
+    attention, cp)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
