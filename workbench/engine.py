@@ -23,10 +23,11 @@ from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.clock import RooflineClock
 from workbench.config import Resolved, RunConfig
-from workbench.groups import StepPlan
 from workbench.paths import REPO_ROOT
+from workbench.plan import StepPlan
 from workbench.results import StepLog, summarize, write_outputs
 from workbench.scheduler import Scheduler
+from workbench.tokens import TokenStore
 from workbench.workload import build_workload
 from workbench.workload.request import Request
 
@@ -91,10 +92,12 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     """Replay `requests` on a fresh `strategy` (mutated) under `cfg`; returns the tables and summary."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
     res = cfg.resolve()
-    sched = Scheduler(strategy, requests, max_model_len=res.model.max_model_len, max_num_seqs=cfg.max_num_seqs,
-                      max_num_batched_tokens=res.max_num_batched_tokens, watermark_frac=cfg.watermark_frac,
-                      swap=cfg.preemption == "swap", seed=cfg.seed)
     backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
+    tokens = TokenStore()
+    sched = Scheduler(strategy, requests, tokens, max_model_len=res.model.max_model_len,
+                      max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=res.max_num_batched_tokens,
+                      watermark_frac=cfg.watermark_frac, swap=cfg.preemption == "swap", seed=cfg.seed,
+                      kernel_every=None if backend == "none" else cfg.kernel_every)
     runner = None
     if backend != "none":
         from workbench.engine_kernels import KernelRunner
@@ -102,9 +105,8 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
         pool = KVPool(strategy.capacity_slots, res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
                       backend)
         group_size = res.model.num_heads // res.model.num_kv_heads
-        runner = KernelRunner(strategy, pool, sched.beam_tokens, num_q_heads=res.kernel_heads * group_size,
-                              head_dim=res.model.head_dim, seed=cfg.seed, kernel_every=cfg.kernel_every,
-                              verify_every=cfg.verify_every)
+        runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
+                              head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
     clock = RooflineClock(res.model, res.gpu, res.kv_bytes_per_token, strategy.block_size, eff_bw=cfg.eff_bw,
                           eff_flops=cfg.eff_flops, step_overhead_s=cfg.step_overhead_s)
     # measured attention of one layer with kernel_heads -> the full model's attention time
@@ -113,7 +115,7 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
                     attention_scale=attention_scale, progress=progress, timers=timers)
 
     steps = log.to_frame()
-    req_table = requests_table(requests, sched)
+    req_table = sched.log.to_frame(requests)
     extra = {
         "prefix_query_tokens": strategy.prefix_query_tokens, "prefix_hit_tokens": strategy.prefix_hit_tokens,
         "kernel_backend": backend,
@@ -124,7 +126,7 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
         "sim_wall_s": time.perf_counter() - wall0_s,
     }
     summary = summarize(steps, req_table, capacity_slots=strategy.capacity_slots,
-                        generated_tokens=sched.generated_tokens, extra=extra)
+                        generated_tokens=sched.log.generated_tokens, extra=extra)
     return RunResult(steps, req_table, summary)
 
 
@@ -148,21 +150,22 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
             continue
         if timers:
             a0, t0 = timers.allocator_s, perf()
-        rejected = sched.num_rejected
+        rejected = sched.log.num_rejected
         plan = sched.schedule(now_s)
-        if not plan.num_running and not plan.started:
+        if not plan.cost.num_running and not plan.started:
             # nothing computes: every candidate was rejected (then go on), or nothing can ever move
-            if sched.num_rejected == rejected:
+            if sched.log.num_rejected == rejected:
                 raise RuntimeError(f"scheduler stuck at t = {now_s:.6g} s: {len(sched.waiting)} waiting, "
                                    f"{len(sched.swapped)} swapped, nothing running or admissible")
             continue
         if timers:
             a1, t1 = timers.allocator_s, perf()
-        attention_s = runner.run(plan, step) if runner is not None else None
+        attention_s = runner.run(plan) if runner is not None else None
         if timers:
             a2, t2 = timers.allocator_s, perf()
-        dt_s = clock.step_s(plan.num_prefill_tokens + len(plan.decode_ids), plan.kv_read_tokens,
-                            plan.attn_query_ctx, plan.copied_blocks, plan.swapped_blocks,
+        cost = plan.cost
+        dt_s = clock.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
+                            cost.swapped_blocks,
                             attention_s * attention_scale if measured and attention_s is not None else None)
         now_s += dt_s
         finished = sched.complete(plan, now_s)
@@ -184,32 +187,17 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
 
 def _record(log: StepLog, plan: StepPlan, step: int, now_s: float, dt_s: float, attention_s: float | None,
             num_waiting: int, paged: bool) -> None:
-    snap = plan.snapshot
+    snap, cost = plan.snapshot, plan.cost
     allocated = snap.token_slots + snap.reserved_slots + snap.internal_frag_slots
     # INT_STEP_COLUMNS order (workbench.results)
     log.record((now_s, dt_s, attention_s or 0.0), (
-        step, plan.num_running, num_waiting,
-        plan.num_prefill_tokens, len(plan.decode_ids),
+        step, cost.num_running, num_waiting,
+        cost.num_prefill_tokens, cost.num_decode_tokens,
         snap.token_slots, snap.reserved_slots, snap.internal_frag_slots, snap.cached_slots,
         snap.external_frag_slots, snap.free_slots, snap.logical_token_slots, snap.block_table_bytes,
-        plan.copied_blocks, plan.preemptions, plan.swapped_blocks,
-        snap.largest_free_extent_slots, plan.unshared_block_slots if paged else allocated,
+        cost.copied_blocks, plan.preemptions, cost.swapped_blocks,
+        snap.largest_free_extent_slots, cost.unshared_block_slots if paged else allocated,
     ))
-
-
-def requests_table(requests: list[Request], sched: Scheduler) -> pd.DataFrame:
-    return pd.DataFrame({
-        "request_id": [r.request_id for r in requests],
-        "arrival_s": [r.arrival_s for r in requests],
-        "admitted_s": sched.admitted_s,
-        "first_token_s": sched.first_token_s,
-        "finish_s": sched.finish_s,
-        "prompt_tokens": [r.prompt_tokens for r in requests],
-        "output_tokens": [r.output_tokens for r in requests],
-        "prefix_hit_tokens": sched.prefix_hit_tokens,
-        "num_preemptions": sched.num_preemptions,
-        "status": sched.status,
-    })
 
 
 def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A request's sequences as one scheduling unit, and the plan of one engine step (DESIGN §6).
+"""A request's sequences as one scheduling unit.
 
 Sequences of a group advance in lockstep, so per-group counters describe every member: after a
 group's prefill step it has generated one token and holds `prompt` KV rows; each decode step
@@ -9,22 +9,17 @@ writes the KV of the token fed back and generates the next, so a decoding group 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
-import numpy as np
-
-from workbench.allocators.base import Snapshot
-from workbench.workload.request import VOCAB_SIZE, Request, mix64
+from workbench.workload.request import Request
 
 
-def generated_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """`token_ids_for(key, offset)` vectorized over pairs: int32 [S] for uint64 keys [S], offsets [S]."""
-    with np.errstate(over="ignore"):
-        seed = keys.astype(np.uint64) * np.uint64(0x100000001B3)
-        return (mix64(offsets.astype(np.uint64) ^ seed) % np.uint64(VOCAB_SIZE)).astype(np.int32)
-
-
-# STARTING: allocated this step (prefill or swap-in); joins the decode batch at the next step
-WAITING, STARTING, RUNNING, SWAPPED, DONE = range(5)
+class GroupState(IntEnum):
+    WAITING = 0  # queued: never admitted, or preempted by recompute
+    STARTING = 1  # allocated this step (prefill or swap-in); joins the decode batch at the next step
+    RUNNING = 2  # in the decode batch
+    SWAPPED = 3  # preempted to the host pool
+    DONE = 4  # finished or rejected
 
 
 @dataclass(eq=False, slots=True)
@@ -34,45 +29,18 @@ class Group:
     final_len: int  # KV rows each sequence holds when the request finishes
     seq_ids: list[int] = field(default_factory=list)
     # While RUNNING these two lag by (completed steps - synced_step): decoding advances every group
-    # by one per step, so the scheduler adds the lag only when it needs the values (`_sync`).
+    # by one per step, so the scheduler adds the lag only when it needs the values (`Scheduler._sync`).
     generated: int = 0  # tokens produced by each sequence so far
     kv_len: int = 0  # KV rows written per sequence
     synced_step: int = 0
     epoch: int = 0  # bumped whenever the group stops running; stale finish entries carry an old epoch
-    state: int = WAITING
+    state: GroupState = GroupState.WAITING
 
     @property
     def num_seqs(self) -> int:
         return len(self.seq_ids)
 
-
-@dataclass(slots=True)
-class Prefill:
-    """A group admitted this step: each sequence's KV rows [cached_tokens, kv_len) are written."""
-
-    group: Group
-    cached_tokens: int
-    write_tokens: int  # distinct prompt/generated tokens whose KV the step computes
-
-
-@dataclass(slots=True)
-class StepPlan:
-    decode_groups: list[Group]  # groups decoding this step, in batch order (valid until `complete`)
-    started: list[Group]  # groups swapped back in this step (they decode from the next step)
-    decode_ids: list[int]  # their sequences, flattened in the same order
-    decode_slots: np.ndarray  # int64 [num_decode]: where each decode sequence's new token goes
-    prefills: list[Prefill]
-    copies: list[np.ndarray]  # int32 [k, 2] (src_block, dst_block) copy-on-write pairs, in order
-    swap_out: list[np.ndarray]  # int32 [k, 2] device -> host block moves, run before everything else
-    swap_in: list[np.ndarray]  # int32 [k, 2] host -> device block moves
-    forks: list[tuple[int, int]]  # (parent, child) beam forks made when the previous step completed
-    preemptions: int
-    refused_extent_slots: int
-    snapshot: Snapshot
-    num_prefill_tokens: int
-    kv_read_tokens: int  # KV rows the step's attention reads, summed over sequences
-    attn_query_ctx: int  # keys attended, summed over query tokens
-    unshared_block_slots: int  # paged: whole-block slots the device sequences would need unshared
-    num_running: int  # sequences in the batch: decoding plus prefilled
-    copied_blocks: int
-    swapped_blocks: int  # moved either way
+    @property
+    def num_seqs_requested(self) -> int:
+        """Sequences the request runs: its parallel samples or its beams."""
+        return self.request.n if self.request.beam_width == 1 else self.request.beam_width

@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import kernels
-from workbench.groups import generated_token_ids  # noqa: F401 (the kernel runner's import point)
 from workbench.workload.request import mix64
 
 _TABLE_ROWS = 4096  # entries per content table; a row picks two of them (4096^2 combinations)
@@ -24,8 +23,9 @@ _HEAD_MUL = np.uint64(0xA0761D6478BD642F)
 STORAGE_DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}  # bf16 held as uint16 bits
 
 
-def token_terms(token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """Per-token hash terms, uint64 [T]; a prefix hash is the (wrapping) sum of its terms."""
+def content_terms(token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Per-token terms of the content hash, uint64 [T]; a prefix's hash is the (wrapping) sum of its
+    terms (not to be confused with the prefix cache's block hash, `allocators.prefix_hash`)."""
     with np.errstate(over="ignore"):
         return mix64(token_ids.astype(np.uint64) * _TOKEN_MUL ^ positions.astype(np.uint64) * _POS_MUL)
 

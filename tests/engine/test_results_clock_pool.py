@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from workbench import columns as C
 from workbench.clock import HOST_LINK_GB_S, RooflineClock
 from workbench.kernels import reference
-from workbench.kvpool import KVContent, generated_token_ids, prefix_sums, to_storage, token_terms
+from workbench.kvpool import KVContent, content_terms, prefix_sums, to_storage
 from workbench.presets import GPUS, MODELS
 from workbench.results import FLOAT_STEP_COLUMNS, INT_STEP_COLUMNS, StepLog, summarize
-from workbench.workload.request import output_key, token_ids_for
+from workbench.workload.request import output_key, segment_token_ids, token_ids_for
 
 EXTRA = {"prefix_query_tokens": 100, "prefix_hit_tokens": 25, "kernel_backend": "none", "kernel_time_s": 0.0,
          "kernel_gbps": 0.0, "verify_max_rel_err": math.nan, "sim_wall_s": 0.1}
@@ -85,7 +85,7 @@ def test_roofline_step_is_the_max_of_bandwidth_and_compute_plus_overhead():
 
 
 def _rows_of(tokens: np.ndarray, content: KVContent):
-    return content.rows(prefix_sums(token_terms(tokens, np.arange(len(tokens)))))
+    return content.rows(prefix_sums(content_terms(tokens, np.arange(len(tokens)))))
 
 
 @given(st.lists(st.integers(0, 50_000), min_size=2, max_size=40), st.integers(1, 39))
@@ -108,13 +108,13 @@ def test_incremental_decode_hash_equals_the_prefix_recomputation():
     prompt = np.arange(10, dtype=np.int32) * 7
     key = output_key(3, 1)
     generated = token_ids_for(key, 0, 5)
-    full = prefix_sums(token_terms(np.concatenate([prompt, generated]), np.arange(15)))
-    acc = prefix_sums(token_terms(prompt, np.arange(10)))[-1]
+    full = prefix_sums(content_terms(np.concatenate([prompt, generated]), np.arange(15)))
+    acc = prefix_sums(content_terms(prompt, np.arange(10)))[-1]
     for j in range(5):
-        tok = generated_token_ids(np.array([key], dtype=np.uint64), np.array([j]))
+        tok = segment_token_ids(np.array([key], dtype=np.uint64), np.array([j]))
         assert tok[0] == generated[j]
         with np.errstate(over="ignore"):
-            acc = acc + token_terms(tok, np.array([10 + j]))[0]
+            acc = acc + content_terms(tok, np.array([10 + j]))[0]
         assert acc == full[10 + j]
 
 

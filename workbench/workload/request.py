@@ -84,12 +84,17 @@ def mix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+def segment_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The token at `offsets[i]` of the segment keyed `keys[i]`, int32 [S] (keys and offsets broadcast).
+    The one definition of a segment's content: every other token-id function goes through it."""
+    with np.errstate(over="ignore"):
+        seed = np.asarray(keys, dtype=np.uint64) * np.uint64(0x100000001B3)
+        return (mix64(np.asarray(offsets).astype(np.uint64) ^ seed) % np.uint64(VOCAB_SIZE)).astype(np.int32)
+
+
 def token_ids_for(key: int, start: int, stop: int) -> np.ndarray:
     """Token ids at offsets [start, stop) of the segment with this key, int32."""
-    offsets = np.arange(start, stop, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        seed = np.uint64(key & 0xFFFFFFFFFFFFFFFF) * np.uint64(0x100000001B3)
-    return (mix64(offsets ^ seed) % np.uint64(VOCAB_SIZE)).astype(np.int32)
+    return segment_token_ids(np.uint64(key & 0xFFFFFFFFFFFFFFFF), np.arange(start, stop, dtype=np.uint64))
 
 
 def content_token_ids(content: tuple[Segment, ...]) -> np.ndarray:

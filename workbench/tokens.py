@@ -1,0 +1,77 @@
+"""Token identity: the one owner of "the token id at position p of sequence s".
+
+A sequence's tokens are its request's prompt, then what it generated. Sample j of a request
+generates the segment keyed `output_key(request_id, j)` (workbench.workload.request), so generated
+ids are a pure function of (request, sample, offset); a beam's tokens are chosen by
+`workbench.workload.beam` instead and are stored here explicitly. The scheduler writes this store
+(admission, beam forks and prunes, completion); the kernel runner reads it to rebuild a sequence's
+KV from its logical tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.workload.request import Request, output_key, segment_token_ids
+
+
+class TokenStore:
+    """Token ids of the live sequences. Mutating calls say so."""
+
+    def __init__(self) -> None:
+        self._key = np.zeros(1024, dtype=np.uint64)  # [seq_id] segment key of the generated tokens
+        self._request: dict[int, Request] = {}
+        self._beam: dict[int, list[int]] = {}  # beam sequence -> its generated token ids
+
+    def add(self, seq_ids: list[int], request: Request) -> None:
+        """Mutates. The sequences are `request`'s samples 0, 1, ... in this order."""
+        self._fit(max(seq_ids))
+        for sample, seq_id in enumerate(seq_ids):
+            self._key[seq_id] = output_key(request.request_id, sample)
+            self._request[seq_id] = request
+
+    def fork(self, parent_id: int, child_id: int, beam_tokens: list[int]) -> None:
+        """Mutates. A new beam of the parent's request whose generated tokens are `beam_tokens`."""
+        self._fit(child_id)
+        self._key[child_id] = self._key[parent_id]
+        self._request[child_id] = self._request[parent_id]
+        self._beam[child_id] = beam_tokens
+
+    def set_beam(self, seq_id: int, beam_tokens: list[int]) -> None:
+        """Mutates. The sequence is a beam whose generated tokens are `beam_tokens`."""
+        self._beam[seq_id] = beam_tokens
+
+    def beam(self, seq_id: int) -> list[int]:
+        return self._beam.get(seq_id, [])
+
+    def remove(self, seq_id: int) -> None:
+        """Mutates. The sequence is gone for good (finished, rejected, or a pruned beam)."""
+        self._request.pop(seq_id, None)
+        self._beam.pop(seq_id, None)
+
+    def request_id(self, seq_id: int) -> int:
+        return self._request[seq_id].request_id
+
+    def generated(self, seq_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Generated token `offsets[i]` of sequence `seq_ids[i]`, int32 [S] (vectorized over the batch)."""
+        tokens = segment_token_ids(self._key[seq_ids], offsets)
+        if self._beam:
+            for i, seq_id in enumerate(seq_ids.tolist()):
+                beam = self._beam.get(seq_id)
+                if beam is not None:
+                    tokens[i] = beam[offsets[i]]
+        return tokens
+
+    def logical(self, seq_id: int, length: int) -> np.ndarray:
+        """Token ids of positions [0, length) of the sequence, int32: prompt, then generated tokens."""
+        prompt = self._request[seq_id].prompt_token_ids()
+        p = prompt.shape[0]
+        if length <= p:
+            return prompt[:length]
+        offsets = np.arange(length - p)
+        return np.concatenate([prompt, self.generated(np.full(length - p, seq_id), offsets)])
+
+    def _fit(self, seq_id: int) -> None:
+        if seq_id >= self._key.shape[0]:
+            grow = max(seq_id + 1, 2 * self._key.shape[0]) - self._key.shape[0]
+            self._key = np.concatenate([self._key, np.zeros(grow, dtype=np.uint64)])
