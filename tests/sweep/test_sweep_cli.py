@@ -14,7 +14,7 @@ import yaml
 from workbench.columns import WALL_CLOCK_KEYS
 from workbench.paths import REPO_ROOT
 from workbench.sweep import load_spec
-from workbench.sweep.cli import main
+from workbench.sweep.__main__ import run as main
 
 pytest.importorskip("workbench.engine", reason="the CLI runs the engine")
 

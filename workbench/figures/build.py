@@ -16,9 +16,10 @@ from matplotlib.figure import Figure
 
 import workbench
 from workbench.figures import style
-from workbench.figures.registry import experiment_path, is_timed, plotter
+from workbench.figures.registry import check_name, experiment_path, is_timed, plotter
 from workbench.paths import REPO_ROOT
 from workbench.sweep import Executor, LocalExecutor, SweepSpec, load_spec, read_summary, run_sweep
+from workbench.sweep.cli import FigureHooks
 
 FIGURES_DIR = REPO_ROOT / "figures"
 RUNS_DIR = Path("runs")
@@ -29,6 +30,11 @@ def draw(name: str, sweep_dir: Path) -> Figure:
     summary = read_summary(sweep_dir)
     with style.figure_style():
         return plotter(name)(summary, Path(sweep_dir))
+
+
+def sweep_hooks() -> FigureHooks:
+    """The sweep CLI's way to check and draw a spec's figure (into the sweep's own directory)."""
+    return FigureHooks(check=check_name, draw=lambda name, sweep_dir: draw_into(name, sweep_dir, sweep_dir))
 
 
 def draw_into(name: str, sweep_dir: Path, out_dir: Path) -> list[Path]:

@@ -1,14 +1,16 @@
 """`python -m workbench.sweep [EXPERIMENT.yaml]`: run a sweep, print a comparison table, draw its figure.
 
-With no argument it runs `experiments/quickstart.yaml`. The CLI sits above the figures package:
-when the spec names a `figure`, it is drawn into the output directory (figures/ holds only what
-`python -m workbench.figures` builds).
+With no argument it runs `experiments/quickstart.yaml`. When the spec names a `figure`, it is drawn
+into the output directory (figures/ holds only what `python -m workbench.figures` builds) through
+the `FigureHooks` the entry point passes in: sweeps sit below figures and never import them.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +29,15 @@ TABLE_KEYS = (
     "mean_batch_size", "throughput_req_s", "normalized_latency_s_per_tok", "num_preemptions", "prefix_hit_rate",
     "verify_max_rel_err",
 )
+
+
+@dataclass(frozen=True)
+class FigureHooks:
+    """How the CLI reaches the figures package: `check(name)` raises ValueError for an unknown figure;
+    `draw(name, sweep_dir)` plots the finished sweep into sweep_dir and returns the files written."""
+
+    check: Callable[[str], None]
+    draw: Callable[[str, Path], list[Path]]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +66,8 @@ def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
     return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> int:
+    """The CLI; without `figures`, a spec's `figure` is not drawn."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.executor == "local" and (args.scheduler or args.workers):
@@ -66,10 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--workers starts a LocalCluster; an existing --scheduler brings its own workers")
     try:
         spec = load_spec(args.experiment or DEFAULT_EXPERIMENT)
-        if spec.figure:
-            from workbench.figures.registry import check_name
-
-            check_name(spec.figure)  # before the sweep, not after it
+        if spec.figure and figures is not None:
+            figures.check(spec.figure)  # before the sweep, not after it
         executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)
         out_dir = args.out or DEFAULT_RUNS_DIR / spec.name
         table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, progress=not args.no_progress)
@@ -78,9 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"{spec.name}: {len(table)} points in {out_dir}/ (summary.parquet)")
     print(comparison_table(spec, table))
-    if spec.figure:
-        from workbench.figures.build import draw_into
-
-        paths = draw_into(spec.figure, out_dir, out_dir)
+    if spec.figure and figures is not None:
+        paths = figures.draw(spec.figure, out_dir)
         print("figure: " + ", ".join(str(p) for p in paths))
     return 0

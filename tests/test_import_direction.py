@@ -1,0 +1,79 @@
+"""Imports point one way: no module of the package imports, even lazily or for type checking only, a
+module that imports it back; and the layers keep their distance (allocators own integers only,
+kernels know nothing of requests or strategies, sweeps know nothing of figures)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).parents[1] / "workbench"
+
+# (importer prefix, forbidden prefix): the first never imports the second
+FORBIDDEN = [
+    ("workbench.allocators", "workbench.scheduler"), ("workbench.allocators", "workbench.engine"),
+    ("workbench.allocators", "workbench.kernels"), ("workbench.allocators", "workbench.kvpool"),
+    ("workbench.kernels", "workbench.allocators"), ("workbench.kernels", "workbench.scheduler"),
+    ("workbench.kernels", "workbench.engine"), ("workbench.kernels", "workbench.workload"),
+    ("workbench.workload", "workbench.allocators"), ("workbench.workload", "workbench.engine"),
+    ("workbench.scheduler", "workbench.engine"), ("workbench.sweep", "workbench.figures"),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every workbench module this file imports, anywhere in it (module level, functions, TYPE_CHECKING)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in found if m.startswith("workbench")}
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges = {}
+    for name, path in modules.items():
+        targets = {t for t in imports_of(path) if t in modules and t != name}
+        edges[name] = {t for t in targets if not name.startswith(t + ".")}  # a package's own __init__ is no edge
+    return edges
+
+
+def test_no_module_imports_a_module_that_imports_it_back():
+    edges = graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(edges[m]):
+            if state.get(t) == 1:
+                cycle = stack[stack.index(t):] + [t]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+
+
+@pytest.mark.parametrize("importer,forbidden", FORBIDDEN)
+def test_layers_keep_their_distance(importer, forbidden):
+    # an entry point (`python -m ...`) is where layers are wired together, not a layer of its own
+    offenders = sorted(f"{m} imports {t}" for m, targets in graph().items()
+                       if m.startswith(importer) and not m.endswith(".__main__")
+                       for t in targets if t.startswith(forbidden))
+    assert not offenders, offenders
