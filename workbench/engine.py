@@ -27,7 +27,7 @@ from workbench.groups import StepPlan
 from workbench.paths import REPO_ROOT
 from workbench.results import StepLog, summarize, write_outputs
 from workbench.scheduler import Scheduler
-from workbench.workload import build_workload
+from workbench.workload import build_workload, check_workload
 from workbench.workload.request import Request
 
 
@@ -57,6 +57,7 @@ def check_config(cfg: RunConfig) -> Resolved:
     if cfg.strategy not in registry.names():
         raise ValueError(f"unknown strategy {cfg.strategy!r}; valid: {', '.join(registry.names())}")
     resolved = cfg.resolve()
+    check_workload(cfg)
     if cfg.kernel == "cupy":
         from workbench.kernels import available_backends
         if "cupy" not in available_backends():
