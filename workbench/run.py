@@ -8,14 +8,13 @@ line on stderr and exit status 2 before anything runs; nothing is written. Ctrl-
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import shutil
 import sys
 from pathlib import Path
 
-from workbench.clean_exit import quiet_broken_pipe
+from workbench.clean_exit import OneLineParser, quiet_broken_pipe
 from workbench.config import RunConfig
 from workbench.errors import TraceError, WorkloadError
 from workbench.outdir import OutputExistsError, check_target, install, staging_dir
@@ -28,8 +27,8 @@ def _field_type(annotation: str):
     return _TYPES[base]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench.run", description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m workbench.run", description=__doc__.splitlines()[0])
     for f in dataclasses.fields(RunConfig):
         help = f.metadata["help"]
         if f.default is not None and "default" not in help:
@@ -104,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     except (WorkloadError, TraceError) as exc:  # workload input problems surface when the run reads it
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk or a vanished parent: the staged directory goes, nothing else changed
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}; nothing was written", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; nothing was written", file=sys.stderr)
         return 130

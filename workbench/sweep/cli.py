@@ -7,12 +7,12 @@ when the spec names a `figure`, it is drawn into the output directory (figures/ 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from workbench.clean_exit import OneLineParser
 from workbench.paths import REPO_ROOT
 from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError, make_executor
 from workbench.sweep.lock import SweepLocked
@@ -30,8 +30,8 @@ TABLE_KEYS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("experiment", nargs="?", type=Path, default=None,
                         help=f"sweep YAML (default: {DEFAULT_EXPERIMENT.relative_to(REPO_ROOT)})")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<experiment name>)")
