@@ -15,7 +15,8 @@ from typing import Any
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
 # Upper bounds that keep every size inside the integer types it lands in: slot and block ids are int32
-# in the allocators and kernels, and every integer column of the output tables is int64.
+# in the allocators and kernels, and every integer column of the output tables is int64. The time
+# bounds (rate, duration, efficiencies, step overhead) keep slot-seconds far from float64 overflow.
 MAX_SLOTS = 2**31 - 1
 MAX_INT = 2**63 - 1
 MAX_REQUESTS = 10_000_000  # a synthetic workload is generated in memory up front, ~1 KB per request
@@ -72,9 +73,10 @@ class RunConfig:
     max_model_len: int | None = _f(None, "maximum sequence length in tokens (default: the model preset's)",
                                    ge=MIN_MODEL_LEN, le=MAX_SLOTS)
     workload: str = _f("sharegpt-like", "synthetic workload name, or FORMAT:PATH for a trace file")
-    rate: float | None = _f(None, "request rate in requests/s (synthetic arrivals; rescales a trace)", gt=0)
+    rate: float | None = _f(None, "request rate in requests/s (synthetic arrivals; rescales a trace)", ge=1e-6,
+                            le=1e9)
     num_requests: int | None = _f(None, "cap on the number of requests", gt=0, le=MAX_REQUESTS)
-    duration: float | None = _f(None, "time window of the workload in seconds from its start", gt=0)
+    duration: float | None = _f(None, "time window of the workload in seconds from its start", gt=0, le=1e9)
     seed: int = _f(0, "random seed; same config and seed give identical results", ge=0)
     clock: str = _f("roofline", "step-duration model: roofline | measured", choices=("roofline", "measured"))
     kernel: str = _f("auto", "attention kernel backend: auto | cupy | numba | none",
@@ -94,9 +96,9 @@ class RunConfig:
     # Roofline defaults: sustained HBM streaming reaches ~80% of the datasheet bandwidth on A100/H100
     # (STREAM-like copies), large fp16 GEMMs ~50-60% of dense peak in serving (prefill MFU), and a
     # serving engine spends ~1 ms per iteration on scheduling, sampling and launches outside the GPU.
-    eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", gt=0, le=1)
-    eff_flops: float = _f(0.5, "achieved fraction of dense peak FLOP/s (roofline clock)", gt=0, le=1)
-    step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)", ge=0)
+    eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=1e-6, le=1)
+    eff_flops: float = _f(0.5, "achieved fraction of dense peak FLOP/s (roofline clock)", ge=1e-6, le=1)
+    step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)", ge=0, le=3600)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
