@@ -29,6 +29,14 @@ def _f(default: Any, help: str, **extra: Any) -> Any:
     return field(default=default, metadata={"help": help, **extra})
 
 
+_BOUND_SIGNS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+
+
+def describe_bounds(f: dataclasses.Field) -> str:
+    """The field's allowed range for help texts, e.g. `> 0, <= 2147483647` ('' when unbounded)."""
+    return ", ".join(f"{sign} {f.metadata[key]}" for key, sign in _BOUND_SIGNS.items() if key in f.metadata)
+
+
 def check_field(f: dataclasses.Field, value: Any) -> None:
     """Raise ValueError (one line naming the key, the value and what is allowed) when `value` breaks
     the field's type, choices or bounds. Floats must be finite; integers stay within int64."""
@@ -49,10 +57,11 @@ def check_field(f: dataclasses.Field, value: Any) -> None:
         raise ValueError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
     if kind == "float" and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value}")
-    for key, ok, sign in (("gt", lambda b: value > b, ">"), ("ge", lambda b: value >= b, ">="),
-                          ("lt", lambda b: value < b, "<"), ("le", lambda b: value <= b, "<=")):
-        if key in meta and not ok(meta[key]):
-            raise ValueError(f"{name} must be {sign} {meta[key]}, got {value}")
+    for key, sign in _BOUND_SIGNS.items():
+        bound = meta.get(key)
+        if bound is not None and not {"gt": value > bound, "ge": value >= bound, "lt": value < bound,
+                                      "le": value <= bound}[key]:
+            raise ValueError(f"{name} must be {sign} {bound}, got {value}")
     if kind == "int" and value > MAX_INT:
         raise ValueError(f"{name} must be <= {MAX_INT}, got {value}")
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from workbench.clean_exit import OneLineParser, quiet_broken_pipe
-from workbench.config import RunConfig
+from workbench.config import RunConfig, describe_bounds
 from workbench.errors import TraceError, WorkloadError
 from workbench.outdir import OutputExistsError, check_target, install, staging_dir
 
@@ -33,6 +33,8 @@ def build_parser() -> OneLineParser:
         help = f.metadata["help"]
         if f.default is not None and "default" not in help:
             help += " (default: %(default)s)"
+        if describe_bounds(f):
+            help += f" [{describe_bounds(f)}]"
         kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": help}
         if f.metadata.get("choices"):
             kwargs["choices"] = f.metadata["choices"]
