@@ -49,17 +49,23 @@ class SweepLock:
 
     def _take_over_if_stale(self) -> None:
         try:
-            owner = self.path.read_text().split()
+            content = self.path.read_text()
         except FileNotFoundError:
             return
+        owner = content.split()
         pid, host = (int(owner[0]), owner[1]) if len(owner) >= 2 and owner[0].isdigit() else (None, None)
         if pid is not None and host == socket.gethostname() and not _alive(pid):
             stale = self.path.with_name(f"{LOCK_FILE}.stale-{uuid.uuid4().hex[:8]}")
             try:
                 os.rename(self.path, stale)  # atomic: of two processes taking over, one wins the rename
-                stale.unlink()
             except FileNotFoundError:
-                pass
+                return
+            if stale.read_text() != content:  # a taker that came first already holds a fresh lock: give it back
+                try:
+                    os.link(stale, self.path)  # fails, keeping the newer one, if the path was taken again
+                except FileExistsError:
+                    pass
+            stale.unlink()
             return
         who = f"pid {pid} on {host}" if pid is not None else "an unknown process"
         raise SweepLocked(f"{self.path.parent} is in use by another sweep ({who}); wait for it to finish, or "
