@@ -36,6 +36,11 @@ FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr),
 INTS = st.sampled_from([-(2**64), -1, 0, 1, 2, 3, 5, 8, 16, 2**31 - 1, 2**31, 2**63 - 1, 2**63]).map(str)
 FLAGS = {
     "strategy": st.sampled_from([*registry.names(), "bogus"]),
+    "model": st.sampled_from([MODEL, "opt-13b", "nope", "custom:layers=2,kv_heads=2,head_dim=16,params_b=inf",
+                              "custom:layers=1e30,kv_heads=2,head_dim=16",
+                              "custom:layers=2,kv_heads=2,head_dim=16,heads=3",
+                              "custom:layers=2,kv_heads=1,head_dim=8,max_model_len=64"]),
+    "gpu": st.sampled_from(["a100-40gb", "h200", "nope"]),
     "block-size": st.one_of(INTS, st.sampled_from(["1", "16", "3000"])),
     "fit": st.sampled_from(["first", "best", "buddy", "worst"]),
     "kv-dtype": st.sampled_from(["fp32", "fp16", "bf16", "fp8", "int4"]),
