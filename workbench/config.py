@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,12 +30,12 @@ def _f(default: Any, help: str, **extra: Any) -> Any:
     return field(default=default, metadata={"help": help, **extra})
 
 
-_BOUND_SIGNS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+_BOUNDS = {"gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", operator.lt), "le": ("<=", operator.le)}
 
 
 def describe_bounds(f: dataclasses.Field) -> str:
     """The field's allowed range for help texts, e.g. `> 0, <= 2147483647` ('' when unbounded)."""
-    return ", ".join(f"{sign} {f.metadata[key]}" for key, sign in _BOUND_SIGNS.items() if key in f.metadata)
+    return ", ".join(f"{sign} {f.metadata[key]}" for key, (sign, _) in _BOUNDS.items() if key in f.metadata)
 
 
 def check_field(f: dataclasses.Field, value: Any) -> None:
@@ -57,11 +58,9 @@ def check_field(f: dataclasses.Field, value: Any) -> None:
         raise ValueError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
     if kind == "float" and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value}")
-    for key, sign in _BOUND_SIGNS.items():
-        bound = meta.get(key)
-        if bound is not None and not {"gt": value > bound, "ge": value >= bound, "lt": value < bound,
-                                      "le": value <= bound}[key]:
-            raise ValueError(f"{name} must be {sign} {bound}, got {value}")
+    for key, (sign, holds) in _BOUNDS.items():
+        if key in meta and not holds(value, meta[key]):
+            raise ValueError(f"{name} must be {sign} {meta[key]}, got {value}")
     if kind == "int" and value > MAX_INT:
         raise ValueError(f"{name} must be <= {MAX_INT}, got {value}")
 
