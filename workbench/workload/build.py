@@ -64,7 +64,8 @@ def trace_path(spec: WorkloadSpec) -> Path:
         try:
             return resolve(spec.path)
         except TraceError as exc:
-            raise WorkloadError(spec.text, None, "path", "a readable trace", str(exc)) from None
+            # the trace error already says what to do; it is passed on whole, never shortened
+            raise WorkloadError(spec.text, None, "path", f"a readable trace ({exc})") from None
     raise WorkloadError(spec.text, None, "path", f"an existing file or a registry trace name "
                         f"({', '.join(sorted(TRACES))})", spec.path)
 
