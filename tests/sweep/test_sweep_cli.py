@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from workbench.columns import WALL_CLOCK_KEYS
+from workbench.experiments import find_experiment
 from workbench.paths import REPO_ROOT
 from workbench.sweep import load_spec
-from workbench.sweep.cli import main
+from workbench.sweep.cli import DEFAULT_EXPERIMENT, main
 
 pytest.importorskip("workbench.engine", reason="the CLI runs the engine")
 
@@ -83,7 +84,7 @@ def test_contradictory_flags(tmp_path, capsys):
 
 
 def test_the_default_experiment_is_the_quickstart():
-    spec = load_spec(REPO_ROOT / "experiments" / "quickstart.yaml")
+    spec = load_spec(find_experiment(DEFAULT_EXPERIMENT))
     strategies = [p.config.strategy for p in spec.points()]
     assert {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged"} <= set(strategies)
     assert all(p.config.kernel != "none" and p.config.verify_every > 0 for p in spec.points())

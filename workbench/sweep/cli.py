@@ -1,6 +1,7 @@
 """`python -m workbench.sweep [EXPERIMENT.yaml]`: run a sweep, print a comparison table, draw its figure.
 
-With no argument it runs `experiments/quickstart.yaml`. The CLI sits above the figures package:
+EXPERIMENT is a YAML file or the name of a built-in experiment (`quickstart`, `fig_<figure>`);
+with no argument it runs `quickstart`. The CLI sits above the figures package:
 when the spec names a `figure`, it is drawn into the output directory (figures/ holds only what
 `python -m workbench.figures` builds).
 """
@@ -13,12 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.paths import REPO_ROOT
+from workbench.experiments import builtin_names, find_experiment
 from workbench.sweep.executors import EXECUTOR_NAMES, make_executor
 from workbench.sweep.runner import SweepError, run_sweep
 from workbench.sweep.spec import SpecError, SweepSpec, load_spec
 
-DEFAULT_EXPERIMENT = REPO_ROOT / "experiments" / "quickstart.yaml"
+DEFAULT_EXPERIMENT = "quickstart"
 DEFAULT_RUNS_DIR = Path("runs")
 
 # the figures a reader compares strategies by, in table order
@@ -31,8 +32,9 @@ TABLE_KEYS = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
-    parser.add_argument("experiment", nargs="?", type=Path, default=None,
-                        help=f"sweep YAML (default: {DEFAULT_EXPERIMENT.relative_to(REPO_ROOT)})")
+    parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
+                        help=f"sweep YAML file, or a built-in experiment: {', '.join(builtin_names())} "
+                             f"(default: {DEFAULT_EXPERIMENT})")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<experiment name>)")
     parser.add_argument("--executor", choices=EXECUTOR_NAMES, default="local",
                         help="local: process pool on this machine; dask: a Dask distributed cluster")
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scheduler and args.workers:
         parser.error("--workers starts a LocalCluster; an existing --scheduler brings its own workers")
     try:
-        spec = load_spec(args.experiment or DEFAULT_EXPERIMENT)
+        spec = load_spec(find_experiment(args.experiment))
         if spec.figure:
             from workbench.figures.registry import check_name
 
