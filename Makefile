@@ -49,7 +49,7 @@ figures: $(STAMP_DEV)
 	$(BIN)/python -m workbench.figures
 
 lab: $(STAMP_DEV)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info

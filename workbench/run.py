@@ -15,6 +15,7 @@ from pathlib import Path
 
 from workbench.config import RunConfig
 from workbench.errors import TraceError, WorkloadError
+from workbench.presets import GPUS, MODELS
 
 _TYPES = {"int": int, "float": float, "str": str}
 
@@ -24,10 +25,20 @@ def _field_type(annotation: str):
     return _TYPES[base]
 
 
+def _known_names() -> dict[str, str]:
+    """The registered names a user picks from, shown in --help beside their flags."""
+    from workbench.allocators import registry
+
+    return {"strategy": ", ".join(registry.names()), "model": ", ".join(MODELS), "gpu": ", ".join(GPUS)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench.run", description=__doc__.splitlines()[0])
+    known = _known_names()
     for f in dataclasses.fields(RunConfig):
         help = f.metadata["help"]
+        if f.name in known:
+            help += f"; one of: {known[f.name]}"
         if f.default is not None and "default" not in help:
             help += " (default: %(default)s)"
         kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": help}

@@ -17,10 +17,11 @@ from matplotlib.figure import Figure
 import workbench
 from workbench.figures import style
 from workbench.figures.registry import experiment_path, is_timed, plotter
-from workbench.paths import REPO_ROOT
+from workbench.paths import IN_CHECKOUT, REPO_ROOT
 from workbench.sweep import Executor, LocalExecutor, SweepSpec, load_spec, read_summary, run_sweep
 
-FIGURES_DIR = REPO_ROOT / "figures"
+# the committed figures of a checkout; an installed package writes beside the working directory instead
+FIGURES_DIR = REPO_ROOT / "figures" if IN_CHECKOUT else Path("figures")
 RUNS_DIR = Path("runs")
 
 
