@@ -1,4 +1,4 @@
-"""Allocator cost on an operation stream from the Azure LLM conversation trace (DESIGN §10).
+"""Allocator cost on an operation stream from the Azure LLM conversation trace (docs/performance.md).
 
 The stream: requests in trace order (ContextTokens, GeneratedTokens), continuous batching with at
 most 256 running sequences, one token per running sequence per step, a sequence freed when it
@@ -75,7 +75,7 @@ def num_operations(ops: list[tuple]) -> int:
 
 class NanoBlockManager:
     """A plain-Python block manager of the nano-vllm kind: deque of free ids, list refcounts, one
-    Python list per block table, one decision per sequence per step. The baseline of DESIGN §10."""
+    Python list per block table, one decision per sequence per step. The baseline of docs/performance.md."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size

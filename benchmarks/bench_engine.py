@@ -1,4 +1,4 @@
-"""Engine speed on the Azure LLM conversation trace (DESIGN §10).
+"""Engine speed on the Azure LLM conversation trace (docs/performance.md).
 
 1. The whole trace (19,366 requests over ~3,500 s) with `paged` and `--kernel none`: simulated
    seconds per wall second (target >= 300) and per CPU second of this process (less sensitive to

@@ -1,4 +1,4 @@
-"""A request's sequences as one scheduling unit, and the plan of one engine step (DESIGN §6).
+"""A request's sequences as one scheduling unit, and the plan of one engine step (docs/engine.md).
 
 Sequences of a group advance in lockstep, so per-group counters describe every member: after a
 group's prefill step it has generated one token and holds `prompt` KV rows; each decode step

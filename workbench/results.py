@@ -1,4 +1,4 @@
-"""Per-step and per-request tables, the run-level summary (DESIGN §3, §8), and atomic writing.
+"""Per-step and per-request tables, the run-level summary (docs/memory.md, docs/outputs.md), and atomic writing.
 
 Step rows go into preallocated NumPy columns (one row per engine step, ~100k+ per trace replay),
 so recording a step is two row assignments, not a dict per step.
@@ -63,7 +63,7 @@ def _percentile(values: np.ndarray, q: float) -> float:
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: int,
               generated_tokens: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """The run-level figures of DESIGN §8 from the two tables.
+    """The run-level figures of docs/outputs.md from the two tables.
 
     `generated_tokens` counts every sample's tokens of the finished requests; `extra` supplies the
     keys the tables cannot give (prefix counters, kernel figures, wall time)."""
@@ -133,8 +133,8 @@ def _atomic_write(path: Path, write) -> None:
 
 def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, requests: pd.DataFrame,
                   summary: dict[str, Any]) -> None:
-    """Write the four §8 files into `out_dir` (created if needed), each atomically; summary.json last,
-    so its presence means the other three are complete."""
+    """Write the four run files (docs/outputs.md) into `out_dir` (created if needed), each atomically;
+    summary.json last, so its presence means the other three are complete."""
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def dump_json(obj: dict[str, Any]):

@@ -1,4 +1,4 @@
-"""`python -m workbench.run`: one simulation run (DESIGN §8).
+"""`python -m workbench.run`: one simulation run (docs/outputs.md).
 
 The argument parser is generated from RunConfig's fields (their metadata is the help text, with
 units), so a flag exists exactly when a config key does: `--kv-gib` is `kv_gib`. A bad

@@ -138,7 +138,7 @@ def test_fragmentation_timeline_stacks_the_steps(built):
     for ax, row in zip(axes, summary.itertuples(index=False), strict=True):
         steps = pd.read_parquet(sweep_dir / "points" / row.point_id / "steps.parquet")
         layers = ax.collections
-        # the top edge of the last layer is the whole pool at every step (the §3 partition is exact)
+        # the top edge of the last layer is the whole pool at every step (the six-way partition is exact)
         top = layers[-1].get_paths()[0].vertices[:, 1].max()
         assert top == pytest.approx(100.0)
         first = style.SLOT_STYLE["token_slots"][0]

@@ -1,4 +1,4 @@
-"""`paged-prefix`: `paged` plus automatic prefix caching of full blocks (vLLM's APC, DESIGN §4).
+"""`paged-prefix`: `paged` plus automatic prefix caching of full blocks (vLLM's APC, docs/strategies.md).
 
 A full prompt block is registered under its chain key (`prefix_hash`). A later prompt whose leading
 blocks have registered keys reuses those blocks (refcount++), so only the rest is computed. A hit

@@ -1,4 +1,4 @@
-"""Strategies by stable name (DESIGN §4). A new strategy is one module plus one line in `_STRATEGIES`.
+"""Strategies by stable name (docs/strategies.md). A new strategy is one module plus one line in `_STRATEGIES`.
 
 Factories import their module only when asked for, so naming a strategy costs nothing until it is
 built. Every strategy class takes the same keyword arguments; each ignores what does not apply to it

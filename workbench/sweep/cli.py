@@ -50,9 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
-    """The varied run flags and the main summary figures, one line per point."""
+    """The varied run flags and the main summary figures, one line per point. Memory fractions are over
+    the saturated steps (a request was waiting) when every point had some, as the memory_waste figure
+    draws them; otherwise over all steps."""
     varied = [k for k in spec.axes] + [k for group in spec.zips for k in group]
-    metrics = [k for k in TABLE_KEYS if k in table.columns and table[k].notna().any()]
+    saturated = all(k + "_sat" in table.columns and table[k + "_sat"].notna().all()
+                    for k in TABLE_KEYS if k.startswith("mem_"))
+    keys = [k + "_sat" if saturated and k.startswith("mem_") else k for k in TABLE_KEYS]
+    metrics = [k for k in keys if k in table.columns and table[k].notna().any()]
     shown = table[["point_id", *varied, *metrics]]
     return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 

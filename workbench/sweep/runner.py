@@ -29,7 +29,7 @@ from workbench.sweep.summary import POINT_SUMMARY_FILE, summary_table, write_sum
 POINTS_DIR = "points"
 TMP_PREFIX = ".tmp-"
 
-# run_fn(config, out_dir) writes the §8 files into out_dir; workbench.engine.run is the default
+# run_fn(config, out_dir) writes the run files (docs/outputs.md) into out_dir; workbench.engine.run is the default
 RunFn = Callable[[RunConfig, Path], Any]
 
 

@@ -1,4 +1,4 @@
-"""`build_workload(cfg)`: the requests of one run, from a synthetic name or a trace (DESIGN §5, §8)."""
+"""`build_workload(cfg)`: the requests of one run, from a synthetic name or a trace (docs/workloads.md)."""
 
 from __future__ import annotations
 
