@@ -215,3 +215,17 @@ def test_cli_rejects_an_unknown_figure(capsys):
     with pytest.raises(SystemExit):
         main(["memory_wast"])
     assert "unknown figure 'memory_wast'" in capsys.readouterr().err
+
+
+def test_every_figure_says_what_it_measured(built):
+    for name in FIGURE_NAMES:
+        _, summary = built[name]
+        fig = draw(name, built[name][0])
+        texts = [t.get_text() for t in fig.texts]
+        caption = next(t for t in texts if "KV slots" in t)
+        assert summary["model"].iloc[0] in caption and "KV slots" in caption
+        assert all(f"{int(v):,}" in caption for v in summary["kv_slots"].unique())
+        assert "GPU preset a100-40gb" in caption and "clock" in caption and "kernel " in caption
+        if (summary["clock"] == "measured").any():
+            assert "CPU wall time" in caption
+        plt.close(fig)

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 import workbench
 from workbench.figures import style
+from workbench.figures.caption import add_caption, caption_line
 from workbench.figures.registry import experiment_path, is_timed, plotter
 from workbench.paths import IN_CHECKOUT, REPO_ROOT
 from workbench.sweep import Executor, LocalExecutor, SweepSpec, load_spec, read_summary, run_sweep
@@ -29,7 +30,9 @@ def draw(name: str, sweep_dir: Path) -> Figure:
     """Figure `name` plotted from the finished sweep in `sweep_dir` (its summary.parquet)."""
     summary = read_summary(sweep_dir)
     with style.figure_style():
-        return plotter(name)(summary, Path(sweep_dir))
+        fig = plotter(name)(summary, Path(sweep_dir))
+        add_caption(fig, caption_line(summary))
+    return fig
 
 
 def draw_into(name: str, sweep_dir: Path, out_dir: Path) -> list[Path]:
