@@ -229,3 +229,25 @@ def test_every_figure_says_what_it_measured(built):
         if (summary["clock"] == "measured").any():
             assert "CPU wall time" in caption
         plt.close(fig)
+
+
+def test_provenance_records_whether_an_input_was_dirty(tmp_path, monkeypatch):
+    import subprocess
+
+    from workbench.figures import build as build_module
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "a.png").write_text("old figure")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(build_module, "REPO_ROOT", tmp_path)
+    spec = parse_spec(SPECS["memory_waste"], default_name="memory_waste")
+    (tmp_path / "figures" / "a.png").write_text("a rebuilt figure")  # an output: the tree is still clean
+    assert build_module.provenance("memory_waste", spec, "pytest")["git_dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert build_module.provenance("memory_waste", spec, "pytest")["git_dirty"] is True

@@ -64,7 +64,10 @@ def provenance(name: str, spec: SweepSpec, command: str) -> dict[str, Any]:
         "config_hash": spec.config_hash(),
         "num_points": len(spec.points()),
         "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # tracked inputs that differ from the commit; figures/ and notebooks/ are outputs, and a rebuild
+        # rewrites the first figures before it draws the next ones
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures",
+                               ":(exclude)notebooks")),
         "package_version": workbench.__version__,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
