@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from workbench.config import RunConfig
-from workbench.errors import TraceError
+from workbench.errors import TraceError, WorkloadError
 from workbench.paths import shared_traces_dir
 from workbench.traces import TRACES, TraceEntry, fetch, resolve
 from workbench.traces import registry as registry_module
@@ -117,7 +117,7 @@ def test_workload_spec_resolves_a_registry_name_by_fetching(cache, tiny):
 def test_a_failed_fetch_reaches_the_user_whole(cache, tiny, server, monkeypatch):
     long_url = f"{server[1]}/{'x' * 200}/absent.csv"
     monkeypatch.setitem(registry_module.TRACES, "tiny", dataclasses.replace(tiny, url=long_url))
-    with pytest.raises(Exception, match="nothing was written") as info:
+    with pytest.raises(WorkloadError, match="nothing was written") as info:
         build_workload(RunConfig(workload="burstgpt:tiny"))
     assert long_url in str(info.value)
 

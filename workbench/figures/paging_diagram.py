@@ -30,7 +30,7 @@ class SeqPicture:
     label: str
     length: int  # tokens written
     final_len: int
-    blocks: tuple[int, ...]  # physical block of each logical block (paged) or the extent's slots (contiguous)
+    blocks: tuple[int, ...]  # physical block of each logical block (paged); first and last slot (contiguous)
 
 
 @dataclass(frozen=True)
