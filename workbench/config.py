@@ -1,7 +1,7 @@
 """The resolved configuration of one run: a frozen dataclass validated on construction.
 
 Field metadata carries the CLI help (with units); `workbench.run` builds its argument parser from
-these fields and sweep YAML keys are exactly these field names (DESIGN §8, §9).
+these fields and sweep YAML keys are exactly these field names (docs/outputs.md).
 """
 
 from __future__ import annotations

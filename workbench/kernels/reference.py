@@ -1,6 +1,6 @@
 """Float64 NumPy reference for every kernel op, and the verification metric `rel_err`.
 
-Same positional signatures as the other backends (DESIGN §7); inputs are already validated by
+Same positional signatures as the other backends (docs/kernels.md); inputs are already validated by
 `workbench.kernels`. Attention results are float64 (the reference is what float32 kernels are
 measured against); the in-place ops copy exactly like the kernels do. Written for clarity, not
 speed: one sequence at a time, gathering only the rows that sequence attends to.
