@@ -5,6 +5,7 @@ shared, so single numbers are noisy); every kernel output is checked against the
 on a few sequences before it is timed.
 
     python benchmarks/bench_kernels.py [--quick] [--clock cpu]
+    python benchmarks/bench_kernels.py --sass    # the CUDA decode loop's registers, spills, SASS per KV byte
 
 --clock wall (default): all Numba threads, best wall time, against the parallel read bandwidth.
 --clock cpu: one thread, best process CPU time, against single-thread np.sum bandwidth. When other
@@ -27,6 +28,13 @@ from workbench.kernels import reference
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
 BANDWIDTH_ARRAY_BYTES = 2 << 30  # well past any L3 (this machine reports 480 MiB)
 FLUSH_BYTES = 1 << 30  # read between timed calls so each call starts with its KV out of cache
+# Decode instantiations whose main loop --sass reports: GQA groups 1/4/8 at head_dim 128, each dtype.
+SASS_KERNELS = [
+    "kvw::paged_attention<__half, 128, 1>", "kvw::paged_attention<__half, 128, 4>",
+    "kvw::paged_attention<__half, 128, 8>", "kvw::contiguous_attention<__half, 128, 4>",
+    "kvw::paged_attention<__nv_bfloat16, 128, 4>", "kvw::paged_attention<float, 128, 4>",
+    "kvw::paged_attention<float, 256, 8>",
+]
 clock = time.perf_counter  # main() switches it to time.process_time for --clock cpu
 _flush = None
 
@@ -154,7 +162,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and a smaller sweep")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="see the module docstring")
+    parser.add_argument("--sass", action="store_true",
+                        help="print the CUDA attention loop's SASS cost (NVRTC + cuobjdump, no GPU) and exit")
     args = parser.parse_args()
+    if args.sass:
+        import sass_loop
+
+        sass_loop.print_table(SASS_KERNELS)
+        return
     repeats = 3 if args.quick else 7
     rng = np.random.default_rng(0)
     global clock

@@ -46,11 +46,30 @@ struct __align__(sizeof(T) * ELEMS) Vec {
 };
 
 template <typename T, int ELEMS>
-__device__ __forceinline__ void load_vec_as_float(const T* __restrict__ src, float* dst) {
-  const Vec<T, ELEMS> raw = *reinterpret_cast<const Vec<T, ELEMS>*>(src);
-#pragma unroll
-  for (int i = 0; i < ELEMS; ++i) dst[i] = to_float(raw.v[i]);
+__device__ __forceinline__ Vec<T, ELEMS> load_vec(const T* __restrict__ src) {
+  return *reinterpret_cast<const Vec<T, ELEMS>*>(src);
 }
+
+// dst = the vector's elements as float, or zeros when `valid` is false (a lane past the head row).
+template <typename T, int ELEMS>
+__device__ __forceinline__ void vec_to_float(const Vec<T, ELEMS>& raw, float* dst, bool valid) {
+#pragma unroll
+  for (int i = 0; i < ELEMS; ++i) dst[i] = valid ? to_float(raw.v[i]) : 0.f;
+}
+
+// q = n / d and r = n % d for 0 <= n < 2^31 without a division instruction (round-up multiply
+// method: Granlund-Montgomery, as PyTorch's IntDivider): mul and shift are set once per block.
+struct FastDivmod {
+  int d;
+  unsigned mul;
+  int shift;
+
+  __device__ __forceinline__ explicit FastDivmod(int divisor) : d(divisor), shift(0) {
+    while ((1u << shift) < unsigned(divisor)) ++shift;
+    mul = unsigned(((1ull << 32) * ((1ull << shift) - unsigned(divisor))) / unsigned(divisor) + 1);
+  }
+  __device__ __forceinline__ int div(int n) const { return int((__umulhi(unsigned(n), mul) + unsigned(n)) >> shift); }
+};
 
 // Paged CSR addressing (FlashInfer's page table): logical position t of sequence s lives in slot
 // kv_indices[kv_indptr[s] + t / block_size] * block_size + t % block_size.
@@ -64,9 +83,18 @@ struct PagedAddressing {
     const int num_blocks = kv_indptr[seq + 1] - kv_indptr[seq];
     return (num_blocks - 1) * block_size + kv_last_page_len[seq];
   }
-  __device__ __forceinline__ long long slot(int seq, int pos) const {
-    const int block = kv_indices[kv_indptr[seq] + pos / block_size];
-    return (long long)block * block_size + pos % block_size;
+
+  // One sequence's page table, bound once per thread block so the loop only divides and looks up.
+  struct Sequence {
+    const int* __restrict__ pages;  // [num_blocks of the sequence]
+    FastDivmod block;
+    __device__ __forceinline__ long long slot(int pos) const {
+      const int page = block.div(pos);
+      return (long long)pages[page] * block.d + (pos - page * block.d);
+    }
+  };
+  __device__ __forceinline__ Sequence sequence(int seq) const {
+    return Sequence{kv_indices + kv_indptr[seq], FastDivmod(block_size)};
   }
 };
 
@@ -76,7 +104,12 @@ struct ContiguousAddressing {
   const int* __restrict__ kv_lens;   // [num_seqs]
 
   __device__ __forceinline__ int kv_len(int seq) const { return kv_lens[seq]; }
-  __device__ __forceinline__ long long slot(int seq, int pos) const { return (long long)kv_start[seq] + pos; }
+
+  struct Sequence {
+    long long start;
+    __device__ __forceinline__ long long slot(int pos) const { return start + pos; }
+  };
+  __device__ __forceinline__ Sequence sequence(int seq) const { return Sequence{kv_start[seq]}; }
 };
 
 }  // namespace kvw
