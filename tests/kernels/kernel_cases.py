@@ -13,7 +13,14 @@ import numpy as np
 
 BF16_NAN_BITS = np.uint16(0x7FC0)
 STORAGE_DTYPE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
-TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
+# The kernel and the float64 reference see the same inputs: q is float32 in both, and the reference
+# dequantizes the very K/V bits the pool stores, so rounding the KV dtype adds no error to compare.
+# What is left is the kernel's float32 arithmetic: products and sums over head_dim and the context,
+# exponentials (ex2.approx on a GPU: ~2 ulp) and the normalisation, a few dozen unit roundoffs of
+# float32 in relative norm (measured: ~2e-7). Every KV dtype gets that bound; an error of the size
+# fp16 rounding would cause (1e-3) or one token too many at 8k context (test_reference) fails it.
+F32_UNIT_ROUNDOFF = 2.0**-24
+TOLERANCE = dict.fromkeys(("fp32", "fp16", "bf16"), 64 * F32_UNIT_ROUNDOFF)
 
 
 def to_storage(x: np.ndarray, kv_dtype: str) -> np.ndarray:
