@@ -2,8 +2,8 @@
 
 The kernels are compiled with NVRTC for sm_90 with the ptxas report (registers, spills); the CUBIN
 is disassembled with `cuobjdump -sass`. The main loop is the innermost backward branch whose body
-holds the 128-bit K/V loads (LDG.E.128: every head_dim the table uses has 16-byte row vectors);
-its bytes per trip are those loads × 16 bytes × 32 lanes, so instructions per KV byte is what one
+holds the vector K/V loads (LDG.E.128, or LDG.E.64 for fp8's 8-byte vectors; the page-table reads
+are 32-bit); its bytes per trip are those loads × their width × 32 lanes, so instructions per KV byte is what one
 warp issues per byte it streams. A static count: branches inside the body count once, which is
 what a full tile (the common case) executes, give or take the masked tail.
 """
@@ -23,8 +23,7 @@ from workbench.kernels import nvrtc, source
 _INSTRUCTION = re.compile(r"^\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<text>[^;]*);")
 _BRANCH = re.compile(r"\bBRA\s+(?:`\()?0x(?P<target>[0-9a-f]+)")
 _FUNCTION = re.compile(r"Function : (?P<name>\S+)")
-KV_LOAD = "LDG.E.128"
-KV_LOAD_BYTES = 16 * 32  # one 128-bit load per lane of a warp
+KV_LOAD_BYTES = {"LDG.E.128": 16 * 32, "LDG.E.64": 8 * 32}  # one vector load per lane of a warp
 
 
 @dataclass(frozen=True)
@@ -68,14 +67,14 @@ def split_functions(sass: str) -> dict[str, list[tuple[int, str]]]:
 
 
 def main_loop(instructions: list[tuple[int, str]]) -> tuple[int, int]:
-    """(instructions, KV loads) of the innermost loop that holds KV loads; (0, 0) when there is none."""
+    """(instructions, KV bytes per warp) of the innermost loop that holds KV loads; (0, 0) when there is none."""
     best = (0, 0)
     for addr, text in instructions:
         branch = _BRANCH.search(text)
         if not branch or int(branch["target"], 16) > addr:
             continue
         body = [t for a, t in instructions if int(branch["target"], 16) <= a <= addr and not t.startswith("NOP")]
-        loads = sum(KV_LOAD in t for t in body)
+        loads = sum(size for t in body for op, size in KV_LOAD_BYTES.items() if t.startswith(op))
         if loads and (best == (0, 0) or len(body) < best[0]):
             best = (len(body), loads)
     return best
@@ -101,9 +100,9 @@ def loop_costs(expressions: list[str], arch: str = "sm_90") -> list[LoopCost]:
     for expression in expressions:
         mangled = module.lowered_names[expression]
         report = module.resources[mangled]
-        count, loads = main_loop(functions.get(mangled, []))
+        count, kv_bytes = main_loop(functions.get(mangled, []))
         costs.append(LoopCost(expression, report.registers, report.spill_store_bytes + report.spill_load_bytes,
-                              count, loads * KV_LOAD_BYTES))
+                              count, kv_bytes))
     return costs
 
 

@@ -88,7 +88,7 @@ __device__ __forceinline__ void attention_block(
 
   // Scores are kept in base 2 (q carries log2(e)), so each exponential is one ex2; m and l stay in
   // that unit until they leave the block, where m is converted back to natural log units.
-  const float q_scale = scale * LOG2E;
+  const float q_scale = scale * LOG2E * KvUnit<T>::value;
   __shared__ float s_q[ROWS][HEAD_DIM];
   for (int i = threadIdx.x; i < ROWS * HEAD_DIM; i += ATTN_THREADS) {
     const int r = i / HEAD_DIM, d = i % HEAD_DIM;
@@ -258,7 +258,7 @@ __device__ __forceinline__ void attention_block(
         a_all += s_acc[w][r][d] * c;
       }
     }
-    const float o = l_all > 0.f ? __fdividef(a_all, l_all) : 0.f;
+    const float o = l_all > 0.f ? __fdividef(a_all, l_all) * KvUnit<T>::value : 0.f;
     const long long head_row = (long long)row_q(r) * num_heads + row_head(r);
     if (num_parts == 1) {
       out[head_row * HEAD_DIM + d] = o;

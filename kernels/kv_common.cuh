@@ -1,4 +1,4 @@
-// Shared pieces of the KV kernels: float conversion of the KV dtypes, vector loads, and the two
+// Shared pieces of the KV kernels: float conversion of the KV dtypes (fp32, fp16, bf16, fp8 e4m3), vector loads, and the two
 // addressing policies (paged CSR vs contiguous extent). The attention kernel is written once against
 // the policy interface, so the page-table indirection is the only difference between the two.
 //
@@ -25,16 +25,42 @@ __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// The widest load (16, 8, 4 bytes, or one element) that divides a head row of `head_dim` elements,
-// so every row of every head starts on a vector boundary when the pool base is 16-byte aligned
-// (the launchers check that).
+// An fp8 KV element: an OCP e4m3fn code (bias 7, no infinities, NaN = S.1111.111), one byte.
+struct Fp8E4M3 {
+  unsigned char bits;
+};
+
+// to_float of an fp8 code is its value / KvUnit (256): the code's exponent and mantissa moved into a
+// half (shifted left by 7) are exactly that, subnormals included, so decoding is one conversion;
+// the attention kernel folds the 256 into its query scale and output. Other dtypes decode exactly.
+template <typename T>
+struct KvUnit {
+  static constexpr float value = 1.f;
+};
+template <>
+struct KvUnit<Fp8E4M3> {
+  static constexpr float value = 256.f;
+};
+
+__device__ __forceinline__ float to_float(Fp8E4M3 x) {
+  __half_raw h;
+  h.x = (unsigned short)(((x.bits & 0x80u) << 8) | ((x.bits & 0x7Fu) << 7));
+  const float value = __half2float(__half(h));
+  return (x.bits & 0x7Fu) == 0x7Fu ? __int_as_float(0x7fc00000) : value;  // NaN stays NaN
+}
+
+// The widest load (16, 8, 4 bytes, or one element) of at most 8 elements that divides a head row of
+// `head_dim` elements, so every row of every head starts on a vector boundary when the pool base is
+// 16-byte aligned (the launchers check that). The 8-element cap keeps fp8 lanes at the registers of
+// fp16 ones (a lane holds ELEMS query and accumulator values per row).
 template <typename T, int HEAD_DIM>
 struct RowVec {
   static constexpr int ROW_BYTES = HEAD_DIM * int(sizeof(T));
-  static constexpr int BYTES = ROW_BYTES % 16 == 0  ? 16
-                               : ROW_BYTES % 8 == 0 ? 8
-                               : ROW_BYTES % 4 == 0 ? 4
-                                                    : int(sizeof(T));
+  static constexpr int MAX_BYTES = 8 * int(sizeof(T)) < 16 ? 8 * int(sizeof(T)) : 16;
+  static constexpr int BYTES = ROW_BYTES % 16 == 0 && MAX_BYTES >= 16 ? 16
+                               : ROW_BYTES % 8 == 0 && MAX_BYTES >= 8 ? 8
+                               : ROW_BYTES % 4 == 0 && MAX_BYTES >= 4 ? 4
+                                                                      : int(sizeof(T));
   static constexpr int ELEMS = BYTES / int(sizeof(T));
   static constexpr int PER_ROW = HEAD_DIM / ELEMS;  // vectors in one head row
 };

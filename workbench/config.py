@@ -113,8 +113,6 @@ class RunConfig:
         if self.kernel_heads is not None and self.kernel_heads > model.num_kv_heads:
             raise ValueError(f"kernel_heads ({self.kernel_heads}) exceeds the model's {model.num_kv_heads} kv heads")
         kv_bytes_per_token = model.kv_bytes_per_token(self.kv_dtype)
-        if self.kernel != "none" and self.kv_dtype == "fp8":
-            raise ValueError("kv_dtype fp8 has no attention kernel; use --kernel none for fp8 accounting")
         return Resolved(
             model=model, gpu=gpu, capacity_slots=capacity_slots,
             swap_slots=int(self.swap_gib * GIB // kv_bytes_per_token) if self.preemption == "swap" else 0,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_cases import TOLERANCE, assert_attention_close, make_case, random_qo_indptr
+from kernel_cases import KV_DTYPES, TOLERANCE, assert_attention_close, make_case, random_qo_indptr
 
 from workbench import kernels
 from workbench.kernels import reference as ref
@@ -38,7 +38,7 @@ def _reference(case, qo_indptr):
                             case.kv_last_page_len, case.block_size, case.kv_dtype, 1 / np.sqrt(case.q.shape[2]))
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("block_size", [1, 2, 8, 16, 32, 128, 256])
 def test_decode_grid(block_size, group, kv_dtype):
@@ -55,7 +55,7 @@ def test_decode_grid(block_size, group, kv_dtype):
     np.testing.assert_array_equal(cp.asnumpy(paged), cp.asnumpy(contig))
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("block_size", [1, 16, 256])
 def test_extend_grid(block_size, kv_dtype):
     rng = np.random.default_rng([block_size, len(kv_dtype), 22])
@@ -69,7 +69,7 @@ def test_extend_grid(block_size, kv_dtype):
     assert_attention_close(cp.asnumpy(paged), _reference(case, qo_indptr), kv_dtype, qo_indptr)
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 256])
 @pytest.mark.parametrize("partition_tokens", [None, 5, 300])
 def test_head_dims_and_split_k(head_dim, kv_dtype, partition_tokens):
@@ -83,7 +83,7 @@ def test_head_dims_and_split_k(head_dim, kv_dtype, partition_tokens):
     assert_attention_close(cp.asnumpy(out), _reference(case, qo_indptr), kv_dtype, qo_indptr)
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("context", [1024, 8192])
 def test_cupy_agrees_with_numba_at_serving_shapes(context, kv_dtype):
     """DESIGN §10 shape (32 q / 8 kv heads, head_dim 128, block 16) with the launcher's own split-K choice."""
@@ -98,11 +98,11 @@ def test_cupy_agrees_with_numba_at_serving_shapes(context, kv_dtype):
     assert ref.rel_err(cp.asnumpy(gpu), cpu) <= TOLERANCE[kv_dtype]
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_cache_ops_match_numpy_including_host_swap(kv_dtype):
     rng = np.random.default_rng([len(kv_dtype), 25])
     block_size, num_blocks, host_blocks = 16, 12, 6
-    storage = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}[kv_dtype]
+    storage = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8": np.uint8}[kv_dtype]
 
     def rows(n):
         return rng.integers(0, 1 << 14, size=(n, 2, 64)).astype(storage)

@@ -9,7 +9,7 @@ import pytest
 from kernel_cases import TOLERANCE, assert_attention_close, make_case
 
 from workbench import kernels
-from workbench.kernels import cuda_cpu
+from workbench.kernels import cuda_cpu, fp8
 from workbench.kernels import reference as ref
 
 
@@ -68,3 +68,33 @@ def test_group_8_head_dim_128_split_k(partition_tokens):
     expected = ref.paged_decode(case.q, case.paged_k, case.paged_v, case.kv_indptr, case.kv_indices,
                                 case.kv_last_page_len, 16, "fp16", 128**-0.5)
     assert_attention_close(out, expected, "fp16", indptr)
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("cuda-cpu", marks=needs_shim)])
+def test_fp8_with_per_tensor_scales(backend):
+    """fp8 pools quantized with k_scale 0.25 and v_scale 3: the kernel matches the reference over the same
+    codes and scales, and is as far from the unquantized float32 KV as e4m3's 3 mantissa bits allow."""
+    rng = np.random.default_rng(44)
+    lengths = [1, 300, 1000]
+    case = make_case(rng, lengths, 8, 2, 128, 16, "fp32")
+    k_scale, v_scale = 0.25, 3.0
+    codes = {name: fp8.quantize(getattr(case, name), scale) for name, scale in
+             (("paged_k", k_scale), ("paged_v", v_scale))}
+    args = (case.q, codes["paged_k"], codes["paged_v"], case.kv_indptr, case.kv_indices, case.kv_last_page_len, 16)
+    out = kernels.paged_decode(*args, backend=backend, kv_dtype="fp8", k_scale=k_scale, v_scale=v_scale)
+    expected = ref.paged_decode(*args, "fp8", 128**-0.5, (k_scale, v_scale))
+    indptr = np.arange(len(lengths) + 1, dtype=np.int32)
+    assert_attention_close(out, expected, "fp8", indptr)
+    unquantized = ref.paged_decode(case.q, case.paged_k, case.paged_v, case.kv_indptr, case.kv_indices,
+                                   case.kv_last_page_len, 16, "fp32", 128**-0.5)
+    assert 1e-3 < ref.rel_err(out, unquantized) < 2.0**-4  # e4m3 rounds each value by up to 2^-4
+
+
+def test_fp8_quantize_rounds_to_nearest_even_and_saturates():
+    codes = np.arange(256, dtype=np.uint8)
+    finite = np.isfinite(fp8.E4M3_VALUES)
+    np.testing.assert_array_equal(fp8.quantize(fp8.E4M3_VALUES[finite]), codes[finite])  # every code round-trips
+    assert fp8.E4M3_VALUES[0x7E] == 448 and fp8.E4M3_VALUES[0x01] == 2.0**-9
+    halfway = np.array([1.0625, 1.1875, 1000.0, -1000.0, 2.0**-11, np.nan])  # ties, saturation, underflow, NaN
+    np.testing.assert_array_equal(fp8.quantize(halfway), [0x38, 0x3A, 0x7E, 0xFE, 0x00, 0x7F])
+    np.testing.assert_array_equal(fp8.quantize(np.array([2.0]), 0.5), fp8.quantize(np.array([4.0])))

@@ -125,31 +125,41 @@ def attention_entry_points(attention, xp):
     k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, max_q_per_seq=None)`.
 
     Decode is extend with one query per sequence; passing `max_q_per_seq=1` saves reading the
-    query offsets back to find their widest gap (a device-to-host copy on the GPU).
+    query offsets back to find their widest gap (a device-to-host copy on the GPU). kv_scales =
+    (k_scale, v_scale), the fp8 per-tensor scales: k_scale folds into the softmax scale and v_scale
+    multiplies the output (attention is linear in V); both are 1.0 for the other dtypes.
     """
+
+    def scaled(out, kv_scales):
+        if kv_scales[1] != 1.0:
+            out *= np.float32(kv_scales[1])
+        return out
 
     def decode_indptr(num_seqs: int):
         return xp.arange(num_seqs + 1, dtype=xp.int32)  # one query token per sequence
 
-    def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+    def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
+                     kv_scales=(1.0, 1.0)):
         """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]."""
         paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-        return attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale, paged=paged,
-                         max_q_per_seq=1)
+        return scaled(attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale * kv_scales[0],
+                                paged=paged, max_q_per_seq=1), kv_scales)
 
-    def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+    def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
         """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim]."""
-        return attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale,
-                         contiguous=(kv_start, kv_len), max_q_per_seq=1)
+        return scaled(attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale * kv_scales[0],
+                                contiguous=(kv_start, kv_len), max_q_per_seq=1), kv_scales)
 
     def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype,
-                     scale):
+                     scale, kv_scales=(1.0, 1.0)):
         """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim]."""
         paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-        return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, paged=paged)
+        return scaled(attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0], paged=paged),
+                      kv_scales)
 
-    def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+    def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
         """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim]."""
-        return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, contiguous=(kv_start, kv_len))
+        return scaled(attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0],
+                                contiguous=(kv_start, kv_len)), kv_scales)
 
     return paged_decode, contiguous_decode, paged_extend, contiguous_extend

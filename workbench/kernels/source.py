@@ -82,7 +82,7 @@ def _cupy_bundled_headers() -> list[Path]:
 
 
 # Template arguments the launchers instantiate (DESIGN §7): KV dtype → CUDA type, head dims, row tiles.
-CUDA_KV_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+CUDA_KV_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16", "fp8": "kvw::Fp8E4M3"}
 HEAD_DIMS = (64, 80, 96, 128, 256)
 ROW_TILES = (1, 2, 4, 8)  # (query token, query head) rows per attention block
 COPY_WORDS = ("uint4", "unsigned short")  # 16-byte words when rows and pointers allow, else 2-byte
