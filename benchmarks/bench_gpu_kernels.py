@@ -23,7 +23,7 @@ import cupy as cp
 import numpy as np
 
 from workbench import kernels, presets
-from workbench.kernels import cuda_launches, cupy_backend
+from workbench.kernels import cuda_launches, cupy_backend, fp8
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
 CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768)
@@ -170,13 +170,18 @@ def small_run() -> None:
     """
     cp.cuda.set_allocator(None)
     rng = np.random.default_rng(1)
-    for kv_dtype, storage in (("fp32", cp.float32), ("fp16", cp.float16), ("bf16", cp.uint16)):
+    for kv_dtype, storage in (("fp32", cp.float32), ("fp16", cp.float16), ("bf16", cp.uint16), ("fp8", cp.uint8)):
         lengths = np.array([1, 17, 300])
         block_size = 16
         nblocks = -(-lengths // block_size)
         total = int(nblocks.sum())
         values = cp.random.standard_normal((total * block_size, 2, 64), dtype=cp.float32)
-        pool = (values.view(cp.uint32) >> 16).astype(cp.uint16) if kv_dtype == "bf16" else values.astype(storage)
+        if kv_dtype == "fp8":
+            pool = cp.asarray(fp8.quantize(cp.asnumpy(values)))
+        elif kv_dtype == "bf16":
+            pool = (values.view(cp.uint32) >> 16).astype(cp.uint16)
+        else:
+            pool = values.astype(storage)
         indices = cp.asarray(rng.permutation(total).astype(np.int32))
         indptr = cp.asarray(np.concatenate([[0], np.cumsum(nblocks)]).astype(np.int32))
         last = cp.asarray((lengths - (nblocks - 1) * block_size).astype(np.int32))

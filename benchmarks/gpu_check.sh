@@ -13,6 +13,7 @@
 # Verdicts: PASS; FAIL (a test or kernel error); TOOL (the tool is missing, refused the device or
 # died: no statement about the kernels); SKIP (no CUDA device: the step could not run).
 # Exit status: 0 all PASS, 1 any FAIL, 2 any TOOL (and no FAIL), 3 GPU steps skipped.
+# Step limits (150 + 4 x 45 + 120 s) keep the whole run under 8 minutes even when a step hangs.
 set -uo pipefail
 OUT=${1:-out/gpu-check}
 cd "$(dirname "$0")/.."
@@ -52,10 +53,12 @@ print("  dask imported by the GPU path:", pulled or "no")
 sys.exit(4 if pulled else 0)
 EOF
 env_rc=$?
-device=$("$PY" -c "import cupy; p = cupy.cuda.runtime.getDeviceProperties(0); print(p['name'].decode())" 2>&1 | tail -n 1)
+device=$("$PY" -c "import cupy; print(cupy.cuda.runtime.getDeviceProperties(0)['name'].decode())" 2>&1 | tail -n 1)
 gpu_ok=$("$PY" -c "import cupy; print(int(cupy.cuda.runtime.getDeviceCount() > 0))" 2>/dev/null || echo 0)
-if [ "$env_rc" -ne 0 ]; then
+if [ "$env_rc" -eq 4 ]; then
   verdict environment FAIL "the GPU path imports dask (see the log)"
+elif [ "$env_rc" -ne 0 ]; then
+  verdict environment FAIL "the package does not import from the source tree with $PY (see the log)"
 elif [ "$gpu_ok" != 1 ]; then
   verdict environment SKIP "no CUDA device visible to CuPy: $device"
 else
@@ -65,13 +68,13 @@ fi
 
 echo "== 2. GPU tests"
 if [ "$gpu_ok" = 1 ]; then
-  timeout 170 "$PY" -m pytest -q -m gpu -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" \
+  timeout 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" \
     tests/kernels/test_cupy_gpu.py >"$OUT/gpu_tests.txt" 2>&1
   rc=$?
   tail -n 15 "$OUT/gpu_tests.txt"
   case $rc in
     0) verdict gpu-tests PASS "$(tail -n 1 "$OUT/gpu_tests.txt")" ;;
-    124) verdict gpu-tests FAIL "timed out after 170 s" ;;
+    124) verdict gpu-tests FAIL "timed out after 150 s" ;;
     *) verdict gpu-tests FAIL "pytest exit $rc: $(tail -n 1 "$OUT/gpu_tests.txt")" ;;
   esac
 else
@@ -92,7 +95,7 @@ for tool in memcheck racecheck initcheck synccheck; do
   fi
   extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check no --check-device-heap yes)
-  timeout 60 "$SANITIZER" --tool "$tool" "${extra[@]}" --error-exitcode 3 \
+  timeout 45 "$SANITIZER" --tool "$tool" "${extra[@]}" --error-exitcode 3 \
     "$PY" benchmarks/bench_gpu_kernels.py --small >"$log" 2>&1
   rc=$?
   tail -n 2 "$log"
@@ -102,17 +105,19 @@ for tool in memcheck racecheck initcheck synccheck; do
   elif [ $rc -eq 3 ]; then
     verdict "sanitizer-$tool" FAIL "kernel errors: $summary"
   elif grep -q "Traceback" "$log"; then
-    verdict "sanitizer-$tool" FAIL "the workload raised under the tool: $(grep -A0 -E '^[A-Za-z.]*(Error|Exception)' "$log" | tail -n 1)"
+    raised=$(grep -E '^[A-Za-z.]*(Error|Exception)' "$log" | tail -n 1)
+    verdict "sanitizer-$tool" FAIL "the workload raised under the tool: $raised"
   elif [ $rc -eq 124 ]; then
-    verdict "sanitizer-$tool" TOOL "timed out after 60 s"
+    verdict "sanitizer-$tool" TOOL "timed out after 45 s"
   else
-    verdict "sanitizer-$tool" TOOL "exit $rc without a kernel error report: $(grep -m1 -iE 'error|not supported' "$log")"
+    why=$(grep -m1 -iE 'error|not supported' "$log")
+    verdict "sanitizer-$tool" TOOL "exit $rc without a kernel error report: $why"
   fi
 done
 
 echo "== 4. bandwidth table"
 if [ "$gpu_ok" = 1 ]; then
-  timeout 150 "$PY" benchmarks/bench_gpu_kernels.py --out "$OUT"
+  timeout 120 "$PY" benchmarks/bench_gpu_kernels.py --out "$OUT"
   rc=$?
   if [ $rc -eq 0 ] && [ -s "$OUT/gpu_kernels.csv" ]; then
     verdict bandwidth-table PASS "$OUT/gpu_kernels.md"

@@ -275,12 +275,12 @@ __device__ __forceinline__ void attention_block(
 
 // Grid (num_kv_heads * row_chunks, num_partitions, num_seqs), ATTN_THREADS threads.
 template <typename T, int HEAD_DIM, int ROWS>
-__global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS) paged_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
-                                const T* __restrict__ k_pool, const T* __restrict__ v_pool,
-                                const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                                const int* __restrict__ kv_last_page_len, int block_size, int num_heads,
-                                int num_kv_heads, int row_chunks, int partition_tokens, float scale,
-                                float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_ml) {
+__global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
+    paged_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr, const T* __restrict__ k_pool,
+                    const T* __restrict__ v_pool, const int* __restrict__ kv_indptr,
+                    const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len, int block_size,
+                    int num_heads, int num_kv_heads, int row_chunks, int partition_tokens, float scale,
+                    float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_ml) {
   const PagedAddressing addr{kv_indptr, kv_indices, kv_last_page_len, block_size};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
                                      partition_tokens, scale, out, part_out, part_ml);
@@ -288,12 +288,12 @@ __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS) paged_attention
 
 // Same grid as paged_attention; only the addressing differs.
 template <typename T, int HEAD_DIM, int ROWS>
-__global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS) contiguous_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
-                                     const T* __restrict__ k_pool, const T* __restrict__ v_pool,
-                                     const int* __restrict__ kv_start, const int* __restrict__ kv_len, int num_heads,
-                                     int num_kv_heads, int row_chunks, int partition_tokens, float scale,
-                                     float* __restrict__ out, float* __restrict__ part_out,
-                                     float* __restrict__ part_ml) {
+__global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
+    contiguous_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
+                         const T* __restrict__ k_pool, const T* __restrict__ v_pool, const int* __restrict__ kv_start,
+                         const int* __restrict__ kv_len, int num_heads, int num_kv_heads, int row_chunks,
+                         int partition_tokens, float scale, float* __restrict__ out, float* __restrict__ part_out,
+                         float* __restrict__ part_ml) {
   const ContiguousAddressing addr{kv_start, kv_len};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
                                      partition_tokens, scale, out, part_out, part_ml);

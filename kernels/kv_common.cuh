@@ -1,6 +1,7 @@
-// Shared pieces of the KV kernels: float conversion of the KV dtypes (fp32, fp16, bf16, fp8 e4m3), vector loads, and the two
-// addressing policies (paged CSR vs contiguous extent). The attention kernel is written once against
-// the policy interface, so the page-table indirection is the only difference between the two.
+// Shared pieces of the KV kernels: float conversion of the KV dtypes (fp32, fp16, bf16, fp8 e4m3),
+// vector loads, and the two addressing policies (paged CSR vs contiguous extent). The attention
+// kernel is written once against the policy interface, so the page-table indirection is the only
+// difference between the two.
 //
 // Pool layout (DESIGN §7): K and V are [num_slots, num_kv_heads, head_dim] in the KV dtype.
 // This file is plain CUDA C++ that NVRTC compiles as is and the CPU shim (cuda_cpu_shim.h) runs on
