@@ -23,13 +23,12 @@ import numba
 import numpy as np
 
 from workbench import kernels
-from workbench.kernels import fp8, reference
+from workbench.kernels import reference
 
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
 BANDWIDTH_ARRAY_BYTES = 2 << 30  # well past any L3 (this machine reports 480 MiB)
 FLUSH_BYTES = 1 << 30  # read between timed calls so each call starts with its KV out of cache
-# Decode instantiations whose main loop --sass reports: GQA groups 1/4/8 at head_dim 128, each dtype
-# (fp8 only exists from the fp8 KV cache on: leave it out when measuring an older checkout).
+# Decode instantiations whose main loop --sass reports: GQA groups 1/4/8 at head_dim 128, each dtype.
 SASS_KERNELS = [
     "kvw::paged_attention<__half, 128, 1>", "kvw::paged_attention<__half, 128, 4>",
     "kvw::paged_attention<__half, 128, 8>", "kvw::contiguous_attention<__half, 128, 4>",
@@ -148,6 +147,8 @@ def measure_narrow(rng, kv_dtype: str, repeats: int) -> tuple[float, int]:
     if kv_dtype == "fp16":
         paged_k, paged_v = paged_k.astype(np.float16), paged_v.astype(np.float16)
     elif kv_dtype == "fp8":  # e4m3 codes, per-tensor scale 1
+        from workbench.kernels import fp8  # here, so that --sass also runs against checkouts without fp8
+
         paged_k, paged_v = fp8.quantize(paged_k), fp8.quantize(paged_v)
     else:  # bf16 by truncation: the top half of each float32
         paged_k, paged_v = [(p.view(np.uint32) >> 16).astype(np.uint16) for p in (paged_k, paged_v)]

@@ -107,6 +107,10 @@ def loop_costs(expressions: list[str], arch: str = "sm_90") -> list[LoopCost]:
 
 
 def print_table(expressions: list[str]) -> None:
+    """The loop cost of each expression whose KV type the checkout's kernels know (so an older
+    checkout, run with PYTHONPATH pointing at it, prints its own "before" rows)."""
+    known = set(source.CUDA_KV_TYPES.values())
+    expressions = [e for e in expressions if e.split("<", 1)[1].split(",", 1)[0] in known]
     print(f"SASS of the attention main loop (NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}, sm_90); "
           f"kernels from {source.kernels_dir()}")
     print(f"{'kernel':<46} {'regs':>5} {'spill_B':>7} {'loop_instr':>10} {'KV_B/trip':>9} {'instr/KV_B':>10}")
