@@ -143,8 +143,6 @@ class RunConfig:
         if self.kernel_heads is not None and self.kernel_heads > model.num_kv_heads:
             raise ValueError(f"kernel_heads ({self.kernel_heads}) exceeds the model's {model.num_kv_heads} kv heads")
         kv_bytes_per_token = model.kv_bytes_per_token(self.kv_dtype)
-        if self.kernel != "none" and self.kv_dtype == "fp8":
-            raise ValueError("kv_dtype fp8 has no attention kernel; use --kernel none for fp8 accounting")
         if capacity_slots > MAX_SLOTS:
             raise ValueError(f"the KV pool of {capacity_slots} slots exceeds {MAX_SLOTS} (int32 slot ids); "
                              f"lower --kv-gib/--kv-slots")
