@@ -23,6 +23,19 @@ class RunConfig:
     block_size: int = _f(16, "tokens per KV block for paged strategies")
     fit: str = _f("first", "placement for contiguous strategies: first | best | buddy",
                   choices=("first", "best", "buddy"))
+    # virtual-contiguous (vAttention, arXiv 2405.04437): pages per layer K/V buffer, virtual extents, mapping cost
+    page_kib: int = _f(2048, "virtual-contiguous: physical page size in KiB per layer K or V buffer (2048 = CUDA's "
+                             "granularity; 64, 128, 256 = vAttention's driver extension; 4 = the GPU's smallest "
+                             "page)", choices=(4, 64, 128, 256, 2048))
+    max_batch: int = _f(256, "virtual-contiguous: virtual extents of max_model_len tokens reserved up front "
+                             "(the most requests on the device at once)")
+    page_reuse: str = _f("off", "virtual-contiguous: keep a finished request's pages mapped for the next request "
+                                "in its extent (reclaimed when free pages run out): on | off", choices=("off", "on"))
+    # 2 MiB pages on an A100: cuMemMap 1.45 us + cuMemSetAccess 36 us per page (bench_vmm, see docs/strategies.md)
+    map_us_per_page: float = _f(37.0, "virtual-contiguous: microseconds to map one physical page into one layer's K "
+                                      "or V buffer (cuMemMap + cuMemSetAccess)")
+    overlap_map: str = _f("off", "virtual-contiguous: map pages on a background thread, overlapping the step's "
+                                 "compute (vAttention's latency hiding): on | off", choices=("off", "on"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
@@ -61,10 +74,10 @@ class RunConfig:
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)
             if choices and value not in choices:
-                raise ValueError(f"{f.name}: {value!r} is not one of {', '.join(choices)}")
+                raise ValueError(f"{f.name}: {value!r} is not one of {', '.join(map(str, choices))}")
         positive = ("block_size", "kv_gib", "kv_slots", "max_model_len", "rate", "num_requests", "duration",
                     "kernel_every", "kernel_heads", "max_num_seqs", "max_num_batched_tokens", "n",
-                    "beam_width")
+                    "beam_width", "max_batch")
         for name in positive:
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -75,6 +88,8 @@ class RunConfig:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
         if not 0 <= self.watermark_frac < 1:
             raise ValueError(f"watermark_frac must be in [0, 1), got {self.watermark_frac}")
+        if self.map_us_per_page < 0:
+            raise ValueError(f"map_us_per_page must be >= 0, got {self.map_us_per_page}")
         if self.step_overhead_s < 0:
             raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
         if self.verify_every < 0:

@@ -24,6 +24,7 @@ class StepCost:
     num_running: int  # sequences in the batch: decoding plus prefilled
     copied_blocks: int
     swapped_blocks: int  # moved either way
+    mapped_pages: int = 0  # physical pages mapped on demand (virtual-memory strategies; 0 for the others)
 
     @property
     def num_tokens(self) -> int:
@@ -52,7 +53,7 @@ class CostMeter:
         self._unshared_blocks += self._crossing[-step % self.block_size]
 
     def cost(self, num_decode: int, prefills, started: list[Group], copied_blocks: int,
-             swapped_blocks: int) -> StepCost:
+             swapped_blocks: int, mapped_pages: int = 0) -> StepCost:
         """The step's totals: the decode batch (already counted by `decoded`), then each admitted
         group's prefill (`workbench.plan.Prefill`) and each group swapped back in."""
         bs = self.block_size
@@ -72,4 +73,4 @@ class CostMeter:
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         return StepCost(num_prefill_tokens=num_prefill, num_decode_tokens=num_decode, kv_read_tokens=kv_read,
                         attn_query_ctx=attn_ctx, unshared_block_slots=unshared, num_running=num_running,
-                        copied_blocks=copied_blocks, swapped_blocks=swapped_blocks)
+                        copied_blocks=copied_blocks, swapped_blocks=swapped_blocks, mapped_pages=mapped_pages)
