@@ -20,7 +20,7 @@ echo "== device"
   2>&1 | tee "$OUT/device.txt"
 
 echo "== GPU tests"
-timeout 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cupy_gpu.py 2>&1 | tee "$OUT/gpu_tests.txt"
+timeout 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_cupy_gpu.py tests/kernels/test_vmm_gpu.py 2>&1 | tee "$OUT/gpu_tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== compute-sanitizer"

@@ -69,7 +69,7 @@ class VirtualBuffer:
 
     def map_pages(self, pages) -> int:
         """Mutates. Back these pages with physical memory (those not mapped yet); returns how many were mapped."""
-        new = [int(p) for p in pages if int(p) not in self.handles]
+        new = [p for p in dict.fromkeys(int(p) for p in pages) if p not in self.handles]
         for page in new:
             if not 0 <= page < self.size_bytes // self.page_bytes:
                 raise ValueError(f"page {page} outside the reserved {self.size_bytes} bytes")
@@ -82,7 +82,7 @@ class VirtualBuffer:
 
     def unmap_pages(self, pages) -> int:
         """Mutates. Unmap and release these pages (those mapped); returns how many were unmapped."""
-        gone = [int(p) for p in pages if int(p) in self.handles]
+        gone = [p for p in dict.fromkeys(int(p) for p in pages) if p in self.handles]
         for page in gone:
             self.driver.unmap(self.address + page * self.page_bytes, self.page_bytes)
             self.driver.release(self.handles.pop(page))
