@@ -330,6 +330,11 @@ class Scheduler:
             # each sample's own generated tokens follow the shared prompt: one append per position
             seq_ids = np.asarray(g.seq_ids, dtype=np.int64)
             for j in range(recomputed):
+                if not self.paged and not self.strategy.can_append(g.seq_ids):
+                    # memory mapped on demand (virtual-contiguous) ran out before the samples' own tokens:
+                    # undo the admission (nothing is written yet, no prefix cache holds these slots)
+                    self._free_group(g)
+                    return Refused(0)
                 if self.strategy.wants_token_ids:
                     step_copies = self.strategy.append(g.seq_ids, self.tokens.generated(seq_ids, np.full(num_seqs, j)))
                 else:
