@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench import presets
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
 
@@ -31,9 +32,9 @@ class RunConfig:
                              "(the most requests on the device at once)")
     page_reuse: str = _f("off", "virtual-contiguous: keep a finished request's pages mapped for the next request "
                                 "in its extent (reclaimed when free pages run out): on | off", choices=("off", "on"))
-    # 2 MiB pages on an A100: cuMemMap 1.45 us + cuMemSetAccess 36 us per page (bench_vmm, see docs/strategies.md)
-    map_us_per_page: float = _f(37.0, "virtual-contiguous: microseconds to map one physical page into one layer's K "
-                                      "or V buffer (cuMemMap + cuMemSetAccess)")
+    map_us_per_page: float = _f(presets.VMM_MAP_US_PER_PAGE, "virtual-contiguous: microseconds to map one physical "
+                                "page into one layer's K or V buffer (cuMemMap + cuMemSetAccess; default: 2 MiB "
+                                "pages on an A100, see docs/strategies.md)")
     overlap_map: str = _f("off", "virtual-contiguous: map pages on a background thread, overlapping the step's "
                                  "compute (vAttention's latency hiding): on | off", choices=("off", "on"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")

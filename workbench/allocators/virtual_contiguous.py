@@ -32,6 +32,7 @@ from workbench.allocators.contiguous import _copy_pairs, _fits, _place_all
 from workbench.allocators.extents import RunPlacer
 from workbench.allocators.virtual_pages import DEFAULT_GEOMETRY_MODEL, KVGeometry, PagePool
 from workbench.intmath import cdiv
+from workbench.presets import VMM_MAP_US_PER_PAGE
 
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
 _EXTENT_DESCRIPTOR_BYTES = 8  # int32 kv_start + int32 kv_len per sequence
@@ -46,7 +47,8 @@ class VirtualContiguous:
     wants_token_ids = False
 
     def __init__(self, *, capacity_slots: int, max_model_len: int, block_size: int = 1, swap_slots: int = 0,
-                 page_kib: int = 2048, max_batch: int = 256, page_reuse: str = "off", map_us_per_page: float = 0.0,
+                 page_kib: int = 2048, max_batch: int = 256, page_reuse: str = "off",
+                 map_us_per_page: float = VMM_MAP_US_PER_PAGE,
                  overlap_map: str = "off", geometry: KVGeometry | None = None) -> None:
         del block_size  # the page size comes from page_kib and the geometry
         if max_model_len < 1 or max_batch < 1 or swap_slots < 0 or map_us_per_page < 0:
