@@ -25,9 +25,8 @@ class RunConfig:
     fit: str = _f("first", "placement for contiguous strategies: first | best | buddy",
                   choices=("first", "best", "buddy"))
     # virtual-contiguous (vAttention, arXiv 2405.04437): pages per layer K/V buffer, virtual extents, mapping cost
-    page_kib: int = _f(2048, "virtual-contiguous: physical page size in KiB per layer K or V buffer (2048 = CUDA's "
-                             "granularity; 64, 128, 256 = vAttention's driver extension; 4 = the GPU's smallest "
-                             "page)", choices=(4, 64, 128, 256, 2048))
+    page_kib: int = _f(2048, "virtual-contiguous: physical page size in KiB per layer K or V buffer, a multiple of "
+                             "the GPU's 4 KiB page (2048 = CUDA's granularity; 64 = vAttention's driver extension)")
     max_batch: int = _f(256, "virtual-contiguous: virtual extents of max_model_len tokens reserved up front "
                              "(the most requests on the device at once)")
     page_reuse: str = _f("off", "virtual-contiguous: keep a finished request's pages mapped for the next request "
@@ -78,7 +77,7 @@ class RunConfig:
                 raise ValueError(f"{f.name}: {value!r} is not one of {', '.join(map(str, choices))}")
         positive = ("block_size", "kv_gib", "kv_slots", "max_model_len", "rate", "num_requests", "duration",
                     "kernel_every", "kernel_heads", "max_num_seqs", "max_num_batched_tokens", "n",
-                    "beam_width", "max_batch")
+                    "beam_width", "page_kib", "max_batch")
         for name in positive:
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -89,6 +88,8 @@ class RunConfig:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
         if not 0 <= self.watermark_frac < 1:
             raise ValueError(f"watermark_frac must be in [0, 1), got {self.watermark_frac}")
+        if self.page_kib % 4:
+            raise ValueError(f"page_kib must be a multiple of the GPU's 4 KiB page, got {self.page_kib}")
         if self.map_us_per_page < 0:
             raise ValueError(f"map_us_per_page must be >= 0, got {self.map_us_per_page}")
         if self.step_overhead_s < 0:

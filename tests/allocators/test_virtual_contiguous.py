@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from alloc_model import PoolModel
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_random_walks import random_walk
 
 from workbench.allocators.base import SeqSpec
 from workbench.allocators.virtual_contiguous import VirtualContiguous
@@ -157,3 +160,12 @@ def test_bad_geometry_and_sizes_are_refused():
         _vc(500)
     with pytest.raises(ValueError, match="int32"):
         _vc(100_000, max_model_len=1 << 20, max_batch=4096)
+
+
+@pytest.mark.parametrize("page_reuse", ["off", "on"])
+@pytest.mark.parametrize("page_kib", [64, 256])  # 6 and 25 tokens of the default model's 10 KiB rows
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_walks_with_small_pages_keep_every_invariant(page_kib, page_reuse, seed):
+    # the generic walks cover the default 2 MiB pages: 3 pages of 204 tokens in their pool
+    random_walk("virtual-contiguous", 1, {"page_kib": page_kib, "page_reuse": page_reuse}, seed)

@@ -174,12 +174,12 @@ class VirtualContiguous:
 
     # ---- swapping ------------------------------------------------------------------------------
     def can_swap_out(self, seq_ids: list[int]) -> bool:
-        extents = self._batch_extents(seq_ids)
+        extents = self._group_extents(seq_ids)
         return self._host is not None and _fits(self._host, self._length[extents].tolist())
 
     def swap_out(self, seq_ids: list[int]) -> SwapResult:
         """Mutates. Each sequence's written slots move to a host extent; its device extent is released."""
-        extents = self._batch_extents(seq_ids).tolist()
+        extents = self._group_extents(seq_ids).tolist()
         lengths = [int(self._length[e]) for e in extents]
         hosts = _place_all(self._host, lengths) if self._host is not None else None
         if hosts is None:
@@ -257,11 +257,16 @@ class VirtualContiguous:
         """bool [k]: the next token of each extent opens a page (its used pages are full)."""
         return self._length[extents] == self._pages.used[extents] * self.page_tokens
 
-    def _batch_extents(self, seq_ids: list[int]) -> np.ndarray:
-        """int64 [k]: the extents of distinct on-device, unfinished sequences; ValueError otherwise."""
+    def _group_extents(self, seq_ids: list[int]) -> np.ndarray:
+        """int64 [k]: the extents of distinct on-device sequences; ValueError otherwise."""
         extents = np.array([self._device_extent(s) for s in seq_ids], dtype=np.int64)
         if np.unique(extents).shape[0] != extents.shape[0]:
-            raise ValueError(f"a sequence id repeats in the batch {seq_ids}")
+            raise ValueError(f"a sequence id repeats in {seq_ids}")
+        return extents
+
+    def _batch_extents(self, seq_ids: list[int]) -> np.ndarray:
+        """int64 [k]: the extents of a decode batch: distinct on-device, unfinished sequences."""
+        extents = self._group_extents(seq_ids)
         done = self._length[extents] >= self._final[extents]
         if done.any():
             raise ValueError(f"sequence {seq_ids[int(np.argmax(done))]} is at its final length")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.presets import dtype_bytes, model_from_name
+from workbench.presets import ModelPreset, dtype_bytes, model_from_name
 
 DEFAULT_GEOMETRY_MODEL = "opt-13b"  # the run configuration's default model, for strategies built without one
 
@@ -34,8 +34,9 @@ class KVGeometry:
     buffer_bytes_per_token: int  # one token's row in one layer's K (or V) buffer: kv_heads × head_dim × dtype
 
     @classmethod
-    def of(cls, model_name: str, kv_dtype: str) -> KVGeometry:
-        model = model_from_name(model_name)
+    def of(cls, model: str | ModelPreset, kv_dtype: str) -> KVGeometry:
+        """The geometry of a model preset (or its name) with this KV dtype."""
+        model = model_from_name(model) if isinstance(model, str) else model
         return cls(model.num_layers, model.num_kv_heads * model.head_dim * dtype_bytes(kv_dtype))
 
     @property
