@@ -87,3 +87,15 @@ def test_a_page_outside_the_reservation_is_refused():
     buf = VirtualBuffer(2 * MIB, RecordingDriver())
     with pytest.raises(ValueError, match="outside the reserved"):
         buf.map_pages([1])
+
+
+def test_the_cuda_driver_describes_device_pages_without_a_device():
+    """The descriptors the CUDA calls take are built from the bindings' real types (no device needed)."""
+    cu = pytest.importorskip("cuda.bindings.driver")
+    from workbench.kvpool_vmm import CudaDriver
+
+    driver = CudaDriver(device=0)
+    assert driver.prop.type == cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    assert driver.prop.location.type == cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    assert driver.access.location.id == 0
+    assert driver.access.flags == cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
