@@ -4,7 +4,7 @@
 # The package comes from this source tree (PYTHONPATH); nothing is installed or downloaded. Needs
 # numpy, numba, cupy, pytest, hypothesis (no dask). Steps, each with a verdict line:
 #   1. environment: imports, the CUDA device, and that the GPU path does not import dask
-#   2. GPU tests: pytest -m gpu tests/kernels/test_cupy_gpu.py      -> gpu_tests.txt, gpu_tests.xml
+#   2. GPU tests: pytest -m gpu tests/kernels/test_{cupy,vmm}_gpu.py -> gpu_tests.txt, gpu_tests.xml
 #   3. compute-sanitizer memcheck, racecheck, initcheck, synccheck over every kernel on small
 #      shapes with CuPy's memory pool off                           -> sanitizer_<tool>.txt
 #   4. bandwidth table: paged vs contiguous decode vs a read-only stream of the same bytes, beside
@@ -69,7 +69,7 @@ fi
 echo "== 2. GPU tests"
 if [ "$gpu_ok" = 1 ]; then
   timeout 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" \
-    tests/kernels/test_cupy_gpu.py >"$OUT/gpu_tests.txt" 2>&1
+    tests/kernels/test_cupy_gpu.py tests/kernels/test_vmm_gpu.py >"$OUT/gpu_tests.txt" 2>&1
   rc=$?
   tail -n 15 "$OUT/gpu_tests.txt"
   case $rc in

@@ -4,6 +4,10 @@
 bytes = weights once + KV read by attention + KV written + copy-on-write and swap traffic, and
 flops = 2 × params × tokens + attention flops. `measured`: the attention part is the real kernel's
 wall time for one layer, scaled to the full model, and the rest is modeled as above.
+
+Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
+new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
+ahead while the GPU computes), only where it outlasts the compute.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ class RooflineClock:
     """Pure function of the step's work; holds the constants of one run."""
 
     def __init__(self, model: ModelPreset, gpu: GpuPreset, kv_bytes_per_token: int, block_size: int, *,
-                 eff_bw: float, eff_flops: float, step_overhead_s: float) -> None:
+                 eff_bw: float, eff_flops: float, step_overhead_s: float, map_s_per_page: float = 0.0,
+                 overlap_map: bool = False) -> None:
         self.weight_bytes = float(model.weight_bytes())
         self.params = model.params_b * 1e9
         self.kv_bytes_per_token = float(kv_bytes_per_token)
@@ -29,15 +34,17 @@ class RooflineClock:
         self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops
         self.link_bytes_per_s = HOST_LINK_GB_S * 1e9
         self.step_overhead_s = step_overhead_s
+        self.map_s_per_page = map_s_per_page
+        self.overlap_map = overlap_map
 
     def step_s(self, num_tokens: int, kv_read_tokens: int, attn_query_ctx: int, copied_blocks: int,
-               swapped_blocks: int, measured_attention_s: float | None = None) -> float:
+               swapped_blocks: int, measured_attention_s: float | None = None, mapped_pages: int = 0) -> float:
         """Duration of a step, all counts over the full model:
         `num_tokens` through the linear layers (prefill + decode); `kv_read_tokens` KV rows read by
         attention, summed over sequences; `attn_query_ctx` keys attended, summed over query tokens;
         `copied_blocks` copy-on-write copies; `swapped_blocks` moved over the host link.
         With `measured_attention_s` (full-model attention wall time) the attention terms are replaced
-        by the measurement and the rest stays modeled."""
+        by the measurement and the rest stays modeled. `mapped_pages`: pages mapped on demand."""
         written = num_tokens * self.kv_bytes_per_token + 2.0 * copied_blocks * self.block_bytes
         linear_flops = 2.0 * self.params * num_tokens
         if measured_attention_s is None:
@@ -47,5 +54,7 @@ class RooflineClock:
         else:
             compute_s = max((self.weight_bytes + written) / self.bytes_per_s,
                             linear_flops / self.flops_per_s) + measured_attention_s
+        map_s = mapped_pages * self.map_s_per_page
+        compute_s = max(compute_s, map_s) if self.overlap_map else compute_s + map_s
         swap_s = swapped_blocks * self.block_bytes / self.link_bytes_per_s
         return compute_s + swap_s + self.step_overhead_s

@@ -13,6 +13,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench import presets
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
 # Upper bounds that keep every size inside the integer types it lands in: slot and block ids are int32
@@ -71,6 +72,19 @@ class RunConfig:
     block_size: int = _f(16, "tokens per KV block for paged strategies", gt=0, le=MAX_SLOTS)
     fit: str = _f("first", "placement for contiguous strategies: first | best | buddy",
                   choices=("first", "best", "buddy"))
+    # virtual-contiguous (vAttention, arXiv 2405.04437): pages per layer K/V buffer, virtual extents, mapping cost
+    page_kib: int = _f(2048, "virtual-contiguous: physical page size in KiB per layer K or V buffer, a multiple of "
+                             "the GPU's 4 KiB page (2048 = CUDA's granularity; 64 = vAttention's driver extension)",
+                       gt=0, le=2**20)
+    max_batch: int = _f(256, "virtual-contiguous: virtual extents of max_model_len tokens reserved up front "
+                             "(the most requests on the device at once)", gt=0, le=MAX_SLOTS)
+    page_reuse: str = _f("off", "virtual-contiguous: keep a finished request's pages mapped for the next request "
+                                "in its extent (reclaimed when free pages run out): on | off", choices=("off", "on"))
+    map_us_per_page: float = _f(presets.VMM_MAP_US_PER_PAGE, "virtual-contiguous: microseconds to map one physical "
+                                "page into one layer's K or V buffer (cuMemMap + cuMemSetAccess; default: 2 MiB "
+                                "pages on an A100, see docs/strategies.md)", ge=0, le=1e6)
+    overlap_map: str = _f("off", "virtual-contiguous: map pages on a background thread, overlapping the step's "
+                                 "compute (vAttention's latency hiding): on | off", choices=("off", "on"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
@@ -111,6 +125,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             check_field(f, getattr(self, f.name))
+        if self.page_kib % 4:
+            raise ValueError(f"page_kib must be a multiple of the GPU's 4 KiB page, got {self.page_kib}")
         if self.kernel == "none" and self.verify_every:
             raise ValueError("verify_every > 0 needs a kernel to verify: contradictory with kernel none")
         if self.kernel == "none" and self.clock == "measured":

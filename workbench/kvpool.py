@@ -91,12 +91,17 @@ class KVPool:
         if backend == "cupy":
             import cupy as xp
         self.xp = xp
-        shape = (num_slots, num_kv_heads, head_dim)
-        self.k = xp.zeros(shape, dtype=dtype)  # [num_slots, num_kv_heads, head_dim]
-        self.v = xp.zeros(shape, dtype=dtype)
+        self.k, self.v = self._device_arrays(num_slots, num_kv_heads, head_dim)  # [num_slots, num_kv_heads, head_dim]
         host_shape = (max(host_slots, 1), num_kv_heads, head_dim)
         self.host_k = np.zeros(host_shape, dtype=dtype)  # [host_slots, num_kv_heads, head_dim]
         self.host_v = np.zeros(host_shape, dtype=dtype)
+
+    def _device_arrays(self, num_slots: int, num_kv_heads: int, head_dim: int):
+        """K and V, zeroed (NumPy's zeros are committed by the OS only where written, so a large virtual
+        slot space costs the pages its rows touch)."""
+        shape = (num_slots, num_kv_heads, head_dim)
+        dtype = STORAGE_DTYPES[self.kv_dtype]
+        return self.xp.zeros(shape, dtype=dtype), self.xp.zeros(shape, dtype=dtype)
 
     def write(self, slots: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
         """Scatter rows [T, H, D] (storage dtype, host memory) into int64 `slots` [T]."""

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec
+from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec, virtual_slots
 
 
 class PoolModel:
     def __init__(self, strategy, host_slots: int = 0) -> None:
         self.s = strategy
         self.bs = strategy.block_size
-        self.device = np.full(strategy.capacity_slots, -1, dtype=np.int64)  # [capacity_slots] token ids
+        self.device = np.full(virtual_slots(strategy), -1, dtype=np.int64)  # [virtual_slots] token ids
         self.host = np.full(max(host_slots, 1), -1, dtype=np.int64)
         self.tokens: dict[int, list[int]] = {}  # seq id -> its logical token ids
         self.final: dict[int, int] = {}
@@ -104,20 +104,22 @@ class PoolModel:
 
     def reference_partition(self) -> tuple[int, int, int]:
         """(token, reserved, internal) slots recomputed from slot mappings and final lengths."""
-        if self.s.kernel_mode == "contiguous":
+        # memory comes in blocks, or in pages behind virtual extents (page-aligned, so a page is slot // page)
+        unit = self.bs if self.s.kernel_mode == "paged" else getattr(self.s, "page_tokens", None)
+        if unit is None:
             return self._contiguous_reference()
         written: dict[int, set[int]] = {}
         reach: dict[int, int] = {}
         for seq_id in self.on_device():
             length, final = len(self.tokens[seq_id]), self.final[seq_id]
             slots = self.s.slot_mapping(seq_id, 0, length)
-            for i in range(0, length, self.bs):
-                block = int(slots[i]) // self.bs
-                written.setdefault(block, set()).update(slots[i:i + self.bs].tolist())
-                reach[block] = max(reach.get(block, 0), min(final - i, self.bs))
+            for i in range(0, length, unit):
+                block = int(slots[i]) // unit
+                written.setdefault(block, set()).update(slots[i:i + unit].tolist())
+                reach[block] = max(reach.get(block, 0), min(final - i, unit))
         token = sum(len(w) for w in written.values())
         reserved = sum(max(0, reach[b] - len(written[b])) for b in written)
-        return token, reserved, len(written) * self.bs - token - reserved
+        return token, reserved, len(written) * unit - token - reserved
 
     def _contiguous_reference(self) -> tuple[int, int, int]:
         ids = self.on_device()

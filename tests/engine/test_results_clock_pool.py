@@ -84,6 +84,20 @@ def test_roofline_step_is_the_max_of_bandwidth_and_compute_plus_overhead():
     assert measured == pytest.approx((12.85e9 * 2 + 8 * kv_tok) / bw + 0.5 + 1e-3)
 
 
+def test_page_mapping_adds_to_the_step_or_hides_behind_its_compute():
+    model, gpu = MODELS["opt-13b"], GPUS["a100-40gb"]
+    kv_tok = model.kv_bytes_per_token("fp16")
+    serial = RooflineClock(model, gpu, kv_tok, 1, eff_bw=0.8, eff_flops=0.5, step_overhead_s=1e-3,
+                           map_s_per_page=2e-3)
+    overlapped = RooflineClock(model, gpu, kv_tok, 1, eff_bw=0.8, eff_flops=0.5, step_overhead_s=1e-3,
+                               map_s_per_page=2e-3, overlap_map=True)
+    decode = serial.step_s(8, 8000, 8000, 0, 0)  # ~22 ms of weight and KV reads
+    assert decode == overlapped.step_s(8, 8000, 8000, 0, 0)
+    assert serial.step_s(8, 8000, 8000, 0, 0, mapped_pages=3) == pytest.approx(decode + 6e-3)
+    assert overlapped.step_s(8, 8000, 8000, 0, 0, mapped_pages=3) == decode  # hidden behind the compute
+    assert overlapped.step_s(8, 8000, 8000, 0, 0, mapped_pages=20) == pytest.approx(40e-3 + 1e-3)
+
+
 def _rows_of(tokens: np.ndarray, content: KVContent):
     return content.rows(prefix_sums(content_terms(tokens, np.arange(len(tokens)))))
 

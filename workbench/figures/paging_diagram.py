@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from workbench.allocators import registry
-from workbench.allocators.base import ContiguousDescriptor, SeqSpec
+from workbench.allocators.base import ContiguousDescriptor, SeqSpec, virtual_slots
 from workbench.figures import style
 
 # slot kinds, in drawing priority: a slot shared by several holders shows the strongest claim on it
@@ -52,13 +52,24 @@ class PoolPicture:
         return {column: int(np.count_nonzero(self.kinds == kind)) for kind, column in KIND_COLUMN.items()}
 
 
+def drawable(strategy) -> bool:
+    """Whether the kernel's view of the strategy is the physical pool itself (block tables or extents of
+    it), which is what these pictures draw; not so for virtual memory mapped page by page."""
+    return virtual_slots(strategy) == strategy.capacity_slots
+
+
 class PagingWalk:
     """One real strategy instance and the pictures of its pool, one per operation. Sequences are named
     by labels ("A", "B", ...); the walk keeps their final lengths (the strategy knows them too)."""
 
-    def __init__(self, strategy: str, *, capacity_slots: int, block_size: int, max_model_len: int) -> None:
+    def __init__(self, strategy: str, *, capacity_slots: int, block_size: int, max_model_len: int,
+                 **options) -> None:
+        """`options`: run options the strategy declares (e.g. `page_kib` small enough for a tiny pool)."""
         self.strategy = registry.create(strategy, capacity_slots=capacity_slots, block_size=block_size,
-                                        max_model_len=max_model_len)
+                                        max_model_len=max_model_len, **options)
+        if not drawable(self.strategy):
+            raise ValueError(f"strategy {strategy!r} addresses virtual memory: its kernel view is no picture of "
+                             "the physical pool")
         self.name = strategy
         self.draw_block_size = block_size
         self.ids: dict[str, int] = {}  # live sequences only
