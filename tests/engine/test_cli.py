@@ -66,3 +66,12 @@ def test_module_entry_point_runs():
 def test_contradictory_flags_exit_2(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_run_whose_queue_stays_empty_says_so(capsys):
+    argv = ["--model", SMALL_MODEL, "--kv-slots", "8192", "--kernel", "none", "--workload", "alpaca-like",
+            "--num-requests", "10"]
+    assert main([*argv, "--rate", "0.05"]) == 0
+    assert "note: requests queued in only 0% of steps" in capsys.readouterr().out
+    assert main([*argv, "--rate", "10000", "--max-num-seqs", "2"]) == 0
+    assert "note:" not in capsys.readouterr().out

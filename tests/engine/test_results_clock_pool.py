@@ -58,6 +58,8 @@ def test_summary_weights_by_step_duration_and_splits_saturated_steps():
     assert s["prefix_hit_rate"] == 0.25
     assert s["block_table_bytes_mean"] == pytest.approx((8 + 48) / 4)
     assert s["mean_batch_size"] == 3 and s["max_batch_size"] == 4
+    assert s["saturated_step_frac"] == 0.5 and s["mean_batch_size_sat"] == 4
+    assert s["throughput_tok_s_sat"] == pytest.approx(4 / 3.0)  # one token per running sequence and step
     assert s["throughput_req_s"] == 0.5 and s["throughput_tok_s"] == 1.5
     assert s["normalized_latency_s_per_tok"] == pytest.approx((2.5 / 5 + 3.0 / 1) / 2)
     assert s["ttft_p50_s"] == pytest.approx(0.75)
