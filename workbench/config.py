@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.clock_profiles import PROFILE_NAMES, check_profile
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
 
@@ -36,6 +37,9 @@ class RunConfig:
     duration: float | None = _f(None, "time window of the workload in seconds from its start")
     seed: int = _f(0, "random seed; same config and seed give identical results")
     clock: str = _f("roofline", "step-duration model: roofline | measured", choices=("roofline", "measured"))
+    clock_profile: str = _f("roofline", "step-time constants: roofline (the --eff-* and --step-overhead-s flags) | "
+                                        "vllm-sosp23-a100 (fitted to the vLLM paper; docs/clock-profiles.md)",
+                            choices=PROFILE_NAMES)
     kernel: str = _f("auto", "attention kernel backend: auto | cupy | numba | none",
                      choices=("auto", "cupy", "numba", "none"))
     kernel_every: int = _f(1, "run the attention kernel every k steps")
@@ -50,10 +54,12 @@ class RunConfig:
     n: int = _f(1, "parallel samples per request")
     beam_width: int = _f(1, "beam search width (1 = off)")
     # Roofline defaults: sustained HBM streaming reaches ~80% of the datasheet bandwidth on A100/H100
-    # (STREAM-like copies), large fp16 GEMMs ~50-60% of dense peak in serving (prefill MFU), and a
-    # serving engine spends ~1 ms per iteration on scheduling, sampling and launches outside the GPU.
+    # (STREAM-like copies), transformer-shaped fp16 GEMMs of >= 4096 rows ~75% of dense peak (fewer
+    # rows reach less: workbench.clock.gemm_shape_frac), and a serving engine spends ~1 ms per
+    # iteration on scheduling, sampling and launches outside the GPU.
     eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)")
-    eff_flops: float = _f(0.5, "achieved fraction of dense peak FLOP/s (roofline clock)")
+    eff_flops: float = _f(0.75, "achieved fraction of dense peak FLOP/s by GEMMs of >= 4096 tokens; "
+                                "smaller steps reach less (roofline clock)")
     step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)")
 
     def __post_init__(self) -> None:
@@ -83,6 +89,7 @@ class RunConfig:
             raise ValueError(f"swap_gib must be >= 0, got {self.swap_gib}")
         if self.kernel == "none" and self.verify_every:
             raise ValueError("verify_every > 0 needs a kernel to verify: contradictory with kernel none")
+        check_profile(self)
         if self.kernel == "none" and self.clock == "measured":
             raise ValueError("clock measured times the kernel: contradictory with kernel none")
         if max(self.n, self.beam_width) > self.max_num_seqs:

@@ -20,6 +20,7 @@ class StepCost:
     num_decode_tokens: int
     kv_read_tokens: int  # KV rows the step's attention reads, summed over sequences
     attn_query_ctx: int  # keys attended, summed over query tokens
+    decode_ctx_tokens: int  # the decoding sequences' share of both: each reads and attends its kv_len
     unshared_block_slots: int  # whole-block slots the device sequences would need without sharing
     num_running: int  # sequences in the batch: decoding plus prefilled
     copied_blocks: int
@@ -71,5 +72,6 @@ class CostMeter:
         for g in started:  # swapped back in: holding blocks, computing from the next step
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         return StepCost(num_prefill_tokens=num_prefill, num_decode_tokens=num_decode, kv_read_tokens=kv_read,
-                        attn_query_ctx=attn_ctx, unshared_block_slots=unshared, num_running=num_running,
+                        attn_query_ctx=attn_ctx, decode_ctx_tokens=self._decode_ctx,
+                        unshared_block_slots=unshared, num_running=num_running,
                         copied_blocks=copied_blocks, swapped_blocks=swapped_blocks)
