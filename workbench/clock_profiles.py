@@ -31,7 +31,7 @@ PROFILES: dict[str, ClockProfile] = {p.name: p for p in (
     # Fitted to the vLLM paper (Kwon et al., SOSP 2023): OPT-13B on one A100-40GB, vLLM 0.1 with
     # PyTorch eager kernels and a Python scheduler, so each step costs far more than the roofline.
     ClockProfile("vllm-sosp23-a100", "fitted to the vLLM paper's OPT-13B / A100-40GB measurements "
-                 "(docs/clock-profiles.md)", gpu="a100-40gb", eff_bw=0.8, eff_flops=0.75, step_overhead_s=0.012,
+                 "(docs/clock-profiles.md)", gpu="a100-40gb", eff_bw=0.55, eff_flops=0.75, step_overhead_s=0.016,
                  separate_prefill=True),
 )}
 
