@@ -11,7 +11,7 @@ NUMBA_SOURCES_HASH := $(shell grep -rl --include='*.py' numba workbench | sort |
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba/$(NUMBA_SOURCES_HASH)
 export MPLBACKEND ?= Agg
 
-.PHONY: demo test lint bench gpu-check figures lab clean
+.PHONY: demo test lint bench gpu-check figures paper lab clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,9 @@ gpu-check: $(STAMP_DEV)
 
 figures: $(STAMP_DEV)
 	$(BIN)/python -m workbench.figures
+
+paper: $(STAMP_RUN)
+	$(BIN)/python -m workbench.paper
 
 lab: $(STAMP_DEV)
 	$(BIN)/jupyter lab notebooks/

@@ -80,7 +80,8 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     res = check_config(cfg)
     requests = build_workload(cfg)
     strategy = registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size,
-                               fit=cfg.fit, max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
+                               fit=cfg.fit, max_model_len=res.model.max_model_len, swap_slots=res.swap_slots,
+                               pow2_round=cfg.pow2_round)
     result = simulate(cfg, requests, strategy, progress=progress, wall0_s=wall0)
     if out_dir is not None:
         write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,

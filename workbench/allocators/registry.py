@@ -27,7 +27,7 @@ def names() -> list[str]:
 
 
 def create(name: str, *, capacity_slots: int, block_size: int = 16, fit: str = "first", max_model_len: int,
-           swap_slots: int = 0) -> Strategy:
+           swap_slots: int = 0, pow2_round: str = "final") -> Strategy:
     """A fresh strategy instance (its counters, e.g. prefix hits, start at zero)."""
     if name not in _STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; valid: {', '.join(_STRATEGIES)}")
@@ -35,5 +35,10 @@ def create(name: str, *, capacity_slots: int, block_size: int = 16, fit: str = "
         raise ValueError(f"unknown fit {fit!r}; valid: {', '.join(FITS)}")
     module, cls = _STRATEGIES[name].split(":")
     factory = getattr(importlib.import_module(module), cls)
+    options = {}
+    if pow2_round != "final":
+        if name != "contiguous-pow2":
+            raise ValueError(f"pow2_round is an option of contiguous-pow2, not of {name}")
+        options["pow2_round"] = pow2_round
     return factory(capacity_slots=capacity_slots, block_size=block_size, fit=fit, max_model_len=max_model_len,
-                   swap_slots=swap_slots)
+                   swap_slots=swap_slots, **options)
