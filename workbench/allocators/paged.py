@@ -39,6 +39,7 @@ from workbench.allocators.paged_integrity import check_paged
 from workbench.allocators.paged_tables import BlockTables
 from workbench.allocators.prefix_chains import SeqChains
 from workbench.allocators.prefix_index import PrefixIndex
+from workbench.intmath import cdiv
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
@@ -139,7 +140,7 @@ class PagedStrategy:
         num_tokens, bs = spec.num_tokens, self.block_size
         hits, keys = self._lookup(spec)
         num_hit = hits.shape[0]
-        num_blocks = -(-num_tokens // bs)
+        num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
         need = num_blocks - num_hit
         allocatable = self.num_allocatable_blocks() - revived
