@@ -56,8 +56,9 @@ def _point(table: pd.DataFrame, **where) -> pd.Series:
 
 def _abs_row(entry, item, key, paper: float, ours: float, tol: float, unit: str) -> Row:
     ok = abs(ours - paper) <= tol
-    return Row(_cite_short(entry), item, f"{paper:g}{unit}", ours, f"{ours - paper:+.1f}{unit}", ok,
-               f"±{tol:g}{unit}", entry["experiment"], "" if ok else _gap(entry, key))
+    points = " pp" if unit == "%" else unit  # a difference of percentages is in percentage points
+    return Row(_cite_short(entry), item, f"{paper:g}{unit}", ours, f"{ours - paper:+.1f}{points}", ok,
+               f"±{tol:g}{points}", entry["experiment"], "" if ok else _gap(entry, key))
 
 
 def _rel_row(entry, item, key, paper: float, ours: float, tol_frac: float) -> Row:
