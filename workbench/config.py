@@ -1,7 +1,7 @@
 """The resolved configuration of one run: a frozen dataclass validated on construction.
 
 Field metadata carries the CLI help (with units); `workbench.run` builds its argument parser from
-these fields and sweep YAML keys are exactly these field names (DESIGN §8, §9).
+these fields and sweep YAML keys are exactly these field names (docs/outputs.md).
 """
 
 from __future__ import annotations
@@ -153,8 +153,6 @@ class RunConfig:
         if self.kernel_heads is not None and self.kernel_heads > model.num_kv_heads:
             raise ValueError(f"kernel_heads ({self.kernel_heads}) exceeds the model's {model.num_kv_heads} kv heads")
         kv_bytes_per_token = model.kv_bytes_per_token(self.kv_dtype)
-        if self.kernel != "none" and self.kv_dtype == "fp8":
-            raise ValueError("kv_dtype fp8 has no attention kernel; use --kernel none for fp8 accounting")
         if capacity_slots > MAX_SLOTS:
             raise ValueError(f"the KV pool of {capacity_slots} slots exceeds {MAX_SLOTS} (int32 slot ids); "
                              f"lower --kv-gib/--kv-slots")

@@ -1,4 +1,4 @@
-"""One simulation run (DESIGN §6): the only place that wires workload, strategy, KV pool and kernels.
+"""One simulation run (docs/engine.md): the only place that wires workload, strategy, KV pool and kernels.
 
 `run(cfg, out_dir)` replays the workload step by step: arrivals join the queue, the scheduler
 allocates the step's work on the strategy, the kernel runner (unless `kernel = none`) executes the

@@ -1,4 +1,4 @@
-"""Model KV geometries and GPUs as plain data, looked up by name (DESIGN §2).
+"""Model KV geometries and GPUs as plain data, looked up by name (docs/memory.md).
 
 `kv_bytes_per_token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes`.
 """

@@ -1,4 +1,4 @@
-"""Per-step and per-request tables, the run-level summary (DESIGN §3, §8), and atomic writing.
+"""Per-step and per-request tables, the run-level summary (docs/memory.md, docs/outputs.md), and atomic writing.
 
 Step rows go into preallocated NumPy columns (one row per engine step, ~100k+ per trace replay),
 so recording a step is two row assignments, not a dict per step.
@@ -70,7 +70,7 @@ def _percentile(values: np.ndarray, q: float) -> float:
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: int,
               generated_tokens: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """The run-level figures of DESIGN §8 from the two tables.
+    """The run-level figures of docs/outputs.md from the two tables.
 
     `generated_tokens` counts every sample's tokens of the finished requests; `extra` supplies the
     keys the tables cannot give (prefix counters, kernel figures, wall time)."""
@@ -135,8 +135,8 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
 
 def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, requests: pd.DataFrame,
                   summary: dict[str, Any]) -> None:
-    """Write the four §8 files into a temporary sibling of `out_dir` and rename it to `out_dir`, so the
-    directory appears only when complete. An `out_dir` holding results is never overwritten: it raises
+    """Write the four run files (docs/outputs.md) into a temporary sibling of `out_dir` and rename it to
+    `out_dir`, so the directory appears only when complete. An `out_dir` holding results is never overwritten: it raises
     OutputExistsError and the new files stay in the temporary directory it names."""
     staged = staging_dir(out_dir)
     staged.mkdir(parents=True)

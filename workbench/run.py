@@ -1,4 +1,4 @@
-"""`python -m workbench.run`: one simulation run (DESIGN §8).
+"""`python -m workbench.run`: one simulation run (docs/outputs.md).
 
 The argument parser is generated from RunConfig's fields (their metadata is the help text, with
 units), so a flag exists exactly when a config key does: `--kv-gib` is `kv_gib`. A bad
@@ -18,6 +18,7 @@ from workbench.clean_exit import OneLineParser, quiet_broken_pipe
 from workbench.config import RunConfig, describe_bounds
 from workbench.errors import TraceError, WorkloadError
 from workbench.outdir import OutputExistsError, check_target, install, staging_dir
+from workbench.presets import GPUS, MODELS
 
 _TYPES = {"int": int, "float": float, "str": str}
 
@@ -27,10 +28,20 @@ def _field_type(annotation: str):
     return _TYPES[base]
 
 
+def _known_names() -> dict[str, str]:
+    """The registered names a user picks from, shown in --help beside their flags."""
+    from workbench.allocators import registry
+
+    return {"strategy": ", ".join(registry.names()), "model": ", ".join(MODELS), "gpu": ", ".join(GPUS)}
+
+
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="python -m workbench.run", description=__doc__.splitlines()[0])
+    known = _known_names()
     for f in dataclasses.fields(RunConfig):
         help = f.metadata["help"]
+        if f.name in known:
+            help += f"; one of: {known[f.name]}"
         if f.default is not None and "default" not in help:
             help += " (default: %(default)s)"
         if describe_bounds(f):

@@ -75,3 +75,12 @@ def test_a_run_whose_queue_stays_empty_says_so(capsys):
     assert "note: requests queued in only 0% of steps" in capsys.readouterr().out
     assert main([*argv, "--rate", "10000", "--max-num-seqs", "2"]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_help_lists_every_strategy_model_and_gpu_name():
+    from workbench.allocators import registry
+    from workbench.presets import GPUS, MODELS
+
+    text = " ".join(build_parser().format_help().split()).replace("- ", "-")  # undo argparse's line wrapping
+    for name in [*registry.names(), *MODELS, *GPUS]:
+        assert name in text, name

@@ -1,6 +1,6 @@
 """A deterministic stand-in for `workbench.engine.run` for the sweep machinery's own tests.
 
-It writes the §8 file set with values that are a pure function of the configuration (so resumed and
+It writes the run file set (docs/outputs.md) with values that are a pure function of the configuration (so resumed and
 uninterrupted sweeps must agree), a wall-clock key that differs between runs (so comparisons must
 exclude WALL_CLOCK_KEYS), can be slowed down (SWEEP_FAKE_SLEEP_S) so a test can kill a sweep mid-run,
 and records each execution (SWEEP_FAKE_LOG_DIR) so a test can count runs per point.

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.experiments import builtin_dir
 from workbench.paper.rows import build_rows, load_values, markdown
 from workbench.paths import REPO_ROOT
 from workbench.sweep import Executor, LocalExecutor, SweepSpec, load_spec, run_sweep
 
-EXPERIMENTS_DIR = REPO_ROOT / "experiments"
+EXPERIMENTS_DIR = builtin_dir()
 DEFAULT_TABLE = REPO_ROOT / "figures" / "paper_table.md"
 SMALL_FRAC = 0.1
 SMALL_MIN_REQUESTS = 100  # enough for a queue to build at every saturating point

@@ -1,8 +1,9 @@
 """`python -m workbench.sweep [EXPERIMENT.yaml]`: run a sweep, print a comparison table, draw its figure.
 
-With no argument it runs `experiments/quickstart.yaml`. When the spec names a `figure`, it is drawn
-into the output directory (figures/ holds only what `python -m workbench.figures` builds) through
-the `FigureHooks` the entry point passes in: sweeps sit below figures and never import them.
+EXPERIMENT is a YAML file or the name of a built-in experiment (`quickstart`, `fig_<figure>`);
+with no argument it runs `quickstart`. When the spec names a `figure`, it is drawn into the output
+directory (figures/ holds only what `python -m workbench.figures` builds) through the `FigureHooks`
+the entry point passes in: sweeps sit below figures and never import them.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.clean_exit import OneLineParser
-from workbench.paths import REPO_ROOT
+from workbench.experiments import builtin_names, find_experiment
 from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError, make_executor
 from workbench.sweep.lock import SweepLocked
 from workbench.sweep.runner import SweepError, check_out_dir, run_sweep
 from workbench.sweep.spec import MAX_POINTS, SweepSpec, load_spec
 
-DEFAULT_EXPERIMENT = REPO_ROOT / "experiments" / "quickstart.yaml"
+DEFAULT_EXPERIMENT = "quickstart"
 DEFAULT_RUNS_DIR = Path("runs")
 
 # the figures a reader compares strategies by, in table order
@@ -43,8 +44,9 @@ class FigureHooks:
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
-    parser.add_argument("experiment", nargs="?", type=Path, default=None,
-                        help=f"sweep YAML (default: {DEFAULT_EXPERIMENT.relative_to(REPO_ROOT)})")
+    parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
+                        help=f"sweep YAML file, or a built-in experiment: {', '.join(builtin_names())} "
+                             f"(default: {DEFAULT_EXPERIMENT})")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<experiment name>)")
     parser.add_argument("--executor", choices=EXECUTOR_NAMES, default="local",
                         help="local: process pool on this machine; dask: a Dask distributed cluster")
@@ -63,9 +65,14 @@ def build_parser() -> OneLineParser:
 
 
 def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
-    """The varied run flags and the main summary figures, one line per point."""
+    """The varied run flags and the main summary figures, one line per point. Memory fractions are over
+    the saturated steps (a request was waiting) when every point had some, as the memory_waste figure
+    draws them; otherwise over all steps."""
     varied = [k for k in spec.axes] + [k for group in spec.zips for k in group]
-    metrics = [k for k in TABLE_KEYS if k in table.columns and table[k].notna().any()]
+    memory = [k for k in TABLE_KEYS if k.startswith("mem_") and k in table.columns]
+    saturated = all(k + "_sat" in table.columns and table[k + "_sat"].notna().all() for k in memory)
+    keys = [k + "_sat" if saturated and k.startswith("mem_") else k for k in TABLE_KEYS]
+    metrics = [k for k in keys if k in table.columns and table[k].notna().any()]
     shown = table[["point_id", *varied, *metrics]]
     return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
@@ -83,7 +90,7 @@ def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> i
     if args.resume and args.force:
         parser.error("--resume keeps the points in OUT and --force replaces them: choose one")
     try:  # bad input or an OUT that must not be touched: one line, exit 2, nothing written
-        spec = load_spec(args.experiment or DEFAULT_EXPERIMENT, max_points=None if args.yes else MAX_POINTS)
+        spec = load_spec(find_experiment(args.experiment), max_points=None if args.yes else MAX_POINTS)
         if spec.figure and figures is not None:
             figures.check(spec.figure)  # before the sweep, not after it
         executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)

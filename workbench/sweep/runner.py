@@ -39,7 +39,7 @@ POINTS_DIR = "points"
 BROKEN_DIR = "broken"
 POINT_FILES = ("config.json", "steps.parquet", "requests.parquet", "summary.json")  # the §8 files of a point
 
-# run_fn(config, out_dir) writes the §8 files into out_dir; workbench.engine.run is the default
+# run_fn(config, out_dir) writes the run files (docs/outputs.md) into out_dir; workbench.engine.run is the default
 RunFn = Callable[[RunConfig, Path], Any]
 
 

@@ -1,4 +1,4 @@
-"""`build_workload(cfg)`: the requests of one run, from a synthetic name or a trace (DESIGN §5, §8)."""
+"""`build_workload(cfg)`: the requests of one run, from a synthetic name or a trace (docs/workloads.md)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,8 @@ def trace_path(spec: WorkloadSpec) -> Path:
         try:
             return resolve(spec.path)
         except TraceError as exc:
-            raise WorkloadError(spec.text, None, "path", f"a readable trace ({exc})") from None  # whole, not cut
+            # the trace error already says what to do; it is passed on whole, never shortened
+            raise WorkloadError(spec.text, None, "path", f"a readable trace ({exc})") from None
     raise WorkloadError(spec.text, None, "path", f"an existing file or a registry trace name "
                         f"({', '.join(sorted(TRACES))})", spec.path)
 

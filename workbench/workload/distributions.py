@@ -4,7 +4,7 @@ Length distributions are independent lognormals for prompt and output tokens, ro
 (at least 1) and truncated jointly to prompt + output <= 2048 (the OPT context the vLLM paper filtered
 its datasets to) or a smaller limit. Parameters were fitted so that the *truncated* distribution
 matches the median of the real length file under ../shared/traces and the mean the vLLM paper
-reports (DESIGN §5); a lognormal fitted to the log-moments instead undershoots the ShareGPT prompt
+reports (docs/workloads.md); a lognormal fitted to the log-moments instead undershoots the ShareGPT prompt
 mean by a quarter, because the real prompts are heavier-tailed than a lognormal:
 
 | name        | prompt mu, sigma | output mu, sigma | target prompt median / mean | output median / mean |

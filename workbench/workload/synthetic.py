@@ -1,4 +1,4 @@
-"""Synthetic workloads (DESIGN §5). Every generator draws from one `np.random.default_rng(seed)` in a
+"""Synthetic workloads (docs/workloads.md). Every generator draws from one `np.random.default_rng(seed)` in a
 fixed order, so a config and a seed fix the workload. Arrivals: gamma gaps with mean 1/rate and
 coefficient of variation `cv` (default 1 = Poisson); every name takes `cv=...`.
 
