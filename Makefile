@@ -11,7 +11,7 @@ NUMBA_SOURCES_HASH := $(shell grep -rl --include='*.py' numba workbench | sort |
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba/$(NUMBA_SOURCES_HASH)
 export MPLBACKEND ?= Agg
 
-.PHONY: demo test lint bench gpu-check figures notebooks lab clean
+.PHONY: demo test lint bench gpu-check figures paper notebooks lab clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ gpu-check:
 
 figures: $(STAMP_DEV)
 	$(BIN)/python -m workbench.figures
+
+paper: $(STAMP_RUN)
+	$(BIN)/python -m workbench.paper
 
 # executes every notebook at full size and stores its outputs (figures, tables) in place
 notebooks: $(STAMP_DEV)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench import presets
+from workbench.clock_profiles import PROFILE_NAMES, check_profile
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
 # Upper bounds that keep every size inside the integer types it lands in: slot and block ids are int32
@@ -72,6 +73,9 @@ class RunConfig:
     block_size: int = _f(16, "tokens per KV block for paged strategies", gt=0, le=MAX_SLOTS)
     fit: str = _f("first", "placement for contiguous strategies: first | best | buddy",
                   choices=("first", "best", "buddy"))
+    pow2_round: str = _f("final", "what contiguous-pow2 rounds up to a power of two: final (prompt + output) | "
+                                  "output (the prompt stays exact: the vLLM paper's Orca Pow2)",
+                         choices=("final", "output"))
     # virtual-contiguous (vAttention, arXiv 2405.04437): pages per layer K/V buffer, virtual extents, mapping cost
     page_kib: int = _f(2048, "virtual-contiguous: physical page size in KiB per layer K or V buffer, a multiple of "
                              "the GPU's 4 KiB page (2048 = CUDA's granularity; 64 = vAttention's driver extension)",
@@ -101,6 +105,9 @@ class RunConfig:
     duration: float | None = _f(None, "time window of the workload in seconds from its start", gt=0, le=1e9)
     seed: int = _f(0, "random seed; same config and seed give identical results", ge=0)
     clock: str = _f("roofline", "step-duration model: roofline | measured", choices=("roofline", "measured"))
+    clock_profile: str = _f("roofline", "step-time constants: roofline (the --eff-* and --step-overhead-s flags) | "
+                                        "vllm-sosp23-a100 (fitted to the vLLM paper; docs/clock-profiles.md)",
+                            choices=PROFILE_NAMES)
     kernel: str = _f("auto", "attention kernel backend: auto | cupy | numba | none",
                      choices=("auto", "cupy", "numba", "none"))
     kernel_every: int = _f(1, "run the attention kernel every k steps", gt=0)
@@ -116,10 +123,12 @@ class RunConfig:
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
     # Roofline defaults: sustained HBM streaming reaches ~80% of the datasheet bandwidth on A100/H100
-    # (STREAM-like copies), large fp16 GEMMs ~50-60% of dense peak in serving (prefill MFU), and a
-    # serving engine spends ~1 ms per iteration on scheduling, sampling and launches outside the GPU.
+    # (STREAM-like copies), transformer-shaped fp16 GEMMs of >= 4096 rows ~75% of dense peak (fewer
+    # rows reach less: workbench.clock.gemm_shape_frac), and a serving engine spends ~1 ms per
+    # iteration on scheduling, sampling and launches outside the GPU.
     eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=1e-6, le=1)
-    eff_flops: float = _f(0.5, "achieved fraction of dense peak FLOP/s (roofline clock)", ge=1e-6, le=1)
+    eff_flops: float = _f(0.75, "achieved fraction of dense peak FLOP/s by GEMMs of >= 4096 tokens; "
+                                "smaller steps reach less (roofline clock)", ge=1e-6, le=1)
     step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)", ge=0, le=3600)
 
     def __post_init__(self) -> None:
@@ -129,6 +138,7 @@ class RunConfig:
             raise ValueError(f"page_kib must be a multiple of the GPU's 4 KiB page, got {self.page_kib}")
         if self.kernel == "none" and self.verify_every:
             raise ValueError("verify_every > 0 needs a kernel to verify: contradictory with kernel none")
+        check_profile(self)
         if self.kernel == "none" and self.clock == "measured":
             raise ValueError("clock measured times the kernel: contradictory with kernel none")
         if max(self.n, self.beam_width) > self.max_num_seqs:

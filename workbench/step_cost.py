@@ -21,6 +21,7 @@ class StepCost(NamedTuple):
     num_decode_tokens: int
     kv_read_tokens: int  # KV rows the step's attention reads, summed over sequences
     attn_query_ctx: int  # keys attended, summed over query tokens
+    decode_ctx_tokens: int  # the decoding sequences' share of both: each reads and attends its kv_len
     unshared_block_slots: int  # whole-block slots the device sequences would need without sharing
     num_running: int  # sequences in the batch: decoding plus prefilled
     copied_blocks: int
@@ -73,5 +74,5 @@ class CostMeter:
         for g in started:  # swapped back in: holding blocks, computing from the next step
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         # positional: built once per step, and keywords cost a NamedTuple half its construction time
-        return StepCost(num_prefill, num_decode, kv_read, attn_ctx, unshared, num_running, copied_blocks,
-                        swapped_blocks, mapped_pages)
+        return StepCost(num_prefill, num_decode, kv_read, attn_ctx, self._decode_ctx, unshared, num_running,
+                        copied_blocks, swapped_blocks, mapped_pages)

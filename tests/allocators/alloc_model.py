@@ -22,6 +22,7 @@ class PoolModel:
         self.host = np.full(max(host_slots, 1), -1, dtype=np.int64)
         self.tokens: dict[int, list[int]] = {}  # seq id -> its logical token ids
         self.final: dict[int, int] = {}
+        self.placed_len: dict[int, int] = {}  # tokens a sequence held when its extent was last placed
         self.swapped: set[int] = set()
         self.cow_copies = 0
 
@@ -42,6 +43,7 @@ class PoolModel:
         for seq_id in seq_ids:
             self.tokens[seq_id] = prompt.tolist()
             self.final[seq_id] = final_len
+            self.placed_len[seq_id] = prompt.shape[0]
         return result
 
     def append(self, seq_ids: list[int], rng: np.random.Generator) -> None:
@@ -64,11 +66,12 @@ class PoolModel:
                 self._copy(result.copies)
             self.tokens[child] = list(self.tokens[parent])
             self.final[child] = self.final[parent]
+            self.placed_len[child] = len(self.tokens[parent])
         return result
 
     def free(self, seq_id: int) -> None:
         self.s.free(seq_id)
-        del self.tokens[seq_id], self.final[seq_id]
+        del self.tokens[seq_id], self.final[seq_id], self.placed_len[seq_id]
         self.swapped.discard(seq_id)
 
     def swap_out(self, seq_ids: list[int]) -> None:
@@ -82,6 +85,7 @@ class PoolModel:
         for src, dst in moves.tolist():
             self.device[dst * self.bs:(dst + 1) * self.bs] = self.host[src * self.bs:(src + 1) * self.bs]
         self.swapped.difference_update(seq_ids)
+        self.placed_len.update((i, len(self.tokens[i])) for i in seq_ids)
 
     def _copy(self, pairs: np.ndarray) -> None:
         for src, dst in pairs.tolist():
@@ -121,14 +125,21 @@ class PoolModel:
         reserved = sum(max(0, reach[b] - len(written[b])) for b in written)
         return token, reserved, len(written) * unit - token - reserved
 
+    def reference_reservation(self, seq_id: int) -> int:
+        """The extent a contiguous strategy reserves for this sequence, before a buddy round-up."""
+        f, placed, s = self.final[seq_id], self.placed_len[seq_id], self.s
+        if s.name == "contiguous-pow2" and getattr(s, "pow2_round", "final") == "output":  # prompt exact
+            return min(placed + (1 << (f - placed - 1).bit_length() if f > placed else 0), s.max_model_len)
+        return {"contiguous-max": s.max_model_len, "contiguous-oracle": f,
+                "contiguous-pow2": min(1 << (f - 1).bit_length(), s.max_model_len)}[s.name]
+
     def _contiguous_reference(self) -> tuple[int, int, int]:
         ids = self.on_device()
         token = sum(len(self.tokens[i]) for i in ids)
         final = sum(self.final[i] for i in ids)
         alloc = 0
-        for f in (self.final[i] for i in ids):
-            size = {"contiguous-max": self.s.max_model_len, "contiguous-oracle": f,
-                    "contiguous-pow2": min(1 << (f - 1).bit_length(), self.s.max_model_len)}[self.s.name]
+        for i in ids:
+            size = self.reference_reservation(i)
             alloc += 1 << (size - 1).bit_length() if self.s.fit == "buddy" else size
         return token, final - token, alloc - final
 
@@ -140,10 +151,8 @@ def reference_free_runs(model: PoolModel) -> list[int]:
     used[-1] = True  # sentinel ends the last run
     ids = model.on_device()
     if ids:
-        for start, f in zip(s.describe(ids).kv_start.tolist(), (model.final[i] for i in ids), strict=True):
-            size = {"contiguous-max": s.max_model_len, "contiguous-oracle": f,
-                    "contiguous-pow2": min(1 << (f - 1).bit_length(), s.max_model_len)}[s.name]
-            used[start:start + size] = True
+        for start, i in zip(s.describe(ids).kv_start.tolist(), ids, strict=True):
+            used[start:start + model.reference_reservation(i)] = True
     edges = np.flatnonzero(np.diff(np.concatenate([[True], used]).astype(np.int8)))  # run starts and ends
     return (edges[1::2] - edges[0::2]).tolist()
 

@@ -76,6 +76,7 @@ class PagingWalk:
         self.next_id = 0
         self.lengths: dict[str, int] = {}
         self.final_lens: dict[str, int] = {}
+        self.placed_lens: dict[str, int] = {}  # tokens held when the sequence was placed
         self.pictures: list[PoolPicture] = []
 
     def admit(self, label: str, prompt_tokens: int, final_len: int) -> PoolPicture:
@@ -84,6 +85,7 @@ class PagingWalk:
         result = self.strategy.admit([seq_id], SeqSpec(token_ids, final_len))
         if result.admitted:
             self.ids[label], self.lengths[label], self.final_lens[label] = seq_id, prompt_tokens, final_len
+            self.placed_lens[label] = prompt_tokens
         title = f"admit {label} ({prompt_tokens} tokens, final {final_len})"
         return self._record(title if result.admitted else f"{title}: refused", result.copies, not result.admitted)
 
@@ -98,11 +100,12 @@ class PagingWalk:
         result = self.strategy.fork(self.ids[parent], seq_id)
         self.ids[child], self.lengths[child], self.final_lens[child] = seq_id, self.lengths[parent], \
             self.final_lens[parent]
+        self.placed_lens[child] = self.lengths[parent]
         return self._record(f"fork {parent} -> {child}", result.copies)
 
     def free(self, label: str) -> PoolPicture:
         self.strategy.free(self.ids.pop(label))
-        del self.lengths[label], self.final_lens[label]
+        del self.lengths[label], self.final_lens[label], self.placed_lens[label]
         return self._record(f"free {label}", None)
 
     def _new_id(self) -> int:
@@ -125,7 +128,8 @@ class PagingWalk:
             length, final_len = self.lengths[label], self.final_lens[label]
             if isinstance(desc, ContiguousDescriptor):
                 start = int(desc.kv_start[i])
-                extent = s.reservation_slots(final_len)  # contiguous strategies reserve this much at admission
+                # contiguous strategies reserve this much when they place a sequence
+                extent = s.reservation_slots(final_len, self.placed_lens[label])
                 slots = np.arange(start, start + extent)
                 blocks = (start, start + extent - 1)
             else:
