@@ -61,6 +61,7 @@ def check_config(cfg: RunConfig) -> Resolved:
     registry.check_options(cfg)
     resolved = cfg.resolve()
     check_workload(cfg)
+    registry.create_from_config(cfg, resolved)  # a strategy's own limits (e.g. a pool smaller than one page)
     if cfg.kernel == "cupy":
         from workbench.kernels import available_backends
         if "cupy" not in available_backends():

@@ -28,8 +28,7 @@ def explore(strategy: str = "paged", block_size: int = 16, rate: float = 8.0, *,
     cfg = RunConfig(strategy=strategy, block_size=block_size, rate=rate, model=model, kv_gib=kv_gib,
                     kv_slots=kv_slots, workload=workload, num_requests=num_requests, seed=seed, kernel="none")
     res = check_config(cfg)
-    instance = registry.create(strategy, capacity_slots=res.capacity_slots, block_size=block_size, fit=cfg.fit,
-                               max_model_len=res.model.max_model_len)
+    instance = registry.create_from_config(cfg, res)
     result = simulate(cfg, build_workload(cfg), instance)
     steps, summary = result.steps, result.summary
     with style.figure_style():
