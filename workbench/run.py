@@ -30,7 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
         help = f.metadata["help"]
         if f.default is not None and "default" not in help:
             help += " (default: %(default)s)"
-        kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": help}
+        if f.type == "bool":  # a switch: present means on
+            kwargs = {"action": "store_true", "help": f.metadata["help"]}
+        else:
+            kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": help}
         if f.metadata.get("choices"):
             kwargs["choices"] = f.metadata["choices"]
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kwargs)
