@@ -196,11 +196,12 @@ def replay(make: Callable[[], object], ops: list[tuple], with_describe: bool, fu
     return total, np.array(step_times)
 
 
-def strategy_factory(name: str, capacity_slots: int, block_size: int, fit: str = "first"):
+def strategy_factory(name: str, capacity_slots: int, block_size: int, fit: str = "-"):
     if name == "nano-vllm-style":
         return lambda: NanoAdapter(capacity_slots, block_size)
-    return lambda: registry.create(name, capacity_slots=capacity_slots, block_size=block_size, fit=fit,
-                                   max_model_len=MAX_MODEL_LEN)
+    options = {} if fit == "-" else {"fit": fit}
+    return lambda: registry.create(name, capacity_slots=capacity_slots, block_size=block_size,
+                                   max_model_len=MAX_MODEL_LEN, **options)
 
 
 def main() -> None:
@@ -218,7 +219,7 @@ def main() -> None:
             ("contiguous-oracle", 1, "first"), ("contiguous-oracle", 1, "buddy")]
     print(f"{'strategy':<18} {'bs':>3} {'fit':>5} {'Mops/s':>7} {'us/step@256':>12} {'+describe':>10}")
     for name, bs, fit in rows:
-        make = strategy_factory(name, capacity, bs, fit if fit != "-" else "first")
+        make = strategy_factory(name, capacity, bs, fit)
         total, steps = replay(make, ops, with_describe=False, full_batch=256)
         _, steps_d = replay(make, ops, with_describe=True, full_batch=256)
         print(f"{name:<18} {bs:>3} {fit:>5} {n_ops / total / 1e6:>7.2f} {np.median(steps) * 1e6:>12.1f} "
@@ -229,11 +230,12 @@ def main() -> None:
     print(f"\ncost per operation vs pool size (pools of N blocks of 16 slots; contiguous strategies get the same "
           f"slots; at most 32 running, {n_small:,} operations)")
     print(f"{'strategy':<18} {'10k blocks':>11} {'100k blocks':>12} {'1M blocks':>10}   (ns/op)")
-    for name in ("nano-vllm-style", "paged", "paged-prefix", "contiguous-oracle"):
-        bs = 1 if name.startswith("contiguous") else 16
+    for name, bs, fit in (("nano-vllm-style", 16, "-"), ("paged", 16, "-"), ("paged-prefix", 16, "-"),
+                          ("contiguous-oracle", 1, "first")):
         cells = []
         for num_blocks in (10_000, 100_000, 1_000_000):
-            total, _ = replay(strategy_factory(name, num_blocks * 16, bs), small, with_describe=True, full_batch=32)
+            make = strategy_factory(name, num_blocks * 16, bs, fit)
+            total, _ = replay(make, small, with_describe=True, full_batch=32)
             cells.append(total / n_small * 1e9)
         print(f"{name:<18} {cells[0]:>11.0f} {cells[1]:>12.0f} {cells[2]:>10.0f}")
 

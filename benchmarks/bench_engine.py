@@ -31,9 +31,7 @@ STRATEGY_METHODS = ("admit", "can_append", "append", "fork", "free", "slot_mappi
 
 
 def make_strategy(cfg: RunConfig):
-    res = cfg.resolve()
-    return registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size, fit=cfg.fit,
-                           max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
+    return registry.create_from_config(cfg, cfg.resolve())
 
 
 def timed_strategy(cfg: RunConfig, timers: StepTimers):

@@ -57,6 +57,7 @@ def check_config(cfg: RunConfig) -> Resolved:
     """Everything that can be said against a config before running it; raises ValueError."""
     if cfg.strategy not in registry.names():
         raise ValueError(f"unknown strategy {cfg.strategy!r}; valid: {', '.join(registry.names())}")
+    registry.check_options(cfg)
     resolved = cfg.resolve()
     if cfg.kernel == "cupy":
         from workbench.kernels import available_backends
@@ -78,8 +79,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     wall0 = time.perf_counter()
     res = check_config(cfg)
     requests = build_workload(cfg)
-    strategy = registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size,
-                               fit=cfg.fit, max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
+    strategy = registry.create_from_config(cfg, res)
     result = simulate(cfg, requests, strategy, progress=progress, wall0_s=wall0)
     if out_dir is not None:
         write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,

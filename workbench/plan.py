@@ -9,6 +9,7 @@ are filled in only when a kernel consumes the step, so a run without kernels pay
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,8 +64,9 @@ class KernelInputs:
     extend_desc: Descriptor | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepPlan:
+class StepPlan(NamedTuple):
+    """Immutable (a NamedTuple: one is built per step, and a frozen dataclass costs several µs to build)."""
+
     step: int
     decode_groups: tuple[Group, ...]  # groups decoding this step, batch order (valid until `complete`)
     started: tuple[Group, ...]  # groups swapped back in this step (they decode from the next step)

@@ -146,7 +146,7 @@ class Scheduler:
     def schedule(self, now_s: float) -> StepPlan:
         """Mutates the strategy and the queues: decide and allocate this step's work."""
         strategy = self.strategy
-        forks, copies = self.beams.take()
+        forks, copies = self.beams.take() if self.has_beams else ((), [])
         swap_out: list[np.ndarray] = []
         preemptions = 0
         ids = self.decode_ids()

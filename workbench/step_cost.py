@@ -8,14 +8,15 @@ sequences with v % block_size == r, so the blocks gained in one step are one loo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from workbench.groups import Group
 from workbench.intmath import cdiv
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepCost:
+class StepCost(NamedTuple):
+    """Immutable; a NamedTuple because one is built per step (a frozen dataclass costs µs to build)."""
+
     num_prefill_tokens: int  # prompt / recomputed tokens whose KV the step computes
     num_decode_tokens: int
     kv_read_tokens: int  # KV rows the step's attention reads, summed over sequences
@@ -71,6 +72,6 @@ class CostMeter:
             attn_ctx += (p.stop * (p.stop + 1) - p.start * (p.start + 1)) // 2
         for g in started:  # swapped back in: holding blocks, computing from the next step
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
-        return StepCost(num_prefill_tokens=num_prefill, num_decode_tokens=num_decode, kv_read_tokens=kv_read,
-                        attn_query_ctx=attn_ctx, unshared_block_slots=unshared, num_running=num_running,
-                        copied_blocks=copied_blocks, swapped_blocks=swapped_blocks)
+        # positional: built once per step, and keywords cost a NamedTuple half its construction time
+        return StepCost(num_prefill, num_decode, kv_read, attn_ctx, unshared, num_running, copied_blocks,
+                        swapped_blocks)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.workload.request import Request, output_key, segment_token_ids
+from workbench.workload.request import Request, output_keys, segment_token_ids
 
 
 class TokenStore:
@@ -22,18 +22,19 @@ class TokenStore:
         self._key = np.zeros(1024, dtype=np.uint64)  # [seq_id] segment key of the generated tokens
         self._request: dict[int, Request] = {}
         self._beam: dict[int, list[int]] = {}  # beam sequence -> its generated token ids
+        self._unkeyed: dict[int, list[int]] = {}  # request id -> its sequences, keys not computed yet
 
     def add(self, seq_ids: list[int], request: Request) -> None:
-        """Mutates. The sequences are `request`'s samples 0, 1, ... in this order."""
-        self._fit(max(seq_ids))
-        for sample, seq_id in enumerate(seq_ids):
-            self._key[seq_id] = output_key(request.request_id, sample)
+        """Mutates. The sequences are `request`'s samples 0, 1, ... in this order. Their keys are
+        computed at the first query: most runs never ask for a generated token id."""
+        for seq_id in seq_ids:
             self._request[seq_id] = request
+        self._unkeyed[request.request_id] = seq_ids
 
     def fork(self, parent_id: int, child_id: int, beam_tokens: list[int]) -> None:
-        """Mutates. A new beam of the parent's request whose generated tokens are `beam_tokens`."""
+        """Mutates. A new beam of the parent's request whose generated tokens are `beam_tokens` (a
+        beam's tokens are all stored, so its segment key is never read)."""
         self._fit(child_id)
-        self._key[child_id] = self._key[parent_id]
         self._request[child_id] = self._request[parent_id]
         self._beam[child_id] = beam_tokens
 
@@ -54,6 +55,8 @@ class TokenStore:
 
     def generated(self, seq_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """Generated token `offsets[i]` of sequence `seq_ids[i]`, int32 [S] (vectorized over the batch)."""
+        if self._unkeyed:
+            self._compute_keys()
         tokens = segment_token_ids(self._key[seq_ids], offsets)
         if self._beam:
             for i, seq_id in enumerate(seq_ids.tolist()):
@@ -70,6 +73,15 @@ class TokenStore:
             return prompt[:length]
         offsets = np.arange(length - p)
         return np.concatenate([prompt, self.generated(np.full(length - p, seq_id), offsets)])
+
+    def _compute_keys(self) -> None:
+        """Mutates. Keys of every sequence added since the last call, one vectorized pass."""
+        request_ids = np.concatenate([np.full(len(ids), rid, dtype=np.int64) for rid, ids in self._unkeyed.items()])
+        samples = np.concatenate([np.arange(len(ids)) for ids in self._unkeyed.values()])
+        seq_ids = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in self._unkeyed.values()])
+        self._fit(int(seq_ids.max()))
+        self._key[seq_ids] = output_keys(request_ids, samples)
+        self._unkeyed.clear()
 
     def _fit(self, seq_id: int) -> None:
         if seq_id >= self._key.shape[0]:

@@ -1,4 +1,5 @@
-"""`paged-prefix`: hits, the last-token rule, LRU eviction order (tail first), counters, hashing."""
+"""Prefix caching: hits, the last-token rule, counters and decode-filled blocks for every strategy that
+declares a prefix cache; `paged-prefix`'s exact LRU eviction order (tail first) and its hashing."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from workbench.allocators.prefix_hash import CHAIN_BASE, block_keys, position_sa
 from workbench.allocators.prefix_loops import append_terms
 from workbench.workload.request import mix64
 
+PREFIX_STRATEGIES = [reg.name for reg in registry.registrations() if reg.prefix_cache]
+every_prefix_strategy = pytest.mark.parametrize("name", PREFIX_STRATEGIES)
 
-def prefix(capacity_blocks=16, block_size=4):
-    return registry.create("paged-prefix", capacity_slots=capacity_blocks * block_size, block_size=block_size,
+
+def prefix(capacity_blocks=16, block_size=4, name="paged-prefix"):
+    return registry.create(name, capacity_slots=capacity_blocks * block_size, block_size=block_size,
                            max_model_len=1000)
 
 
@@ -25,35 +29,42 @@ def tokens(n, start=0):
     return np.arange(start, start + n, dtype=np.int32)
 
 
-def test_a_freed_prompt_is_cached_and_reused_by_the_next_identical_prefix():
-    s = prefix()
-    assert s.admit([1], SeqSpec(tokens(10), 20)).cached_tokens == 0  # blocks 0, 1 full; block 2 partial
+@every_prefix_strategy
+def test_a_freed_prompt_is_cached_and_reused_by_the_next_identical_prefix(name):
+    s = prefix(name=name)
+    assert s.admit([1], SeqSpec(tokens(10), 20)).cached_tokens == 0  # two full blocks, one partial
+    full = s.describe([1]).kv_indices[:2].tolist()
     s.free(1)
     snap = s.snapshot()
     assert snap.cached_slots == 8 and snap.free_slots == 56 and snap.token_slots == 0
-    assert sorted(s.cached_block_ids().tolist()) == [0, 1]
+    assert sorted(s.cached_block_ids().tolist()) == sorted(full)
     assert s.admit([2], SeqSpec(np.concatenate([tokens(8), tokens(5, 100)]), 20)).cached_tokens == 8
-    assert s.describe([2]).kv_indices.tolist() == [0, 1, 2, 3]
+    assert s.describe([2]).kv_indices.tolist()[:2] == full
     assert (s.prefix_query_tokens, s.prefix_hit_tokens) == (23, 8)
     assert s.snapshot().cached_slots == 0
     s.check_integrity()
 
 
-def test_a_hit_on_a_running_sequence_shares_its_blocks():
-    s = prefix()
+@every_prefix_strategy
+def test_a_hit_on_a_running_sequence_shares_its_blocks(name):
+    s = prefix(name=name)
     s.admit([1], SeqSpec(tokens(9), 20))
     assert s.admit([2], SeqSpec(tokens(9), 20)).cached_tokens == 8
-    assert s.describe([1, 2]).kv_indices.tolist() == [0, 1, 2, 0, 1, 3]
+    first, second = s.describe([1]).kv_indices.tolist(), s.describe([2]).kv_indices.tolist()
+    assert second[:2] == first[:2] and second[2] != first[2]
     assert s.snapshot().token_slots == 9 + 1
 
 
-def test_a_fully_cached_prompt_still_recomputes_its_last_token():
-    s = prefix()
+@every_prefix_strategy
+def test_a_fully_cached_prompt_still_recomputes_its_last_token(name):
+    s = prefix(name=name)
     s.admit([1], SeqSpec(tokens(8), 20))  # two full blocks, both registered
+    held = s.describe([1]).kv_indices.tolist()
     s.free(1)
     result = s.admit([2], SeqSpec(tokens(8), 20))
     assert result.cached_tokens == 4  # the last block is recomputed, so the last token has logits
-    assert s.describe([2]).kv_indices.tolist() == [0, 2]  # block 1 stays cached, its key registered
+    again = s.describe([2]).kv_indices.tolist()
+    assert again[0] == held[0] and again[1] != held[1]  # held[1] stays cached, its key registered
     assert s.snapshot().cached_slots == 4
     s.check_integrity()
 
@@ -73,20 +84,22 @@ def test_eviction_takes_free_blocks_first_then_least_recent_with_a_request_tail_
     s.check_integrity()
 
 
-def test_refused_admission_leaves_cache_and_counters_alone():
-    s = prefix(capacity_blocks=4)
+@every_prefix_strategy
+def test_refused_admission_leaves_cache_and_counters_alone(name):
+    s = prefix(capacity_blocks=4, name=name)
     s.admit([1], SeqSpec(tokens(8), 20))
     s.free(1)
     result = s.admit([2], SeqSpec(tokens(30), 40))
     assert not result.admitted
     assert (s.prefix_query_tokens, s.prefix_hit_tokens) == (8, 0)
-    assert s.cached_block_ids().tolist() == [1, 0]
+    assert s.cached_block_ids().shape == (2,)
 
 
-def test_counters_are_per_instance():
-    first = prefix()
+@every_prefix_strategy
+def test_counters_are_per_instance(name):
+    first = prefix(name=name)
     first.admit([1], SeqSpec(tokens(9), 20))
-    assert prefix().prefix_query_tokens == 0
+    assert prefix(name=name).prefix_query_tokens == 0
 
 
 def test_block_keys_are_the_sequential_chain():
@@ -111,14 +124,16 @@ def test_block_keys_grown_token_by_token_equal_block_keys():
     ids = rng.integers(0, 50_000, 7 * 16 + 9).astype(np.int32)
     rows, lengths = np.array([0]), np.zeros(1, dtype=np.int64)  # one sequence in row 0
     chain_key, term_sum = np.zeros(1, np.uint64), np.zeros(1, np.uint64)
-    filled_rows, filled_keys = np.zeros(1, np.int64), np.zeros(1, np.uint64)
-    grown = []
+    filled_rows, filled_parents, filled_keys = np.zeros(1, np.int64), np.zeros(1, np.uint64), np.zeros(1, np.uint64)
+    grown, parents = [], []
     for token in ids.tolist():
         lengths[0] += 1
         if append_terms(rows, lengths, np.array([token], np.int32), position_salt(16), CHAIN_BASE, chain_key,
-                        term_sum, filled_rows, filled_keys):
+                        term_sum, filled_rows, filled_parents, filled_keys):
             grown.append(int(filled_keys[0]))
+            parents.append(int(filled_parents[0]))
     assert grown == block_keys(ids, 16).tolist()
+    assert parents == [0] + grown[:-1]  # each filled block's parent is the block before it
     assert int(term_sum[0]) == int(tail_term_sum(ids, 16))
 
 
@@ -147,13 +162,14 @@ def test_no_full_block_means_no_key(block_size):
     assert block_keys(np.arange(block_size - 1, dtype=np.int32), block_size).shape == (0,)
 
 
-def test_requests_sharing_a_system_prompt_hit_on_its_full_blocks():
+@every_prefix_strategy
+def test_requests_sharing_a_system_prompt_hit_on_its_full_blocks(name):
     from workbench.workload.request import Request, Segment
 
     system = Segment(key=42, length=50)
     a = Request(0, 0.0, 70, 5, (system, Segment(1, 20)))
     b = Request(1, 0.0, 60, 5, (system, Segment(2, 10)))
-    s = prefix(capacity_blocks=64, block_size=16)
+    s = prefix(capacity_blocks=64, block_size=16, name=name)
     assert s.admit([0], SeqSpec(a.prompt_token_ids(), 75)).cached_tokens == 0
     assert s.admit([1], SeqSpec(b.prompt_token_ids(), 65)).cached_tokens == 48  # 3 full blocks of the 50
     assert (s.prefix_query_tokens, s.prefix_hit_tokens) == (130, 48)
@@ -168,8 +184,9 @@ def _decode(model: PoolModel, seq_ids: list[int], tokens: np.ndarray) -> None:
         model.verify()
 
 
-def test_a_block_filled_during_decode_is_hit_by_a_prompt_holding_its_tokens():
-    model = PoolModel(prefix())  # blocks of 4
+@every_prefix_strategy
+def test_a_block_filled_during_decode_is_hit_by_a_prompt_holding_its_tokens(name):
+    model = PoolModel(prefix(name=name))  # blocks of 4
     model.admit([1], tokens(6), 20)  # block 0 full (registered), block 1 holds 2 prompt tokens
     _decode(model, [1], tokens(7, 100)[:, None])  # fills block 1 (2 prompt + 2 generated) and block 2
     held = model.s.describe([1]).kv_indices.tolist()
@@ -186,8 +203,9 @@ def test_a_block_filled_during_decode_is_hit_by_a_prompt_holding_its_tokens():
     model.s.check_integrity()
 
 
-def test_parallel_samples_and_forks_register_only_their_own_tokens():
-    model = PoolModel(prefix(capacity_blocks=32))
+@every_prefix_strategy
+def test_parallel_samples_and_forks_register_only_their_own_tokens(name):
+    model = PoolModel(prefix(capacity_blocks=32, name=name))
     model.admit([1, 2], tokens(6), 30)  # two samples share the prompt's blocks, block 1 half full
     _decode(model, [1, 2], np.array([[100, 200], [101, 201]]))  # each fills its own copy of block 1
     model.fork(2, 3)  # the child shares sample 2's blocks and continues its chain
@@ -201,11 +219,45 @@ def test_parallel_samples_and_forks_register_only_their_own_tokens():
     model.s.check_integrity()
 
 
-def test_appending_without_token_ids_registers_nothing_more():
-    s = prefix()
+@every_prefix_strategy
+def test_appending_without_token_ids_registers_nothing_more(name):
+    s = prefix(name=name)
     s.admit([1], SeqSpec(tokens(6), 20))
     for _ in range(6):
         s.append([1])
     s.free(1)
     assert s.admit([2], SeqSpec(np.concatenate([tokens(6), tokens(6, 100), tokens(1, 500)]), 20)).cached_tokens == 4
     s.check_integrity()
+
+
+def test_lru_policy_evicts_in_insertion_order_and_touch_moves_to_the_back():
+    from workbench.allocators.eviction import LRUPolicy
+
+    policy = LRUPolicy()
+    for block in (5, 3, 8, 1):
+        policy.add(block)
+    policy.touch(3)
+    policy.remove(8)
+    policy.remove(42)  # not evictable: nothing happens
+    assert policy.ids().tolist() == [5, 1, 3] and len(policy) == 3
+    assert [policy.pop_victim() for _ in range(3)] == [5, 1, 3]
+    with pytest.raises(KeyError):
+        policy.pop_victim()
+
+
+def test_hash_index_keeps_the_first_block_of_a_key_and_forgets_evicted_keys():
+    from workbench.allocators.hash_prefix_index import HashPrefixIndex
+
+    index = HashPrefixIndex()
+    keys = np.array([11, 22, 33], dtype=np.uint64)
+    index.insert(np.array([0, 11, 22], dtype=np.uint64), keys, np.array([4, 5, 6], dtype=np.int32))
+    index.insert(np.array([11], dtype=np.uint64), keys[1:2], np.array([9], dtype=np.int32))  # a copy of 22
+    assert index.lookup(keys, 3).tolist() == [4, 5, 6] and index.lookup(keys, 2).tolist() == [4, 5]
+    assert index.release(np.array([4, 9, 5], dtype=np.int32)).tolist() == [9]  # 9 is not registered
+    assert index.evictable_block_ids().tolist() == [5, 4]  # tail first
+    index.claim(np.array([4], dtype=np.int32))
+    assert index.evict(1).tolist() == [5]
+    assert index.lookup(keys, 3).tolist() == [4]  # 22 is gone, so the run stops there
+    assert sorted(index.registered_block_ids().tolist()) == [4, 6]
+    with pytest.raises(RuntimeError):
+        index.evict(1)

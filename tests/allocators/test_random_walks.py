@@ -1,4 +1,4 @@
-"""Random operation walks over every registered strategy, fit and block size.
+"""Random operation walks over every registered strategy, its declared options' choices and block sizes.
 
 After every operation: `check_integrity()`, the exact six-way identity (Snapshot refuses to exist
 otherwise), the token / reserved / internal split recomputed from slot mappings alone, and every
@@ -8,6 +8,8 @@ executed and checked, not just counted). When everything is freed, free + cached
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from alloc_model import PoolModel, reference_free_runs
@@ -16,11 +18,19 @@ from hypothesis import strategies as st
 
 from workbench.allocators import registry
 
-CONFIGS = (
-    [(name, fit, 1) for name in ("contiguous-max", "contiguous-pow2", "contiguous-oracle")
-     for fit in ("first", "best", "buddy")]
-    + [(name, "first", bs) for name in ("paged", "paged-prefix") for bs in (1, 3, 16, 256)]
-)
+BLOCK_SIZES = (1, 3, 16, 256)  # paged kernel mode; contiguous strategies have one slot per block
+
+
+def walk_configs(reg: registry.Registration) -> list[tuple[int, dict]]:
+    """(block size, options) to walk for a registration: every block size if it is block-sized, and
+    every combination of its declared options' choices (an unrestricted option keeps its default)."""
+    block_sizes = BLOCK_SIZES if reg.block_sized else (1,)
+    choices = [registry.option_choices(o) or (registry.option_default(o),) for o in reg.options]
+    return [(bs, dict(zip(reg.options, combo, strict=True))) for bs in block_sizes
+            for combo in itertools.product(*choices)]
+
+
+CONFIGS = [(reg.name, bs, options) for reg in registry.registrations() for bs, options in walk_configs(reg)]
 
 
 def _sizes(block_size: int) -> tuple[int, int]:
@@ -70,17 +80,18 @@ def _check_refusal(model: PoolModel, needed_slots: int) -> None:
         return
     assert needed_slots > 0
     assert snap.num_free_blocks == snap.free_slots + snap.external_frag_slots
-    if model.s.fit != "buddy":
+    if getattr(model.s, "fit", None) != "buddy":  # a buddy pool's free space is not runs of the extents
         runs = reference_free_runs(model)
         assert snap.external_frag_slots == sum(r for r in runs if r < needed_slots)
         assert snap.largest_free_extent_slots == max(runs, default=0)
 
 
-def _walk(name: str, fit: str, block_size: int, seed: int, num_ops: int) -> None:
+def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: int = 250) -> None:
+    """Walk the strategy through random operations, checking every invariant after each one."""
     rng = np.random.default_rng(seed)
     capacity, max_len = _sizes(block_size)
-    s = registry.create(name, capacity_slots=capacity, block_size=block_size, fit=fit, max_model_len=max_len,
-                        swap_slots=capacity // 2)
+    s = registry.create(name, capacity_slots=capacity, block_size=block_size, max_model_len=max_len,
+                        swap_slots=capacity // 2, **options)
     model = PoolModel(s, host_slots=capacity // 2)
     prefixes = [rng.integers(0, 1000, max_len) for _ in range(3)]
     groups: list[list[int]] = []  # admission groups (swap unit), members still live
@@ -154,8 +165,8 @@ def _walk(name: str, fit: str, block_size: int, seed: int, num_ops: int) -> None
     assert snap.num_free_blocks * s.block_size == s.capacity_slots
 
 
-@pytest.mark.parametrize("name,fit,block_size", CONFIGS)
+@pytest.mark.parametrize("name,block_size,options", CONFIGS)
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
-def test_random_walk_keeps_every_invariant(name, fit, block_size, seed):
-    _walk(name, fit, block_size, seed, num_ops=250)
+def test_random_walk_keeps_every_invariant(name, block_size, options, seed):
+    random_walk(name, block_size, options, seed)

@@ -36,9 +36,7 @@ def small_config(**overrides) -> RunConfig:
 
 def checked_strategy(cfg: RunConfig):
     """The configured strategy, wrapped so that every step's snapshot first runs its integrity check."""
-    res = cfg.resolve()
-    strategy = registry.create(cfg.strategy, capacity_slots=res.capacity_slots, block_size=cfg.block_size,
-                               fit=cfg.fit, max_model_len=res.model.max_model_len, swap_slots=res.swap_slots)
+    strategy = registry.create_from_config(cfg, cfg.resolve())
     base = type(strategy)
 
     class Checked(base):

@@ -7,7 +7,7 @@ import pytest
 
 from tests.engine.conftest import simulate_checked, small_config
 from workbench import columns as C
-from workbench.allocators.registry import names
+from workbench.allocators import registry
 
 WORKLOADS = {
     "chat": dict(workload="sharegpt-like", num_requests=12, rate=20.0, kv_dtype="fp32"),
@@ -37,17 +37,25 @@ def check_run(result, cfg):
     assert (dt > 0).all()
     assert (np.diff(t) >= dt[1:] * (1 - 1e-12)).all()
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
-@pytest.mark.parametrize("strategy", names())
-def test_strategy_with_kernels_verifies_every_step(strategy, workload):
+
+def verify_with_kernels(strategy: str, workload: str) -> None:
+    """Run the strategy on one of WORKLOADS with the Numba kernels verified at every step and its
+    integrity checked before every snapshot; check what its registration promises."""
+    reg = registry.get(strategy)
     cfg = small_config(strategy=strategy, **WORKLOADS[workload])
     result = simulate_checked(cfg)
     check_run(result, cfg)
-    if workload == "parallel-n4" and strategy.startswith("paged"):
+    if workload == "parallel-n4" and reg.kernel_mode == "paged":
         # samples share the prompt: fewer physical slots than logical ones, copy-on-write on divergence
         assert result.summary["sharing_saving_frac"] > 0
         assert result.summary["block_sharing_saving_frac"] > 0
         assert result.summary["cow_copies"] > 0
-    if workload == "system-prompt" and strategy == "paged-prefix":
+    if workload == "system-prompt" and reg.prefix_cache:
         assert result.summary["prefix_hit_tokens"] > 0
         assert result.requests["prefix_hit_tokens"].sum() == result.summary["prefix_hit_tokens"]
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+@pytest.mark.parametrize("strategy", registry.names())
+def test_strategy_with_kernels_verifies_every_step(strategy, workload):
+    verify_with_kernels(strategy, workload)

@@ -3,8 +3,6 @@ counts agree with a recomputation from the sequences it carries."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from tests.engine.conftest import checked_strategy, small_config
@@ -68,7 +66,7 @@ def test_the_runner_reads_only_the_plan(strategy, workload):
     assert result.summary["num_finished"] == cfg.num_requests
     assert calls == [], f"the runner called the strategy: {sorted(set(calls))}"
     assert plans and all(p.kernel is not None for p in plans)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         plans[0].step = 1
 
 

@@ -6,11 +6,15 @@ import pytest
 
 from tests.engine.conftest import simulate_checked, small_config
 from workbench import columns as C
+from workbench.allocators import registry
+
+PAGED = [reg.name for reg in registry.registrations() if reg.kernel_mode == "paged"]
+CONTIGUOUS = [reg.name for reg in registry.registrations() if reg.kernel_mode == "contiguous"]
 
 
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
-@pytest.mark.parametrize("strategy", ["paged", "paged-prefix"])
+@pytest.mark.parametrize("strategy", PAGED)
 def test_tiny_pool_preempts_and_still_verifies(strategy, mode, n):
     # 512 slots hold ~3 of these requests (one group of 3 samples) at once; 1 MiB of host swap is plenty
     cfg = small_config(strategy=strategy, kv_slots=512, max_model_len=256, preemption=mode, swap_gib=1 / 1024, n=n,
@@ -29,9 +33,10 @@ def test_tiny_pool_preempts_and_still_verifies(strategy, mode, n):
         assert steps["swapped_blocks"].sum() == 0
 
 
-def test_contiguous_strategies_never_preempt():
+@pytest.mark.parametrize("strategy", CONTIGUOUS)
+def test_contiguous_strategies_never_preempt(strategy):
     # they reserve the final length at admission, so a decode append always has its slot (and they cannot swap)
-    cfg = small_config(strategy="contiguous-oracle", kv_slots=384, max_model_len=256, preemption="swap",
+    cfg = small_config(strategy=strategy, kv_slots=384, max_model_len=256, preemption="swap",
                        swap_gib=1 / 1024, workload="fixed:prompt=60,output=120", num_requests=6, rate=100.0,
                        max_num_batched_tokens=512)
     result = simulate_checked(cfg)

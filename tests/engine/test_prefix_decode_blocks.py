@@ -47,7 +47,7 @@ def test_next_turns_hit_the_previous_answer_blocks():
 
     # the same run without token ids on append hits only prompt blocks: strictly fewer hits
     without = checked_strategy(cfg)
-    type(without).wants_token_ids = False
+    without.wants_token_ids = False  # the engine then passes no token ids to append
     before = simulate(cfg, requests, without)
     assert before.summary["verify_max_rel_err"] <= 1e-5
     assert strategy.prefix_hit_tokens > without.prefix_hit_tokens > 0

@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from tests.engine.conftest import simulate_checked, small_config
 from workbench import columns as C
-from workbench.allocators.registry import names
+from workbench.allocators import registry
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(strategy=st.sampled_from(names()), block_size=st.sampled_from([1, 3, 8, 16]),
+@given(strategy=st.sampled_from(registry.names()), block_size=st.sampled_from([1, 3, 8, 16]),
        kv_slots=st.integers(512, 3000), fanout=st.sampled_from([("n", 1), ("n", 2), ("n", 4), ("beam_width", 2)]),
        preemption=st.sampled_from(["recompute", "swap"]), fit=st.sampled_from(["first", "best", "buddy"]),
        workload=st.sampled_from(["alpaca-like", "sharegpt-like", "system-prompt:k=3,system=30,lengths=alpaca",
@@ -20,9 +20,11 @@ from workbench.allocators.registry import names
        seed=st.integers(0, 2**16))
 def test_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, workload,
                                              seed):
-    cfg = small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption, fit=fit,
+    reg = registry.get(strategy)
+    options = {"fit": fit} if "fit" in reg.options else {}  # a run may set only the options its strategy takes
+    cfg = small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption,
                        workload=workload, seed=seed, kernel="none", num_requests=15, rate=50.0,
-                       swap_gib=1 / 4096, **{fanout[0]: fanout[1]})
+                       swap_gib=1 / 4096, **options, **{fanout[0]: fanout[1]})
     result = simulate_checked(cfg)  # check_integrity runs before every step's snapshot
     steps, requests, summary = result.steps, result.requests, result.summary
     assert (steps[list(C.SLOT_COLUMNS)].sum(axis=1) == summary["kv_slots"]).all()
@@ -30,14 +32,14 @@ def test_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fan
     assert requests["status"].map(lambda s: s == "finished" or s.startswith("rejected: ")).all()
     assert summary["num_finished"] + summary["num_rejected"] == 15
     allocated = steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]
-    if not strategy.startswith("paged"):
+    if reg.kernel_mode == "contiguous":
         assert (steps["cached_slots"] == 0).all()
         assert (steps["unshared_block_slots"] == allocated).all()  # nothing is shared
     else:
         assert (steps["external_frag_slots"] == 0).all()
         # sharing only ever saves whole blocks; with nothing to share the two counts agree exactly
         assert (steps["unshared_block_slots"] >= allocated).all()
-        if strategy == "paged" and fanout == ("n", 1):
+        if not reg.prefix_cache and fanout == ("n", 1):
             assert (steps["unshared_block_slots"] == allocated).all()
     finished = requests[requests["status"] == "finished"]
     assert (finished["finish_s"] >= finished["first_token_s"]).all()

@@ -172,6 +172,11 @@ class Strategy(Protocol):
         """The kernel's view of these sequences, in this order."""
         ...
 
+    def num_allocatable_blocks(self) -> int:
+        """Blocks a request can get now: free plus evictable cached ones (slots if contiguous); equal
+        to `snapshot().num_free_blocks`, without building a snapshot. Pure."""
+        ...
+
     def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
         """The §3 accounting now. `refused_extent_slots` > 0 means the head-of-queue request was
         refused this step needing that contiguous extent (external fragmentation is then counted)."""

@@ -23,8 +23,8 @@ import numpy as np
 
 from workbench.allocators import contiguous_loops
 from workbench.allocators.base import AdmitResult, AppendResult, ContiguousDescriptor, SeqSpec, Snapshot, SwapResult
+from workbench.allocators.batch_check import raise_for_status
 from workbench.allocators.extents import RunPlacer, make_placer
-from workbench.allocators.paged_loops import raise_for_status
 from workbench.allocators.seq_rows import SeqRows
 
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
@@ -142,7 +142,11 @@ class ContiguousStrategy:
             external_frag_slots=external, free_slots=self.capacity_slots - used - external,
             logical_token_slots=self._token_slots, block_table_bytes=_EXTENT_DESCRIPTOR_BYTES * self._num_on_device,
             largest_free_extent_slots=int(sizes.max()) if sizes.shape[0] else 0,
-            num_free_blocks=self._placer.free_slots)
+            num_free_blocks=self.num_allocatable_blocks())
+
+    def num_allocatable_blocks(self) -> int:
+        """Free slots (a slot is a block here), wherever they lie. Pure, O(1)."""
+        return self._placer.free_slots
 
     def can_swap_out(self, seq_ids: list[int]) -> bool:
         rows = self._group_rows(seq_ids, swapped=False)

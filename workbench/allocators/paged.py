@@ -5,6 +5,11 @@ sampling) and a fork share blocks by reference count; the first write into a sha
 (copy-on-write), except for its last holder, which writes in place. Swap moves a group's distinct
 blocks to a host pool of `swap_slots // block_size` blocks and back.
 
+Prefix caching is composed, not subclassed: given a `PrefixIndex` (`prefix_index`), the strategy
+looks a prompt's chain keys up in it at admission, registers the full blocks it fills (prompt and
+decode, keys from `prefix_chains`), hands blocks that reach refcount 0 to it (registered ones stay
+cached, evictable) and evicts through it when the free stack is empty. Without one it is `paged`.
+
 State lives in numpy arrays (refcounts, a free-block stack, per-sequence columns and a 2-D block
 table); a decode step is two compiled passes over the batch (`paged_loops`), so its cost grows with
 the batch, never with the pool.
@@ -13,7 +18,7 @@ State invariants (checked by `check_integrity`):
 - A sequence's block table holds ceil(length / block_size) distinct blocks; all but the last are
   full. Tables are append-only except for a copy-on-write, which replaces the last entry.
 - `_refcount[b]` = number of on-device sequences whose table holds b. Every block is exactly one of:
-  held (refcount > 0), free (in the stack), or cached (prefix cache, `paged-prefix` only).
+  held (refcount > 0), free (in the stack), or cached (evictable in the prefix index, if any).
 - Every holder of a block sees the same number of written slots in it (its "fill"): a writer into a
   shared block copies first, so the shared copy never changes under the other holders.
 
@@ -30,7 +35,10 @@ import numpy as np
 
 from workbench.allocators.base import AdmitResult, AppendResult, PagedDescriptor, SeqSpec, Snapshot, SwapResult
 from workbench.allocators.block_stack import BlockStack
+from workbench.allocators.paged_integrity import check_paged
 from workbench.allocators.paged_tables import BlockTables
+from workbench.allocators.prefix_chains import SeqChains
+from workbench.allocators.prefix_index import PrefixIndex
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
@@ -41,11 +49,9 @@ class PagedStrategy:
     name = "paged"
     kernel_mode = "paged"
     supports_swap = True
-    wants_token_ids = False
 
     def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
-                 fit: str = "first") -> None:
-        del fit  # placement is meaningless when every free block is as good as any other
+                 prefix_index: PrefixIndex | None = None) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if capacity_slots < block_size:
@@ -68,42 +74,58 @@ class PagedStrategy:
         self._written_slots = 0  # distinct written slots of held blocks = token_slots
         self._logical_slots = 0  # sum of lengths of on-device sequences
         self._table_entries = 0  # sum of table lengths of on-device sequences
+        self.prefix = prefix_index  # None: no prefix caching
+        self.wants_token_ids = prefix_index is not None
+        self._chains = SeqChains(block_size) if prefix_index is not None else None
 
-    # -- hooks for prefix caching (identity here) ------------------------------------------------
+    # -- prefix caching (identity without an index) --------------------------------------------
 
     def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray]:
         """Blocks already holding a leading run of the prompt's full blocks, int32 [num_hit], and the
         prompt's block keys (uint64 [num_full_blocks]; empty without a cache). Pure."""
-        return _NO_BLOCKS, _NO_KEYS
+        if self.prefix is None:
+            return _NO_BLOCKS, _NO_KEYS
+        keys = self._chains.prompt_keys(spec.token_ids)
+        max_hit = (spec.num_tokens - 1) // self.block_size  # leave the last prompt token to compute
+        return self.prefix.lookup(keys, max_hit), keys
 
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
                      num_hit: int) -> None:
-        """Mutates the cache index and counters after a successful admission of `seq_ids`."""
-
-    def _claim(self, hits: np.ndarray) -> None:
-        """Mutates. Take hit blocks out of the evictable cache before their refcount rises."""
+        """Mutates the prefix index, the chains and counters after a successful admission."""
+        if self.prefix is None:
+            return
+        parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
+        parents[1:] = keys[:-1]
+        # a hit's key is registered already; a recomputed copy of a registered key stays unregistered
+        self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]])
+        self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids, keys, self.tables.seqs.capacity_rows)
+        self.prefix_query_tokens += spec.num_tokens
+        self.prefix_hit_tokens += num_hit * self.block_size
 
     def _num_cached_blocks(self) -> int:
-        return 0
+        return 0 if self.prefix is None else self.prefix.num_evictable()
 
     def cached_block_ids(self) -> np.ndarray:
-        """Blocks kept only as prefix cache, int32 [num_cached]. Pure."""
-        return np.zeros(0, dtype=np.int32)
+        """Blocks kept only as prefix cache, next to evict first, int32 [num_cached]. Pure."""
+        return _NO_BLOCKS if self.prefix is None else self.prefix.evictable_block_ids()
 
     def registered_block_ids(self) -> np.ndarray:
         """Blocks registered in the prefix index (held or cached), int32 [num_registered]. Pure."""
-        return _NO_BLOCKS
-
-    def check_cache_index(self) -> None:
-        """Raise AssertionError if the prefix index disagrees with the blocks. Pure."""
+        return _NO_BLOCKS if self.prefix is None else self.prefix.registered_block_ids()
 
     def _take(self, k: int) -> np.ndarray:
-        """Mutates. k blocks for new content, int32 [k]; the caller set their refcounts."""
-        return self._free.pop(k)
+        """Mutates. k blocks for new content, int32 [k]; the caller sets their refcounts. Never-cached
+        free blocks go first; cached ones are evicted only when none is left."""
+        if self.prefix is None or k <= self._free.size:
+            return self._free.pop(k)
+        if k > self.num_allocatable_blocks():
+            raise RuntimeError(f"out of blocks: need {k}, {self.num_allocatable_blocks()} allocatable")
+        taken = self._free.pop(self._free.size)
+        return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
 
     def _release(self, blocks: np.ndarray) -> None:
         """Mutates. Blocks whose refcount reached 0, in table order (a sequence's head first)."""
-        self._free.push(blocks)
+        self._free.push(blocks if self.prefix is None else self.prefix.release(blocks))
 
     # -- protocol ---------------------------------------------------------------------------------
 
@@ -138,12 +160,13 @@ class PagedStrategy:
     def _take_after_claiming(self, hits: np.ndarray, n: int, need: int) -> np.ndarray:
         """Mutates. Hits gain n holders first, so that taking `need` fresh blocks cannot evict them."""
         if hits.shape[0]:
-            self._claim(hits)
+            self.prefix.claim(hits)
             self._refcount[hits] += n
         return self._take(need)
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
-        """Mutates. The child shares all of the parent's blocks; never needs a new block."""
+        """Mutates. The child shares all of the parent's blocks (and continues its key chain); never
+        needs a new block."""
         parent = self.tables.seqs.row(parent_id)
         if self.tables.swapped[parent]:
             raise ValueError(f"cannot fork sequence {parent_id}: it is swapped out")
@@ -153,6 +176,8 @@ class PagedStrategy:
         self._refcount[blocks] += 1
         self._logical_slots += length
         self._table_entries += blocks.shape[0]
+        if self.prefix is not None:
+            self._chains.fork(parent, self.tables.seqs.row(child_id), self.tables.seqs.capacity_rows)
         return AdmitResult(True)
 
     def free(self, seq_id: int) -> None:
@@ -179,8 +204,9 @@ class PagedStrategy:
         """Mutates. One new slot per sequence, in batch order: a sequence whose last block is full gets
         a new block; a writer into a shared block gets a private copy (returned as a (src, dst) pair)
         unless it is the block's last holder, which writes in place. Raises RuntimeError, changing
-        nothing, when the pool cannot supply the blocks. `token_ids` is ignored (no prefix cache)."""
-        del token_ids
+        nothing, when the pool cannot supply the blocks. With a prefix index, each sequence whose block
+        became full with this token registers it under its chain key (`token_ids` None: the batch's
+        sequences register nothing more); without one `token_ids` is ignored."""
         t = self.tables
         rows = t.seqs.rows(seq_ids)
         num_new = t.count_append(seq_ids, rows, self._refcount)
@@ -190,7 +216,19 @@ class PagedStrategy:
         self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
         self._logical_slots += rows.shape[0]
         self._table_entries += grown
+        if self.prefix is not None:
+            self._register_filled(rows, token_ids)
         return AppendResult(slots=slots, copies=copies)
+
+    def _register_filled(self, rows: np.ndarray, token_ids: np.ndarray | None) -> None:
+        """Mutates. The block just filled holds exactly its sequence's tokens: a writer into a shared
+        block copies it first, so diverging samples each register their own block."""
+        if token_ids is None:
+            self._chains.forget(rows)
+            return
+        filled_rows, parents, keys = self._chains.advance(rows, self.tables.seqs.column("length"), token_ids)
+        if filled_rows.shape[0]:
+            self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows))
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         return self.tables.slot_mapping(seq_id, start, stop)
@@ -293,9 +331,14 @@ class PagedStrategy:
             raise ValueError("a sequence of the batch is not swapped out")
 
     def check_integrity(self) -> None:
-        from workbench.allocators.paged_integrity import check_paged
-
-        check_paged(self)
+        free = self._free.ids()
+        check_paged(self.tables, max_model_len=self.max_model_len, refcount=self._refcount,
+                    host_refcount=self._host_refcount, free_ids=free, host_free_ids=self._host_free.ids(),
+                    cached_ids=self.cached_block_ids(), registered_ids=self.registered_block_ids(),
+                    written_slots=self._written_slots, logical_slots=self._logical_slots,
+                    table_entries=self._table_entries)
+        if self.prefix is not None:
+            self.prefix.check_integrity(self._refcount, free)
 
 
 def _check_distinct(rows: np.ndarray) -> None:

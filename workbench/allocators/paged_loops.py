@@ -19,39 +19,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-PAST_FINAL = -1  # count_append status: a sequence is at its final length
-REPEATED = -2  # count_append status: a row appears twice in the batch
-SWAPPED = -3  # count_append status: a sequence is swapped out
-
-
-def raise_for_status(status: int, seq_ids: list[int], bad: int) -> None:
-    """The ValueError for a negative status of a compiled append check."""
-    why = {PAST_FINAL: "append past final_len", REPEATED: "sequence id repeats in the batch",
-           SWAPPED: "sequence is swapped out"}[status]
-    raise ValueError(f"{why}: sequence {seq_ids[bad]}")
+from workbench.allocators.batch_check import check_batch
 
 
 @njit(cache=True)
 def count_append(rows, length, final_len, num_blocks, swapped, table, refcount, block_size, scratch, row_mark):
     """Pure (scratch and row_mark are restored). (blocks the append takes, widest table after it),
-    or (PAST_FINAL | REPEATED | SWAPPED, index of the offending sequence in the batch)."""
+    or `batch_check`'s (negative status, index of the offending sequence in the batch)."""
+    status, bad = check_batch(rows, length, final_len, swapped, row_mark)
+    if status != 0:
+        return status, bad
     num_new = 0
     widest = 0
-    status = 0
-    bad = -1
-    seen = 0  # rows [0, seen) were tallied and marked
     for i in range(rows.shape[0]):
         r = rows[i]
-        if row_mark[r] != 0:
-            status, bad = REPEATED, i
-            break
-        if swapped[r] != 0:
-            status, bad = SWAPPED, i
-            break
-        if length[r] >= final_len[r]:
-            status, bad = PAST_FINAL, i
-            break
-        row_mark[r] = 1
         if length[r] % block_size == 0:
             num_new += 1
             widest = max(widest, num_blocks[r] + 1)
@@ -61,14 +42,10 @@ def count_append(rows, length, final_len, num_blocks, swapped, table, refcount, 
             if scratch[b] < refcount[b]:
                 num_new += 1  # a copy: some other holder is still there
             widest = max(widest, num_blocks[r])
-        seen = i + 1
-    for i in range(seen):
+    for i in range(rows.shape[0]):
         r = rows[i]
-        row_mark[r] = 0
         if length[r] % block_size != 0:
             scratch[table[r, num_blocks[r] - 1]] = 0
-    if status != 0:
-        return status, bad
     return num_new, widest
 
 

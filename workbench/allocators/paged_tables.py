@@ -14,6 +14,7 @@ import numpy as np
 
 from workbench.allocators import paged_loops as loops
 from workbench.allocators.base import PagedDescriptor
+from workbench.allocators.batch_check import raise_for_status
 from workbench.allocators.seq_rows import SeqRows
 
 
@@ -82,7 +83,7 @@ class BlockTables:
         num_new, widest = loops.count_append(rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"),
                                              self._table, refcount, self.block_size, self._scratch, c("mark"))
         if num_new < 0:
-            loops.raise_for_status(num_new, seq_ids, widest)
+            raise_for_status(num_new, seq_ids, widest)
         self._fit(widest)
         return num_new
 

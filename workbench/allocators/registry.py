@@ -1,39 +1,137 @@
-"""Strategies by stable name (DESIGN §4). A new strategy is one module plus one line in `_STRATEGIES`.
+"""Strategies by stable name (DESIGN §4): one `Registration` per strategy.
 
-Factories import their module only when asked for, so naming a strategy costs nothing until it is
-built. Every strategy class takes the same keyword arguments; each ignores what does not apply to it
-(contiguous strategies have block size 1 and no swap; paged ones have no placement policy).
+A registration says everything the rest of the workbench needs to know about a strategy without
+building it or testing its name: how to build it (a lazily imported "module:Class"), its kernel
+mode and family, how figures draw it, which run options (`RunConfig` fields) it consumes, and
+whether it holds a prefix cache (the generic prefix-cache tests then cover it). A new strategy is
+one module plus one `Registration` in `_BUILTIN` (or a `register` call from a plugin).
+
+Every strategy class takes `capacity_slots`, `block_size`, `max_model_len`, `swap_slots` and
+exactly the keyword options its registration declares; `create` passes nothing else.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from dataclasses import dataclass
+from typing import Any
 
-from workbench.allocators.base import Strategy
+from workbench.allocators.base import KernelMode, Strategy
+from workbench.config import Resolved, RunConfig
 
-_STRATEGIES = {  # name -> "module:class"
-    "contiguous-max": "workbench.allocators.contiguous_max:ContiguousMax",
-    "contiguous-pow2": "workbench.allocators.contiguous_pow2:ContiguousPow2",
-    "contiguous-oracle": "workbench.allocators.contiguous_oracle:ContiguousOracle",
-    "paged": "workbench.allocators.paged:PagedStrategy",
-    "paged-prefix": "workbench.allocators.paged_prefix:PagedPrefixStrategy",
-}
 
-FITS = ("first", "best", "buddy")
+@dataclass(frozen=True)
+class Registration:
+    name: str  # stable name: CLI, sweeps, result columns
+    factory: str  # "module:Class", imported only when a strategy is built
+    kernel_mode: KernelMode  # how the attention kernel addresses the pool
+    family: str  # figure grouping, e.g. "contiguous" or "paged"
+    label: str  # legend label; a paged family's label gets the block size appended by figures
+    tick_label: str  # short label for crowded axes ("\n" allowed)
+    color: str  # matplotlib colour
+    marker: str  # matplotlib marker
+    options: tuple[str, ...] = ()  # RunConfig fields the strategy's constructor takes as keywords
+    prefix_cache: bool = False  # the strategy reuses cached prompt blocks (prefix_query/hit counters move)
+
+    @property
+    def block_sized(self) -> bool:
+        """Whether `block_size` means anything to this strategy (paged kernel mode)."""
+        return self.kernel_mode == "paged"
+
+
+_BUILTIN = (
+    Registration("contiguous-max", "workbench.allocators.contiguous_max:ContiguousMax", "contiguous",
+                 "contiguous", "Contiguous (max)", "Contig.\nmax", "#D55E00", "s", options=("fit",)),
+    Registration("contiguous-pow2", "workbench.allocators.contiguous_pow2:ContiguousPow2", "contiguous",
+                 "contiguous", "Contiguous (pow2)", "Contig.\npow2", "#E69F00", "^", options=("fit",)),
+    Registration("contiguous-oracle", "workbench.allocators.contiguous_oracle:ContiguousOracle", "contiguous",
+                 "contiguous", "Contiguous (oracle)", "Contig.\noracle", "#CC79A7", "D", options=("fit",)),
+    Registration("paged", "workbench.allocators.paged:PagedStrategy", "paged", "paged", "Paged", "Paged",
+                 "#0072B2", "o"),
+    Registration("paged-prefix", "workbench.allocators.paged_prefix:PagedPrefixStrategy", "paged", "paged",
+                 "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v", prefix_cache=True),
+)
+_REGISTRY: dict[str, Registration] = {r.name: r for r in _BUILTIN}
+_OPTION_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
 def names() -> list[str]:
-    return list(_STRATEGIES)
+    """Registered names, in registration order."""
+    return list(_REGISTRY)
 
 
-def create(name: str, *, capacity_slots: int, block_size: int = 16, fit: str = "first", max_model_len: int,
-           swap_slots: int = 0) -> Strategy:
-    """A fresh strategy instance (its counters, e.g. prefix hits, start at zero)."""
-    if name not in _STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; valid: {', '.join(_STRATEGIES)}")
-    if fit not in FITS:
-        raise ValueError(f"unknown fit {fit!r}; valid: {', '.join(FITS)}")
-    module, cls = _STRATEGIES[name].split(":")
+def registrations() -> list[Registration]:
+    return list(_REGISTRY.values())
+
+
+def get(name: str) -> Registration:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown strategy {name!r}; valid: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def register(registration: Registration) -> None:
+    """Mutates the registry. Add a strategy; its name must be new and its options RunConfig fields."""
+    if registration.name in _REGISTRY:
+        raise ValueError(f"strategy {registration.name!r} is already registered")
+    unknown = [o for o in registration.options if o not in _OPTION_FIELDS]
+    if unknown:
+        raise ValueError(f"strategy {registration.name!r}: options {unknown} are not RunConfig fields")
+    _REGISTRY[registration.name] = registration
+
+
+def unregister(name: str) -> None:
+    """Mutates the registry. Remove a strategy registered with `register`."""
+    get(name)
+    del _REGISTRY[name]
+
+
+def option_choices(option: str) -> tuple[Any, ...] | None:
+    """The valid values of a run option (its RunConfig field's `choices`), or None if unrestricted."""
+    return _OPTION_FIELDS[option].metadata.get("choices")
+
+
+def option_default(option: str) -> Any:
+    return _OPTION_FIELDS[option].default
+
+
+def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_len: int, swap_slots: int = 0,
+           **options: Any) -> Strategy:
+    """A fresh strategy instance (its counters, e.g. prefix hits, start at zero). `options` are run
+    options the strategy declares (e.g. `fit`); an undeclared or invalid one is a ValueError."""
+    reg = get(name)
+    for option, value in options.items():
+        if option not in reg.options:
+            raise ValueError(f"strategy {name!r} takes no option {option!r} "
+                             f"(it takes: {', '.join(reg.options) or 'none'})")
+        choices = option_choices(option)
+        if choices and value not in choices:
+            raise ValueError(f"unknown {option} {value!r}; valid: {', '.join(map(str, choices))}")
+    module, cls = reg.factory.split(":")
     factory = getattr(importlib.import_module(module), cls)
-    return factory(capacity_slots=capacity_slots, block_size=block_size, fit=fit, max_model_len=max_model_len,
-                   swap_slots=swap_slots)
+    return factory(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
+                   swap_slots=swap_slots, **options)
+
+
+def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
+    """The strategy of a run: `cfg.strategy` on the resolved pool, given exactly its declared options."""
+    reg = get(cfg.strategy)
+    return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
+                  max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots,
+                  **{option: getattr(cfg, option) for option in reg.options})
+
+
+def check_options(cfg: RunConfig) -> None:
+    """Raise ValueError if the run sets an option (to a non-default value) that its strategy does
+    not take: `--fit best` with `paged` would otherwise be silently meaningless."""
+    reg = get(cfg.strategy)
+    for option in _declared_options():
+        if option not in reg.options and getattr(cfg, option) != option_default(option):
+            takers = [r.name for r in _REGISTRY.values() if option in r.options]
+            raise ValueError(f"--{option.replace('_', '-')} {getattr(cfg, option)} does not apply to strategy "
+                             f"{cfg.strategy!r}; it is taken by: {', '.join(takers)}")
+
+
+def _declared_options() -> list[str]:
+    return sorted({o for r in _REGISTRY.values() for o in r.options})

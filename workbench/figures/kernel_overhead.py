@@ -35,17 +35,17 @@ def context_tokens(workload: str) -> int:
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     data = summary.assign(context=[context_tokens(w) for w in summary["workload"]],
                           ns_per_token=[decode_ns_per_token(sweep_dir, p) for p in summary["point_id"]])
-    contiguous = data[~data["strategy"].str.startswith("paged")]
-    paged = data[data["strategy"].str.startswith("paged")]
+    block_sized = data["strategy"].map(style.block_sized).astype(bool)
+    contiguous, paged = data[~block_sized], data[block_sized]
     fig, (left, right) = style.new_figure(1, 2, width_in=style.PAGE_WIDTH_IN, height_in=2.5)
 
     for (strategy, block_size), rows in pd.concat([contiguous, paged]).groupby(["strategy", "block_size"],
                                                                                sort=False):
-        if strategy.startswith("paged") and rows["context"].nunique() == 1:
+        if style.block_sized(strategy) and rows["context"].nunique() == 1:
             continue  # a single context length: shown in the right panel only
         rows = rows.sort_values("context")
         left.plot(rows["context"].to_numpy(), rows["ns_per_token"].to_numpy(), marker=style.strategy_marker(strategy),
-                  color=style.strategy_color(strategy) if not strategy.startswith("paged") else None,
+                  color=None if style.block_sized(strategy) else style.strategy_color(strategy),
                   label=style.point_label(strategy, block_size))
     left.set_xscale("log", base=2)
     left.set_xlabel("Context length (tokens)")
@@ -57,7 +57,8 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     base = contiguous[contiguous["context"] == longest]["ns_per_token"].to_numpy()
     at_longest = paged[paged["context"] == longest].sort_values("block_size")
     ratio = at_longest["ns_per_token"].to_numpy() / np.mean(base) if len(base) else np.full(len(at_longest), np.nan)
-    right.plot(at_longest["block_size"].to_numpy(), ratio, marker="o", color=style.strategy_color("paged"))
+    color = style.strategy_color(at_longest["strategy"].iloc[0]) if len(at_longest) else None
+    right.plot(at_longest["block_size"].to_numpy(), ratio, marker="o", color=color)
     right.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     right.set_xscale("log", base=2)
     right.set_xlabel("Block size (tokens)")

@@ -3,7 +3,8 @@
 Left: parallel sampling (n samples of one prompt) and beam search (width k) on paged strategies —
 block-level savings, the vLLM paper's §6.3 definition (blocks saved by sharing ÷ blocks needed
 without sharing), from the points with n > 1 or beam_width > 1. Right: the token-level prefix-cache
-hit rate of `paged-prefix` against the pool's capacity, on a trace whose prompts carry prefix hashes.
+hit rate of every strategy with a prefix cache against the pool's capacity, on a trace whose
+prompts carry prefix hashes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ WIDTH_COLORS = ("#9ecae1", "#4292c6", "#08519c")
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     fig, (left, right) = style.new_figure(1, 2, width_in=style.PAGE_WIDTH_IN, height_in=2.4)
     _savings(left, summary)
-    _prefix_hits(right, summary[summary["strategy"] == "paged-prefix"])
+    _prefix_hits(right, summary[summary["strategy"].map(style.has_prefix_cache).astype(bool)])
     return fig
 
 
@@ -47,10 +48,13 @@ def _savings(ax, summary: pd.DataFrame) -> None:
 
 
 def _prefix_hits(ax, rows: pd.DataFrame) -> None:
-    for workload, part in rows.groupby("workload", sort=False):
+    several = rows["strategy"].nunique() > 1
+    for (strategy, workload), part in rows.groupby(["strategy", "workload"], sort=False):
         part = part.sort_values("kv_slots")
+        label = style.workload_label(workload)
         ax.plot(part["kv_slots"].to_numpy() / 1000, part["prefix_hit_rate"].to_numpy(dtype=float) * 100,
-                marker="o", color=style.strategy_color("paged-prefix"), label=style.workload_label(workload))
+                marker="o", color=style.strategy_color(strategy),
+                label=f"{style.strategy_label(strategy)}: {label}" if several else label)
     ax.set_xscale("log", base=2)
     sizes_k = np.unique(rows["kv_slots"].to_numpy() / 1000)  # [num_sizes]
     ax.set_xticks(sizes_k, [f"{k:,.0f}" for k in sizes_k])

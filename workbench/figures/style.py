@@ -1,6 +1,6 @@
-"""The one look of every figure: sizes for a printed column, colors and labels per strategy and per
-memory category, and a deterministic save (no timestamps inside the PNG/PDF, so an unchanged figure
-rebuilds byte-identical)."""
+"""The one look of every figure: sizes for a printed column, colors and labels per strategy (from
+its registration) and per memory category, and a deterministic save (no timestamps inside the
+PNG/PDF, so an unchanged figure rebuilds byte-identical)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from workbench.allocators import registry
+from workbench.allocators.registry import Registration
 from workbench.columns import MEM_FRAC_KEYS, MEM_FRAC_SAT_KEYS, SLOT_COLUMNS
 
 COLUMN_WIDTH_IN = 3.4  # one column of a two-column paper
@@ -22,15 +24,6 @@ RC = {
     "grid.alpha": 0.3, "grid.linewidth": 0.5, "lines.linewidth": 1.4, "lines.markersize": 4,
     "legend.frameon": False, "savefig.dpi": 200, "savefig.bbox": "tight", "pdf.fonttype": 42,
     "svg.hashsalt": "workbench",
-}
-
-# colorblind-safe (Okabe-Ito); the three contiguous baselines in warm tones, paging in blues
-STRATEGY_STYLE = {
-    "contiguous-max": ("Contiguous (max)", "#D55E00", "s"),
-    "contiguous-pow2": ("Contiguous (pow2)", "#E69F00", "^"),
-    "contiguous-oracle": ("Contiguous (oracle)", "#CC79A7", "D"),
-    "paged": ("Paged", "#0072B2", "o"),
-    "paged-prefix": ("Paged + prefix cache", "#56B4E9", "v"),
 }
 
 # the §3 partition of the pool, bottom to top of a stack: used memory first, then the kinds of waste
@@ -48,16 +41,35 @@ MEM_FRAC_KEY = dict(zip(SLOT_COLUMNS, MEM_FRAC_KEYS, strict=True))
 MEM_FRAC_SAT_KEY = dict(zip(SLOT_COLUMNS, MEM_FRAC_SAT_KEYS, strict=True))
 
 
+def _registration(name: str) -> Registration | None:
+    """The strategy's registration; None for a name no longer registered (old results still plot)."""
+    return registry.get(name) if name in registry.names() else None
+
+
 def strategy_label(name: str) -> str:
-    return STRATEGY_STYLE.get(name, (name, None, None))[0]
+    reg = _registration(name)
+    return reg.label if reg else name
 
 
 def strategy_color(name: str) -> str | None:
-    return STRATEGY_STYLE.get(name, (None, None, None))[1]
+    reg = _registration(name)
+    return reg.color if reg else None
 
 
 def strategy_marker(name: str) -> str:
-    return STRATEGY_STYLE.get(name, (None, None, "o"))[2]
+    reg = _registration(name)
+    return reg.marker if reg else "o"
+
+
+def block_sized(name: str) -> bool:
+    """Whether the strategy's block size belongs in its label (paged kernel mode)."""
+    reg = _registration(name)
+    return reg.block_sized if reg else False
+
+
+def has_prefix_cache(name: str) -> bool:
+    reg = _registration(name)
+    return reg.prefix_cache if reg else False
 
 
 @contextmanager
@@ -98,22 +110,14 @@ def workload_label(workload: str) -> str:
     return WORKLOAD_LABELS.get(workload, workload)
 
 
-STRATEGY_TICKS = {
-    "contiguous-max": "Contig.\nmax",
-    "contiguous-pow2": "Contig.\npow2",
-    "contiguous-oracle": "Contig.\noracle",
-    "paged": "Paged",
-    "paged-prefix": "Paged +\nprefix",
-}
-
-
 def tick_label(strategy: str, block_size: int) -> str:
     """A short two-line label for a bar: `Contig.\nmax`, `Paged\nB=16`."""
-    label = STRATEGY_TICKS.get(strategy, strategy)
-    return f"{label}\nB={block_size}" if strategy.startswith("paged") else label
+    reg = _registration(strategy)
+    label = reg.tick_label if reg else strategy
+    return f"{label}\nB={block_size}" if block_sized(strategy) else label
 
 
 def point_label(strategy: str, block_size: int) -> str:
     """`Paged (16)` for paged strategies (the block size matters), the plain strategy label otherwise."""
     label = strategy_label(strategy)
-    return f"{label} ({block_size})" if strategy.startswith("paged") else label
+    return f"{label} ({block_size})" if block_sized(strategy) else label

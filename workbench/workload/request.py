@@ -69,10 +69,11 @@ def output_key(request_id: int, sample: int) -> int:
     return int(output_keys(np.array([request_id]), sample)[0])
 
 
-def output_keys(request_ids: np.ndarray, sample: int) -> np.ndarray:
-    """`output_key` of each request id for one sample, vectorized: uint64 [len(request_ids)]."""
+def output_keys(request_ids: np.ndarray, samples: np.ndarray | int) -> np.ndarray:
+    """`output_key` vectorized: uint64 keys of (request id, sample) pairs, the two arguments broadcast."""
     ids = np.asarray(request_ids, dtype=np.uint64)
-    return mix64((ids << np.uint64(20)) ^ np.uint64(sample ^ (1 << 62))) >> np.uint64(1)
+    tags = np.asarray(samples, dtype=np.uint64) ^ np.uint64(1 << 62)
+    return mix64((ids << np.uint64(20)) ^ tags) >> np.uint64(1)
 
 
 def mix64(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,83 @@
+"""A flat hash index: chain key -> block, the prefix index of `paged-prefix` (vLLM v1's APC).
+
+Every registered block sits in one dict under its chain key (the key names its whole prefix, so no
+tree is needed to match a prompt: look up its keys in order until one misses). Parent keys are not
+needed and are ignored. Evictable blocks are ordered by an `EvictionPolicy` (LRU by default).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.allocators.eviction import EvictionPolicy, LRUPolicy
+
+
+class HashPrefixIndex:
+    def __init__(self, policy: EvictionPolicy | None = None) -> None:
+        self._block_of_key: dict[int, int] = {}
+        self._key_of_block: dict[int, int] = {}
+        self._policy = LRUPolicy() if policy is None else policy
+
+    def lookup(self, keys: np.ndarray, max_blocks: int) -> np.ndarray:
+        index = self._block_of_key
+        hits = []
+        for key in keys[:max_blocks].tolist():
+            if key not in index:
+                break
+            hits.append(index[key])
+        return np.array(hits, dtype=np.int32)
+
+    def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray) -> None:
+        del parent_keys  # a chain key names its whole prefix already
+        index = self._block_of_key
+        for key, block in zip(keys.tolist(), blocks.tolist(), strict=True):
+            if key not in index:
+                index[key] = block
+                self._key_of_block[block] = key
+
+    def claim(self, blocks: np.ndarray) -> None:
+        for block in blocks.tolist():
+            self._policy.remove(block)
+
+    def release(self, blocks: np.ndarray) -> np.ndarray:
+        registered = np.fromiter((b in self._key_of_block for b in blocks.tolist()), dtype=bool,
+                                 count=blocks.shape[0])
+        for block in blocks[registered][::-1].tolist():  # tail first: evicted before the head
+            self._policy.add(block)
+        return blocks[~registered]
+
+    def evict(self, k: int) -> np.ndarray:
+        if k > len(self._policy):
+            raise RuntimeError(f"cannot evict {k} blocks: {len(self._policy)} evictable")
+        evicted = np.empty(k, dtype=np.int32)
+        for i in range(k):
+            block = self._policy.pop_victim()
+            del self._block_of_key[self._key_of_block.pop(block)]
+            evicted[i] = block
+        return evicted
+
+    def num_evictable(self) -> int:
+        return len(self._policy)
+
+    def evictable_block_ids(self) -> np.ndarray:
+        return self._policy.ids()
+
+    def registered_block_ids(self) -> np.ndarray:
+        return np.fromiter(self._key_of_block, dtype=np.int32, count=len(self._key_of_block))
+
+    def check_integrity(self, refcount: np.ndarray, free_block_ids: np.ndarray) -> None:
+        for key, block in self._block_of_key.items():
+            if self._key_of_block.get(block) != key:
+                raise AssertionError(f"hash index: key {key:#x} -> block {block}, which is not registered under it")
+        if len(self._key_of_block) != len(self._block_of_key):
+            raise AssertionError("hash index: a block is registered under two keys")
+        free = set(free_block_ids.tolist())
+        for block in self._key_of_block:
+            if block in free:
+                raise AssertionError(f"hash index: registered block {block} is on the free stack")
+        evictable = self._policy.ids()
+        if np.unique(evictable).shape[0] != evictable.shape[0]:
+            raise AssertionError("hash index: a block is evictable twice")
+        for block in evictable.tolist():
+            if block not in self._key_of_block or refcount[block] != 0:
+                raise AssertionError(f"cached block {block} is unregistered or still held")
