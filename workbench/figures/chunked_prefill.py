@@ -52,8 +52,9 @@ def _percentile_bars(ax, summary: pd.DataFrame, metric: str, scale: float, ticks
         ax.bar(x + (j - (len(PERCENTILES) - 1) / 2) * bar_w, values, width=bar_w, label=pct, color=color,
                edgecolor="black", linewidth=0.4)
     ax.set_xticks(x, ticks)
+    ax.margins(y=0.2)  # room for the legend above the tallest bar
     ax.grid(axis="x", visible=False)
-    ax.legend()
+    ax.legend(ncols=len(PERCENTILES), loc="upper center")
 
 
 def _memory_stack(ax, summary: pd.DataFrame, ticks: list[str]) -> None:
