@@ -1,4 +1,4 @@
-"""`paged`: PagedAttention's block manager (DESIGN §4) with batch-level bookkeeping.
+"""`paged`: PagedAttention's block manager (docs/strategies.md) with batch-level bookkeeping.
 
 Blocks are allocated on demand and freed on completion. A group admitted together (parallel
 sampling) and a fork share blocks by reference count; the first write into a shared block copies it
@@ -39,6 +39,7 @@ from workbench.allocators.paged_integrity import check_paged
 from workbench.allocators.paged_tables import BlockTables
 from workbench.allocators.prefix_chains import SeqChains
 from workbench.allocators.prefix_index import PrefixIndex
+from workbench.intmath import cdiv
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
@@ -144,7 +145,7 @@ class PagedStrategy:
         hits, keys = self._lookup(spec)
         num_hit = hits.shape[0]
         num_tokens = spec.num_held(num_hit * bs)
-        num_blocks = -(-num_tokens // bs)
+        num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
         need = num_blocks - num_hit
         allocatable = self.num_allocatable_blocks() - revived

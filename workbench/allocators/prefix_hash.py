@@ -14,20 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.workload.request import mix64
+
 _BASE = 0x9E3779B97F4A7C15 | 1  # odd, so it is invertible mod 2^64
 _BASE_INV = pow(_BASE, -1, 2**64)
 CHAIN_BASE = np.uint64(_BASE)
 _powers = np.ones(1, dtype=np.uint64)  # B^i, grown on demand; uint64 array arithmetic wraps mod 2^64
 _powers_inv = np.ones(1, dtype=np.uint64)  # B^-i
 _salts: dict[int, np.ndarray] = {}
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer over a uint64 array (equal to `workload.request.mix64`)."""
-    z = x + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
 
 
 def _power_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -44,15 +38,15 @@ def position_salt(block_size: int) -> np.ndarray:
     """A strong hash of each position inside a block, uint64 [block_size]."""
     salt = _salts.get(block_size)
     if salt is None:
-        salt = _salts[block_size] = _mix(np.arange(block_size, dtype=np.uint64))
+        salt = _salts[block_size] = mix64(np.arange(block_size, dtype=np.uint64))
     return salt
 
 
 def token_terms(token_ids: np.ndarray, offsets: np.ndarray, block_size: int) -> np.ndarray:
     """Hash terms of tokens at these offsets inside their blocks, uint64 [n] for int [n] each. A
-    block's content hash is `_mix` of the (wrapping) sum of its tokens' terms: distinct (offset, token)
+    block's content hash is `mix64` of the (wrapping) sum of its tokens' terms: distinct (offset, token)
     pairs get independent strong hashes, so the sum is equal only for equal blocks."""
-    return _mix(token_ids.astype(np.uint64) ^ position_salt(block_size)[offsets])
+    return mix64(token_ids.astype(np.uint64) ^ position_salt(block_size)[offsets])
 
 
 def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
@@ -61,7 +55,7 @@ def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
     if num_full == 0:
         return np.zeros(0, dtype=np.uint64)
     tokens = token_ids[:num_full * block_size].astype(np.uint64).reshape(num_full, block_size)
-    content = _mix((_mix(tokens ^ position_salt(block_size))).sum(axis=1, dtype=np.uint64))  # [num_full]
+    content = mix64((mix64(tokens ^ position_salt(block_size))).sum(axis=1, dtype=np.uint64))  # [num_full]
     powers, powers_inv = _power_tables(num_full)
     return powers * np.cumsum(content * powers_inv, dtype=np.uint64)
 
@@ -71,7 +65,7 @@ def chain_keys(parent_key: np.uint64, term_sums: np.ndarray) -> np.ndarray:
     the block keyed `parent_key` (0: none), uint64 [n]; `block_keys` gives the same keys from tokens."""
     n = term_sums.shape[0]
     powers, powers_inv = _power_tables(n + 1)
-    return powers[1:] * parent_key + powers[:n] * np.cumsum(_mix(term_sums) * powers_inv[:n], dtype=np.uint64)
+    return powers[1:] * parent_key + powers[:n] * np.cumsum(mix64(term_sums) * powers_inv[:n], dtype=np.uint64)
 
 
 def tail_term_sum(token_ids: np.ndarray, block_size: int) -> np.uint64:

@@ -1,6 +1,6 @@
 """Float64 NumPy reference for every kernel op, and the verification metric `rel_err`.
 
-Same positional signatures as the other backends (DESIGN §7); inputs are already validated by
+Same positional signatures as the other backends (docs/kernels.md); inputs are already validated by
 `workbench.kernels`. Attention results are float64 (the reference is what float32 kernels are
 measured against); the in-place ops copy exactly like the kernels do. Written for clarity, not
 speed: one sequence at a time, gathering only the rows that sequence attends to.
@@ -8,7 +8,11 @@ speed: one sequence at a time, gathering only the rows that sequence attends to.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from workbench.kernels.fp8 import E4M3_VALUES
 
 
 def rel_err(out, ref) -> float:
@@ -19,17 +23,26 @@ def rel_err(out, ref) -> float:
         raise ValueError(f"rel_err: shapes differ, out {out64.shape} vs ref {ref64.shape}")
     if not np.isfinite(out64).all():
         return float("inf")
-    diff_norm = float(np.linalg.norm(out64 - ref64))
-    ref_norm = float(np.linalg.norm(ref64))
+    diff_norm = _norm(out64 - ref64)
+    ref_norm = _norm(ref64)
     if ref_norm == 0.0:
         return 0.0 if diff_norm == 0.0 else float("inf")
     return diff_norm / ref_norm
 
 
-def dequantize(rows: np.ndarray, kv_dtype: str) -> np.ndarray:
-    """KV rows in their storage dtype → float64 (bf16 arrives as uint16 bits: the top half of a float32)."""
+def _norm(x: np.ndarray) -> float:
+    """Euclidean norm by NumPy's pairwise sum: np.linalg.norm is a BLAS dot, whose last bit depends on
+    the BLAS thread count."""
+    return math.sqrt(float(np.sum(np.square(x))))
+
+
+def dequantize(rows: np.ndarray, kv_dtype: str, kv_scale: float = 1.0) -> np.ndarray:
+    """KV rows in their storage dtype → float64 (bf16 arrives as uint16 bits: the top half of a float32;
+    fp8 as uint8 e4m3 codes, times their per-tensor scale)."""
     if kv_dtype == "bf16":
         return (rows.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if kv_dtype == "fp8":
+        return E4M3_VALUES[rows].astype(np.float64) * kv_scale
     return rows.astype(np.float64)
 
 
@@ -65,17 +78,17 @@ def _attend(q, k, v, scale: float, num_visible) -> np.ndarray:
     return out.reshape(num_q, num_heads, head_dim)
 
 
-def _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale) -> np.ndarray:
+def _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales) -> np.ndarray:
     out = np.empty(q.shape, dtype=np.float64)  # [num_seqs, num_heads, head_dim]
     for seq in range(q.shape[0]):
         slots = slots_of(seq)
-        k = dequantize(k_pool[slots], kv_dtype)  # [kv_len, num_kv_heads, head_dim]
-        v = dequantize(v_pool[slots], kv_dtype)
+        k = dequantize(k_pool[slots], kv_dtype, kv_scales[0])  # [kv_len, num_kv_heads, head_dim]
+        v = dequantize(v_pool[slots], kv_dtype, kv_scales[1])
         out[seq] = _attend(q[seq : seq + 1], k, v, scale, [len(slots)])[0]
     return out
 
 
-def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale) -> np.ndarray:
+def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales) -> np.ndarray:
     out = np.empty(q.shape, dtype=np.float64)  # [total_q, num_heads, head_dim]
     for seq in range(len(qo_indptr) - 1):
         q_begin, q_end = int(qo_indptr[seq]), int(qo_indptr[seq + 1])
@@ -83,33 +96,36 @@ def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale) -> np.ndarr
         kv_len, num_q = len(slots), q_end - q_begin
         # query j sits at position kv_len - num_q + j and sees positions 0..kv_len - num_q + j
         num_visible = kv_len - num_q + 1 + np.arange(num_q)
-        k = dequantize(k_pool[slots], kv_dtype)
-        v = dequantize(v_pool[slots], kv_dtype)
+        k = dequantize(k_pool[slots], kv_dtype, kv_scales[0])
+        v = dequantize(v_pool[slots], kv_dtype, kv_scales[1])
         out[q_begin:q_end] = _attend(q[q_begin:q_end], k, v, scale, num_visible)
     return out
 
 
-def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
+                 kv_scales=(1.0, 1.0)):
     """Decode attention over a CSR page table → float64 [num_seqs, num_heads, head_dim]."""
     slots_of = lambda seq: paged_slots(kv_indptr, kv_indices, kv_last_page_len, block_size, seq)
-    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale)
+    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales)
 
 
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
     """Decode attention over contiguous extents → float64 [num_seqs, num_heads, head_dim]."""
-    return _decode(q, k_pool, v_pool, lambda seq: contiguous_slots(kv_start, kv_len, seq), kv_dtype, scale)
+    slots_of = lambda seq: contiguous_slots(kv_start, kv_len, seq)
+    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales)
 
 
-def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
+                 kv_scales=(1.0, 1.0)):
     """Causal extend attention over a CSR page table → float64 [total_q, num_heads, head_dim]."""
     slots_of = lambda seq: paged_slots(kv_indptr, kv_indices, kv_last_page_len, block_size, seq)
-    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale)
+    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales)
 
 
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
     """Causal extend attention over contiguous extents → float64 [total_q, num_heads, head_dim]."""
     slots_of = lambda seq: contiguous_slots(kv_start, kv_len, seq)
-    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale)
+    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:

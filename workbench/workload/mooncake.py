@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from workbench.errors import WorkloadError
+from workbench.intmath import cdiv
 from workbench.workload.failed import FAILED_CHOICES, settle_failed
 from workbench.workload.request import Segment
 from workbench.workload.spec import WorkloadSpec
@@ -83,7 +84,7 @@ def _parse_lines(path: Path) -> list[tuple[int, float, int, int, list[int]]]:
         ids = obj["hash_ids"]
         if not isinstance(ids, list) or not all(_is_int(h) and 0 <= h < 2**63 for h in ids):
             raise WorkloadError(path, number, "hash_ids", "a list of non-negative integers", ids)
-        need = -(-obj["input_length"] // HASH_BLOCK_TOKENS)
+        need = cdiv(obj["input_length"], HASH_BLOCK_TOKENS)
         if len(ids) != need:
             raise WorkloadError(path, number, "hash_ids", f"ceil(input_length / {HASH_BLOCK_TOKENS}) = {need} ids",
                                 len(ids))

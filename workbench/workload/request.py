@@ -14,9 +14,6 @@ import numpy as np
 
 VOCAB_SIZE = 50_272  # OPT's vocabulary; token ids lie in [0, VOCAB_SIZE)
 
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
 @dataclass(frozen=True, slots=True)
 class Segment:
     """`length` tokens whose ids are `token_ids_for(key, 0..length-1)`."""
@@ -77,11 +74,12 @@ def output_keys(request_ids: np.ndarray, samples: np.ndarray | int) -> np.ndarra
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer, vectorized over uint64."""
-    with np.errstate(over="ignore"):
-        z = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
-        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
-        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
+    """splitmix64 finalizer, vectorized over uint64 (arithmetic wraps modulo 2^64). The one NumPy
+    splitmix64 of the package; `allocators.prefix_loops` has its compiled twin."""
+    with np.errstate(over="ignore"):  # uint64 scalars warn on the wrap that arrays do silently
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return z ^ (z >> np.uint64(31))
 
 
