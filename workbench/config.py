@@ -48,6 +48,10 @@ def check_field(f: dataclasses.Field, value: Any) -> None:
         if "None" not in str(f.type):
             raise ValueError(f"{name} must be given, got None")
         return
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return
     if kind == "str":
         if not isinstance(value, str):
             raise ValueError(f"{name} must be a string, got {value!r}")
@@ -117,8 +121,11 @@ class RunConfig:
     preemption: str = _f("recompute", "preemption mode: recompute | swap", choices=("recompute", "swap"))
     swap_gib: float = _f(4.0, "host swap space in GiB", ge=0)
     max_num_seqs: int = _f(256, "maximum running sequences per step", gt=0, le=MAX_SLOTS)
-    max_num_batched_tokens: int | None = _f(None, "maximum prefill tokens per step (default: max(max_model_len, "
+    max_num_batched_tokens: int | None = _f(None, "token budget of a step: prefill tokens, or with --chunked-prefill "
+                                                  "decode plus prefill-chunk tokens (default: max(max_model_len, "
                                                   "2048))", gt=0, le=MAX_SLOTS)
+    chunked_prefill: bool = _f(False, "split prompts into chunks that fill each step's token budget after its decodes "
+                                      "(Sarathi-Serve, vLLM v1)")
     watermark_frac: float = _f(0.01, "fraction of KV blocks kept free at admission (paged strategies)", ge=0, lt=1)
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
@@ -163,9 +170,12 @@ class RunConfig:
                              f"max_model_len = {max_model_len} tokens; raise --kv-gib/--kv-slots or lower "
                              f"--max-model-len")
         max_batched = self.max_num_batched_tokens or max(max_model_len, 2048)
-        if max_batched < max_model_len:
+        if self.chunked_prefill and max_batched < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({max_batched}) < max_num_seqs ({self.max_num_seqs}): with "
+                             f"chunked prefill a step's decodes alone could exceed the token budget")
+        if not self.chunked_prefill and max_batched < max_model_len:
             raise ValueError(f"max_num_batched_tokens ({max_batched}) < max_model_len ({max_model_len}): "
-                             f"a long prompt could never be prefilled (no chunked prefill)")
+                             f"a long prompt could never be prefilled (without --chunked-prefill)")
         if self.kernel_heads is not None and self.kernel_heads > model.num_kv_heads:
             raise ValueError(f"kernel_heads ({self.kernel_heads}) exceeds the model's {model.num_kv_heads} kv heads")
         kv_bytes_per_token = model.kv_bytes_per_token(self.kv_dtype)

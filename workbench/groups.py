@@ -20,6 +20,7 @@ class GroupState(IntEnum):
     RUNNING = 2  # in the decode batch
     SWAPPED = 3  # preempted to the host pool
     DONE = 4  # finished or rejected
+    PREFILLING = 5  # chunked prefill: holds the KV of the chunks computed so far; the rest of its prompt waits
 
 
 @dataclass(eq=False, slots=True)

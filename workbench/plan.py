@@ -24,11 +24,16 @@ Descriptor = PagedDescriptor | ContiguousDescriptor
 
 @dataclass(frozen=True, slots=True)
 class Prefill:
-    """A group admitted this step: each sequence's KV rows [cached_tokens, kv_len) are written."""
+    """Prefill work of one group this step: each sequence's KV rows [start, stop) are written. Without
+    chunked prefill a group is admitted and prefilled whole in one step (start = cached_tokens, stop =
+    its kv_len); with it, one step computes one chunk and only the last chunk produces a token."""
 
     group: Group
-    cached_tokens: int
+    cached_tokens: int  # prefix-cache hit counted at admission (0 for a later chunk)
     write_tokens: int  # distinct prompt/generated tokens whose KV the step computes
+    start: int
+    stop: int
+    completes: bool  # the group's prefill ends this step: it produces its first token and decodes next
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,10 @@ def build_parser() -> OneLineParser:
             help += " (default: %(default)s)"
         if describe_bounds(f):
             help += f" [{describe_bounds(f)}]"
-        kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": help}
+        if f.type == "bool":  # a switch: present means on
+            kwargs = {"action": "store_true", "help": f.metadata["help"]}
+        else:
+            kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": help}
         if f.metadata.get("choices"):
             kwargs["choices"] = f.metadata["choices"]
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kwargs)

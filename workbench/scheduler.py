@@ -6,7 +6,9 @@ beams; workbench.groups).
 Per step (`schedule`): running groups get one slot per sequence (preempting the latest-arrived
 group, all or nothing, while that is impossible), then — only if nothing was preempted — swapped
 groups come back and waiting groups are admitted in arrival order, under `max_num_seqs`, a prefill
-budget of `max_num_batched_tokens` and (paged strategies) a free-block watermark. The result is a
+budget of `max_num_batched_tokens` and (paged strategies) a free-block watermark. With chunked
+prefill the budget covers decodes and prefill chunks alike, and a partially prefilled group
+continues before anything new is admitted (workbench.prefill_chunks). The result is a
 `StepPlan` (workbench.plan); `complete` then advances the tokens and retires finished groups. Only
 the strategy's integers change here; the kernel runner executes the plan's copies, moves and
 writes on the KV pool.
@@ -24,6 +26,7 @@ from workbench.beam_forks import BeamForks
 from workbench.groups import Group, GroupState
 from workbench.intmath import cdiv
 from workbench.plan import NO_PAIRS, NO_SLOTS, KernelInputs, Prefill, SeqWrite, StepPlan
+from workbench.prefill_chunks import PrefillChunks, append_recomputed
 from workbench.request_log import RequestLog
 from workbench.step_cost import CostMeter
 from workbench.tokens import TokenStore
@@ -45,7 +48,7 @@ class Scheduler:
 
     def __init__(self, strategy: Strategy, requests: list[Request], tokens: TokenStore, *, max_model_len: int,
                  max_num_seqs: int, max_num_batched_tokens: int, watermark_frac: float, swap: bool, seed: int,
-                 kernel_every: int | None = None) -> None:
+                 kernel_every: int | None = None, chunked_prefill: bool = False) -> None:
         self.strategy = strategy
         self.requests = requests
         self.tokens = tokens
@@ -58,6 +61,7 @@ class Scheduler:
         self.watermark_blocks = int(watermark_frac * (strategy.capacity_slots // self.block_size)) if self.paged else 0
         self.swap = swap and strategy.supports_swap  # else preemption recomputes
         self.kernel_every = kernel_every
+        self.chunks = PrefillChunks(strategy, tokens) if chunked_prefill else None
         self.next_arrival = 0  # index of the first request not yet arrived
         self.waiting: deque[Group] = deque()
         self.swapped: deque[Group] = deque()
@@ -96,7 +100,11 @@ class Scheduler:
                 self.waiting.append(group)
 
     def has_work(self) -> bool:
-        return bool(self.running or self.waiting or self.swapped)
+        return bool(self.running or self.waiting or self.swapped or self._partial())
+
+    def _partial(self) -> Group | None:
+        """The partially prefilled group (chunked prefill only)."""
+        return None if self.chunks is None else self.chunks.group
 
     def next_arrival_s(self) -> float | None:
         if self.next_arrival < len(self.requests):
@@ -144,8 +152,10 @@ class Scheduler:
         preemptions = 0
         ids = self.decode_ids()
         while ids and not strategy.can_append(ids):
-            victim = max(self.running, key=lambda g: g.index)
-            if len(self.running) == 1:
+            partial = self._partial()
+            holders = self.running if partial is None else [*self.running, partial]
+            victim = max(holders, key=lambda g: g.index)
+            if len(holders) == 1:
                 self._leave_running(victim)
                 self._free_group(victim)
                 self._reject(victim, "needs more KV slots than the whole pool")
@@ -168,15 +178,18 @@ class Scheduler:
             self.meter.decoded(len(ids), self.step)
         else:
             decode_slots = NO_SLOTS
+        budget = self.max_num_batched_tokens - (len(ids) if self.chunks is not None else 0)
 
         started: list[Group] = []
         swap_in: list[np.ndarray] = []
         prefills: list[Prefill] = []
         refused_extent = 0
         if not preemptions:
+            if self._partial() is not None:
+                budget = self._continue_prefill(prefills, copies, budget)
             self._swap_in(started, swap_in)
-            if not self.swapped:
-                refused_extent = self._admit(now_s, prefills, copies)
+            if not self.swapped and self._partial() is None:
+                refused_extent = self._admit(now_s, prefills, copies, budget)
         copies_arr = _concat(copies)
         swap_out_arr, swap_in_arr = _concat(swap_out), _concat(swap_in)
         mapped = mapped_pages(strategy)
@@ -200,9 +213,9 @@ class Scheduler:
             g = p.group
             for sample, seq_id in enumerate(g.seq_ids):
                 # the first sequence computes the prompt; the others only their own recomputed tokens
-                query_start = p.cached_tokens if sample == 0 else g.request.prompt_tokens
-                writes.append(SeqWrite(seq_id, p.cached_tokens, g.kv_len, min(query_start, g.kv_len),
-                                       self.strategy.slot_mapping(seq_id, p.cached_tokens, g.kv_len)))
+                query_start = p.start if sample == 0 else max(p.start, g.request.prompt_tokens)
+                writes.append(SeqWrite(seq_id, p.start, p.stop, min(query_start, p.stop),
+                                       self.strategy.slot_mapping(seq_id, p.start, p.stop)))
         decode_desc = extend_desc = None
         attention = self.step % self.kernel_every == 0
         if attention:
@@ -226,6 +239,8 @@ class Scheduler:
                     self._sync(g)
                     self._advance_beams(g)
         for p in plan.prefills:
+            if not p.completes:  # a chunk before the last: the group stays PREFILLING
+                continue
             g = p.group
             g.generated += 1
             self.log.first_token(g.index, now_s)
@@ -264,9 +279,25 @@ class Scheduler:
             self.meter.add(g, self.step, +1)
 
     # ---- admission ---------------------------------------------------------------------------
-    def _admit(self, now_s: float, prefills: list[Prefill], copies: list[np.ndarray]) -> int:
-        """Admit waiting groups in order until one does not fit; returns the refused extent (0 if none)."""
-        budget = self.max_num_batched_tokens
+    def _continue_prefill(self, prefills: list[Prefill], copies: list[np.ndarray], budget: int) -> int:
+        """The partially prefilled group computes its next chunk; returns the budget left. Without room
+        for it the group waits for running groups to free blocks, unless none runs: then no
+        block will ever come free and it is rejected."""
+        g = self.chunks.group
+        prefill = self.chunks.advance(budget, copies)
+        if prefill is not None:
+            prefills.append(prefill)
+            return budget - prefill.write_tokens
+        if not self.running:
+            self._leave_running(g)
+            self._free_group(g)
+            self.chunks.group = None
+            self._reject(g, "needs more KV slots than the whole pool")
+        return budget
+
+    def _admit(self, now_s: float, prefills: list[Prefill], copies: list[np.ndarray], budget: int) -> int:
+        """Admit waiting groups in order until one does not fit or (chunked prefill) a chunk spends the
+        budget; returns the refused extent (0 if none)."""
         while self.waiting:
             g = self.waiting[0]
             tokens = g.request.prompt_tokens + g.generated  # a recomputed group re-prefills what it generated
@@ -274,7 +305,9 @@ class Scheduler:
             if num_seqs > self.max_num_seqs:
                 self._reject(self.waiting.popleft(), f"{num_seqs} sequences > max_num_seqs ({self.max_num_seqs})")
                 continue
-            if tokens > budget or self.num_running_seqs + num_seqs > self.max_num_seqs:
+            if self.chunks is not None:
+                tokens = min(tokens, budget)  # the first chunk; blocks follow the chunks
+            if tokens > budget or not budget or self.num_running_seqs + num_seqs > self.max_num_seqs:
                 return 0
             pool_empty = self.num_running_seqs == 0 and not self.swapped
             if self.watermark_blocks:
@@ -285,7 +318,13 @@ class Scheduler:
                                                              "the watermark")
                         continue
                     return 0
-            outcome = self._admit_group(g, num_seqs, copies, pool_empty)
+            self._add_sequences(g, num_seqs)
+            if self.chunks is None:
+                outcome = self._admit_group(g, num_seqs, copies, pool_empty)
+            else:
+                outcome = self.chunks.admit(g, budget, copies)
+                if not isinstance(outcome, Prefill):
+                    outcome = Refused(outcome.needed_extent_slots)
             if isinstance(outcome, Refused):
                 if pool_empty:
                     self._reject(self.waiting.popleft(), "needs more KV slots than the whole pool")
@@ -293,18 +332,24 @@ class Scheduler:
                 return outcome.needed_extent_slots
             self.waiting.popleft()
             self.log.admitted(g.index, now_s, outcome.cached_tokens)
+            self.num_running_seqs += num_seqs
             budget -= outcome.write_tokens
             prefills.append(outcome)
+            if not outcome.completes:  # its chunk spent the budget (or the pool has no room for more)
+                return 0
         return 0
+
+    def _add_sequences(self, g: Group, num_seqs: int) -> None:
+        """Mutates. A group's sequences get their ids and tokens at its first admission."""
+        if not g.seq_ids:
+            g.seq_ids = list(range(self.next_seq_id, self.next_seq_id + num_seqs))
+            self.next_seq_id += num_seqs
+            self.tokens.add(g.seq_ids, g.request)
 
     def _admit_group(self, g: Group, num_seqs: int, copies: list[np.ndarray], pool_empty: bool) -> Prefill | Refused:
         """Allocate the group's prompt (plus what it generated before a recompute); on refusal the
         strategy is unchanged."""
         req = g.request
-        if not g.seq_ids:
-            g.seq_ids = list(range(self.next_seq_id, self.next_seq_id + num_seqs))
-            self.next_seq_id += num_seqs
-            self.tokens.add(g.seq_ids, req)
         recomputed = g.generated
         if num_seqs == 1 and recomputed:
             token_ids = self.tokens.logical(g.seq_ids[0], req.prompt_tokens + recomputed)
@@ -328,32 +373,28 @@ class Scheduler:
         write_tokens = len(token_ids) - result.cached_tokens
         if num_seqs > 1 and recomputed:
             # each sample's own generated tokens follow the shared prompt: one append per position
-            seq_ids = np.asarray(g.seq_ids, dtype=np.int64)
             for j in range(recomputed):
                 if not self.paged and not self.strategy.can_append(g.seq_ids):
                     # memory mapped on demand (virtual-contiguous) ran out before the samples' own tokens:
                     # undo the admission (nothing is written yet, no prefix cache holds these slots)
                     self._free_group(g)
                     return Refused(0)
-                if self.strategy.wants_token_ids:
-                    step_copies = self.strategy.append(g.seq_ids, self.tokens.generated(seq_ids, np.full(num_seqs, j)))
-                else:
-                    step_copies = self.strategy.append(g.seq_ids)
-                if len(step_copies.copies):
-                    copies.append(step_copies.copies)
+                append_recomputed(self.strategy, self.tokens, g, j, copies)
             g.kv_len += recomputed
             write_tokens += recomputed * num_seqs
         g.state = GroupState.STARTING
-        self.num_running_seqs += num_seqs
-        return Prefill(g, result.cached_tokens, write_tokens)
+        return Prefill(g, result.cached_tokens, write_tokens, result.cached_tokens, g.kv_len, True)
 
     # ---- preemption and swapping -------------------------------------------------------------
     def _preempt(self, g: Group) -> np.ndarray | None:
         """Mutates. Take a running group off the device, all or nothing: swap it to the host pool when
         swapping is on and the host has room, else free it for recompute. Returns the swap moves."""
+        partial = g.state == GroupState.PREFILLING  # a partial prefill is recomputed, never swapped
+        if partial:
+            self.chunks.group = None
         self._leave_running(g)
         self.log.preempted(g.index)
-        if self.swap and self.strategy.can_swap_out(g.seq_ids):
+        if self.swap and not partial and self.strategy.can_swap_out(g.seq_ids):
             moves = self.strategy.swap_out(g.seq_ids).moves
             g.state = GroupState.SWAPPED
             self.swapped.appendleft(g)

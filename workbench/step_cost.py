@@ -56,21 +56,22 @@ class CostMeter:
 
     def cost(self, num_decode: int, prefills, started: list[Group], copied_blocks: int,
              swapped_blocks: int, mapped_pages: int = 0) -> StepCost:
-        """The step's totals: the decode batch (already counted by `decoded`), then each admitted
-        group's prefill (`workbench.plan.Prefill`) and each group swapped back in."""
+        """The step's totals: the decode batch (already counted by `decoded`), then each group's
+        prefill work of this step (`workbench.plan.Prefill`: a whole prompt or one chunk) and each group
+        swapped back in."""
         bs = self.block_size
         kv_read = attn_ctx = self._decode_ctx
         unshared = self._unshared_blocks * bs
         num_prefill = 0
         num_running = num_decode
         for p in prefills:
-            g = p.group
+            n = p.group.num_seqs
             num_prefill += p.write_tokens
-            kv_read += g.kv_len * g.num_seqs
-            unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
-            num_running += g.num_seqs
-            # queries at positions [cached, kv_len) attend to positions 0..p: the sum of (p + 1)
-            attn_ctx += (g.kv_len * (g.kv_len + 1) - p.cached_tokens * (p.cached_tokens + 1)) // 2
+            kv_read += p.stop * n
+            unshared += n * cdiv(p.stop, bs) * bs
+            num_running += n
+            # queries at positions [start, stop) attend to positions 0..q: the sum of (q + 1)
+            attn_ctx += (p.stop * (p.stop + 1) - p.start * (p.start + 1)) // 2
         for g in started:  # swapped back in: holding blocks, computing from the next step
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         # positional: built once per step, and keywords cost a NamedTuple half its construction time

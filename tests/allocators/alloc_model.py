@@ -28,22 +28,40 @@ class PoolModel:
 
     # -- operations, each executed like the engine would ------------------------------------------
 
-    def admit(self, seq_ids: list[int], prompt: np.ndarray, final_len: int):
-        result = self.s.admit(seq_ids, SeqSpec(prompt.astype(np.int32), final_len))
+    def admit(self, seq_ids: list[int], prompt: np.ndarray, final_len: int, num_new_tokens: int | None = None):
+        """Admit a group; with `num_new_tokens` (chunked prefill) it holds the hit plus that many tokens
+        and the rest of the prompt comes through `extend`."""
+        spec = SeqSpec(prompt.astype(np.int32), final_len, num_new_tokens)
+        result = self.s.admit(seq_ids, spec)
         if not result.admitted:
             return result
         first = seq_ids[0]
         cached = result.cached_tokens
         assert 0 <= cached < prompt.shape[0], "a hit must leave the last prompt token to compute"
+        held = spec.num_held(cached)
         hit_slots = self.s.slot_mapping(first, 0, cached)
         assert np.array_equal(self.device[hit_slots], prompt[:cached]), "prefix hit onto the wrong KV"
-        self.device[self.s.slot_mapping(first, cached, prompt.shape[0])] = prompt[cached:]
+        self.device[self.s.slot_mapping(first, cached, held)] = prompt[cached:held]
         if result.copies is not None:
             self._copy(result.copies)
         for seq_id in seq_ids:
-            self.tokens[seq_id] = prompt.tolist()
+            self.tokens[seq_id] = prompt[:held].tolist()
             self.final[seq_id] = final_len
             self.placed_len[seq_id] = prompt.shape[0]
+        return result
+
+    def extend(self, seq_ids: list[int], new: np.ndarray):
+        """The group's next prompt tokens (chunked prefill), written through the first sequence's slots
+        and delivered to the others by the returned copies, as the engine's contract allows."""
+        result = self.s.extend(seq_ids, new.astype(np.int32))
+        if not result.admitted:
+            return result
+        length = len(self.tokens[seq_ids[0]])
+        self.device[self.s.slot_mapping(seq_ids[0], length, length + new.shape[0])] = new
+        if result.copies is not None:
+            self._copy(result.copies)
+        for seq_id in seq_ids:
+            self.tokens[seq_id].extend(new.tolist())
         return result
 
     def append(self, seq_ids: list[int], rng: np.random.Generator) -> None:

@@ -4,6 +4,8 @@ After every operation: `check_integrity()`, the exact six-way identity (Snapshot
 otherwise), the token / reserved / internal split recomputed from slot mappings alone, and every
 live sequence reading back its own tokens through the pool (so copies, swaps and prefix hits are
 executed and checked, not just counted). When everything is freed, free + cached == capacity.
+Half of the admissions are chunked (chunked prefill): the group holds its first chunk and `extend`
+brings the rest of its prompt in random chunks, while it is neither appended to, forked nor swapped.
 """
 
 from __future__ import annotations
@@ -92,11 +94,14 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
     model = PoolModel(s, host_slots=capacity // 2)
     prefixes = [rng.integers(0, 1000, max_len) for _ in range(3)]
     groups: list[list[int]] = []  # admission groups (swap unit), members still live
+    pending: dict[int, np.ndarray] = {}  # first id of a group being prefilled -> its prompt tokens still to come
     seen: list[np.ndarray] = []  # token ids of freed sequences, prompt and appended tokens
     next_id = 0
     for _ in range(num_ops):
-        op = rng.choice(["admit", "admit", "append", "append", "append", "fork", "free", "swap_out", "swap_in"])
-        on_device = model.on_device()
+        op = rng.choice(["admit", "admit", "extend", "append", "append", "append", "fork", "free", "swap_out",
+                         "swap_in"])
+        prefilling = {i for g in groups if g[0] in pending for i in g}
+        on_device = [i for i in model.on_device() if i not in prefilling]
         if op == "admit":
             if seen and rng.random() < 0.5:  # continue a sequence seen before (a next turn): hits its decode blocks
                 prompt = _continuation(rng, seen[int(rng.integers(len(seen)))], max_len - 1)
@@ -106,13 +111,28 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
             n = int(rng.integers(1, 5))
             ids = list(range(next_id, next_id + n))
             before = s.snapshot()
-            result = model.admit(ids, prompt, final)
+            chunk = int(rng.integers(1, prompt.shape[0] + 1)) if rng.random() < 0.5 else None
+            result = model.admit(ids, prompt, final, chunk)
             if result.admitted:
                 next_id += n
                 groups.append(ids)
+                held = len(model.tokens[ids[0]])
+                if held < prompt.shape[0]:
+                    pending[ids[0]] = prompt[held:]
             else:
                 assert s.snapshot() == before, "a refused admission changed the pool"
                 _check_refusal(model, result.needed_extent_slots)
+        elif op == "extend" and pending:
+            group = next(g for g in groups if g[0] in pending)
+            rest = pending.pop(group[0])
+            k = int(rng.integers(1, rest.shape[0] + 1))
+            before = s.snapshot()
+            if model.extend(group, rest[:k]).admitted:
+                rest = rest[k:]
+            else:
+                assert s.snapshot() == before, "a refused extend changed the pool"
+            if rest.shape[0]:
+                pending[group[0]] = rest
         elif op == "append" and on_device:
             batch = [i for i in on_device if len(model.tokens[i]) < model.final[i] and rng.random() < 0.7]
             if not batch:
@@ -125,9 +145,10 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
                     s.append(batch)
                 assert s.snapshot() == before, "a failed append changed the pool"
                 victim = next(g for g in reversed(groups) if g[0] not in model.swapped)
-                if s.supports_swap and s.can_swap_out(victim):
+                if s.supports_swap and victim[0] not in pending and s.can_swap_out(victim):
                     model.swap_out(victim)
-                else:
+                else:  # a group being prefilled is recomputed, never swapped
+                    pending.pop(victim[0], None)
                     for i in victim:
                         model.free(i)
                     groups.remove(victim)
@@ -138,13 +159,16 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
                 next_id += 1
         elif op == "free" and model.tokens:
             group = groups[int(rng.integers(len(groups)))]
+            rest = pending.pop(group[0], None)
             seq_id = group.pop(int(rng.integers(len(group))))
+            if rest is not None and group:  # the other members go on being prefilled
+                pending[group[0]] = rest
             seen.append(np.array(model.tokens[seq_id]))
             model.free(seq_id)
             if not group:
                 groups.remove(group)
         elif op == "swap_out" and s.supports_swap:
-            device_groups = [g for g in groups if g[0] not in model.swapped]
+            device_groups = [g for g in groups if g[0] not in model.swapped and g[0] not in pending]
             if device_groups:
                 group = device_groups[int(rng.integers(len(device_groups)))]
                 if s.can_swap_out(group):

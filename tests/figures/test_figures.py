@@ -48,6 +48,8 @@ SPECS = {
                                  "workload": ["fixed:prompt=64,output=16", "fixed:prompt=256,output=16"] * 2
                                  + ["fixed:prompt=256,output=16"]
                                  + ["fixed:prompt=64,output=16", "fixed:prompt=256,output=16"]}]},
+    "chunked_prefill": {"base": {**TINY, "strategy": "paged", "max_num_seqs": 32},
+                        "zip": [{"chunked_prefill": [False, True], "max_num_batched_tokens": [None, 64]}]},
 }
 
 
@@ -208,6 +210,19 @@ def test_kernel_overhead_values_are_the_steps_decode_times(built):
     np.testing.assert_array_equal(ratio.get_xdata(), [4, 16])
     np.testing.assert_allclose(ratio.get_ydata(), ns[paged.index] / base.mean(), rtol=1e-12)
     assert np.all(np.isfinite(ratio.get_ydata())) and np.all(ratio.get_ydata() > 0)
+    plt.close(fig)
+
+
+def test_chunked_prefill_bars_are_the_summary(built):
+    _, summary = built["chunked_prefill"]
+    fig, (ttft, tpot, memory) = figure(built, "chunked_prefill")
+    for ax, metric, scale in ((ttft, "ttft", 1.0), (tpot, "tpot", 1e3)):
+        bars = {c.get_label(): [p.get_height() for p in c.patches] for c in ax.containers}
+        for pct in ("p50", "p99"):
+            np.testing.assert_allclose(bars[pct], summary[f"{metric}_{pct}_s"].to_numpy() * scale, rtol=1e-12)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["whole\nprompts", "chunks\n≤64"]
+    stacks = [[p.get_height() for p in c.patches] for c in memory.containers]
+    np.testing.assert_allclose(np.sum(stacks, axis=0), 100.0, rtol=1e-9)  # the partition covers the whole pool
     plt.close(fig)
 
 

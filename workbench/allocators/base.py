@@ -31,10 +31,27 @@ class SeqSpec:
     recomputed sequence prompt + generated so far), int32 [num_tokens]. `final_len` is the length
     the sequence will reach when it finishes (known from the trace); it splits "reserved" from
     "internal fragmentation" exactly.
+
+    `num_new_tokens` (chunked prefill): the sequences hold only the prefix hit plus at most this many
+    of the following tokens (the first chunk, computed in this step), and the rest of `token_ids`
+    arrive later through `extend`. The prefix cache is still looked up over all of `token_ids`, once.
+    None: they hold all of `token_ids`.
     """
 
     token_ids: np.ndarray  # int32 [num_tokens]
     final_len: int
+    num_new_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_new_tokens is not None and self.num_new_tokens < 1:
+            raise ValueError(f"num_new_tokens must be >= 1 (a chunk computes at least one token), "
+                             f"got {self.num_new_tokens}")
+
+    def num_held(self, cached_tokens: int) -> int:
+        """Tokens the sequences hold after an admission that hit `cached_tokens` in the prefix cache."""
+        if self.num_new_tokens is None:
+            return self.num_tokens
+        return cached_tokens + min(self.num_new_tokens, self.num_tokens - cached_tokens)
 
     @property
     def num_tokens(self) -> int:
@@ -43,12 +60,12 @@ class SeqSpec:
 
 @dataclass(frozen=True, slots=True)
 class AdmitResult:
-    """Outcome of `admit` or `fork`.
+    """Outcome of `admit`, `extend` or `fork`.
 
     `copies` order: for `fork`, run them before writing the child's next token (they copy the
-    parent's KV). For `admit`, they deliver the prompt's KV from the first sequence of the group to
-    the others (contiguous strategies, which cannot share), so run them *after* writing the prompt
-    through `slot_mapping(seq_ids[0], ...)`; writing the prompt through every sequence's own slot
+    parent's KV). For `admit` and `extend`, they deliver the new tokens' KV from the first sequence of
+    the group to the others (contiguous strategies, which cannot share), so run them *after* writing
+    the tokens through `slot_mapping(seq_ids[0], ...)`; writing them through every sequence's own slot
     mapping instead is equivalent and makes them redundant.
     """
 
@@ -154,6 +171,15 @@ class Strategy(Protocol):
         `token_ids` (int32 [num_seqs]) are the ids of the tokens written into those slots. Only a
         strategy with `wants_token_ids` uses them (to cache blocks filled during decode); callers
         may pass None, and then such a strategy stops caching these sequences' later blocks."""
+        ...
+
+    def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
+        """Mutates on success. Chunked prefill: the group admitted together by one `admit` with
+        `SeqSpec.num_new_tokens` (and neither appended to, forked nor swapped since) holds the next
+        `token_ids` (int32 [num_tokens]) of its prompt too, shared as admission shares the prompt; a
+        prefix cache registers the blocks they fill, exactly as an admission of the whole prompt
+        would have. Refused (admitted False, nothing changed) when the pool cannot supply the slots;
+        ValueError past `final_len` or for sequences that do not form such a group."""
         ...
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:

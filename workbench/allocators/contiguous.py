@@ -76,10 +76,27 @@ class ContiguousStrategy:
             needed = self._placer.alloc_size(reserve)
             return AdmitResult(False, needed_extent_slots=needed,
                                reason=f"no free extent of {needed} slots for each of {len(seq_ids)} sequences")
+        held = spec.num_held(0)  # no prefix cache: a chunked admission holds its first chunk
         for seq_id, (start, alloc) in zip(seq_ids, extents, strict=True):
-            self._add(seq_id, start, alloc, spec.num_tokens, spec.final_len)
+            self._add(seq_id, start, alloc, held, spec.final_len)
         first = extents[0][0]
-        copies = [_copy_pairs(first, start, spec.num_tokens) for start, _ in extents[1:]]
+        copies = [_copy_pairs(first, start, held) for start, _ in extents[1:]]
+        return AdmitResult(True, copies=np.concatenate(copies) if copies else None)
+
+    def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
+        """Mutates. The group's extents already cover the final length: never refused. Copies deliver
+        the new tokens from the first sequence's extent to the others', as admission does."""
+        rows = self._group_rows(seq_ids, swapped=False)
+        c = self._seqs.column
+        length, k = int(c("length")[rows[0]]), token_ids.shape[0]
+        if not np.all(c("length")[rows] == length):
+            raise ValueError(f"sequences {seq_ids} hold different lengths: not one group being prefilled")
+        if length + k > int(c("final_len")[rows].min()):
+            raise ValueError(f"extending {seq_ids} by {k} tokens passes their final length")
+        c("length")[rows] += k
+        self._token_slots += rows.shape[0] * k
+        first = int(c("start")[rows[0]]) + length
+        copies = [_copy_pairs(first, int(c("start")[row]) + length, k) for row in rows[1:].tolist()]
         return AdmitResult(True, copies=np.concatenate(copies) if copies else None)
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:

@@ -91,15 +91,18 @@ class PagedStrategy:
         return self.prefix.lookup(keys, max_hit), keys
 
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
-                     num_hit: int) -> None:
-        """Mutates the prefix index, the chains and counters after a successful admission."""
+                     num_hit: int, num_held: int) -> None:
+        """Mutates the prefix index, the chains and counters after a successful admission; only the
+        `num_held` tokens held (a chunked admission's first chunk) fill blocks now."""
         if self.prefix is None:
             return
+        keys = keys[:num_held // self.block_size]
         parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
         parents[1:] = keys[:-1]
         # a hit's key is registered already; a recomputed copy of a registered key stays unregistered
         self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]])
-        self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids, keys, self.tables.seqs.capacity_rows)
+        self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids[:num_held], keys,
+                           self.tables.seqs.capacity_rows)
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
 
@@ -135,11 +138,13 @@ class PagedStrategy:
         return self._free.size + self._num_cached_blocks()
 
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
-        """Mutates on success. The group's sequences share every block of the prompt."""
+        """Mutates on success. The group's sequences share every block of the prompt (of the tokens
+        they hold: the hit and the first chunk, with `spec.num_new_tokens`)."""
         self._check_new(seq_ids, spec)
-        num_tokens, bs = spec.num_tokens, self.block_size
+        bs = self.block_size
         hits, keys = self._lookup(spec)
         num_hit = hits.shape[0]
+        num_tokens = spec.num_held(num_hit * bs)
         num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
         need = num_blocks - num_hit
@@ -155,8 +160,40 @@ class PagedStrategy:
         self._written_slots += num_tokens - num_hit * bs + revived * bs
         self._logical_slots += n * num_tokens
         self._table_entries += n * num_blocks
-        self._on_admitted(seq_ids, spec, keys, blocks, num_hit)
+        self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens)
         return AdmitResult(True, cached_tokens=num_hit * bs)
+
+    def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
+        """Mutates on success. The group's shared table grows: its partial last block, held by the
+        group alone, fills in place (every holder writes the same tokens) and new blocks are shared
+        like the prompt's."""
+        t, bs = self.tables, self.block_size
+        rows = t.seqs.rows(seq_ids)
+        self._check_on_device(rows)
+        blocks = t.blocks_of(int(rows[0]))
+        length, k, n = int(t.seqs.column("length")[rows[0]]), token_ids.shape[0], rows.shape[0]
+        if any(not np.array_equal(t.blocks_of(int(r)), blocks) for r in rows[1:].tolist()) or \
+                not np.all(t.seqs.column("length")[rows] == length) or \
+                (length % bs and self._refcount[blocks[-1]] != n):
+            raise ValueError(f"sequences {seq_ids} do not share one block table of their own: not one group "
+                             f"being prefilled")
+        if length + k > int(t.seqs.column("final_len")[rows].min()):
+            raise ValueError(f"extending {seq_ids} by {k} tokens passes their final length")
+        need = -(-(length + k) // bs) - blocks.shape[0]
+        if need > self.num_allocatable_blocks():
+            return AdmitResult(False, reason=f"needs {need} blocks, {self.num_allocatable_blocks()} allocatable")
+        fresh = self._take(need)
+        self._refcount[fresh] = n
+        for row in rows.tolist():
+            t.extend_row(row, fresh, length + k)
+        self._written_slots += k
+        self._logical_slots += n * k
+        self._table_entries += n * need
+        if self.prefix is not None:
+            parents, keys = self._chains.extend(rows, length, token_ids)
+            filled = np.concatenate([blocks, fresh])[length // bs:(length + k) // bs]
+            self.prefix.insert(parents, keys, filled[:keys.shape[0]])
+        return AdmitResult(True)
 
     def _take_after_claiming(self, hits: np.ndarray, n: int, need: int) -> np.ndarray:
         """Mutates. Hits gain n holders first, so that taking `need` fresh blocks cannot evict them."""

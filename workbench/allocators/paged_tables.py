@@ -40,6 +40,14 @@ class BlockTables:
         self.seqs.column("num_blocks")[row] = blocks.shape[0]
         return row
 
+    def extend_row(self, row: int, blocks: np.ndarray, length: int) -> None:
+        """Mutates. The row's table gains `blocks` (int32 [k]) at its end and holds `length` tokens."""
+        num_blocks = int(self.seqs.column("num_blocks")[row])
+        self._fit(num_blocks + blocks.shape[0])
+        self._table[row, num_blocks:num_blocks + blocks.shape[0]] = blocks
+        self.seqs.column("num_blocks")[row] = num_blocks + blocks.shape[0]
+        self.seqs.column("length")[row] = length
+
     def remove(self, seq_id: int) -> None:
         """Mutates."""
         self.seqs.remove(seq_id)

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.prefix_hash import CHAIN_BASE, block_keys, position_salt, tail_term_sum
+from workbench.allocators.prefix_hash import (
+    CHAIN_BASE,
+    block_keys,
+    chain_keys,
+    position_salt,
+    tail_term_sum,
+    token_terms,
+)
 from workbench.allocators.prefix_loops import append_terms
 
 
@@ -48,6 +55,26 @@ class SeqChains:
     def forget(self, rows: np.ndarray) -> None:
         """Mutates. These rows appended tokens of unknown ids: they yield no more keys."""
         self._known[rows] = False
+
+    def extend(self, rows: np.ndarray, length: int, token_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mutates. Rows of one shared chain (a group's prompt being prefilled, int64 [n]) holding
+        `length` tokens append `token_ids` (int32 [k]). Returns the parent keys and keys of the blocks
+        this fills, uint64 [num_filled] each (none when the rows' token ids are unknown)."""
+        bs, k, row = self.block_size, token_ids.shape[0], rows[0]
+        positions = length + np.arange(k)
+        terms = token_terms(token_ids, positions % bs, bs)  # [k]
+        bounds = np.concatenate([[0], np.flatnonzero(positions[1:] % bs == 0) + 1])  # where each block begins
+        sums = np.add.reduceat(terms, bounds)  # [blocks touched] term sums of the chunk's part of each
+        sums[:1] += self._tail_sum[row:row + 1]  # the partial block it continues (0 when it starts a block)
+        num_filled = (length + k) // bs - length // bs
+        keys = chain_keys(self._chain_key[row], sums[:num_filled])
+        parents = np.concatenate([self._chain_key[row:row + 1], keys[:-1]])
+        if num_filled:
+            self._chain_key[rows] = keys[-1]
+        self._tail_sum[rows] = sums[-1] if (length + k) % bs else np.uint64(0)
+        if not self._known[row]:
+            return keys[:0], keys[:0]
+        return parents, keys
 
     def advance(self, rows: np.ndarray, lengths: np.ndarray, token_ids: np.ndarray):
         """Mutates. Each row of `rows` (int64 [n]) just wrote `token_ids[i]` at position lengths[row] - 1

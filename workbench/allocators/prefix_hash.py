@@ -60,6 +60,14 @@ def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
     return powers * np.cumsum(content * powers_inv, dtype=np.uint64)
 
 
+def chain_keys(parent_key: np.uint64, term_sums: np.ndarray) -> np.ndarray:
+    """Chain keys of consecutive blocks whose token-term sums are `term_sums` (uint64 [n]), following
+    the block keyed `parent_key` (0: none), uint64 [n]; `block_keys` gives the same keys from tokens."""
+    n = term_sums.shape[0]
+    powers, powers_inv = _power_tables(n + 1)
+    return powers[1:] * parent_key + powers[:n] * np.cumsum(mix64(term_sums) * powers_inv[:n], dtype=np.uint64)
+
+
 def tail_term_sum(token_ids: np.ndarray, block_size: int) -> np.uint64:
     """Sum of the terms of the tokens after the last full block of `token_ids` (0 if none)."""
     tail = token_ids[token_ids.shape[0] // block_size * block_size:]

@@ -93,13 +93,36 @@ class VirtualContiguous:
         if not 1 <= spec.num_tokens <= spec.final_len <= self.max_model_len:
             raise ValueError(f"need 1 <= num_tokens ({spec.num_tokens}) <= final_len ({spec.final_len}) "
                              f"<= max_model_len ({self.max_model_len})")
-        extents, reason = self._place([spec.num_tokens] * len(seq_ids), [spec.final_len] * len(seq_ids))
+        held = spec.num_held(0)  # no prefix cache: the first chunk under chunked prefill, else the prompt
+        extents, reason = self._place([held] * len(seq_ids), [spec.final_len] * len(seq_ids))
         if extents is None:
             return AdmitResult(False, reason=reason)
         for seq_id, extent in zip(seq_ids, extents, strict=True):
             self._extent[seq_id] = extent
         first = self._base(extents[0])
-        copies = [_copy_pairs(first, self._base(e), spec.num_tokens) for e in extents[1:]]
+        copies = [_copy_pairs(first, self._base(e), held) for e in extents[1:]]
+        return AdmitResult(True, copies=np.concatenate(copies) if copies else None)
+
+    def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
+        """Mutates on success. The group's next prompt chunk of `token_ids.shape[0]` tokens, mapping the
+        pages it opens in every extent, all or nothing; copies deliver it from the first extent to the
+        others', as admission does."""
+        extents = self._group_extents(seq_ids)
+        length, k = int(self._length[extents[0]]), int(token_ids.shape[0])
+        if not np.all(self._length[extents] == length):
+            raise ValueError(f"sequences {seq_ids} hold different lengths: not one group being prefilled")
+        if length + k > int(self._final[extents].min()):
+            raise ValueError(f"extending {seq_ids} by {k} tokens passes their final length")
+        pool = self._pages
+        new_pages = cdiv(length + k, self.page_tokens) - int(pool.used[extents[0]])
+        reused = int(np.minimum(pool.mapped[extents] - pool.used[extents], new_pages).sum())
+        if extents.shape[0] * new_pages - reused > pool.available() - reused:
+            return AdmitResult(False, reason=f"needs {new_pages} more pages per sequence")
+        for _ in range(new_pages):  # checked above: every page can be had
+            pool.grow(extents)
+        self._length[extents] += k
+        first = self._base(extents[0]) + length
+        copies = [_copy_pairs(first, self._base(e) + length, k) for e in extents[1:]]
         return AdmitResult(True, copies=np.concatenate(copies) if copies else None)
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:

@@ -103,6 +103,7 @@ WORKLOAD_LABELS = {
     "sharegpt-like": "ShareGPT-like",
     "alpaca-like": "Alpaca-like",
     "mooncake:mooncake-fast25-conversation": "Mooncake conversation",
+    "azure:azure-llm-2023-conv": "Azure LLM inference 2023, conversation",
 }
 
 
