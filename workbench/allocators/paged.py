@@ -97,7 +97,7 @@ class PagedStrategy:
             return
         parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
         parents[1:] = keys[:-1]
-        # a hit's key is registered already; a recomputed copy of a registered key stays unregistered
+        # a hit's key is registered already; a recomputed copy of a registered key is the index's to keep or not
         self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]])
         self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids, keys, self.tables.seqs.capacity_rows)
         self.prefix_query_tokens += spec.num_tokens
