@@ -26,7 +26,7 @@ $(STAMP_DEV): pyproject.toml setup.py | $(BIN)/python
 	touch $@ $(STAMP_RUN)
 
 demo: $(STAMP_RUN)
-	$(BIN)/python -m workbench.sweep
+	$(BIN)/python -m workbench.sweep --resume   # a second `make demo` reuses the finished points
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .

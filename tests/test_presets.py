@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from workbench.presets import GPUS, MODELS, kv_capacity_slots, model_from_name
@@ -44,4 +46,15 @@ def test_custom_geometry():
                                   "custom:layers=2,kv_heads=3,heads=8,head_dim=8", "gpt-9"])
 def test_bad_model_names_are_clear_errors(spec):
     with pytest.raises(ValueError):
+        model_from_name(spec)
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("custom:layers=2,kv_heads=2,head_dim=16,params_b=inf", "params_b must be a finite number, got 'inf'"),
+    ("custom:layers=2,kv_heads=2,head_dim=16,params_b=1e300", "params_b must be <= 1000000.0"),
+    ("custom:layers=1e30,kv_heads=2,head_dim=16", "num_layers must be <= 65536"),
+    ("custom:layers=2,kv_heads=2,head_dim=nan", "head_dim must be a finite number"),
+])
+def test_custom_models_are_finite_and_bounded(spec, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         model_from_name(spec)

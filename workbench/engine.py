@@ -28,7 +28,7 @@ from workbench.plan import StepPlan
 from workbench.results import StepLog, summarize, write_outputs
 from workbench.scheduler import Scheduler
 from workbench.tokens import TokenStore
-from workbench.workload import build_workload
+from workbench.workload import build_workload, check_workload
 from workbench.workload.request import Request
 
 
@@ -59,6 +59,7 @@ def check_config(cfg: RunConfig) -> Resolved:
         raise ValueError(f"unknown strategy {cfg.strategy!r}; valid: {', '.join(registry.names())}")
     registry.check_options(cfg)
     resolved = cfg.resolve()
+    check_workload(cfg)
     if cfg.kernel == "cupy":
         from workbench.kernels import available_backends
         if "cupy" not in available_backends():

@@ -62,7 +62,7 @@ def test_local_and_dask_give_the_same_summary(tmp_path):
 def test_bad_experiment_is_one_clear_error(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("axes:\n  stratgy: [paged]\n")
-    assert main([str(bad), "--out", str(tmp_path / "out")]) == 1
+    assert main([str(bad), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"error: {bad}: axes.stratgy: unknown key 'stratgy'; did you mean 'strategy'?"
     assert not (tmp_path / "out").exists()
@@ -71,7 +71,7 @@ def test_bad_experiment_is_one_clear_error(tmp_path, capsys):
 def test_an_unknown_figure_fails_before_the_sweep(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("figure: memory_wast\naxes: {seed: [0]}\n")
-    assert main([str(bad), "--out", str(tmp_path / "out")]) == 1
+    assert main([str(bad), "--out", str(tmp_path / "out")]) == 2
     assert "unknown figure 'memory_wast'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

@@ -149,3 +149,19 @@ def test_registry_matches_the_shared_files(name):
     assert entry.sha256 in readme
     if entry.url is not None:
         assert entry.url.startswith("https://raw.githubusercontent.com/")
+
+
+def test_an_unusable_cache_is_one_line_from_the_run_cli(tmp_path, monkeypatch, tiny, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("WORKBENCH_TRACE_CACHE", str(blocker / "cache"))
+    monkeypatch.setattr("workbench.traces.store.shared_traces_dir", lambda: None)
+    with pytest.raises(TraceError, match=rf"the trace cache {blocker / 'cache'} is unusable \(Not a directory"):
+        fetch("tiny")
+    from workbench.run import main as run_main
+
+    assert run_main(["--workload", "burstgpt:tiny", "--kernel", "none", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is unusable (Not a directory" in err
+    assert "set $WORKBENCH_TRACE_CACHE to a writable folder)" in err
+    assert not (tmp_path / "out").exists() and blocker.read_text() == "not a folder"

@@ -7,7 +7,6 @@ the `FigureHooks` the entry point passes in: sweeps sit below figures and never 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,10 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.clean_exit import OneLineParser
 from workbench.paths import REPO_ROOT
-from workbench.sweep.executors import EXECUTOR_NAMES, make_executor
-from workbench.sweep.runner import SweepError, run_sweep
-from workbench.sweep.spec import SpecError, SweepSpec, load_spec
+from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError, make_executor
+from workbench.sweep.lock import SweepLocked
+from workbench.sweep.runner import SweepError, check_out_dir, run_sweep
+from workbench.sweep.spec import MAX_POINTS, SweepSpec, load_spec
 
 DEFAULT_EXPERIMENT = REPO_ROOT / "experiments" / "quickstart.yaml"
 DEFAULT_RUNS_DIR = Path("runs")
@@ -40,8 +41,8 @@ class FigureHooks:
     draw: Callable[[str, Path], list[Path]]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("experiment", nargs="?", type=Path, default=None,
                         help=f"sweep YAML (default: {DEFAULT_EXPERIMENT.relative_to(REPO_ROOT)})")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<experiment name>)")
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None,
                         help="dask without --scheduler: LocalCluster worker processes (default: the usable cores)")
     parser.add_argument("--resume", action="store_true", help="keep complete points in OUT and run only the rest")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the sweep in OUT; the old points are removed only once the new sweep is done")
+    parser.add_argument("--yes", action="store_true", help=f"run a sweep of more than {MAX_POINTS:,} points")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
 
@@ -76,16 +80,31 @@ def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> i
         parser.error("-j/--jobs belongs to --executor local; use --workers with dask")
     if args.scheduler and args.workers:
         parser.error("--workers starts a LocalCluster; an existing --scheduler brings its own workers")
-    try:
-        spec = load_spec(args.experiment or DEFAULT_EXPERIMENT)
+    if args.resume and args.force:
+        parser.error("--resume keeps the points in OUT and --force replaces them: choose one")
+    try:  # bad input or an OUT that must not be touched: one line, exit 2, nothing written
+        spec = load_spec(args.experiment or DEFAULT_EXPERIMENT, max_points=None if args.yes else MAX_POINTS)
         if spec.figure and figures is not None:
             figures.check(spec.figure)  # before the sweep, not after it
         executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)
         out_dir = args.out or DEFAULT_RUNS_DIR / spec.name
-        table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, progress=not args.no_progress)
-    except (SpecError, SweepError, ValueError) as exc:
+        check_out_dir(out_dir, resume=args.resume, force=args.force)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, force=args.force,
+                          progress=not args.no_progress)
+    except (SweepLocked, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (SweepError, ExecutorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; finished points are kept in {out_dir}/points: rerun with --resume to continue",
+              file=sys.stderr)
+        return 130
     print(f"{spec.name}: {len(table)} points in {out_dir}/ (summary.parquet)")
     print(comparison_table(spec, table))
     if spec.figure and figures is not None:

@@ -41,7 +41,7 @@ def resolve(name: str) -> Path:
     """Path of the trace file: a verified cache copy, else the shared folder's, else a fresh download."""
     entry = get_trace(name)
     cached = cached_path(entry)
-    if cached.is_file() and sha256_of(cached) == entry.sha256:
+    if _is_verified(cached, entry):
         return cached
     shared = shared_path(entry)
     if shared is not None:
@@ -62,11 +62,15 @@ def fetch(name: str, url: str | None = None, timeout_s: float = 60.0) -> Path:
         raise TraceError(f"trace {name!r} has no download URL: it was derived from {entry.source}; "
                          f"its copy lives in the shared traces folder ({entry.folder}/{entry.file_name})")
     dest = cached_path(entry)
-    if dest.is_file() and sha256_of(dest) == entry.sha256:
+    if _is_verified(dest, entry):
         return dest
     made_folder = not dest.parent.exists()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.file_name}.", suffix=".part")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.file_name}.", suffix=".part")
+    except OSError as exc:
+        raise TraceError(f"the trace cache {cache_dir()} is unusable ({exc.strerror}: {exc.filename}); "
+                         f"set ${CACHE_ENV} to a writable folder") from None
     tmp = Path(tmp_name)
     try:
         digest = hashlib.sha256()
@@ -85,6 +89,14 @@ def fetch(name: str, url: str | None = None, timeout_s: float = 60.0) -> Path:
         if made_folder and not dest.exists():
             dest.parent.rmdir()
     return dest
+
+
+def _is_verified(path: Path, entry: TraceEntry) -> bool:
+    """True when `path` holds the registry's bytes; an unreadable cache counts as empty."""
+    try:
+        return path.is_file() and sha256_of(path) == entry.sha256
+    except OSError:
+        return False
 
 
 def sha256_of(path: Path) -> str:
