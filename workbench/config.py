@@ -71,6 +71,8 @@ class RunConfig:
     block_size: int = _f(16, "tokens per KV block for paged strategies", gt=0, le=MAX_SLOTS)
     fit: str = _f("first", "placement for contiguous strategies: first | best | buddy",
                   choices=("first", "best", "buddy"))
+    eviction: str = _f("lru", "eviction order of a prefix cache: lru | fifo | lfu | depth (deepest first)",
+                       choices=("lru", "fifo", "lfu", "depth"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")

@@ -252,8 +252,10 @@ def test_hash_index_registers_copies_of_a_key_and_returns_the_earliest():
 
     index = HashPrefixIndex()
     keys = np.array([11, 22, 33], dtype=np.uint64)
-    index.insert(np.array([0, 11, 22], dtype=np.uint64), keys, np.array([4, 5, 6], dtype=np.int32))
-    index.insert(np.array([11], dtype=np.uint64), keys[1:2], np.array([9], dtype=np.int32))  # a copy of 22
+    index.insert(np.array([0, 11, 22], dtype=np.uint64), keys, np.array([4, 5, 6], dtype=np.int32),
+                 np.array([-1, 4, 5], dtype=np.int32))
+    index.insert(np.array([11], dtype=np.uint64), keys[1:2], np.array([9], dtype=np.int32),
+                 np.array([4], dtype=np.int32))  # a copy of 22
     assert index.lookup(keys, 3).tolist() == [4, 5, 6] and index.lookup(keys, 2).tolist() == [4, 5]
     assert index.release(np.array([4, 9, 5], dtype=np.int32)).tolist() == []  # the copy 9 is registered
     assert index.evictable_block_ids().tolist() == [5, 9, 4]  # tail first

@@ -26,6 +26,7 @@ class HashPrefixIndex:
         self._blocks_of_key: dict[int, int | list[int]] = {}
         self._key_of_block: dict[int, int] = {}
         self._policy = LRUPolicy() if policy is None else policy
+        self._depth_of_block: dict[int, int] | None = {} if self._policy.wants_depth else None
 
     def lookup(self, keys: np.ndarray, max_blocks: int) -> np.ndarray:
         index = self._blocks_of_key
@@ -37,13 +38,17 @@ class HashPrefixIndex:
             hits.append(blocks if type(blocks) is int else blocks[0])  # the earliest copy, as vLLM
         return np.array(hits, dtype=np.int32)
 
-    def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray) -> None:
-        del parent_keys  # a chain key names its whole prefix already
+    def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray,
+               parent_blocks: np.ndarray) -> None:
+        # a chain key names its whole prefix already: parent keys serve only a depth-ordered policy
+        del parent_blocks
         index = self._blocks_of_key
-        for key, block in zip(keys.tolist(), blocks.tolist(), strict=True):
+        for parent, key, block in zip(parent_keys.tolist(), keys.tolist(), blocks.tolist(), strict=True):
             if block in self._key_of_block:
                 continue  # already registered (its content never changes while held)
             self._key_of_block[block] = key
+            if self._depth_of_block is not None:
+                self._set_depth(parent, block)
             held = index.get(key)
             if held is None:
                 index[key] = block
@@ -52,9 +57,16 @@ class HashPrefixIndex:
             else:
                 held.append(block)
 
+    def _set_depth(self, parent: int, block: int) -> None:
+        above = self._blocks_of_key.get(parent)  # registered whenever the parent is (see insert's callers)
+        depth = 0 if above is None else self._depth_of_block[above if type(above) is int else above[0]] + 1
+        self._depth_of_block[block] = depth
+        self._policy.set_depth(block, depth)
+
     def claim(self, blocks: np.ndarray) -> None:
         for block in blocks.tolist():
             self._policy.remove(block)
+            self._policy.touch(block)  # a hit is a use (LFU counts it)
 
     def release(self, blocks: np.ndarray) -> np.ndarray:
         registered = np.fromiter((b in self._key_of_block for b in blocks.tolist()), dtype=bool,
@@ -75,6 +87,8 @@ class HashPrefixIndex:
 
     def _unregister(self, block: int) -> None:
         key = self._key_of_block.pop(block)
+        if self._depth_of_block is not None:
+            del self._depth_of_block[block]
         held = self._blocks_of_key[key]
         if type(held) is int:
             del self._blocks_of_key[key]

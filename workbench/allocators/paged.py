@@ -97,8 +97,10 @@ class PagedStrategy:
             return
         parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
         parents[1:] = keys[:-1]
+        before = np.full(keys.shape[0], -1, dtype=np.int32)  # [num_full]: each block's predecessor, -1: none
+        before[1:] = blocks[:keys.shape[0] - 1]
         # a hit's key is registered already; a recomputed copy of a registered key is the index's to keep or not
-        self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]])
+        self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]], before[num_hit:])
         self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids, keys, self.tables.seqs.capacity_rows)
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
@@ -229,7 +231,8 @@ class PagedStrategy:
             return
         filled_rows, parents, keys = self._chains.advance(rows, self.tables.seqs.column("length"), token_ids)
         if filled_rows.shape[0]:
-            self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows))
+            self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows),
+                               self.tables.previous_blocks(filled_rows))
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         return self.tables.slot_mapping(seq_id, start, stop)

@@ -50,7 +50,9 @@ _BUILTIN = (
     Registration("paged", "workbench.allocators.paged:PagedStrategy", "paged", "paged", "Paged", "Paged",
                  "#0072B2", "o"),
     Registration("paged-prefix", "workbench.allocators.paged_prefix:PagedPrefixStrategy", "paged", "paged",
-                 "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v", prefix_cache=True),
+                 "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v", options=("eviction",), prefix_cache=True),
+    Registration("radix", "workbench.allocators.radix:RadixStrategy", "paged", "paged", "Radix tree (SGLang)",
+                 "Radix\ntree", "#009E73", "P", options=("eviction",), prefix_cache=True),
 )
 _REGISTRY: dict[str, Registration] = {r.name: r for r in _BUILTIN}
 _OPTION_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
