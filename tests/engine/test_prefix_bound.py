@@ -1,7 +1,8 @@
 """With a cache that never evicts, `radix` and `paged-prefix` at block 1 hit exactly the infinite-cache
 bound of a Mooncake sample, computed here from the trace's hash ids alone (no token content, no hash
 chains): request i hits the longest run of leading hash blocks it shares with any earlier request,
-in tokens (a shared last block counts up to the shorter cut), less the one prompt token always computed."""
+in tokens (a shared last block counts up to the shorter cut), less the one prompt token always computed.
+`python -m workbench.workload describe` reports the same bound, from the workload's segments."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 
 from tests.engine.conftest import simulate_checked, small_config
 from tests.engine.golden import MOONCAKE_FIXTURE
+from workbench.workload import build_workload
+from workbench.workload.describe import prefix_sharing
 
 HASH_BLOCK_TOKENS = 512  # the Mooncake traces' hash block (FAST'25 release README)
 MODEL = "custom:layers=2,kv_heads=2,heads=4,head_dim=16,params_b=0.1,max_model_len=2048"
@@ -52,5 +55,6 @@ def test_a_never_evicting_cache_at_block_1_hits_the_bound_from_the_hash_ids(stra
     assert int(result.summary["num_preemptions"]) == 0  # nothing was ever evicted or recomputed
     expected = infinite_cache_hits(rows)
     assert sum(expected) > 0
+    assert prefix_sharing(build_workload(cfg).requests, 1).bound_tokens == sum(expected)  # describe's bound
     assert requests["prefix_hit_tokens"].tolist() == expected
     assert np.all(result.steps["cached_slots"].to_numpy() >= 0)

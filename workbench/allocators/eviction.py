@@ -95,9 +95,13 @@ class HeapPolicy:
         self._next_entry += 1
         self._entry[block] = self._next_entry
         heapq.heappush(self._heap, (*self._priority(block), self._next_entry, block))
-        if len(self._heap) > 2 * len(self._entry) + 64:  # too many stale entries: rebuild
-            self._heap = [e for e in self._heap if self._entry.get(e[-1]) == e[-2]]
-            heapq.heapify(self._heap)
+        if len(self._heap) > 2 * len(self._entry) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Mutates. Drop stale entries (more than half the heap) and re-heapify."""
+        self._heap = [e for e in self._heap if self._entry.get(e[-1]) == e[-2]]
+        heapq.heapify(self._heap)
 
     def add(self, block: int) -> None:
         self._tick += 1
@@ -154,6 +158,17 @@ class LRUPolicy(HeapPolicy):
 
     def _forget(self, block: int) -> None:
         del self._last[block]
+
+    def add(self, block: int) -> None:
+        # the hot path of every release: `HeapPolicy.add` inlined (same effect)
+        self._tick += 1
+        tick = self._tick
+        self._last[block] = tick
+        self._next_entry += 1
+        self._entry[block] = self._next_entry
+        heapq.heappush(self._heap, (tick, self._next_entry, block))
+        if len(self._heap) > 2 * len(self._entry) + 64:
+            self._compact()
 
 
 class FIFOPolicy(HeapPolicy):

@@ -64,9 +64,10 @@ class HashPrefixIndex:
         self._policy.set_depth(block, depth)
 
     def claim(self, blocks: np.ndarray) -> None:
+        policy = self._policy
         for block in blocks.tolist():
-            self._policy.remove(block)
-            self._policy.touch(block)  # a hit is a use (LFU counts it)
+            policy.remove(block)
+            policy.touch(block)  # a hit is a use (LFU counts it)
 
     def release(self, blocks: np.ndarray) -> np.ndarray:
         registered = np.fromiter((b in self._key_of_block for b in blocks.tolist()), dtype=bool,

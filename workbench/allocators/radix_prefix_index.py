@@ -45,6 +45,7 @@ class RadixPrefixIndex:
         self._depth: dict[int, int] = {}  # registered block -> depth (0: a prompt's first block)
         self._evictable: set[int] = set()  # registered and unlocked (the policy holds its leaves)
         self._policy = LRUPolicy() if policy is None else policy
+        self._wants_depth = self._policy.wants_depth
 
     def _locked(self, block: int) -> bool:
         return block in self._held or self._locked_children[block] > 0
@@ -61,29 +62,31 @@ class RadixPrefixIndex:
 
     def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray,
                parent_blocks: np.ndarray) -> None:
-        index = self._block_of_key
+        index, key_of_block, depth_of = self._block_of_key, self._key_of_block, self._depth
         for parent_key, key, block, before in zip(parent_keys.tolist(), keys.tolist(), blocks.tolist(),
                                                   parent_blocks.tolist(), strict=True):
-            if key in index or block in self._key_of_block:
+            if key in index or block in key_of_block:
                 continue  # cached already: this block is a copy and stays unregistered
             parent = _ROOT if parent_key == 0 else index.get(parent_key)
-            if parent is None or parent != before:
+            if parent != before:
                 # no path from the root reaches this block: its parent prefix was evicted, or the
                 # sequence holds an unregistered copy of it (the node is another block)
                 continue
             index[key] = block
-            self._key_of_block[block] = key
+            key_of_block[block] = key
             self._parent[block] = parent
             self._children[block] = 0
             self._locked_children[block] = 0
-            depth = 0 if parent == _ROOT else self._depth[parent] + 1
-            self._depth[block] = depth
-            self._policy.set_depth(block, depth)
             self._held.add(block)  # an inserted block is held by the sequence that filled it
+            depth = 0 if parent == _ROOT else depth_of[parent] + 1
+            depth_of[block] = depth
+            if self._wants_depth:
+                self._policy.set_depth(block, depth)
             if parent != _ROOT:
+                # the parent is the block before in the inserting sequence, so it is held: locked
+                # already, and no leaf of the policy
                 self._children[parent] += 1
-                self._policy.remove(parent)  # no longer a leaf
-                self._lock_ancestors(block)
+                self._locked_children[parent] += 1
 
     def claim(self, blocks: np.ndarray) -> None:
         for block in blocks.tolist():  # a path from the root, head first
@@ -122,17 +125,18 @@ class RadixPrefixIndex:
     def _unlock(self, block: int) -> None:
         """`block` just became unlocked: it is evictable (a leaf enters the policy, an inner node's use
         is recorded for when it becomes one); its parent may unlock in turn."""
+        policy, parent_of, locked_children, held = self._policy, self._parent, self._locked_children, self._held
         while True:
             self._evictable.add(block)
             if self._children[block] == 0:
-                self._policy.add(block)
+                policy.add(block)
             else:
-                self._policy.touch(block)
-            parent = self._parent[block]
+                policy.touch(block)
+            parent = parent_of[block]
             if parent == _ROOT:
                 return
-            self._locked_children[parent] -= 1
-            if self._locked(parent):
+            locked_children[parent] -= 1
+            if parent in held or locked_children[parent] > 0:
                 return
             block = parent
 
