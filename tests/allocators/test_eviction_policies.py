@@ -76,6 +76,7 @@ def test_radix_evicts_leaves_only_where_a_flat_index_orphans_a_child(name, evict
     s.free(2)
     s.admit([3], SeqSpec(tokens(9, 100), 20))  # 3 blocks: free 2, 3, then one eviction
     assert s.describe([3]).kv_indices.tolist() == [2, 3, victim]
+    assert s.prefix_evicted_blocks == 1
     s.free(3)
     # FIFO in a flat index evicts H (first in) and leaves C unreachable: the next [H, C] prompt hits
     # nothing. The radix tree evicts only leaves: C goes, H stays and still hits.

@@ -65,6 +65,7 @@ class PagedStrategy:
         self.max_model_len = max_model_len
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
+        self.prefix_evicted_blocks = 0
         self.swapped_out_blocks = 0  # blocks moved device→host so far
         self.swapped_in_blocks = 0
         self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]
@@ -124,6 +125,7 @@ class PagedStrategy:
         if k > self.num_allocatable_blocks():
             raise RuntimeError(f"out of blocks: need {k}, {self.num_allocatable_blocks()} allocatable")
         taken = self._free.pop(self._free.size)
+        self.prefix_evicted_blocks += k - taken.shape[0]
         return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
 
     def _release(self, blocks: np.ndarray) -> None:
