@@ -55,6 +55,6 @@ def test_a_never_evicting_cache_at_block_1_hits_the_bound_from_the_hash_ids(stra
     assert int(result.summary["num_preemptions"]) == 0  # nothing was ever evicted or recomputed
     expected = infinite_cache_hits(rows)
     assert sum(expected) > 0
-    assert prefix_sharing(build_workload(cfg).requests, 1).bound_tokens == sum(expected)  # describe's bound
+    assert prefix_sharing(build_workload(cfg), 1).bound_tokens == sum(expected)  # describe's bound
     assert requests["prefix_hit_tokens"].tolist() == expected
     assert np.all(result.steps["cached_slots"].to_numpy() >= 0)

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from workbench.paths import REPO_ROOT
 
 FIGURE_NAMES = ("memory_waste", "block_size", "throughput_vs_rate", "sharing", "fragmentation_timeline",
-                "kernel_overhead")
+                "kernel_overhead", "prefix_policies")
 EXPERIMENTS_DIR = REPO_ROOT / "experiments"
 
 # plot(summary, sweep_dir) -> Figure: summary is the sweep's summary.parquet; sweep_dir holds points/<id>/

@@ -8,8 +8,9 @@ prefix cache (automatic prefix caching over hash chains, nothing ever evicted) w
 
 The infinite-cache bound applies the prefix caches' rule on top (at least one prompt token is
 computed, so at most (prompt - 1) // B blocks hit): it is the upper bound of a run's
-`prefix_hit_rate` for every prefix cache (`paged-prefix`, `radix`) at that block size, reached when
-nothing is evicted and each request finishes before the next that shares with it arrives. It is
+`prefix_hit_rate` for every prefix cache (`paged-prefix`, `radix`) at that block size when no request
+is preempted (a request recomputed after preemption hits its own blocks again, which counts twice),
+reached when nothing is evicted and each request finishes before the next that shares with it arrives. It is
 computed from segments (for Mooncake: the trace's hash ids), never from token ids or hash chains.
 """
 
