@@ -14,9 +14,9 @@ from workbench.paths import REPO_ROOT
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 
 
-def test_the_four_notebooks_exist():
+def test_the_notebooks_exist():
     assert [p.stem for p in NOTEBOOKS] == ["01-quickstart", "02-fragmentation-anatomy", "03-block-size-tradeoff",
-                                           "04-prefix-sharing"]
+                                           "04-prefix-sharing", "07-prefix-caching-policies"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
