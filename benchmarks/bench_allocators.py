@@ -215,7 +215,8 @@ def main() -> None:
     capacity = 256 * MAX_MODEL_LEN  # nothing is ever refused, even reserving max_model_len
     print(f"stream: {args.requests} Azure conversation requests, {n_ops:,} operations, "
           f"{sum(op[0] == 'step' for op in ops):,} steps, at most 256 running\n")
-    rows = [("nano-vllm-style", 16, "-"), ("paged", 16, "-"), ("paged-prefix", 16, "-"), ("nano-vllm-style", 1, "-"),
+    rows = [("nano-vllm-style", 16, "-"), ("paged", 16, "-"), ("paged-prefix", 16, "-"), ("radix", 16, "-"),
+            ("nano-vllm-style", 1, "-"),
             ("paged", 1, "-"), ("contiguous-max", 1, "first"), ("contiguous-pow2", 1, "best"),
             ("contiguous-oracle", 1, "first"), ("contiguous-oracle", 1, "buddy")]
     print(f"{'strategy':<18} {'bs':>3} {'fit':>5} {'Mops/s':>7} {'us/step@256':>12} {'+describe':>10}")
@@ -232,7 +233,7 @@ def main() -> None:
           f"slots; at most 32 running, {n_small:,} operations)")
     print(f"{'strategy':<18} {'10k blocks':>11} {'100k blocks':>12} {'1M blocks':>10}   (ns/op)")
     for name, bs, fit in (("nano-vllm-style", 16, "-"), ("paged", 16, "-"), ("paged-prefix", 16, "-"),
-                          ("contiguous-oracle", 1, "first")):
+                          ("radix", 16, "-"), ("contiguous-oracle", 1, "first")):
         cells = []
         for num_blocks in (10_000, 100_000, 1_000_000):
             make = strategy_factory(name, num_blocks * 16, bs, fit)

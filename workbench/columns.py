@@ -35,7 +35,8 @@ SUMMARY_KEYS = (
     "kv_slots", "num_requests", "sim_time_s",
     *MEM_FRAC_KEYS, *MEM_FRAC_SAT_KEYS,
     "ext_frag_index", "sharing_saving_frac", "block_sharing_saving_frac", "prefix_query_tokens",
-    "prefix_hit_tokens", "prefix_hit_rate", "block_table_bytes_mean", "mean_batch_size", "max_batch_size",
+    "prefix_hit_tokens", "prefix_hit_rate", "prefix_evicted_blocks",
+    "block_table_bytes_mean", "mean_batch_size", "max_batch_size",
     "throughput_req_s", "throughput_tok_s", "normalized_latency_s_per_tok",
     # over the saturated window (steps that end with a non-empty queue, DESIGN §11): a run whose queue
     # never builds up has saturated_step_frac ~ 0 and says nothing about the memory-bound batch

@@ -77,6 +77,8 @@ class RunConfig:
     block_size: int = _f(16, "tokens per KV block for paged strategies", gt=0, le=MAX_SLOTS)
     fit: str = _f("first", "placement for contiguous strategies: first | best | buddy",
                   choices=("first", "best", "buddy"))
+    eviction: str = _f("lru", "eviction order of a prefix cache: lru | fifo | lfu | depth (deepest first)",
+                       choices=("lru", "fifo", "lfu", "depth"))
     pow2_round: str = _f("final", "what contiguous-pow2 rounds up to a power of two: final (prompt + output) | "
                                   "output (the prompt stays exact: the vLLM paper's Orca Pow2)",
                          choices=("final", "output"))

@@ -124,6 +124,7 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     req_table = sched.log.to_frame(requests)
     extra = {
         "prefix_query_tokens": strategy.prefix_query_tokens, "prefix_hit_tokens": strategy.prefix_hit_tokens,
+        "prefix_evicted_blocks": strategy.prefix_evicted_blocks,
         "kernel_backend": backend,
         "kernel_time_s": runner.kernel_time_s if runner else 0.0,
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9

@@ -99,6 +99,7 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
     query, hit = int(extra["prefix_query_tokens"]), int(extra["prefix_hit_tokens"])
     out["prefix_query_tokens"], out["prefix_hit_tokens"] = query, hit
     out["prefix_hit_rate"] = hit / query if query else 0.0
+    out["prefix_evicted_blocks"] = int(extra["prefix_evicted_blocks"])
     out["block_table_bytes_mean"] = (_dot(steps["block_table_bytes"].to_numpy(), dt) / float(dt.sum())
                                      if dt.sum() > 0 else 0.0)
     running = steps["num_running"].to_numpy()

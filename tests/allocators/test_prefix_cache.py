@@ -245,19 +245,45 @@ def test_lru_policy_evicts_in_insertion_order_and_touch_moves_to_the_back():
         policy.pop_victim()
 
 
-def test_hash_index_keeps_the_first_block_of_a_key_and_forgets_evicted_keys():
+def test_hash_index_registers_copies_of_a_key_and_returns_the_earliest():
+    # vLLM v1's BlockHashToBlockMap: no de-duplication; get_one_block returns the first block still
+    # registered under the hash; evicting a block pops that block id only
     from workbench.allocators.hash_prefix_index import HashPrefixIndex
 
     index = HashPrefixIndex()
     keys = np.array([11, 22, 33], dtype=np.uint64)
-    index.insert(np.array([0, 11, 22], dtype=np.uint64), keys, np.array([4, 5, 6], dtype=np.int32))
-    index.insert(np.array([11], dtype=np.uint64), keys[1:2], np.array([9], dtype=np.int32))  # a copy of 22
+    index.insert(np.array([0, 11, 22], dtype=np.uint64), keys, np.array([4, 5, 6], dtype=np.int32),
+                 np.array([-1, 4, 5], dtype=np.int32))
+    index.insert(np.array([11], dtype=np.uint64), keys[1:2], np.array([9], dtype=np.int32),
+                 np.array([4], dtype=np.int32))  # a copy of 22
     assert index.lookup(keys, 3).tolist() == [4, 5, 6] and index.lookup(keys, 2).tolist() == [4, 5]
-    assert index.release(np.array([4, 9, 5], dtype=np.int32)).tolist() == [9]  # 9 is not registered
-    assert index.evictable_block_ids().tolist() == [5, 4]  # tail first
+    assert index.release(np.array([4, 9, 5], dtype=np.int32)).tolist() == []  # the copy 9 is registered
+    assert index.evictable_block_ids().tolist() == [5, 9, 4]  # tail first
     index.claim(np.array([4], dtype=np.int32))
     assert index.evict(1).tolist() == [5]
+    assert index.lookup(keys, 3).tolist() == [4, 9, 6]  # 22 lives on in its copy 9
+    assert index.evict(1).tolist() == [9]
     assert index.lookup(keys, 3).tolist() == [4]  # 22 is gone, so the run stops there
     assert sorted(index.registered_block_ids().tolist()) == [4, 6]
     with pytest.raises(RuntimeError):
         index.evict(1)
+
+
+def test_a_recomputed_last_block_is_registered_and_keeps_its_hit_after_the_original_is_evicted():
+    # vLLM v1 registers the recomputed copy of a fully cached prompt's last block under the same hash
+    # (block_pool.cache_full_blocks does not de-duplicate): once the original is evicted, the copy
+    # still serves the hit. Block ids by hand: 6 blocks of 4 slots, the free stack hands out 0, 1, ...
+    s = prefix(capacity_blocks=6)
+    s.admit([1], SeqSpec(tokens(8), 20))  # blocks 0, 1 (keys K0, K1)
+    s.free(1)  # LRU: 1, 0
+    s.admit([2], SeqSpec(tokens(8), 20))  # hits 0; its last block is recomputed into 2, registered as K1
+    assert s.describe([2]).kv_indices.tolist() == [0, 2]
+    assert sorted(s.registered_block_ids().tolist()) == [0, 1, 2]
+    s.admit([3], SeqSpec(tokens(16, 500), 20))  # free 3, 4, 5, then evicts 1, the original K1
+    assert s.describe([3]).kv_indices.tolist() == [3, 4, 5, 1]
+    s.free(2)  # 2 (K1's copy) and 0 become cached, tail first
+    s.free(3)
+    assert s.cached_block_ids().tolist() == [2, 0, 1, 5, 4, 3]
+    assert s.admit([4], SeqSpec(tokens(9), 20)).cached_tokens == 8  # K0 and K1 hit: 0 and the copy 2
+    assert s.describe([4]).kv_indices.tolist() == [0, 2, 1]
+    s.check_integrity()

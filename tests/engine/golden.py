@@ -1,6 +1,7 @@
 """Golden outputs of the engine: every strategy on five workloads, Numba kernel verified every step.
 
-`python -m tests.engine.golden --record [STRATEGY ...]` (re)records `golden_outputs.json`; the test
+`python -m tests.engine.golden --record [STRATEGY ...]` (re)records `golden_outputs.json` (`--compare
+OLD.json` then lists every recorded value that changed, ignoring added summary keys); the test
 `test_golden.py` recomputes each case and compares. What is pinned: the summary (less the wall-clock
 figures) and a content hash of the steps and requests tables (column names, dtypes and values), so
 any change to scheduling, allocation, accounting or the kernels' inputs shows up.
@@ -69,13 +70,38 @@ def load() -> dict:
     return json.loads(GOLDEN_PATH.read_text()) if GOLDEN_PATH.exists() else {}
 
 
+def changed_values(old: dict, new: dict) -> list[str]:
+    """What `new` changes of `old` (strategy/workload/key), ignoring summary keys that `new` only adds:
+    a commit that adds summary keys re-records every golden output and must leave this list empty
+    (`python -m tests.engine.golden --compare OLD.json`)."""
+    changed = []
+    for strategy, cases in old.items():
+        for workload, before in cases.items():
+            after = new.get(strategy, {}).get(workload)
+            if after is None:
+                changed.append(f"{strategy}/{workload}: missing")
+                continue
+            changed += [f"{strategy}/{workload}/{k}" for k in ("steps_sha256", "requests_sha256")
+                        if before[k] != after[k]]
+            changed += [f"{strategy}/{workload}/summary.{k}" for k, v in before["summary"].items()
+                        if after["summary"].get(k, object()) != v]
+    return changed
+
+
 def main() -> None:
     from workbench.allocators import registry
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--record", action="store_true", required=True)
+    parser.add_argument("--record", action="store_true")
+    parser.add_argument("--compare", metavar="OLD_JSON", help="list what the recorded outputs change of OLD_JSON")
     parser.add_argument("strategies", nargs="*", help="default: every registered strategy")
     args = parser.parse_args()
+    if args.compare:
+        changed = changed_values(json.loads(Path(args.compare).read_text()), load())
+        print("\n".join(changed) or "no recorded value changed")
+        raise SystemExit(1 if changed else 0)
+    if not args.record:
+        parser.error("--record or --compare is required")
     import numba
     numba.set_num_threads(1)
     golden = load()

@@ -29,8 +29,8 @@ arrival = np.sort(rng.random(num_requests)) * 100
 requests = pd.DataFrame({"arrival_s": arrival, "first_token_s": arrival + rng.random(num_requests),
                          "output_tokens": rng.integers(1, 500, num_requests), "status": "finished"})
 requests["finish_s"] = requests["first_token_s"] + rng.random(num_requests) * 10
-extra = {"prefix_query_tokens": 10, "prefix_hit_tokens": 3, "kernel_backend": "numba", "kernel_time_s": 0.0,
-         "kernel_gbps": 0.0, "verify_max_rel_err": 0.0, "sim_wall_s": 0.0}
+extra = {"prefix_query_tokens": 10, "prefix_hit_tokens": 3, "prefix_evicted_blocks": 0, "kernel_backend": "numba",
+         "kernel_time_s": 0.0, "kernel_gbps": 0.0, "verify_max_rel_err": 0.0, "sim_wall_s": 0.0}
 summary = summarize(steps, requests, capacity_slots=123_457, generated_tokens=10**6, extra=extra)
 out = rng.random((64, 32, 128))
 summary["rel_err"] = rel_err(out + 1e-7 * rng.random(out.shape), out)

@@ -18,8 +18,8 @@ from workbench.presets import GPUS, MODELS
 from workbench.results import FLOAT_STEP_COLUMNS, INT_STEP_COLUMNS, StepLog, summarize
 from workbench.workload.request import output_key, segment_token_ids, token_ids_for
 
-EXTRA = {"prefix_query_tokens": 100, "prefix_hit_tokens": 25, "kernel_backend": "none", "kernel_time_s": 0.0,
-         "kernel_gbps": 0.0, "verify_max_rel_err": math.nan, "sim_wall_s": 0.1}
+EXTRA = {"prefix_query_tokens": 100, "prefix_hit_tokens": 25, "prefix_evicted_blocks": 3, "kernel_backend": "none",
+         "kernel_time_s": 0.0, "kernel_gbps": 0.0, "verify_max_rel_err": math.nan, "sim_wall_s": 0.1}
 
 
 def _steps(rows: list[dict]) -> pd.DataFrame:

@@ -35,6 +35,9 @@ SPECS = {
                          "workload": ["alpaca-like"] * 4 + ["system-prompt:k=2,system=128"] * 2,
                          "kv_slots": [3072] * 4 + [1024, 4096]}]},
     "fragmentation_timeline": {"base": TINY, "axes": {"strategy": ["contiguous-max", "paged"]}},
+    "prefix_policies": {"base": {**TINY, "workload": "system-prompt:k=2,system=128"},
+                        "axes": {"strategy": ["paged-prefix", "radix"], "eviction": ["lru", "depth"],
+                                 "kv_slots": [1024, 4096]}},
     "block_size": {"base": {**TINY, "kernel_every": 2, "kernel_heads": 1},
                    "axes": {"workload": ["sharegpt-like", "alpaca-like"]},
                    "zip": [{"strategy": ["paged", "paged", "virtual-contiguous", "virtual-contiguous"],
@@ -278,3 +281,22 @@ def test_provenance_records_whether_an_input_was_dirty(tmp_path, monkeypatch):
     assert build_module.provenance("memory_waste", spec, "pytest")["git_dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")
     assert build_module.provenance("memory_waste", spec, "pytest")["git_dirty"] is True
+
+
+def test_prefix_policies_lines_are_the_summary_beside_the_infinite_cache_bound(built):
+    from workbench.figures.prefix_policies import infinite_cache_bound
+
+    _, summary = built["prefix_policies"]
+    fig, (hits, speed) = figure(built, "prefix_policies")
+    lines = {line.get_label(): line for line in hits.get_lines()}
+    for (strategy, eviction), part in summary.groupby(["strategy", "eviction"]):
+        part = part.sort_values("kv_slots")
+        drawn = lines[f"{style.strategy_label(strategy)}, {eviction}"]
+        np.testing.assert_allclose(drawn.get_ydata(), part["prefix_hit_rate"].to_numpy(dtype=float) * 100)
+    bound = [line for label, line in lines.items() if label.startswith("infinite cache")]
+    assert len(bound) == 1 and bound[0].get_ydata()[0] == pytest.approx(infinite_cache_bound(summary.iloc[0]) * 100)
+    # a bound for runs without preemption (a recomputed request hits its own blocks again)
+    calm = summary[summary["num_preemptions"] == 0]
+    assert len(calm) and (calm["prefix_hit_rate"] * 100 <= bound[0].get_ydata()[0] + 1e-9).all()
+    assert len(speed.get_lines()) == summary.groupby(["strategy", "eviction"]).ngroups
+    plt.close(fig)

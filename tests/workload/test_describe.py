@@ -23,6 +23,15 @@ def test_identical_prompts_hit_their_full_blocks():
     assert prefix_sharing([a, b], 16).hit_tokens == 32
 
 
+def test_the_infinite_cache_bound_always_computes_one_prompt_token():
+    a, b = _req(0, [Segment(7, 32)]), _req(1, [Segment(7, 32)])
+    sharing = prefix_sharing([a, b], 16)
+    assert (sharing.hit_tokens, sharing.bound_tokens) == (32, 16)  # the second block holds the last token
+    assert prefix_sharing([a, b], 1).bound_tokens == 31
+    c = _req(2, [Segment(7, 32), Segment(9, 1)])  # one more token: both blocks hit
+    assert prefix_sharing([a, c], 16).bound_tokens == 32
+
+
 def test_a_prefix_ending_inside_a_segment():
     a, b = _req(0, [Segment(7, 40)]), _req(1, [Segment(7, 20), Segment(8, 20)])
     assert prefix_sharing([a, b], 16).hit_tokens == 16

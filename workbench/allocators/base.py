@@ -150,6 +150,7 @@ class Strategy(Protocol):
     wants_token_ids: bool  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
     prefix_query_tokens: int  # prompt tokens looked up in the prefix cache by this instance (0 without one)
     prefix_hit_tokens: int  # of those, tokens served from the cache
+    prefix_evicted_blocks: int  # cached blocks evicted (unregistered and reused) by this instance
 
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
         """Mutates. Admit a group of sequences that share one prompt (n >= 1), all or nothing.

@@ -49,6 +49,7 @@ class ContiguousStrategy:
         self.fit = fit
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
+        self.prefix_evicted_blocks = 0
         self._placer = make_placer(fit, capacity_slots)
         self._host = RunPlacer(swap_slots, best=False) if swap_slots else None
         self._seqs = SeqRows(("start", "alloc", "length", "final_len", "swapped", "host_start", "mark"))

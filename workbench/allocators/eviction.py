@@ -1,14 +1,31 @@
-"""Eviction policies of a prefix cache: which evictable block goes first.
+"""Eviction policies of a prefix cache: which evictable block goes first (`--eviction`).
 
 A policy orders the *evictable* blocks only (registered in a prefix index, held by no sequence).
-The index tells it when a block becomes evictable (`add`), stops being evictable because a hit
-claimed it (`remove`), or is reused without leaving the set (`touch`); `pop_victim` names the next
-block to evict. Policies know nothing of keys or tokens, so any index can use any policy.
+The index tells it when a block becomes evictable after a use (`add`: a release), becomes
+evictable again with no new use (`restore`: a tree node that became a leaf when its last child was
+evicted), stops being evictable (`remove`: a hit claimed it), or is used (`touch`: a hit; the block
+need not be in the set, its statistics are kept while it stays registered); `pop_victim` names the
+next block to evict and forgets its statistics (the block is reused for new content). Policies
+know nothing of keys or tokens, so any index can use any policy.
+
+Every policy is a heap of (priority, entry number, block) with lazy deletion: a block's live entry
+is the one whose number `_entry` remembers; older entries are skipped when popped. Priorities use a
+logical clock (`_tick`, one tick per use), never wall time, so runs are reproducible.
+
+| name | priority (smallest evicted first) |
+|---|---|
+| `lru` | last use: a freed request's tail first (added tail first), vLLM v1's free-queue order |
+| `fifo` | first use since the block was registered: the oldest content goes first, hits do not help |
+| `lfu` | number of uses, then last use (least frequently used; ties least recently) |
+| `depth` | deepest prefix position first, then last use: a shared head outlives its tails |
+
+`depth` uses what a trace's structure tells: a shared head (a system prompt, a conversation's early
+turns) is reused by every request that hangs off it, a deep block by few.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
 from typing import Protocol
 
 import numpy as np
@@ -16,7 +33,11 @@ import numpy as np
 
 class EvictionPolicy(Protocol):
     def add(self, block: int) -> None:
-        """Mutates. `block` becomes evictable (it is not in the set)."""
+        """Mutates. `block` becomes evictable (it is not in the set); this counts as a use."""
+        ...
+
+    def restore(self, block: int) -> None:
+        """Mutates. `block` becomes evictable again without a new use (it is not in the set)."""
         ...
 
     def remove(self, block: int) -> None:
@@ -24,11 +45,18 @@ class EvictionPolicy(Protocol):
         ...
 
     def touch(self, block: int) -> None:
-        """Mutates. `block` (in the set) was just used: the policy may reorder it."""
+        """Mutates. `block` (registered, in the set or not) was just used: the policy may reorder it."""
         ...
 
     def pop_victim(self) -> int:
-        """Mutates. Remove and return the block to evict next; raises KeyError when empty."""
+        """Mutates. Remove and return the block to evict next, forgetting its statistics; raises
+        KeyError when empty."""
+        ...
+
+    wants_depth: bool  # the index calls `set_depth` when it registers a block
+
+    def set_depth(self, block: int, depth: int) -> None:
+        """Mutates. `block` was registered at prefix depth `depth` (0: a prompt's first block)."""
         ...
 
     def __len__(self) -> int:
@@ -40,35 +68,177 @@ class EvictionPolicy(Protocol):
         ...
 
 
-class LRUPolicy:
-    """Least recently used first: blocks are evicted in the order they were added (or touched).
+class HeapPolicy:
+    """The shared heap; a subclass says what a use records (`_use`) and the priority (`_priority`)."""
 
-    With a freed request's blocks added tail first (what `PrefixIndex.release` does), its last
-    block is evicted before its earlier ones: vLLM v1's free-block queue order."""
+    wants_depth = False
 
     def __init__(self) -> None:
-        self._order: OrderedDict[int, None] = OrderedDict()  # least recently used first
+        self._heap: list[tuple] = []  # (*priority, entry number, block); stale entries skipped lazily
+        self._entry: dict[int, int] = {}  # evictable block -> number of its live heap entry
+        self._tick = 0  # logical clock: one tick per use
+        self._next_entry = 0
+
+    def _use(self, block: int) -> None:
+        raise NotImplementedError
+
+    def _priority(self, block: int) -> tuple:
+        raise NotImplementedError
+
+    def _forget(self, block: int) -> None:
+        raise NotImplementedError
+
+    def set_depth(self, block: int, depth: int) -> None:
+        del block, depth  # only `DepthPolicy` orders by depth
+
+    def _push(self, block: int) -> None:
+        self._next_entry += 1
+        self._entry[block] = self._next_entry
+        heapq.heappush(self._heap, (*self._priority(block), self._next_entry, block))
+        if len(self._heap) > 2 * len(self._entry) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Mutates. Drop stale entries (more than half the heap) and re-heapify."""
+        self._heap = [e for e in self._heap if self._entry.get(e[-1]) == e[-2]]
+        heapq.heapify(self._heap)
 
     def add(self, block: int) -> None:
-        self._order[block] = None
+        self._tick += 1
+        self._use(block)
+        self._push(block)
+
+    def restore(self, block: int) -> None:
+        self._push(block)
 
     def remove(self, block: int) -> None:
-        self._order.pop(block, None)
+        self._entry.pop(block, None)
 
     def touch(self, block: int) -> None:
-        self._order.move_to_end(block)
+        self._tick += 1
+        self._use(block)
+        if block in self._entry:
+            self._push(block)
 
     def pop_victim(self) -> int:
-        if not self._order:
-            raise KeyError("no evictable block")
-        block, _ = self._order.popitem(last=False)
-        return block
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            block = entry[-1]
+            if self._entry.get(block) == entry[-2]:
+                del self._entry[block]
+                self._forget(block)
+                return block
+        raise KeyError("no evictable block")
 
     def __len__(self) -> int:
-        return len(self._order)
+        return len(self._entry)
 
     def __contains__(self, block: int) -> bool:
-        return block in self._order
+        return block in self._entry
 
     def ids(self) -> np.ndarray:
-        return np.fromiter(self._order, dtype=np.int32, count=len(self._order))
+        live = sorted(e for e in self._heap if self._entry.get(e[-1]) == e[-2])
+        return np.array([e[-1] for e in live], dtype=np.int32)
+
+
+class LRUPolicy(HeapPolicy):
+    """Least recently used first. With a freed request's blocks added tail first (what
+    `PrefixIndex.release` does), its last block is evicted before its earlier ones: vLLM v1's
+    free-block queue order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[int, int] = {}  # block -> tick of its last use
+
+    def _use(self, block: int) -> None:
+        self._last[block] = self._tick
+
+    def _priority(self, block: int) -> tuple:
+        return (self._last[block],)
+
+    def _forget(self, block: int) -> None:
+        del self._last[block]
+
+    def add(self, block: int) -> None:
+        # the hot path of every release: `HeapPolicy.add` inlined (same effect)
+        self._tick += 1
+        tick = self._tick
+        self._last[block] = tick
+        self._next_entry += 1
+        self._entry[block] = self._next_entry
+        heapq.heappush(self._heap, (tick, self._next_entry, block))
+        if len(self._heap) > 2 * len(self._entry) + 64:
+            self._compact()
+
+
+class FIFOPolicy(HeapPolicy):
+    """First in, first out: ordered by a block's first use since it was registered; hits do not
+    reorder it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first: dict[int, int] = {}  # block -> tick of its first use
+
+    def _use(self, block: int) -> None:
+        self._first.setdefault(block, self._tick)
+
+    def _priority(self, block: int) -> tuple:
+        return (self._first[block],)
+
+    def _forget(self, block: int) -> None:
+        del self._first[block]
+
+
+class LFUPolicy(HeapPolicy):
+    """Least frequently used first (uses since registration), ties least recently used first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._uses: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+
+    def _use(self, block: int) -> None:
+        self._uses[block] = self._uses.get(block, 0) + 1
+        self._last[block] = self._tick
+
+    def _priority(self, block: int) -> tuple:
+        return (self._uses[block], self._last[block])
+
+    def _forget(self, block: int) -> None:
+        del self._uses[block], self._last[block]
+
+
+class DepthPolicy(HeapPolicy):
+    """Deepest prefix position first, ties least recently used: what a trace with a shared head
+    (a system prompt, a conversation's early turns) knows, that deeper blocks are reused by fewer
+    requests. The index tells the depth (`set_depth`, 0 for a prompt's first block) at registration."""
+
+    wants_depth = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._depth: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+
+    def set_depth(self, block: int, depth: int) -> None:
+        self._depth[block] = depth
+
+    def _use(self, block: int) -> None:
+        self._last[block] = self._tick
+
+    def _priority(self, block: int) -> tuple:
+        return (-self._depth.get(block, 0), self._last[block])
+
+    def _forget(self, block: int) -> None:
+        self._depth.pop(block, None)
+        del self._last[block]
+
+
+POLICIES = {"lru": LRUPolicy, "fifo": FIFOPolicy, "lfu": LFUPolicy, "depth": DepthPolicy}
+
+
+def make_policy(name: str) -> EvictionPolicy:
+    """A fresh policy by its `--eviction` name."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown eviction policy {name!r}; valid: {', '.join(POLICIES)}")
+    return POLICIES[name]()

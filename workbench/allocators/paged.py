@@ -65,6 +65,7 @@ class PagedStrategy:
         self.max_model_len = max_model_len
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
+        self.prefix_evicted_blocks = 0
         self.swapped_out_blocks = 0  # blocks moved device→host so far
         self.swapped_in_blocks = 0
         self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]
@@ -99,8 +100,10 @@ class PagedStrategy:
         keys = keys[:num_held // self.block_size]
         parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
         parents[1:] = keys[:-1]
-        # a hit's key is registered already; a recomputed copy of a registered key stays unregistered
-        self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]])
+        before = np.full(keys.shape[0], -1, dtype=np.int32)  # [num_full]: each block's predecessor, -1: none
+        before[1:] = blocks[:keys.shape[0] - 1]
+        # a hit's key is registered already; a recomputed copy of a registered key is the index's to keep or not
+        self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]], before[num_hit:])
         self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids[:num_held], keys,
                            self.tables.seqs.capacity_rows)
         self.prefix_query_tokens += spec.num_tokens
@@ -125,6 +128,7 @@ class PagedStrategy:
         if k > self.num_allocatable_blocks():
             raise RuntimeError(f"out of blocks: need {k}, {self.num_allocatable_blocks()} allocatable")
         taken = self._free.pop(self._free.size)
+        self.prefix_evicted_blocks += k - taken.shape[0]
         return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
 
     def _release(self, blocks: np.ndarray) -> None:
@@ -191,8 +195,12 @@ class PagedStrategy:
         self._table_entries += n * need
         if self.prefix is not None:
             parents, keys = self._chains.extend(rows, length, token_ids)
-            filled = np.concatenate([blocks, fresh])[length // bs:(length + k) // bs]
-            self.prefix.insert(parents, keys, filled[:keys.shape[0]])
+            table = np.concatenate([blocks, fresh])  # [num_blocks] the group's shared table
+            first = length // bs  # the first block this chunk can fill
+            filled = table[first:first + keys.shape[0]]
+            # each filled block's predecessor in the table (-1 for the first block)
+            before = np.concatenate([[-1], table])[first:first + keys.shape[0]].astype(np.int32)
+            self.prefix.insert(parents, keys, filled, before)
         return AdmitResult(True)
 
     def _take_after_claiming(self, hits: np.ndarray, n: int, need: int) -> np.ndarray:
@@ -266,7 +274,8 @@ class PagedStrategy:
             return
         filled_rows, parents, keys = self._chains.advance(rows, self.tables.seqs.column("length"), token_ids)
         if filled_rows.shape[0]:
-            self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows))
+            self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows),
+                               self.tables.previous_blocks(filled_rows))
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         return self.tables.slot_mapping(seq_id, start, stop)

@@ -5,13 +5,14 @@ prompt whose leading blocks have registered keys reuses those blocks (refcount++
 is computed. A hit never covers the whole prompt: at least the last prompt token is recomputed, so
 the engine has a token to produce logits from (vLLM's rule; a fully cached prompt recomputes its
 last block). A registered block whose refcount drops to 0 is *cached*: evictable, reusable by a
-hit. New blocks come from never-cached free blocks first; cached ones are evicted least recently
-used first, a freed request's last block before its first (`eviction.LRUPolicy`).
+hit. New blocks come from never-cached free blocks first; cached ones are evicted in the order of
+`--eviction` (default `lru`: least recently used first, a freed request's last block before its
+first, vLLM's order; `eviction.py` lists the others).
 """
 
 from __future__ import annotations
 
-from workbench.allocators.eviction import LRUPolicy
+from workbench.allocators.eviction import make_policy
 from workbench.allocators.hash_prefix_index import HashPrefixIndex
 from workbench.allocators.paged import PagedStrategy
 
@@ -19,6 +20,7 @@ from workbench.allocators.paged import PagedStrategy
 class PagedPrefixStrategy(PagedStrategy):
     name = "paged-prefix"
 
-    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0) -> None:
+    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
+                 eviction: str = "lru") -> None:
         super().__init__(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
-                         swap_slots=swap_slots, prefix_index=HashPrefixIndex(LRUPolicy()))
+                         swap_slots=swap_slots, prefix_index=HashPrefixIndex(make_policy(eviction)))

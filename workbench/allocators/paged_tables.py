@@ -60,6 +60,11 @@ class BlockTables:
         """The last table entry of each row, int32 [len(rows)]."""
         return self._table[rows, self.seqs.column("num_blocks")[rows] - 1]
 
+    def previous_blocks(self, rows: np.ndarray) -> np.ndarray:
+        """The table entry before the last of each row (-1 for a one-block row), int32 [len(rows)]."""
+        before = self.seqs.column("num_blocks")[rows] - 2
+        return np.where(before >= 0, self._table[rows, np.maximum(before, 0)], -1).astype(np.int32)
+
     def entries_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All table entries of these rows, concatenated in order, int32 [nnz], and the written slots
         of each entry's block as seen by its row, int64 [nnz]."""

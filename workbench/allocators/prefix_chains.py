@@ -68,7 +68,7 @@ class SeqChains:
         sums[:1] += self._tail_sum[row:row + 1]  # the partial block it continues (0 when it starts a block)
         num_filled = (length + k) // bs - length // bs
         keys = chain_keys(self._chain_key[row], sums[:num_filled])
-        parents = np.concatenate([self._chain_key[row:row + 1], keys[:-1]])
+        parents = np.concatenate([self._chain_key[row:row + 1], keys])[:num_filled]  # each block's predecessor
         if num_filled:
             self._chain_key[rows] = keys[-1]
         self._tail_sum[rows] = sums[-1] if (length + k) % bs else np.uint64(0)

@@ -27,10 +27,15 @@ class PrefixIndex(Protocol):
         prompt's chain keys in order), at most `max_blocks` of them, int32 [num_hit]."""
         ...
 
-    def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray) -> None:
+    def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray,
+               parent_blocks: np.ndarray) -> None:
         """Mutates. Register full blocks (int32 [k]) under `keys` (uint64 [k]); `parent_keys[i]` (uint64
-        [k]) is the key of the block before `blocks[i]` in its sequence (0: none). A key already
-        registered keeps its block (the new block stays unregistered, as a recomputed copy)."""
+        [k]) is the key of the block before `blocks[i]` in its sequence (0: none) and `parent_blocks[i]`
+        (int32 [k]) that block itself (-1: none; a tree links a block only under the node its sequence
+        really holds, not under a copy's registered twin). A key already
+        registered may get a second block holding the same content (a recomputed copy): the index
+        registers it beside the first (vLLM's block pool; `lookup` returns the earliest) or leaves it
+        unregistered (then `release` hands it back for the free stack)."""
         ...
 
     def claim(self, blocks: np.ndarray) -> None:

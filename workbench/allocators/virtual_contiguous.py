@@ -73,6 +73,7 @@ class VirtualContiguous:
         self.overlap_map = overlap_map == "on"
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
+        self.prefix_evicted_blocks = 0  # no prefix cache: reused pages are not prefix blocks
         self._pages = PagePool(num_pages, max_batch, reuse=page_reuse == "on")
         self._host = RunPlacer(swap_slots, best=False) if swap_slots else None
         self._extent: dict[int, int] = {}  # on-device sequence -> its extent

@@ -5,6 +5,13 @@ sample 0) into full B-token blocks from position 0. A full block of a prompt *hi
 prefix up to that block's end appeared, as full blocks, in an earlier-arriving request's sequence.
 potential = B × (prompt blocks that hit) / (all prompt tokens): the share of prompt tokens an unlimited
 prefix cache (automatic prefix caching over hash chains, nothing ever evicted) would serve.
+
+The infinite-cache bound applies the prefix caches' rule on top (at least one prompt token is
+computed, so at most (prompt - 1) // B blocks hit): it is the upper bound of a run's
+`prefix_hit_rate` for every prefix cache (`paged-prefix`, `radix`) at that block size when no request
+is preempted (a request recomputed after preemption hits its own blocks again, which counts twice),
+reached when nothing is evicted and each request finishes before the next that shares with it arrives. It is
+computed from segments (for Mooncake: the trace's hash ids), never from token ids or hash chains.
 """
 
 from __future__ import annotations
@@ -26,10 +33,15 @@ class PrefixSharing:
     block_size: int
     prompt_tokens: int
     hit_tokens: int
+    bound_tokens: int  # hit tokens with at least one prompt token computed: the infinite-cache bound
 
     @property
     def hit_frac(self) -> float:
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def bound_frac(self) -> float:
+        return self.bound_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 def prefix_sharing(requests: list[Request], block_size: int = DEFAULT_BLOCK_SIZE) -> PrefixSharing:
@@ -44,6 +56,7 @@ def prefix_sharing(requests: list[Request], block_size: int = DEFAULT_BLOCK_SIZE
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     longest: dict[tuple[int, int], int] = {}  # (digest of segments before, key) -> longest earlier length
     hit_blocks = 0
+    bound_blocks = 0
     prompt_tokens = 0
     for r in requests:
         digest = 0  # of the segments before the current one: equal digests = equal token prefixes
@@ -54,6 +67,8 @@ def prefix_sharing(requests: list[Request], block_size: int = DEFAULT_BLOCK_SIZE
             hit_end = min(start + min(seg.length, longest.get(node, 0)), r.prompt_tokens)
             if hit_end > start:
                 hit_blocks += hit_end // block_size - start // block_size  # block ends in (start, hit_end]
+                bound_end = min(hit_end, r.prompt_tokens - 1)  # the last prompt token is always computed
+                bound_blocks += max(bound_end // block_size - start // block_size, 0)
             seen_here.append((node, seg.length))
             digest = hash((digest, seg.key, seg.length)) & _MASK63
             start += seg.length
@@ -61,7 +76,7 @@ def prefix_sharing(requests: list[Request], block_size: int = DEFAULT_BLOCK_SIZE
             if length > longest.get(node, 0):
                 longest[node] = length
         prompt_tokens += r.prompt_tokens
-    return PrefixSharing(block_size, prompt_tokens, hit_blocks * block_size)
+    return PrefixSharing(block_size, prompt_tokens, hit_blocks * block_size, bound_blocks * block_size)
 
 
 def peak_rate(arrival_s: np.ndarray, bin_s: float) -> float:
@@ -103,5 +118,7 @@ def describe(workload: Workload, block_size: int = DEFAULT_BLOCK_SIZE) -> str:
     lines.append(f"sampling        n = {requests[0].n}, beam width = {requests[0].beam_width} (every request)")
     lines.append(f"prefix sharing  {100 * sharing.hit_frac:.1f}% of prompt tokens ({sharing.hit_tokens:,} of "
                  f"{sharing.prompt_tokens:,}) would hit an unlimited prefix cache at block size {block_size}")
+    lines.append(f"infinite cache  {100 * sharing.bound_frac:.1f}% of prompt tokens ({sharing.bound_tokens:,}): "
+                 f"the bound of prefix_hit_rate at block size {block_size} (one prompt token always computed)")
     lines += [f"note            {note}" for note in workload.notes]
     return "\n".join(lines)

@@ -1,0 +1,22 @@
+"""`radix`: `paged` holding a radix-tree prefix index (SGLang's RadixAttention, DESIGN §11).
+
+The page is the block (`--block-size`, 1 = token granular as SGLang's default `page_size`). A
+prompt reuses the longest cached path of full pages from the root; at least its last token is
+computed (the same rule as `paged-prefix`, so hit counts compare). A running request locks its
+path; eviction takes unlocked leaves in the order of `--eviction` (`radix_prefix_index`).
+"""
+
+from __future__ import annotations
+
+from workbench.allocators.eviction import make_policy
+from workbench.allocators.paged import PagedStrategy
+from workbench.allocators.radix_prefix_index import RadixPrefixIndex
+
+
+class RadixStrategy(PagedStrategy):
+    name = "radix"
+
+    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
+                 eviction: str = "lru") -> None:
+        super().__init__(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
+                         swap_slots=swap_slots, prefix_index=RadixPrefixIndex(make_policy(eviction)))
