@@ -1,4 +1,4 @@
-"""Clock profiles (DESIGN §11 `--clock-profile`): named sets of the roofline clock's constants.
+"""Clock profiles (`--clock-profile`, docs/clock-profiles.md): named sets of the roofline clock's constants.
 
 `roofline` (the default) takes `--eff-bw`, `--eff-flops` and `--step-overhead-s` from the run's
 flags: datasheet bandwidth and peak scaled by what well-tuned kernels sustain, plus 1 ms of engine

@@ -38,7 +38,7 @@ SUMMARY_KEYS = (
     "prefix_hit_tokens", "prefix_hit_rate", "prefix_evicted_blocks",
     "block_table_bytes_mean", "mean_batch_size", "max_batch_size",
     "throughput_req_s", "throughput_tok_s", "normalized_latency_s_per_tok",
-    # over the saturated window (steps that end with a non-empty queue, DESIGN §11): a run whose queue
+    # over the saturated window (steps that end with a non-empty queue, docs/outputs.md): a run whose queue
     # never builds up has saturated_step_frac ~ 0 and says nothing about the memory-bound batch
     "saturated_step_frac", "mean_batch_size_sat", "throughput_tok_s_sat",
     "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",

@@ -1,4 +1,4 @@
-"""`radix`: `paged` holding a radix-tree prefix index (SGLang's RadixAttention, DESIGN §11).
+"""`radix`: `paged` holding a radix-tree prefix index (SGLang's RadixAttention; docs/strategies.md).
 
 The page is the block (`--block-size`, 1 = token granular as SGLang's default `page_size`). A
 prompt reuses the longest cached path of full pages from the root; at least its last token is

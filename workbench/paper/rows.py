@@ -75,7 +75,7 @@ def _range_row(entry, item, key, spec: dict, ours: float) -> Row:
                entry["experiment"], "" if ok else _gap(entry, key))
 
 
-# Fig. 2 segments: the paper's bar -> the workbench's saturated-window fractions (DESIGN §3)
+# Fig. 2 segments: the paper's bar -> the workbench's saturated-window fractions (docs/memory.md)
 FIG2_SEGMENTS = {
     "token": ("mem_token_frac_sat",),
     "reserved": ("mem_reserved_frac_sat",),
