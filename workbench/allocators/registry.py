@@ -114,6 +114,25 @@ def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_le
                    swap_slots=swap_slots, **options)
 
 
+def create_hybrid(name: str, *, capacity_slots: int, block_size: int = 16, max_model_len: int,
+                  groups: tuple[tuple[int | None, int], ...]) -> Strategy:
+    """The per-layer-group form of a paged-family strategy (`allocators.hybrid`): `groups` are
+    (window_tokens or None, units) and `capacity_slots` counts unit slots. A prefix-caching or
+    contiguous registration has no hybrid form (docs/hybrid.md): a ValueError says so."""
+    reg = get(name)
+    if not reg.block_sized or reg.prefix_cache:
+        raise ValueError(f"strategy {name!r} has no per-layer-group form; use --hybrid off "
+                         f"(hybrid allocation covers paged strategies without a prefix cache)")
+    from workbench.allocators.hybrid import HybridPaged
+    return HybridPaged(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
+                       groups=groups, name=name)
+
+
+def hybrid_names() -> list[str]:
+    """Registered strategies that have a per-layer-group form."""
+    return [r.name for r in _REGISTRY.values() if r.block_sized and not r.prefix_cache]
+
+
 def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
     """The strategy of a run: `cfg.strategy` on the resolved pool, given exactly its declared options."""
     reg = get(cfg.strategy)
