@@ -4,7 +4,8 @@
 // one (sequence, kv head, row chunk, KV partition): its "rows" are up to ROWS (query token, query
 // head) pairs that read the same kv head, so each K/V row the block touches is loaded once for the
 // whole GQA group (and, in extend, for several query tokens). Query token j of a sequence with
-// kv_len L and Q new tokens sits at position L - Q + j and sees positions 0..L - Q + j (causal).
+// kv_len L and Q new tokens sits at position L - Q + j and sees positions 0..L - Q + j (causal);
+// with a sliding window W > 0 (argument `window`, 0 = full attention) only L - Q + j - W + 1..L - Q + j.
 //
 // Inside a block, a power-of-two lane group (GROUP lanes) covers one head row with vector loads;
 // each warp reads SLOTS = 32 / GROUP rows per step and keeps an online-softmax state per row slot
@@ -58,6 +59,7 @@ __device__ __forceinline__ void attention_block(
     const T* __restrict__ k_pool,       // [num_slots, num_kv_heads, HEAD_DIM]
     const T* __restrict__ v_pool,       // [num_slots, num_kv_heads, HEAD_DIM]
     const Addressing addr, int num_heads, int num_kv_heads, int row_chunks, int partition_tokens, float scale,
+    int window,                    // sliding window in tokens; 0 = full attention
     float* __restrict__ out,       // [total_q, num_heads, HEAD_DIM], written when gridDim.y == 1
     float* __restrict__ part_out,  // [total_q, num_heads, gridDim.y, HEAD_DIM], written when gridDim.y > 1
     float* __restrict__ part_ml) {  // [total_q, num_heads, gridDim.y, 2] (max, sum), with part_out
@@ -80,6 +82,8 @@ __device__ __forceinline__ void attention_block(
   const auto row_head = [&](int r) { return kv_head * group + (row0 + r) % group; };
   const auto row_visible = [&](int r) { return row0 + r < num_rows ? kv_len - num_q + (row0 + r) / group + 1 : 0; };
   const int visible_max = row_visible(imin(ROWS, num_rows - row0) - 1);  // the last real row sees the most
+  // First position row r reads: its window's start (row 0, the earliest query, has the smallest one).
+  const auto row_first = [&](int r) { return window > 0 ? imax(0, row_visible(r) - window) : 0; };
 
   __shared__ float s_q[ROWS][HEAD_DIM];
   for (int i = threadIdx.x; i < ROWS * HEAD_DIM; i += ATTN_THREADS) {
@@ -112,11 +116,12 @@ __device__ __forceinline__ void attention_block(
 
   const int begin = part * partition_tokens;
   const int end = imin(begin + partition_tokens, visible_max);
+  const int first = imax(begin, row_first(0));  // nothing before the earliest row's window is read
   // Each step the block covers STEP consecutive positions (warp w takes SLOTS of them); each loop
   // iteration issues the loads of UNROLL steps before using any, to keep more bytes in flight.
   // The loop bound is block-uniform, so every lane reaches every shuffle.
   constexpr int STEP = ATTN_WARPS * L::SLOTS;
-  for (int base = begin; base < end; base += ATTN_UNROLL * STEP) {
+  for (int base = first; base < end; base += ATTN_UNROLL * STEP) {
     int pos[ATTN_UNROLL];
     float k[ATTN_UNROLL][L::ELEMS], v[ATTN_UNROLL][L::ELEMS];
 #pragma unroll
@@ -151,7 +156,7 @@ __device__ __forceinline__ void attention_block(
         for (int r = 0; r < ROWS; ++r) score[r] += __shfl_xor_sync(FULL_MASK, score[r], offset);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        if (pos[u] < end && pos[u] < row_visible(r)) {
+        if (pos[u] < end && pos[u] < row_visible(r) && pos[u] >= row_first(r)) {
           const float m_new = fmaxf(m[r], score[r]);
           const float alpha = __expf(m[r] - m_new);
           const float p = __expf(score[r] - m_new);
@@ -234,11 +239,11 @@ __global__ void paged_attention(const float* __restrict__ q, const int* __restri
                                 const T* __restrict__ k_pool, const T* __restrict__ v_pool,
                                 const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
                                 const int* __restrict__ kv_last_page_len, int block_size, int num_heads,
-                                int num_kv_heads, int row_chunks, int partition_tokens, float scale,
+                                int num_kv_heads, int row_chunks, int partition_tokens, float scale, int window,
                                 float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_ml) {
   const PagedAddressing addr{kv_indptr, kv_indices, kv_last_page_len, block_size};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
-                                     partition_tokens, scale, out, part_out, part_ml);
+                                     partition_tokens, scale, window, out, part_out, part_ml);
 }
 
 // Same grid as paged_attention; only the addressing differs.
@@ -246,12 +251,12 @@ template <typename T, int HEAD_DIM, int ROWS>
 __global__ void contiguous_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
                                      const T* __restrict__ k_pool, const T* __restrict__ v_pool,
                                      const int* __restrict__ kv_start, const int* __restrict__ kv_len, int num_heads,
-                                     int num_kv_heads, int row_chunks, int partition_tokens, float scale,
+                                     int num_kv_heads, int row_chunks, int partition_tokens, float scale, int window,
                                      float* __restrict__ out, float* __restrict__ part_out,
                                      float* __restrict__ part_ml) {
   const ContiguousAddressing addr{kv_start, kv_len};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
-                                     partition_tokens, scale, out, part_out, part_ml);
+                                     partition_tokens, scale, window, out, part_out, part_ml);
 }
 
 // Combines the per-partition results of one (query token, head) per block: grid (total_q, num_heads).

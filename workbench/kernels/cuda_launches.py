@@ -40,12 +40,13 @@ class Launch:
 
 
 def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_sms, *, paged=None,
-              contiguous=None, partition_tokens=None, max_q_per_seq=None):
+              contiguous=None, partition_tokens=None, max_q_per_seq=None, window=0):
     """Output buffer (float32 [total_q, H, D], NaN-poisoned) and the launches that fill it.
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
     The plan needs the longest KV length and, unless `max_q_per_seq` is given, the most queries of one
     sequence: small reads of device arrays. `data_ptr(array)` is the array's address (alignment check).
+    `window` > 0: each query reads only its last `window` positions (0 = full attention).
     """
     total_q, num_heads, head_dim = q.shape
     if head_dim not in HEAD_DIMS:
@@ -78,7 +79,8 @@ def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_s
         plan.grid(num_kv_heads, num_seqs),
         (launch.ATTN_THREADS, 1, 1),
         (q, qo_indptr, k_pool, v_pool, *addressing_args, np.int32(num_heads), np.int32(num_kv_heads),
-         np.int32(plan.row_chunks), np.int32(plan.partition_tokens), np.float32(scale), out, part_out, part_ml),
+         np.int32(plan.row_chunks), np.int32(plan.partition_tokens), np.float32(scale), np.int32(window), out,
+         part_out, part_ml),
     )]
     if plan.num_partitions > 1:
         launches.append(Launch(
@@ -127,25 +129,27 @@ def attention_entry_points(attention, xp):
     def decode_indptr(num_seqs: int):
         return xp.arange(num_seqs + 1, dtype=xp.int32)  # one query token per sequence
 
-    def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+    def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
+                     window=0):
         """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]."""
         paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
         return attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale, paged=paged,
-                         max_q_per_seq=1)
+                         max_q_per_seq=1, window=window)
 
-    def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+    def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, window=0):
         """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim]."""
         return attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale,
-                         contiguous=(kv_start, kv_len), max_q_per_seq=1)
+                         contiguous=(kv_start, kv_len), max_q_per_seq=1, window=window)
 
     def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype,
-                     scale):
+                     scale, window=0):
         """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim]."""
         paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-        return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, paged=paged)
+        return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, paged=paged, window=window)
 
-    def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+    def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, window=0):
         """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim]."""
-        return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, contiguous=(kv_start, kv_len))
+        return attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, contiguous=(kv_start, kv_len),
+                         window=window)
 
     return paged_decode, contiguous_decode, paged_extend, contiguous_extend

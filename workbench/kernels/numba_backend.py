@@ -61,7 +61,7 @@ def _part_tokens(num_items: int, max_len: int) -> int:
 
 
 def _attention(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
-               kv_dtype, scale):
+               kv_dtype, scale, window):
     num_kv_heads = k_pool.shape[1]
     chunk_seq, chunk_q_begin, chunk_q_end = _plan(qo_indptr, q.shape[1])
     max_len = int(kv_len.max())
@@ -71,7 +71,7 @@ def _attention(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block
     part_m = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
     part_l = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
     args = (q, qo_indptr, _kernel_pools(k_pool, v_pool, kv_dtype), num_kv_heads, KV_CODE[kv_dtype], paged,
-            (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale))
+            (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale), np.int64(window))
     parts = (part_out, part_m, part_l)
     if len(chunk_seq):
         # attention_partials carries its own copy of attend_item, optimized again inside its module; the
@@ -96,26 +96,27 @@ def _decode_indptr(num_seqs: int) -> np.ndarray:
     return np.arange(num_seqs + 1, dtype=np.int32)
 
 
-def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale, window=0):
     kv_len = _paged_len(kv_indptr, kv_last_page_len, block_size)
     return _attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, True, kv_indptr, kv_indices, block_size,
-                      _EMPTY_I32, kv_len, kv_dtype, scale)
+                      _EMPTY_I32, kv_len, kv_dtype, scale, window)
 
 
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, window=0):
     return _attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, False, _EMPTY_I32, _EMPTY_I32, 1,
-                      kv_start, kv_len, kv_dtype, scale)
+                      kv_start, kv_len, kv_dtype, scale, window)
 
 
-def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale):
+def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
+                 window=0):
     kv_len = _paged_len(kv_indptr, kv_last_page_len, block_size)
     return _attention(q, qo_indptr, k_pool, v_pool, True, kv_indptr, kv_indices, block_size, _EMPTY_I32, kv_len,
-                      kv_dtype, scale)
+                      kv_dtype, scale, window)
 
 
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale):
+def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, window=0):
     return _attention(q, qo_indptr, k_pool, v_pool, False, _EMPTY_I32, _EMPTY_I32, 1, kv_start, kv_len,
-                      kv_dtype, scale)
+                      kv_dtype, scale, window)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
