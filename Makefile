@@ -11,7 +11,7 @@ NUMBA_SOURCES_HASH := $(shell grep -rl --include='*.py' numba workbench | sort |
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba/$(NUMBA_SOURCES_HASH)
 export MPLBACKEND ?= Agg
 
-.PHONY: demo test lint bench gpu-check figures lab clean
+.PHONY: demo test lint bench gpu-check figures notebooks lab clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ $(STAMP_DEV): pyproject.toml setup.py | $(BIN)/python
 	touch $@ $(STAMP_RUN)
 
 demo: $(STAMP_RUN)
-	$(BIN)/python -m workbench.sweep
+	$(BIN)/python -m workbench.sweep --resume   # a second `make demo` reuses the finished points
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .
@@ -48,8 +48,12 @@ gpu-check: $(STAMP_DEV)
 figures: $(STAMP_DEV)
 	$(BIN)/python -m workbench.figures
 
+# executes every notebook at full size and stores its outputs (figures, tables) in place
+notebooks: $(STAMP_DEV)
+	$(BIN)/python -m workbench.notebook notebooks/*.ipynb
+
 lab: $(STAMP_DEV)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info

@@ -1,4 +1,4 @@
-"""Allocator cost on an operation stream from the Azure LLM conversation trace (DESIGN §10).
+"""Allocator cost on an operation stream from the Azure LLM conversation trace (docs/performance.md).
 
 The stream: requests in trace order (ContextTokens, GeneratedTokens), continuous batching with at
 most 256 running sequences, one token per running sequence per step, a sequence freed when it
@@ -26,17 +26,18 @@ import pandas as pd
 
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
-from workbench.paths import shared_traces_dir
+from workbench.errors import TraceError
+from workbench.traces import resolve
 
 MAX_MODEL_LEN = 16_384  # the trace's longest request is 15,050 tokens
 
 
 def load_lengths(num_requests: int) -> tuple[np.ndarray, np.ndarray]:
     """(prompt, output) token counts of the first requests of the Azure conversation trace."""
-    traces = shared_traces_dir()
-    path = traces / "azure-llm-2023-conv" / "AzureLLMInferenceTrace_conv.csv" if traces else None
-    if path is None or not path.is_file():
-        sys.exit("bench_allocators: the Azure conversation trace is not under ../shared/traces/")
+    try:
+        path = resolve("azure-llm-2023-conv")  # cache, shared folder, else a verified download
+    except TraceError as exc:
+        sys.exit(f"bench_allocators: {exc}")
     df = pd.read_csv(path, usecols=["ContextTokens", "GeneratedTokens"], nrows=num_requests)
     return df["ContextTokens"].to_numpy(np.int64), df["GeneratedTokens"].to_numpy(np.int64)
 
@@ -74,7 +75,7 @@ def num_operations(ops: list[tuple]) -> int:
 
 class NanoBlockManager:
     """A plain-Python block manager of the nano-vllm kind: deque of free ids, list refcounts, one
-    Python list per block table, one decision per sequence per step. The baseline of DESIGN §10."""
+    Python list per block table, one decision per sequence per step. The baseline of docs/performance.md."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size

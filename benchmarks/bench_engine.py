@@ -1,4 +1,4 @@
-"""Engine speed on the Azure LLM conversation trace (DESIGN §10).
+"""Engine speed on the Azure LLM conversation trace (docs/performance.md).
 
 1. The whole trace (19,366 requests over ~3,500 s) with `paged` and `--kernel none`: simulated
    seconds per wall second (target >= 300) and per CPU second of this process (less sensitive to
@@ -23,7 +23,8 @@ import time
 from workbench.allocators import registry
 from workbench.config import RunConfig
 from workbench.engine import StepTimers, simulate
-from workbench.paths import shared_traces_dir
+from workbench.errors import TraceError
+from workbench.traces import resolve
 from workbench.workload import build_workload
 
 STRATEGY_METHODS = ("admit", "can_append", "append", "fork", "free", "slot_mapping", "describe", "snapshot",
@@ -70,10 +71,10 @@ def main() -> int:
     parser.add_argument("--gpu", default="a100-80gb")
     parser.add_argument("--window-s", type=float, default=20.0, help="trace window for the kernel run, seconds")
     args = parser.parse_args()
-    traces = shared_traces_dir()
-    path = traces / "azure-llm-2023-conv" / "AzureLLMInferenceTrace_conv.csv" if traces else None
-    if path is None or not path.is_file():
-        print("bench_engine: the Azure conversation trace is not under ../shared/traces/", file=sys.stderr)
+    try:
+        path = resolve("azure-llm-2023-conv")  # cache, shared folder, else a verified download
+    except TraceError as exc:
+        print(f"bench_engine: {exc}", file=sys.stderr)
         return 1
     base = dict(strategy="paged", block_size=16, model=args.model, gpu=args.gpu, workload=f"azure:{path}")
 

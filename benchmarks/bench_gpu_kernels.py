@@ -1,9 +1,9 @@
-"""GPU decode bandwidth: paged vs contiguous attention vs a device-to-device copy (DESIGN §10).
+"""GPU decode bandwidth: paged vs contiguous attention vs a device-to-device copy (docs/performance.md).
 
     python benchmarks/bench_gpu_kernels.py --out OUTDIR      # the table (also OUTDIR/gpu_kernels.{md,csv})
     python benchmarks/bench_gpu_kernels.py --small           # every kernel once on small shapes (for compute-sanitizer)
 
-Shape per DESIGN §10: 32 query / 8 kv heads, head_dim 128, fp16 KV; contexts 1k-32k; block sizes
+Shape per docs/performance.md: 32 query / 8 kv heads, head_dim 128, fp16 KV; contexts 1k-32k; block sizes
 8-128; the batch is sized to about 1 GiB of KV so the device, not the launch, is measured. Paged
 pools use a shuffled block table. Before timing, each configuration checks that paged and
 contiguous outputs agree bit for bit (same logical KV, same schedule).

@@ -1,4 +1,4 @@
-"""CPU decode-attention benchmark (DESIGN §10): Numba paged vs contiguous vs a NumPy/BLAS baseline.
+"""CPU decode-attention benchmark (docs/performance.md): Numba paged vs contiguous vs a NumPy/BLAS baseline.
 
 Prints tables, asserts nothing. Every timing is the best of several repeats (the machine may be
 shared, so single numbers are noisy); every kernel output is checked against the float64 reference
@@ -132,7 +132,7 @@ def measure(rng, num_seqs: int, ctx: int, block_size: int, repeats: int, with_bl
 
 
 def measure_16bit(rng, kv_dtype: str, repeats: int) -> tuple[float, int]:
-    """Best paged decode time and KV bytes for fp16 or bf16 pools at the DESIGN §10 shape."""
+    """Best paged decode time and KV bytes for fp16 or bf16 pools at the docs/performance.md shape."""
     _, (paged_k, paged_v, kv_indptr, kv_indices, last, block_size) = make_pools(rng, 32, 1024, 16)
     if kv_dtype == "fp16":
         paged_k, paged_v = paged_k.astype(np.float16), paged_v.astype(np.float16)
@@ -174,7 +174,7 @@ def main() -> None:
 
     row = measure(rng, 32, 1024, 16, repeats, with_blas=True)
     gbps = row["kv_bytes"] / row["paged_s"] / 1e9
-    print("\nDESIGN §10 shape: fp32 decode, 32 seqs x 1024 ctx, 32 q / 8 kv heads, head_dim 128, block 16")
+    print("\ndocs/performance.md shape: fp32 decode, 32 seqs x 1024 ctx, 32 q / 8 kv heads, head_dim 128, block 16")
     print(f"  KV read per call: {row['kv_bytes'] / 1e6:.0f} MB")
     print(f"  numba paged                {row['paged_s'] * 1e3:8.2f} ms  {gbps:6.1f} GB/s  "
           f"= {gbps / read_gbps:5.1%} of read bandwidth (target >= 50%)")
@@ -197,7 +197,7 @@ def main() -> None:
             print(f"{ctx:>6} {row['num_seqs']:>5} {block_size:>5} {row['contig_s'] * 1e3:>10.2f} "
                   f"{row['paged_s'] * 1e3:>9.2f} {row['paged_s'] / row['contig_s']:>12.3f} "
                   f"{row['kv_bytes'] / row['paged_s'] / 1e9:>10.1f}")
-    print("\nother KV dtypes at the DESIGN §10 shape (paged, block 16; KV bytes halve, decoding is in-kernel):")
+    print("\nother KV dtypes at the docs/performance.md shape (paged, block 16; KV bytes halve, decoding in-kernel):")
     for kv_dtype in ["fp16", "bf16"]:
         paged_s, kv_bytes = measure_16bit(rng, kv_dtype, repeats)
         print(f"  {kv_dtype}: {paged_s * 1e3:8.2f} ms  {kv_bytes / paged_s / 1e9:6.1f} GB/s")

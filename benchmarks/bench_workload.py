@@ -9,8 +9,7 @@ from __future__ import annotations
 import time
 
 from workbench.config import RunConfig
-from workbench.paths import shared_traces_dir
-from workbench.traces import TRACES
+from workbench.traces import TRACES, locate
 from workbench.workload import load_workload
 from workbench.workload.describe import prefix_sharing
 
@@ -28,9 +27,8 @@ def _best_of(fn, repeats=3):
 
 def main() -> None:
     specs = [(name, RunConfig(workload=name, num_requests=100_000)) for name in SYNTHETIC]
-    if shared_traces_dir() is not None:
-        specs += [(f"{t.format}:{t.name}", RunConfig(workload=f"{t.format}:{t.name}", max_model_len=1_000_000))
-                  for t in TRACES.values() if t.format is not None]
+    specs += [(f"{t.format}:{t.name}", RunConfig(workload=f"{t.format}:{t.name}", max_model_len=1_000_000))
+              for t in TRACES.values() if t.format is not None and locate(t.name) is not None]
     print(f"{'workload':<46} {'requests':>9} {'load_s':>8} {'req/s':>11} {'sharing_s':>9} {'hit':>6}")
     for name, cfg in specs:
         load_s, wl = _best_of(lambda cfg=cfg: load_workload(cfg))

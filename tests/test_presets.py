@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from workbench.presets import GPUS, MODELS, kv_capacity_slots, model_from_name
@@ -84,3 +86,14 @@ def test_layer_groups_must_cover_the_model():
     from workbench.presets import LayerGroup, ModelPreset
     with pytest.raises(ValueError, match="layer groups hold"):
         ModelPreset("bad", 4, 4, 4, 8, 1.0, 64, (LayerGroup(2, 8), LayerGroup(1)))
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("custom:layers=2,kv_heads=2,head_dim=16,params_b=inf", "params_b must be a finite number, got 'inf'"),
+    ("custom:layers=2,kv_heads=2,head_dim=16,params_b=1e300", "params_b must be <= 1000000.0"),
+    ("custom:layers=1e30,kv_heads=2,head_dim=16", "num_layers must be <= 65536"),
+    ("custom:layers=2,kv_heads=2,head_dim=nan", "head_dim must be a finite number"),
+])
+def test_custom_models_are_finite_and_bounded(spec, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        model_from_name(spec)

@@ -1,4 +1,4 @@
-"""Step-duration models (DESIGN §6): how long one engine iteration takes on the modeled GPU.
+"""Step-duration models (docs/engine.md): how long one engine iteration takes on the modeled GPU.
 
 `roofline`: max(bytes / (bw × eff_bw), flops / (peak × eff_flops)) + step_overhead, with
 bytes = weights once + KV read by attention + KV written + copy-on-write and swap traffic, and

@@ -1,4 +1,4 @@
-"""Names of every output column and summary figure (DESIGN §3, §8), defined once.
+"""Names of every output column and summary figure (docs/memory.md, docs/outputs.md), defined once.
 
 Writers and readers (engine, results, sweep, figures, notebooks) import these instead of typing
 the strings again.

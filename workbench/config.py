@@ -1,86 +1,116 @@
 """The resolved configuration of one run: a frozen dataclass validated on construction.
 
 Field metadata carries the CLI help (with units); `workbench.run` builds its argument parser from
-these fields and sweep YAML keys are exactly these field names (DESIGN §8, §9).
+these fields and sweep YAML keys are exactly these field names (docs/outputs.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
+# Upper bounds that keep every size inside the integer types it lands in: slot and block ids are int32
+# in the allocators and kernels, and every integer column of the output tables is int64. The time
+# bounds (rate, duration, efficiencies, step overhead) keep slot-seconds far from float64 overflow.
+MAX_SLOTS = 2**31 - 1
+MAX_INT = 2**63 - 1
+MAX_REQUESTS = 10_000_000  # a synthetic workload is generated in memory up front, ~1 KB per request
+MIN_MODEL_LEN = 2  # one prompt token and one output token
+
 
 def _f(default: Any, help: str, **extra: Any) -> Any:
+    """A config field: `help` (with units) becomes the CLI help; optional `choices`, and bounds `gt`/`ge`
+    (lower) and `lt`/`le` (upper) checked on construction."""
     return field(default=default, metadata={"help": help, **extra})
+
+
+_BOUNDS = {"gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", operator.lt), "le": ("<=", operator.le)}
+
+
+def describe_bounds(f: dataclasses.Field) -> str:
+    """The field's allowed range for help texts, e.g. `> 0, <= 2147483647` ('' when unbounded)."""
+    return ", ".join(f"{sign} {f.metadata[key]}" for key, (sign, _) in _BOUNDS.items() if key in f.metadata)
+
+
+def check_field(f: dataclasses.Field, value: Any) -> None:
+    """Raise ValueError (one line naming the key, the value and what is allowed) when `value` breaks
+    the field's type, choices or bounds. Floats must be finite; integers stay within int64."""
+    name, meta, kind = f.name, f.metadata, str(f.type).replace(" | None", "")
+    if value is None:
+        if "None" not in str(f.type):
+            raise ValueError(f"{name} must be given, got None")
+        return
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        if meta.get("choices") and value not in meta["choices"]:
+            raise ValueError(f"{name}: {value!r} is not one of {', '.join(meta['choices'])}")
+        return
+    number = numbers.Real if kind == "float" else numbers.Integral
+    if isinstance(value, bool) or not isinstance(value, number):
+        expected = "a number" if kind == "float" else "an integer"
+        raise ValueError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
+    if kind == "float" and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    for key, (sign, holds) in _BOUNDS.items():
+        if key in meta and not holds(value, meta[key]):
+            raise ValueError(f"{name} must be {sign} {meta[key]}, got {value}")
+    if kind == "int" and value > MAX_INT:
+        raise ValueError(f"{name} must be <= {MAX_INT}, got {value}")
 
 
 @dataclass(frozen=True)
 class RunConfig:
     strategy: str = _f("paged", "allocator strategy name (see workbench.allocators.registry)")
-    block_size: int = _f(16, "tokens per KV block for paged strategies")
+    block_size: int = _f(16, "tokens per KV block for paged strategies", gt=0, le=MAX_SLOTS)
     fit: str = _f("first", "placement for contiguous strategies: first | best | buddy",
                   choices=("first", "best", "buddy"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
-    gpu_memory_utilization: float = _f(0.9, "fraction of GPU memory the server may use when deriving KV capacity")
-    kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU")
-    kv_slots: int | None = _f(None, "KV cache size in token slots (overrides --kv-gib)")
-    max_model_len: int | None = _f(None, "maximum sequence length in tokens (default: the model preset's)")
+    gpu_memory_utilization: float = _f(0.9, "fraction of GPU memory the server may use when deriving KV capacity",
+                                       gt=0, le=1)
+    kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU", gt=0)
+    kv_slots: int | None = _f(None, "KV cache size in token slots (overrides --kv-gib)", gt=0, le=MAX_SLOTS)
+    max_model_len: int | None = _f(None, "maximum sequence length in tokens (default: the model preset's)",
+                                   ge=MIN_MODEL_LEN, le=MAX_SLOTS)
     workload: str = _f("sharegpt-like", "synthetic workload name, or FORMAT:PATH for a trace file")
-    rate: float | None = _f(None, "request rate in requests/s (synthetic arrivals; rescales a trace)")
-    num_requests: int | None = _f(None, "cap on the number of requests")
-    duration: float | None = _f(None, "time window of the workload in seconds from its start")
-    seed: int = _f(0, "random seed; same config and seed give identical results")
+    rate: float | None = _f(None, "request rate in requests/s (synthetic arrivals; rescales a trace)", ge=1e-6,
+                            le=1e9)
+    num_requests: int | None = _f(None, "cap on the number of requests", gt=0, le=MAX_REQUESTS)
+    duration: float | None = _f(None, "time window of the workload in seconds from its start", gt=0, le=1e9)
+    seed: int = _f(0, "random seed; same config and seed give identical results", ge=0)
     clock: str = _f("roofline", "step-duration model: roofline | measured", choices=("roofline", "measured"))
     kernel: str = _f("auto", "attention kernel backend: auto | cupy | numba | none",
                      choices=("auto", "cupy", "numba", "none"))
-    kernel_every: int = _f(1, "run the attention kernel every k steps")
-    kernel_heads: int | None = _f(None, "KV heads of the kernel's layer (default: the model's)")
+    kernel_every: int = _f(1, "run the attention kernel every k steps", gt=0)
+    kernel_heads: int | None = _f(None, "KV heads of the kernel's layer (default: the model's)", gt=0)
     verify_every: int = _f(0, "every k steps, check up to 8 decoding and 2 prefilling sequences of the batch "
-                              "against the float64 reference (0 = never)")
+                              "against the float64 reference (0 = never)", ge=0)
     preemption: str = _f("recompute", "preemption mode: recompute | swap", choices=("recompute", "swap"))
-    swap_gib: float = _f(4.0, "host swap space in GiB")
-    max_num_seqs: int = _f(256, "maximum running sequences per step")
-    max_num_batched_tokens: int | None = _f(None, "maximum prefill tokens per step (default: max(max_model_len, 2048))")
-    watermark_frac: float = _f(0.01, "fraction of KV blocks kept free at admission (paged strategies)")
-    n: int = _f(1, "parallel samples per request")
-    beam_width: int = _f(1, "beam search width (1 = off)")
+    swap_gib: float = _f(4.0, "host swap space in GiB", ge=0)
+    max_num_seqs: int = _f(256, "maximum running sequences per step", gt=0, le=MAX_SLOTS)
+    max_num_batched_tokens: int | None = _f(None, "maximum prefill tokens per step (default: max(max_model_len, "
+                                                  "2048))", gt=0, le=MAX_SLOTS)
+    watermark_frac: float = _f(0.01, "fraction of KV blocks kept free at admission (paged strategies)", ge=0, lt=1)
+    n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
+    beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
     # Roofline defaults: sustained HBM streaming reaches ~80% of the datasheet bandwidth on A100/H100
     # (STREAM-like copies), large fp16 GEMMs ~50-60% of dense peak in serving (prefill MFU), and a
     # serving engine spends ~1 ms per iteration on scheduling, sampling and launches outside the GPU.
-    eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)")
-    eff_flops: float = _f(0.5, "achieved fraction of dense peak FLOP/s (roofline clock)")
-    step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)")
+    eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=1e-6, le=1)
+    eff_flops: float = _f(0.5, "achieved fraction of dense peak FLOP/s (roofline clock)", ge=1e-6, le=1)
+    step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)", ge=0, le=3600)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
-            value = getattr(self, f.name)
-            if choices and value not in choices:
-                raise ValueError(f"{f.name}: {value!r} is not one of {', '.join(choices)}")
-        positive = ("block_size", "kv_gib", "kv_slots", "max_model_len", "rate", "num_requests", "duration",
-                    "kernel_every", "kernel_heads", "max_num_seqs", "max_num_batched_tokens", "n",
-                    "beam_width")
-        for name in positive:
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-        for name in ("gpu_memory_utilization", "eff_bw", "eff_flops"):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise ValueError(f"{name} must be in (0, 1], got {value}")
-        if not 0 <= self.watermark_frac < 1:
-            raise ValueError(f"watermark_frac must be in [0, 1), got {self.watermark_frac}")
-        if self.step_overhead_s < 0:
-            raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
-        if self.verify_every < 0:
-            raise ValueError(f"verify_every must be >= 0, got {self.verify_every}")
-        if self.swap_gib < 0:
-            raise ValueError(f"swap_gib must be >= 0, got {self.swap_gib}")
+            check_field(f, getattr(self, f.name))
         if self.kernel == "none" and self.verify_every:
             raise ValueError("verify_every > 0 needs a kernel to verify: contradictory with kernel none")
         if self.kernel == "none" and self.clock == "measured":
@@ -115,12 +145,22 @@ class RunConfig:
         kv_bytes_per_token = model.kv_bytes_per_token(self.kv_dtype)
         if self.kernel != "none" and self.kv_dtype == "fp8":
             raise ValueError("kv_dtype fp8 has no attention kernel; use --kernel none for fp8 accounting")
-        return Resolved(
-            model=model, gpu=gpu, capacity_slots=capacity_slots,
-            swap_slots=int(self.swap_gib * GIB // kv_bytes_per_token) if self.preemption == "swap" else 0,
+        if capacity_slots > MAX_SLOTS:
+            raise ValueError(f"the KV pool of {capacity_slots} slots exceeds {MAX_SLOTS} (int32 slot ids); "
+                             f"lower --kv-gib/--kv-slots")
+        if self.block_size > capacity_slots:
+            raise ValueError(f"block_size ({self.block_size} tokens) exceeds the KV pool ({capacity_slots} slots)")
+        swap_slots = int(self.swap_gib * GIB // kv_bytes_per_token) if self.preemption == "swap" else 0
+        if swap_slots > MAX_SLOTS:
+            raise ValueError(f"swap_gib = {self.swap_gib} is {swap_slots} slots, more than {MAX_SLOTS} "
+                             f"(int32 slot ids); lower --swap-gib")
+        resolved = Resolved(
+            model=model, gpu=gpu, capacity_slots=capacity_slots, swap_slots=swap_slots,
             max_num_batched_tokens=max_batched, kv_bytes_per_token=kv_bytes_per_token,
             kernel_heads=self.kernel_heads or model.num_kv_heads,
         )
+        _check_host_memory(self, resolved)
+        return resolved
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -148,3 +188,45 @@ class Resolved:
     max_num_batched_tokens: int
     kv_bytes_per_token: int
     kernel_heads: int  # kv heads of the kernel's single layer
+
+
+# Host bytes per KV block held by a strategy's arrays (reference counts, free stack, scratch), an upper bound.
+ALLOCATOR_BYTES_PER_BLOCK = 32
+STORAGE_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+
+def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
+    """What a run allocates up front in host memory: the strategy's per-block arrays, and unless the
+    kernel is off or on a GPU the kernel layer's K and V pools, device and swap."""
+    blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
+    total = blocks * ALLOCATOR_BYTES_PER_BLOCK
+    if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
+        row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
+        total += 2 * (res.capacity_slots + res.swap_slots) * row_bytes
+    elif cfg.kernel == "cupy":
+        total += 2 * res.swap_slots * res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
+    return total
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (what can be allocated without swapping), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _check_host_memory(cfg: RunConfig, res: Resolved) -> None:
+    need = host_memory_bytes(cfg, res)
+    available = available_memory_bytes()
+    if available is not None and need > available:
+        parts, remedy = "allocator arrays", "--kv-gib/--kv-slots"
+        if cfg.kernel != "none":
+            parts += f", K/V of {res.kernel_heads} heads"
+            remedy += ", --kernel-heads or use --kernel none"
+        raise ValueError(f"the KV pool of {res.capacity_slots} slots needs {need / GIB:.3g} GiB of host memory "
+                         f"({parts}), but this machine has {available / GIB:.3g} GiB available; lower {remedy}")

@@ -1,4 +1,4 @@
-"""One simulation run (DESIGN §6): the only place that wires workload, strategy, KV pool and kernels.
+"""One simulation run (docs/engine.md): the only place that wires workload, strategy, KV pool and kernels.
 
 `run(cfg, out_dir)` replays the workload step by step: arrivals join the queue, the scheduler
 allocates the step's work on the strategy, the kernel runner (unless `kernel = none`) executes the
@@ -28,7 +28,7 @@ from workbench.plan import StepPlan
 from workbench.results import StepLog, summarize, write_outputs
 from workbench.scheduler import Scheduler
 from workbench.tokens import TokenStore
-from workbench.workload import build_workload
+from workbench.workload import build_workload, check_workload
 from workbench.workload.request import Request
 
 
@@ -59,6 +59,7 @@ def check_config(cfg: RunConfig) -> Resolved:
         raise ValueError(f"unknown strategy {cfg.strategy!r}; valid: {', '.join(registry.names())}")
     registry.check_options(cfg)
     resolved = cfg.resolve()
+    check_workload(cfg)
     if cfg.kernel == "cupy":
         from workbench.kernels import available_backends
         if "cupy" not in available_backends():

@@ -1,4 +1,4 @@
-"""A request's sequences as one scheduling unit.
+"""A request's sequences as one scheduling unit (docs/engine.md).
 
 Sequences of a group advance in lockstep, so per-group counters describe every member: after a
 group's prefill step it has generated one token and holds `prompt` KV rows; each decode step

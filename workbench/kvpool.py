@@ -1,4 +1,4 @@
-"""The KV pool of one layer (DESIGN §7) and the deterministic K/V content written into it.
+"""The KV pool of one layer (docs/kernels.md) and the deterministic K/V content written into it.
 
 Content: the K/V row at position p of a sequence is a function of the hash of its whole prefix
 (token ids 0..p and their positions), so identical prefixes have identical KV — sharing a block

@@ -7,6 +7,7 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent  # meaningful in a source checkout only
+IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file()  # False for an installed wheel (site-packages)
 
 
 def shared_traces_dir() -> Path | None:

@@ -1,4 +1,4 @@
-"""Model KV geometries and GPUs as plain data, looked up by name (DESIGN §2).
+"""Model KV geometries and GPUs as plain data, looked up by name (docs/memory.md).
 
 `kv_bytes_per_token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes`.
 
@@ -16,6 +16,9 @@ from functools import reduce
 GIB = 2**30
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+# Far above any real model, low enough that sizes and modeled step times stay finite and in int64.
+MODEL_LIMITS = {"num_layers": 2**16, "num_heads": 2**16, "num_kv_heads": 2**16, "head_dim": 2**16,
+                "max_model_len": 2**31 - 1, "params_b": 1e6}
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class ModelPreset:
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "max_model_len"):
             if getattr(self, field) < 1:
                 raise ValueError(f"model {self.name!r}: {field} must be >= 1, got {getattr(self, field)}")
+        for field, limit in MODEL_LIMITS.items():
+            if getattr(self, field) > limit:
+                raise ValueError(f"model {self.name!r}: {field} must be <= {limit}, got {getattr(self, field)}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
@@ -190,6 +196,8 @@ def _parse_custom(spec: str) -> ModelPreset:
             values[_CUSTOM_KEYS[key]] = float(value)
         except ValueError:
             raise ValueError(f"custom model {spec!r}: {key} must be a number, got {value!r}") from None
+        if not math.isfinite(values[_CUSTOM_KEYS[key]]):
+            raise ValueError(f"custom model {spec!r}: {key} must be a finite number, got {value!r}")
     missing = [k for k, f in _CUSTOM_KEYS.items() if f not in values and k not in ("heads", "params_b",
                                                                                     "max_model_len")]
     if missing:

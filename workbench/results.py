@@ -1,4 +1,4 @@
-"""Per-step and per-request tables, the run-level summary (DESIGN §3, §8), and atomic writing.
+"""Per-step and per-request tables, the run-level summary (docs/memory.md, docs/outputs.md), and atomic writing.
 
 Step rows go into preallocated NumPy columns (one row per engine step, ~100k+ per trace replay),
 so recording a step is two row assignments, not a dict per step.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import columns as C
+from workbench.outdir import install, staging_dir
 
 # Storage order of a step row: the float columns, then the integer columns.
 FLOAT_STEP_COLUMNS = ("t_s", "dt_s", "kernel_time_s")
@@ -50,11 +51,17 @@ class StepLog:
         return pd.DataFrame({name: data[name] for name in C.STEP_COLUMNS})
 
 
+def _dot(values: np.ndarray, weights: np.ndarray) -> float:
+    """Σ values·weights in float64 by NumPy's pairwise sum, never BLAS: a BLAS dot splits the sum
+    across its threads, so its last bit would depend on the thread count of the machine."""
+    return float(np.sum(values.astype(np.float64) * weights))
+
+
 def _weighted_frac(values: np.ndarray, weights: np.ndarray, capacity_slots: int) -> float:
     total = float(weights.sum())
     if total <= 0:
         return math.nan
-    return float(np.dot(values.astype(np.float64), weights) / total / capacity_slots)
+    return _dot(values, weights) / total / capacity_slots
 
 
 def _percentile(values: np.ndarray, q: float) -> float:
@@ -63,7 +70,7 @@ def _percentile(values: np.ndarray, q: float) -> float:
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: int,
               generated_tokens: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """The run-level figures of DESIGN §8 from the two tables.
+    """The run-level figures of docs/outputs.md from the two tables.
 
     `generated_tokens` counts every sample's tokens of the finished requests; `extra` supplies the
     keys the tables cannot give (prefix counters, kernel figures, wall time)."""
@@ -82,17 +89,17 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
     frag = np.where(unallocated > 0, 1.0 - largest / np.maximum(unallocated, 1.0), 0.0)
     out["ext_frag_index"] = float(frag.mean()) if frag.size else 0.0
 
-    logical = float(np.dot(steps["logical_token_slots"].to_numpy(), dt))
-    token = float(np.dot(steps["token_slots"].to_numpy(), dt))
+    logical = _dot(steps["logical_token_slots"].to_numpy(), dt)
+    token = _dot(steps["token_slots"].to_numpy(), dt)
     out["sharing_saving_frac"] = 1.0 - token / logical if logical > 0 else 0.0
     allocated = (steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]).to_numpy()
-    unshared = float(np.dot(steps["unshared_block_slots"].to_numpy(), dt))
-    out["block_sharing_saving_frac"] = 1.0 - float(np.dot(allocated, dt)) / unshared if unshared > 0 else 0.0
+    unshared = _dot(steps["unshared_block_slots"].to_numpy(), dt)
+    out["block_sharing_saving_frac"] = 1.0 - _dot(allocated, dt) / unshared if unshared > 0 else 0.0
 
     query, hit = int(extra["prefix_query_tokens"]), int(extra["prefix_hit_tokens"])
     out["prefix_query_tokens"], out["prefix_hit_tokens"] = query, hit
     out["prefix_hit_rate"] = hit / query if query else 0.0
-    out["block_table_bytes_mean"] = (float(np.dot(steps["block_table_bytes"].to_numpy(), dt) / dt.sum())
+    out["block_table_bytes_mean"] = (_dot(steps["block_table_bytes"].to_numpy(), dt) / float(dt.sum())
                                      if dt.sum() > 0 else 0.0)
     running = steps["num_running"].to_numpy()
     out["mean_batch_size"] = float(running.mean()) if running.size else 0.0
@@ -121,26 +128,19 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
     return {key: out[key] for key in C.SUMMARY_KEYS}
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, requests: pd.DataFrame,
                   summary: dict[str, Any]) -> None:
-    """Write the four §8 files into `out_dir` (created if needed), each atomically; summary.json last,
-    so its presence means the other three are complete."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    def dump_json(obj: dict[str, Any]):
-        return lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
-
-    _atomic_write(out_dir / "config.json", dump_json(config))
-    _atomic_write(out_dir / "steps.parquet", lambda tmp: steps.to_parquet(tmp, index=False))
-    _atomic_write(out_dir / "requests.parquet", lambda tmp: requests.to_parquet(tmp, index=False))
-    _atomic_write(out_dir / "summary.json", dump_json(summary))
+    """Write the four run files (docs/outputs.md) into a temporary sibling of `out_dir` and rename it to
+    `out_dir`, so the directory appears only when complete. An `out_dir` holding results is never overwritten: it raises
+    OutputExistsError and the new files stay in the temporary directory it names."""
+    staged = staging_dir(out_dir)
+    staged.mkdir(parents=True)
+    try:
+        (staged / "config.json").write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
+        steps.to_parquet(staged / "steps.parquet", index=False)
+        requests.to_parquet(staged / "requests.parquet", index=False)
+        (staged / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    install(staged, out_dir, replace=False)

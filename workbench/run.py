@@ -1,20 +1,24 @@
-"""`python -m workbench.run`: one simulation run (DESIGN §8).
+"""`python -m workbench.run`: one simulation run (docs/outputs.md).
 
 The argument parser is generated from RunConfig's fields (their metadata is the help text, with
 units), so a flag exists exactly when a config key does: `--kv-gib` is `kv_gib`. A bad
-configuration is one line on stderr and exit status 2; nothing is written.
+configuration, or an `--out` that holds results (without `--force`) or cannot be created, is one
+line on stderr and exit status 2 before anything runs; nothing is written. Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
+import shutil
 import sys
 from pathlib import Path
 
-from workbench.config import RunConfig
+from workbench.clean_exit import OneLineParser, quiet_broken_pipe
+from workbench.config import RunConfig, describe_bounds
 from workbench.errors import TraceError, WorkloadError
+from workbench.outdir import OutputExistsError, check_target, install, staging_dir
+from workbench.presets import GPUS, MODELS
 
 _TYPES = {"int": int, "float": float, "str": str}
 
@@ -24,18 +28,33 @@ def _field_type(annotation: str):
     return _TYPES[base]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench.run", description=__doc__.splitlines()[0])
+def _known_names() -> dict[str, str]:
+    """The registered names a user picks from, shown in --help beside their flags."""
+    from workbench.allocators import registry
+
+    return {"strategy": ", ".join(registry.names()), "model": ", ".join(MODELS), "gpu": ", ".join(GPUS)}
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m workbench.run", description=__doc__.splitlines()[0])
+    known = _known_names()
     for f in dataclasses.fields(RunConfig):
         help = f.metadata["help"]
+        if f.name in known:
+            help += f"; one of: {known[f.name]}"
         if f.default is not None and "default" not in help:
             help += " (default: %(default)s)"
+        if describe_bounds(f):
+            help += f" [{describe_bounds(f)}]"
         kwargs = {"type": _field_type(str(f.type)), "default": f.default, "help": help}
         if f.metadata.get("choices"):
             kwargs["choices"] = f.metadata["choices"]
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, **kwargs)
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="write config.json, steps.parquet, requests.parquet and summary.json here")
+                        help="write config.json, steps.parquet, requests.parquet and summary.json here "
+                             "(a new directory, renamed into place when complete)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing --out; the old one is removed only once the new one is in place")
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
     return parser
 
@@ -79,14 +98,33 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = RunConfig(**values)
         check_config(cfg)
+        if args.out is not None:
+            check_target(args.out, replace=args.force)  # before simulating, not after
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    staged = None if args.out is None else staging_dir(args.out)  # renamed to --out once complete
+    keep_staged = False
     try:
-        summary = run(cfg, args.out, progress=args.progress)
+        summary = run(cfg, staged, progress=args.progress)
+        if staged is not None:
+            install(staged, args.out, replace=args.force)
+    except OutputExistsError as exc:  # --out appeared while running: the message names where the result is
+        keep_staged = True
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (WorkloadError, TraceError) as exc:  # workload input problems surface when the run reads it
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a full disk or a vanished parent: the staged directory goes, nothing else changed
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}; nothing was written", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; nothing was written", file=sys.stderr)
+        return 130
+    finally:
+        if staged is not None and not keep_staged:
+            shutil.rmtree(staged, ignore_errors=True)
     print(f"{cfg.strategy} (block {cfg.block_size}) · {cfg.model} · {cfg.workload}")
     print(format_summary(summary))
     if args.out is not None:
@@ -95,4 +133,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(quiet_broken_pipe(main))

@@ -1,4 +1,4 @@
-"""FCFS continuous batching over one allocation strategy: which groups run each step.
+"""FCFS continuous batching over one allocation strategy (docs/engine.md): which groups run each step.
 
 A request becomes a *group* of sequences sharing its prompt (n parallel samples or beam_width
 beams; workbench.groups).

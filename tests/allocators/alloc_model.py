@@ -3,7 +3,7 @@
 The pool stores token ids instead of K/V rows. Every write, copy-on-write pair, admission copy and
 swap move is executed exactly as the engine would, and `verify()` reads each sequence back through
 `slot_mapping` and `describe`: a wrong block table, a missed copy or a prefix hit onto the wrong
-block shows up as a wrong token. `reference_partition()` recomputes the §3 split of held memory
+block shows up as a wrong token. `reference_partition()` recomputes the six-way split of held memory
 from the sequences' slot mappings alone, independently of the strategy's counters.
 """
 

@@ -1,4 +1,4 @@
-"""Contiguous reservation: reservation sizes, placement policies, external fragmentation (DESIGN §3)."""
+"""Contiguous reservation: reservation sizes, placement policies, external fragmentation (docs/memory.md)."""
 
 from __future__ import annotations
 

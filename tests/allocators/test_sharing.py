@@ -1,4 +1,4 @@
-"""Parallel sampling: n = 4 samples of a 100-token prompt share its blocks (DESIGN §3, §4)."""
+"""Parallel sampling: n = 4 samples of a 100-token prompt share its blocks (docs/memory.md, docs/strategies.md)."""
 
 from __future__ import annotations
 

@@ -66,3 +66,12 @@ def test_module_entry_point_runs():
 def test_contradictory_flags_exit_2(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_help_lists_every_strategy_model_and_gpu_name():
+    from workbench.allocators import registry
+    from workbench.presets import GPUS, MODELS
+
+    text = " ".join(build_parser().format_help().split()).replace("- ", "-")  # undo argparse's line wrapping
+    for name in [*registry.names(), *MODELS, *GPUS]:
+        assert name in text, name

@@ -18,7 +18,7 @@ WORKLOADS = {
 
 def check_run(result, cfg):
     steps, requests, summary = result.steps, result.requests, result.summary
-    # the §3 partition holds exactly at every step
+    # the six-way partition holds exactly at every step
     parts = steps[list(C.SLOT_COLUMNS)].to_numpy().sum(axis=1)
     assert (parts == summary["kv_slots"]).all()
     assert (steps[list(C.SLOT_COLUMNS)].to_numpy() >= 0).all()

@@ -6,17 +6,17 @@ import pytest
 
 from workbench.config import RunConfig
 from workbench.engine import run
-from workbench.paths import shared_traces_dir
+from workbench.traces import locate
 
 STRATEGIES = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged")
 
 
 @pytest.fixture(scope="module")
 def summaries():
-    traces = shared_traces_dir()
-    if traces is None:
-        pytest.skip("shared traces are not present")
-    path = traces / "sharegpt-vllm-sosp23-lengths" / "sharegpt_opt_text_completion_length.csv"
+    path = locate("sharegpt-vllm-sosp23-lengths")
+    if path is None:
+        pytest.skip("needs the full trace sharegpt-vllm-sosp23-lengths: "
+                    "python -m workbench.traces fetch sharegpt-vllm-sosp23-lengths")
     out = {}
     for strategy in STRATEGIES:
         # lengths traces are filtered to prompt+output <= max_model_len (2048), as the paper's scripts did

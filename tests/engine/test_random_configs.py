@@ -1,5 +1,5 @@
 """Randomized runs (hypothesis): under any strategy, pool size, fan-out and preemption mode, the
-strategy's integrity holds after every step, the §3 partition is exact, and no request vanishes."""
+strategy's integrity holds after every step, the six-way partition is exact, and no request vanishes."""
 
 from __future__ import annotations
 

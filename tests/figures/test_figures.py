@@ -138,7 +138,7 @@ def test_fragmentation_timeline_stacks_the_steps(built):
     for ax, row in zip(axes, summary.itertuples(index=False), strict=True):
         steps = pd.read_parquet(sweep_dir / "points" / row.point_id / "steps.parquet")
         layers = ax.collections
-        # the top edge of the last layer is the whole pool at every step (the §3 partition is exact)
+        # the top edge of the last layer is the whole pool at every step (the six-way partition is exact)
         top = layers[-1].get_paths()[0].vertices[:, 1].max()
         assert top == pytest.approx(100.0)
         first = style.SLOT_STYLE["token_slots"][0]
@@ -215,3 +215,39 @@ def test_cli_rejects_an_unknown_figure(capsys):
     with pytest.raises(SystemExit):
         main(["memory_wast"])
     assert "unknown figure 'memory_wast'" in capsys.readouterr().err
+
+
+def test_every_figure_says_what_it_measured(built):
+    for name in FIGURE_NAMES:
+        _, summary = built[name]
+        fig = draw(name, built[name][0])
+        texts = [t.get_text() for t in fig.texts]
+        caption = next(t for t in texts if "KV slots" in t)
+        assert summary["model"].iloc[0] in caption and "KV slots" in caption
+        assert all(f"{int(v):,}" in caption for v in summary["kv_slots"].unique())
+        assert "GPU preset a100-40gb" in caption and "clock" in caption and "kernel " in caption
+        if (summary["clock"] == "measured").any():
+            assert "CPU wall time" in caption
+        plt.close(fig)
+
+
+def test_provenance_records_whether_an_input_was_dirty(tmp_path, monkeypatch):
+    import subprocess
+
+    from workbench.figures import build as build_module
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "a.png").write_text("old figure")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(build_module, "REPO_ROOT", tmp_path)
+    spec = parse_spec(SPECS["memory_waste"], default_name="memory_waste")
+    (tmp_path / "figures" / "a.png").write_text("a rebuilt figure")  # an output: the tree is still clean
+    assert build_module.provenance("memory_waste", spec, "pytest")["git_dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert build_module.provenance("memory_waste", spec, "pytest")["git_dirty"] is True

@@ -87,7 +87,7 @@ def random_qo_indptr(rng, kv_lens) -> np.ndarray:
 
 
 def assert_attention_close(out, expected, kv_dtype: str, qo_indptr) -> None:
-    """Every element written and finite, and each sequence's rows within the DESIGN §7 tolerance."""
+    """Every element written and finite, and each sequence's rows within the docs/kernels.md tolerance."""
     assert out.shape == expected.shape and out.dtype == np.float32, (out.shape, out.dtype)
     assert np.isfinite(expected).all(), "reference read a poisoned slot"
     bad = np.argwhere(~np.isfinite(out))

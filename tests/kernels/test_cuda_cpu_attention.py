@@ -51,7 +51,7 @@ def _shim_both(case, qo_indptr, partition_tokens=None):
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("block_size", [1, 2, 8, 16, 32, 128, 256])
 def test_decode_grid(block_size, group, kv_dtype):
-    """DESIGN §7 grid through the public surface: all six ragged lengths in one call."""
+    """docs/kernels.md grid through the public surface: all six ragged lengths in one call."""
     rng = np.random.default_rng([block_size, group, len(kv_dtype), 11])
     lengths = rng.permutation(GRID_LENGTHS)
     case = make_case(rng, lengths, 2 * group, 2, 64, block_size, kv_dtype)

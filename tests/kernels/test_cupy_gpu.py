@@ -1,4 +1,4 @@
-"""The CUDA kernels on a GPU through CuPy: the DESIGN §7 grid against the reference, and cupy against numba.
+"""The CUDA kernels on a GPU through CuPy: the docs/kernels.md grid against the reference, and cupy against numba.
 
 Marked `gpu`; skipped when CuPy is not installed or sees no device.
 """
@@ -86,7 +86,7 @@ def test_head_dims_and_split_k(head_dim, kv_dtype, partition_tokens):
 @pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("context", [1024, 8192])
 def test_cupy_agrees_with_numba_at_serving_shapes(context, kv_dtype):
-    """DESIGN §10 shape (32 q / 8 kv heads, head_dim 128, block 16) with the launcher's own split-K choice."""
+    """docs/performance.md shape (32 q / 8 kv heads, head_dim 128, block 16) with the launcher's own split-K choice."""
     rng = np.random.default_rng([context, len(kv_dtype), 24])
     lengths = rng.integers(context // 2, context + 1, size=4)
     case = make_case(rng, lengths, 32, 8, 128, 16, kv_dtype)

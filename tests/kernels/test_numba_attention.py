@@ -1,4 +1,4 @@
-"""Numba decode and extend against the float64 reference on the DESIGN §7 grid, paged and contiguous.
+"""Numba decode and extend against the float64 reference on the docs/kernels.md grid, paged and contiguous.
 
 Pools are poisoned with NaN outside the sequences' slots and kernel outputs start as NaN, so a
 wrong slot or an unwritten element fails `assert_attention_close`.

@@ -1,5 +1,5 @@
 """The Numba attention kernel gives the same bits in a process that compiles it and in one that loads it
-from the on-disk cache (DESIGN: same config and seed, bit-identical results)."""
+from the on-disk cache (docs/engine.md: same config and seed, bit-identical results)."""
 
 from __future__ import annotations
 

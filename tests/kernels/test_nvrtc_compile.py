@@ -15,7 +15,7 @@ ARCHS = ["sm_80", "sm_90"]
 
 
 def test_nvrtc_is_the_cuda_13_0_series():
-    """Newer NVRTC emits PTX that 13.0 drivers reject (DESIGN §7)."""
+    """Newer NVRTC emits PTX that 13.0 drivers reject (docs/kernels.md)."""
     assert nvrtc.nvrtc_version() == (13, 0)
 
 

@@ -1,6 +1,6 @@
 """A deterministic stand-in for `workbench.engine.run` for the sweep machinery's own tests.
 
-It writes the §8 file set with values that are a pure function of the configuration (so resumed and
+It writes the run file set (docs/outputs.md) with values that are a pure function of the configuration (so resumed and
 uninterrupted sweeps must agree), a wall-clock key that differs between runs (so comparisons must
 exclude WALL_CLOCK_KEYS), can be slowed down (SWEEP_FAKE_SLEEP_S) so a test can kill a sweep mid-run,
 and records each execution (SWEEP_FAKE_LOG_DIR) so a test can count runs per point.
@@ -37,7 +37,7 @@ def fake_run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = Fa
     if out_dir is not None:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.json").write_text(json.dumps(cfg.to_dict()))
+        (out_dir / "config.json").write_text(json.dumps({"config": cfg.to_dict()}))
         pd.DataFrame({c: [0, 1] for c in STEP_COLUMNS}).to_parquet(out_dir / "steps.parquet")
         pd.DataFrame({c: [0] for c in REQUEST_COLUMNS}).to_parquet(out_dir / "requests.parquet")
         (out_dir / "numba_threads.txt").write_text(os.environ.get("NUMBA_NUM_THREADS", ""))

@@ -12,9 +12,11 @@ import pytest
 import yaml
 
 from workbench.columns import WALL_CLOCK_KEYS
+from workbench.experiments import find_experiment
 from workbench.paths import REPO_ROOT
 from workbench.sweep import load_spec
 from workbench.sweep.__main__ import run as main
+from workbench.sweep.cli import DEFAULT_EXPERIMENT
 
 pytest.importorskip("workbench.engine", reason="the CLI runs the engine")
 
@@ -62,7 +64,7 @@ def test_local_and_dask_give_the_same_summary(tmp_path):
 def test_bad_experiment_is_one_clear_error(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("axes:\n  stratgy: [paged]\n")
-    assert main([str(bad), "--out", str(tmp_path / "out")]) == 1
+    assert main([str(bad), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"error: {bad}: axes.stratgy: unknown key 'stratgy'; did you mean 'strategy'?"
     assert not (tmp_path / "out").exists()
@@ -71,7 +73,7 @@ def test_bad_experiment_is_one_clear_error(tmp_path, capsys):
 def test_an_unknown_figure_fails_before_the_sweep(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("figure: memory_wast\naxes: {seed: [0]}\n")
-    assert main([str(bad), "--out", str(tmp_path / "out")]) == 1
+    assert main([str(bad), "--out", str(tmp_path / "out")]) == 2
     assert "unknown figure 'memory_wast'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -83,8 +85,21 @@ def test_contradictory_flags(tmp_path, capsys):
 
 
 def test_the_default_experiment_is_the_quickstart():
-    spec = load_spec(REPO_ROOT / "experiments" / "quickstart.yaml")
+    spec = load_spec(find_experiment(DEFAULT_EXPERIMENT))
     strategies = [p.config.strategy for p in spec.points()]
     assert {"contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged"} <= set(strategies)
     assert all(p.config.kernel != "none" and p.config.verify_every > 0 for p in spec.points())
     assert spec.figure == "memory_waste"
+
+
+def test_the_table_shows_saturated_memory_shares_like_the_figure():
+    from workbench.sweep import parse_spec
+    from workbench.sweep.cli import comparison_table
+
+    spec = parse_spec({"axes": {"strategy": ["paged", "contiguous-max"]}})
+    table = pd.DataFrame({"point_id": ["a", "b"], "strategy": ["paged", "contiguous-max"],
+                          "mem_token_frac": [0.5, 0.2], "mem_token_frac_sat": [0.9, 0.25]})
+    assert "mem_token_frac_sat" in comparison_table(spec, table) and "0.9" in comparison_table(spec, table)
+    table.loc[1, "mem_token_frac_sat"] = float("nan")  # a point that never saturated: all steps for every point
+    shown = comparison_table(spec, table)
+    assert "mem_token_frac_sat" not in shown and "mem_token_frac" in shown and "0.5" in shown

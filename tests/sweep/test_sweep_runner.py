@@ -74,16 +74,21 @@ def test_resume_runs_only_missing_points(tmp_path, monkeypatch):
     assert list(full["sim_wall_s"].drop(index=[3, 4])) == list(resumed["sim_wall_s"].drop(index=[3, 4]))
 
 
-def test_without_resume_the_sweep_starts_fresh(tmp_path, monkeypatch):
+def test_an_existing_sweep_is_refused_and_replaced_only_when_forced(tmp_path, monkeypatch):
     log = tmp_path / "log"
     log.mkdir()
     monkeypatch.setenv("SWEEP_FAKE_LOG_DIR", str(log))
     spec = parse_spec({"axes": {"seed": [0, 1]}})
     run_sweep(spec, tmp_path / "out", executor=LocalExecutor(1), progress=False, run_fn=fake_run)
+    before = sorted(p.name for p in (tmp_path / "out" / "points").iterdir())
+    with pytest.raises(ValueError, match="already holds a sweep; pass --resume to continue it or --force"):
+        run_sweep(spec, tmp_path / "out", executor=LocalExecutor(1), progress=False, run_fn=fake_run)
+    assert sorted(p.name for p in (tmp_path / "out" / "points").iterdir()) == before and len(list(log.iterdir())) == 2
     stale = tmp_path / "out" / "points" / "0123456789ab"
     stale.mkdir()
-    run_sweep(spec, tmp_path / "out", executor=LocalExecutor(1), progress=False, run_fn=fake_run)
+    run_sweep(spec, tmp_path / "out", executor=LocalExecutor(1), force=True, progress=False, run_fn=fake_run)
     assert len(list(log.iterdir())) == 4 and not stale.exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["points", "summary.parquet"]  # lock released
 
 
 def test_a_failing_point_is_named_and_finished_points_are_kept(tmp_path):

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.config import RunConfig
-from workbench.paths import REPO_ROOT
+from workbench.experiments import builtin_dir, find_experiment
+from workbench.figures.registry import FIGURE_NAMES
 from workbench.sweep import SpecError, config_id, load_spec, parse_spec
 
 
@@ -173,9 +174,8 @@ def test_expansion_size_order_and_ids(block_sizes, seeds, rates):
 
 
 def test_every_shipped_experiment_is_valid():
-    paths = sorted((REPO_ROOT / "experiments").glob("*.yaml"))
-    if not paths:
-        pytest.skip("no experiments in this checkout")
+    paths = sorted(builtin_dir().glob("*.yaml"))
+    assert [p.stem for p in paths] == sorted(["quickstart", *(f"fig_{n}" for n in FIGURE_NAMES)])
     for path in paths:
         assert load_spec(path).points()
 
@@ -183,3 +183,14 @@ def test_every_shipped_experiment_is_valid():
 def test_sizes_the_run_cannot_hold_fail_before_anything_runs(tmp_path):
     message = error_of(tmp_path, "base: {model: opt-13b}\naxes: {kv_slots: [4096, 1000]}\n")
     assert "point 1 (kv_slots=1000)" in message and "cannot hold a single request" in message
+
+
+def test_experiments_by_path_or_by_builtin_name(tmp_path, monkeypatch):
+    mine = tmp_path / "fig_sharing.yaml"
+    mine.write_text("axes: {block_size: [8]}\n")
+    assert find_experiment(mine) == mine  # a user's file wins over the built-in of the same name
+    monkeypatch.chdir(tmp_path / "..")
+    for arg in ("fig_sharing", "fig_sharing.yaml", "experiments/fig_sharing.yaml"):
+        assert find_experiment(arg) == builtin_dir() / "fig_sharing.yaml"
+    with pytest.raises(SpecError, match="no_such.yaml: cannot read"):
+        load_spec(find_experiment("no_such.yaml"))

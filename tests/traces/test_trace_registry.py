@@ -2,49 +2,22 @@
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import hashlib
-import http.server
-import threading
+import pickle
 
 import pytest
 
 from workbench.config import RunConfig
-from workbench.errors import TraceError
+from workbench.errors import TraceError, WorkloadError
 from workbench.paths import shared_traces_dir
 from workbench.traces import TRACES, TraceEntry, fetch, resolve
 from workbench.traces import registry as registry_module
 from workbench.traces.__main__ import main
+from workbench.traces.derive import DERIVATIONS, pickle_lengths_csv
 from workbench.workload import build_workload
 
 TINY = b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n"
-
-
-@pytest.fixture
-def server(tmp_path):
-    """Serves tmp_path/www on 127.0.0.1 at a free port; yields the base URL."""
-    www = tmp_path / "www"
-    www.mkdir()
-    handler = functools.partial(_QuietHandler, directory=str(www))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield www, f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    path = tmp_path / "cache"
-    monkeypatch.setenv("WORKBENCH_TRACE_CACHE", str(path))
-    monkeypatch.setattr("workbench.traces.store.shared_traces_dir", lambda: None)
-    return path
 
 
 @pytest.fixture
@@ -76,6 +49,14 @@ def test_checksum_mismatch_is_refused_and_leaves_nothing(cache, tiny, server):
     assert _files(cache) == []
 
 
+def test_a_download_larger_than_the_registry_says_is_refused(cache, tiny, server):
+    www, base = server
+    (www / "big.csv").write_bytes(TINY + b"7,ChatGPT,1,1,2,Conversation log\n")
+    with pytest.raises(TraceError, match=f"more than the registry's {len(TINY)}"):
+        fetch("tiny", url=f"{base}/big.csv")
+    assert _files(cache) == []
+
+
 def test_missing_file_on_the_server_leaves_nothing(cache, tiny, server):
     with pytest.raises(TraceError, match="cannot download"):
         fetch("tiny", url=f"{server[1]}/absent.csv")
@@ -88,9 +69,38 @@ def test_a_corrupted_cache_copy_is_replaced(cache, tiny):
     assert resolve("tiny").read_bytes() == TINY
 
 
-def test_derived_traces_have_no_url(cache):
-    with pytest.raises(TraceError, match="no download URL"):
-        fetch("mooncake-fast25-conversation")
+def test_a_derivation_that_gives_other_bytes_is_refused(cache, server, monkeypatch):
+    www, base = server
+    published = pickle.dumps([(3, 4), (5, 6)])
+    (www / "pairs.pkl").write_bytes(published)
+    derived = pickle_lengths_csv(published)
+    entry = TraceEntry("pairs", "pairs", "pairs.csv", "lengths", hashlib.sha256(derived + b"x").hexdigest(),
+                       len(derived), 2, "test", f"{base}/pairs.pkl", "test bytes", derive="pickle-lengths-csv",
+                       upstream_sha256=hashlib.sha256(published).hexdigest(), upstream_size_bytes=len(published))
+    monkeypatch.setitem(registry_module.TRACES, "pairs", entry)
+    with pytest.raises(TraceError, match="deriving it .pickle-lengths-csv. .* expected"):
+        fetch("pairs")
+    assert _files(cache) == []
+    monkeypatch.setitem(registry_module.TRACES, "pairs",
+                        dataclasses.replace(entry, sha256=hashlib.sha256(derived).hexdigest()))
+    assert fetch("pairs").read_bytes() == b"input_tokens,output_tokens\r\n3,4\r\n5,6\r\n"
+
+
+def test_a_pickle_that_names_a_global_is_refused_without_running_it():
+    with pytest.raises(TraceError, match="refers to builtins.print"):
+        pickle_lengths_csv(pickle.dumps([(1, 2), print]))
+    with pytest.raises(TraceError, match="integer pairs"):
+        pickle_lengths_csv(pickle.dumps([(1, 2.5)]))
+
+
+def test_every_entry_has_a_published_source_and_known_derivation():
+    for entry in TRACES.values():
+        assert entry.url.startswith("https://raw.githubusercontent.com/"), entry.name
+        assert entry.licence and entry.size_bytes > 0 and len(entry.sha256) == 64
+        if entry.derive is None:
+            assert entry.upstream_sha256 is None and entry.download_sha256 == entry.sha256
+        else:
+            assert entry.derive in DERIVATIONS and len(entry.upstream_sha256) == 64 and entry.upstream_size_bytes
 
 
 def test_unknown_name():
@@ -102,6 +112,14 @@ def test_workload_spec_resolves_a_registry_name_by_fetching(cache, tiny):
     requests = build_workload(RunConfig(workload="burstgpt:tiny"))
     assert [(r.prompt_tokens, r.output_tokens) for r in requests] == [(472, 18)]
     assert _files(cache) == ["tiny", "tiny/tiny.csv"]
+
+
+def test_a_failed_fetch_reaches_the_user_whole(cache, tiny, server, monkeypatch):
+    long_url = f"{server[1]}/{'x' * 200}/absent.csv"
+    monkeypatch.setitem(registry_module.TRACES, "tiny", dataclasses.replace(tiny, url=long_url))
+    with pytest.raises(WorkloadError, match="nothing was written") as info:
+        build_workload(RunConfig(workload="burstgpt:tiny"))
+    assert long_url in str(info.value)
 
 
 def test_cli_fetch_and_list(cache, tiny, server, capsys):
@@ -116,7 +134,9 @@ def test_cli_fetch_and_list(cache, tiny, server, capsys):
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
     assert all(name in listing for name in TRACES)
-    assert "tiny" in listing and "cache" in listing
+    assert "nowhere" not in listing
+    tiny_line = next(line for line in listing.splitlines() if line.startswith("tiny "))
+    assert " cache " in tiny_line and "CC-BY-4.0" in tiny_line
 
 
 def test_resolve_prefers_cache_then_shared(tmp_path, monkeypatch, tiny):
@@ -130,11 +150,16 @@ def test_resolve_prefers_cache_then_shared(tmp_path, monkeypatch, tiny):
     assert resolve("tiny") == fetched != shared / "tiny" / "tiny.csv"
 
 
+def test_shared_folder_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_SHARED_TRACES", str(tmp_path))
+    assert shared_traces_dir() == tmp_path
+
+
 @pytest.mark.parametrize("name", sorted(TRACES))
 def test_registry_matches_the_shared_files(name):
     folder = shared_traces_dir()
     if folder is None:
-        pytest.skip("../shared/traces is not present")
+        pytest.skip("compares the registry with ../shared/traces, which is not here (set WORKBENCH_SHARED_TRACES)")
     entry = TRACES[name]
     path = folder / entry.folder / entry.file_name
     data = path.read_bytes()
@@ -147,5 +172,21 @@ def test_registry_matches_the_shared_files(name):
         assert len(data.decode().splitlines()) - header == entry.rows
     readme = (folder / entry.folder / "README.md").read_text()
     assert entry.sha256 in readme
-    if entry.url is not None:
-        assert entry.url.startswith("https://raw.githubusercontent.com/")
+    commit = entry.url.split("/")[5]  # https://raw.githubusercontent.com/OWNER/REPO/COMMIT/PATH
+    assert commit in readme, f"{name}: the README does not name commit {commit}"
+
+
+def test_an_unusable_cache_is_one_line_from_the_run_cli(tmp_path, monkeypatch, tiny, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("WORKBENCH_TRACE_CACHE", str(blocker / "cache"))
+    monkeypatch.setattr("workbench.traces.store.shared_traces_dir", lambda: None)
+    with pytest.raises(TraceError, match=rf"the trace cache {blocker / 'cache'} is unusable \(Not a directory"):
+        fetch("tiny")
+    from workbench.run import main as run_main
+
+    assert run_main(["--workload", "burstgpt:tiny", "--kernel", "none", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is unusable (Not a directory" in err
+    assert "set $WORKBENCH_TRACE_CACHE to a writable folder)" in err
+    assert not (tmp_path / "out").exists() and blocker.read_text() == "not a folder"

@@ -1,4 +1,4 @@
-"""Every malformed case of DESIGN §5 gives one WorkloadError naming file, line and field; the CLI prints
+"""Every malformed case of docs/workloads.md gives one WorkloadError naming file, line and field; the CLI prints
 it as one line, exits 2 and writes nothing."""
 
 from __future__ import annotations

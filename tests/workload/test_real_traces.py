@@ -1,4 +1,5 @@
-"""Every shared public trace parses completely, with the figures its README states (skipped without them)."""
+"""Every public trace parses completely, with the figures its README states (each test skips, saying how to
+fetch it, when its full trace is not here)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import numpy as np
 import pytest
 
 from workbench.config import RunConfig
-from workbench.traces import TRACES
 from workbench.workload import build_workload, load_workload
 from workbench.workload.describe import prefix_sharing
 
@@ -25,29 +25,34 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_parses_completely(shared_traces, name):
+def test_parses_completely(real_trace, name):
+    path = real_trace(name)
     fmt, count, notes = EXPECTED[name]
     wl = load_workload(RunConfig(workload=f"{fmt}:{name}", max_model_len=1_000_000))
-    assert wl.source == str(shared_traces / TRACES[name].folder / TRACES[name].file_name)
+    assert wl.source == str(path)
     assert len(wl.requests) == count
     for note in notes:
         assert any(note in n for n in wl.notes), wl.notes
 
 
-def test_failed_rows_kept_gives_the_readme_row_count(shared_traces):
+def test_failed_rows_kept_gives_the_readme_row_count(real_trace):
+    for name in ("burstgpt1-head400", "burstgpt3-head400", "alpaca-5000-subset"):
+        real_trace(name)
     assert len(build_workload(RunConfig(workload="burstgpt:burstgpt1-head400:failed=keep"))) == 400
     assert len(build_workload(RunConfig(workload="burstgpt:burstgpt3-head400:failed=keep"))) == 400
     assert len(build_workload(RunConfig(workload="lengths:alpaca-5000-subset:failed=keep"))) == 5_000
 
 
-def test_azure_readme_stats(shared_traces):
+def test_azure_readme_stats(real_trace):
+    real_trace("azure-llm-2023-conv")
     requests = build_workload(RunConfig(workload="azure:azure-llm-2023-conv"))
     assert np.mean([r.prompt_tokens for r in requests]) == pytest.approx(1154.7, abs=0.05)
     assert np.mean([r.output_tokens for r in requests]) == pytest.approx(211.1, abs=0.05)
     assert requests[-1].arrival_s == pytest.approx(3501.7, abs=0.05)
 
 
-def test_sharegpt_filtered_is_the_vllm_paper_workload(shared_traces):
+def test_sharegpt_filtered_is_the_vllm_paper_workload(real_trace):
+    real_trace("sharegpt-vllm-sosp23-lengths")
     requests = build_workload(RunConfig(workload="lengths:sharegpt-vllm-sosp23-lengths", model="opt-13b"))
     assert len(requests) == 79_731
     assert np.mean([r.prompt_tokens for r in requests]) == pytest.approx(161.31, abs=0.005)
@@ -57,7 +62,9 @@ def test_sharegpt_filtered_is_the_vllm_paper_workload(shared_traces):
     assert np.mean([r.prompt_tokens for r in unfiltered]) == pytest.approx(295.6, abs=0.05)
 
 
-def test_length_only_files(shared_traces):
+def test_length_only_files(real_trace):
+    real_trace("arxiv-summarization-vidur-lengths")
+    real_trace("lmsys-apex-lengths")
     arxiv = build_workload(RunConfig(workload="lengths:arxiv-summarization-vidur-lengths:filter=none"))
     assert len(arxiv) == 28_257
     assert np.mean([r.prompt_tokens for r in arxiv]) == pytest.approx(2588, abs=0.5)
@@ -65,8 +72,8 @@ def test_length_only_files(shared_traces):
     assert np.mean([r.prompt_tokens for r in lmsys]) == pytest.approx(61.7, abs=0.05)
 
 
-def test_every_mooncake_row_has_ceil_input_over_512_hash_ids(shared_traces):
-    path = shared_traces / "mooncake-fast25-conversation" / "conversation_trace_head45min.jsonl"
+def test_every_mooncake_row_has_ceil_input_over_512_hash_ids(real_trace):
+    path = real_trace("mooncake-fast25-conversation")
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) == 8_940
     assert all(len(r["hash_ids"]) == math.ceil(r["input_length"] / 512) for r in rows)
@@ -75,6 +82,7 @@ def test_every_mooncake_row_has_ceil_input_over_512_hash_ids(shared_traces):
     assert all(len(q.content) == len(r["hash_ids"]) for q, r in zip(requests, rows, strict=True))
 
 
-def test_mooncake_prefix_sharing_matches_its_readme(shared_traces):
+def test_mooncake_prefix_sharing_matches_its_readme(real_trace):
+    real_trace("mooncake-fast25-conversation")
     requests = build_workload(RunConfig(workload="mooncake:mooncake-fast25-conversation"))
     assert prefix_sharing(requests, 16).hit_frac == pytest.approx(0.361, abs=0.01)

@@ -51,8 +51,8 @@ def test_output_refs_resolve_to_final_ids():
                                                     (Segment(11, 4),))
 
 
-def test_trace_rate_scaling_and_cap(shared_traces):
-    path = shared_traces / "azure-llm-2023-conv" / "AzureLLMInferenceTrace_conv.csv"
+def test_trace_rate_scaling_and_cap(real_trace):
+    path = real_trace("azure-llm-2023-conv")
     requests = build_workload(RunConfig(workload=f"azure:{path}", rate=2.0, num_requests=500))
     assert len(requests) == 500
     assert 500 / requests[-1].arrival_s == pytest.approx(2.0)

@@ -1,1 +1,1 @@
-"""Allocator strategies behind one protocol (DESIGN §4)."""
+"""Allocator strategies behind one protocol (docs/strategies.md)."""

@@ -10,7 +10,7 @@ Verbs that mutate state say so in their docstring; everything else is a pure que
 Sequence lengths: a sequence never holds more than `SeqSpec.final_len` tokens. `append` past it is a
 caller error (ValueError), and so is a `final_len` above the strategy's `max_model_len`: the engine
 rejects such requests before admission. Knowing the final length is what splits "reserved" from
-"internal fragmentation" exactly (DESIGN §3).
+"internal fragmentation" exactly (docs/memory.md).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class SwapResult:
 
 @dataclass(frozen=True, slots=True)
 class PagedDescriptor:
-    """FlashInfer's CSR page table for a batch of sequences (DESIGN §7)."""
+    """FlashInfer's CSR page table for a batch of sequences (docs/kernels.md)."""
 
     kv_indptr: np.ndarray  # int32 [num_seqs + 1]
     kv_indices: np.ndarray  # int32 [nnz_blocks]
@@ -91,7 +91,7 @@ class ContiguousDescriptor:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The exact six-way partition of the pool's capacity at one instant (DESIGN §3), in slots.
+    """The exact six-way partition of the pool's capacity at one instant (docs/memory.md), in slots.
 
     token + reserved + internal_frag + cached + external_frag + free == capacity_slots, all >= 0
     (construction fails otherwise). Only device memory is counted: a swapped-out sequence appears in
@@ -128,7 +128,7 @@ class Strategy(Protocol):
     name: str
     kernel_mode: KernelMode
     block_size: int  # slots per block; 1 for contiguous strategies
-    capacity_slots: int  # whole blocks only: the pool's C of DESIGN §3 (a tail smaller than a block is not pool)
+    capacity_slots: int  # whole blocks only: the pool's C of docs/memory.md (a tail smaller than a block is not pool)
     supports_swap: bool  # False: swap_out raises and the engine must preempt by recompute
     wants_token_ids: bool  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
     prefix_query_tokens: int  # prompt tokens looked up in the prefix cache by this instance (0 without one)
@@ -178,7 +178,7 @@ class Strategy(Protocol):
         ...
 
     def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
-        """The §3 accounting now. `refused_extent_slots` > 0 means the head-of-queue request was
+        """The six-way accounting (docs/memory.md) now. `refused_extent_slots` > 0 means the head-of-queue request was
         refused this step needing that contiguous extent (external fragmentation is then counted)."""
         ...
 

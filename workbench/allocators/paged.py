@@ -1,4 +1,4 @@
-"""`paged`: PagedAttention's block manager (DESIGN §4) with batch-level bookkeeping.
+"""`paged`: PagedAttention's block manager (docs/strategies.md) with batch-level bookkeeping.
 
 Blocks are allocated on demand and freed on completion. A group admitted together (parallel
 sampling) and a fork share blocks by reference count; the first write into a shared block copies it

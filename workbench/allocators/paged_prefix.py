@@ -1,4 +1,4 @@
-"""`paged-prefix`: `paged` holding a hash-chain prefix index with LRU eviction (vLLM v1's APC, DESIGN §4).
+"""`paged-prefix`: `paged` holding a hash-chain prefix index with LRU eviction (vLLM v1's APC, docs/strategies.md).
 
 A full block (prompt or decode-filled) is registered under its chain key (`prefix_chains`). A later
 prompt whose leading blocks have registered keys reuses those blocks (refcount++), so only the rest

@@ -1,4 +1,4 @@
-"""Strategies by stable name (DESIGN §4): one `Registration` per strategy.
+"""Strategies by stable name (docs/strategies.md): one `Registration` per strategy.
 
 A registration says everything the rest of the workbench needs to know about a strategy without
 building it or testing its name: how to build it (a lazily imported "module:Class"), its kernel

@@ -1,1 +1,1 @@
-"""Figures (DESIGN §9): one experiment YAML + one plotting function each, built from sweep summaries."""
+"""Figures (docs/outputs.md): one experiment YAML + one plotting function each, built from sweep summaries."""

@@ -16,12 +16,14 @@ from matplotlib.figure import Figure
 
 import workbench
 from workbench.figures import style
+from workbench.figures.caption import add_caption, caption_line
 from workbench.figures.registry import check_name, experiment_path, is_timed, plotter
-from workbench.paths import REPO_ROOT
+from workbench.paths import IN_CHECKOUT, REPO_ROOT
 from workbench.sweep import Executor, LocalExecutor, SweepSpec, load_spec, read_summary, run_sweep
 from workbench.sweep.cli import FigureHooks
 
-FIGURES_DIR = REPO_ROOT / "figures"
+# the committed figures of a checkout; an installed package writes beside the working directory instead
+FIGURES_DIR = REPO_ROOT / "figures" if IN_CHECKOUT else Path("figures")
 RUNS_DIR = Path("runs")
 
 
@@ -29,7 +31,9 @@ def draw(name: str, sweep_dir: Path) -> Figure:
     """Figure `name` plotted from the finished sweep in `sweep_dir` (its summary.parquet)."""
     summary = read_summary(sweep_dir)
     with style.figure_style():
-        return plotter(name)(summary, Path(sweep_dir))
+        fig = plotter(name)(summary, Path(sweep_dir))
+        add_caption(fig, caption_line(summary))
+    return fig
 
 
 def sweep_hooks() -> FigureHooks:
@@ -66,7 +70,10 @@ def provenance(name: str, spec: SweepSpec, command: str) -> dict[str, Any]:
         "config_hash": spec.config_hash(),
         "num_points": len(spec.points()),
         "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # tracked inputs that differ from the commit; figures/ and notebooks/ are outputs, and a rebuild
+        # rewrites the first figures before it draws the next ones
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures",
+                               ":(exclude)notebooks")),
         "package_version": workbench.__version__,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,

@@ -1,4 +1,4 @@
-"""fragmentation_timeline: the §3 partition of the pool over simulated time, one panel per point.
+"""fragmentation_timeline: the six-way partition of the pool over simulated time, one panel per point.
 
 Reads each point's steps.parquet (the per-step slot columns) and stacks them as percentages of the
 pool's capacity, in the same order and colors as memory_waste.

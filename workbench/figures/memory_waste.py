@@ -1,6 +1,6 @@
 """memory_waste: where the KV cache goes, per strategy — the vLLM paper's Figure 2 as stacked bars.
 
-Each bar is one point of the sweep: the §3 partition of the pool (token KV, reserved, internal and
+Each bar is one point of the sweep: the six-way partition of the pool (token KV, reserved, internal and
 external fragmentation, prefix cache, free) as step-duration-weighted means over the saturated
 steps (a request was waiting, so the memory was the bottleneck), or over all steps when some point
 never saturated. Categories that are zero for every point are left out.

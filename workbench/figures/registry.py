@@ -1,4 +1,5 @@
-"""The figures by name: each is `experiments/fig_<name>.yaml` plus `workbench.figures.<name>.plot`."""
+"""The figures by name: each is the built-in experiment `fig_<name>` (workbench/experiments/fig_<name>.yaml)
+plus `workbench.figures.<name>.plot`."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from workbench.paths import REPO_ROOT
+from workbench.experiments import builtin_dir
 
 FIGURE_NAMES = ("memory_waste", "block_size", "throughput_vs_rate", "sharing", "fragmentation_timeline",
                 "kernel_overhead")
-EXPERIMENTS_DIR = REPO_ROOT / "experiments"
 
 # plot(summary, sweep_dir) -> Figure: summary is the sweep's summary.parquet; sweep_dir holds points/<id>/
 PlotFn = Callable[[pd.DataFrame, Path], Figure]
@@ -26,7 +26,7 @@ def check_name(name: str) -> None:
 
 def experiment_path(name: str) -> Path:
     check_name(name)
-    return EXPERIMENTS_DIR / f"fig_{name}.yaml"
+    return builtin_dir() / f"fig_{name}.yaml"
 
 
 def plotter(name: str) -> PlotFn:

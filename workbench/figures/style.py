@@ -26,7 +26,7 @@ RC = {
     "svg.hashsalt": "workbench",
 }
 
-# the §3 partition of the pool, bottom to top of a stack: used memory first, then the kinds of waste
+# the six-way partition of the pool (docs/memory.md), bottom to top of a stack: used memory, then the kinds of waste
 SLOT_STYLE = {
     "token_slots": ("Token KV", "#009E73", ""),
     "reserved_slots": ("Reserved", "#F0E442", "//"),

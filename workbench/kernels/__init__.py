@@ -1,4 +1,4 @@
-"""Attention and KV-cache kernels behind one validated surface (DESIGN §7).
+"""Attention and KV-cache kernels behind one validated surface (docs/kernels.md).
 
 Every function checks its inputs (one ValueError naming the argument and what was expected), then
 calls the same-named function of the chosen backend module, imported on first use:

@@ -5,7 +5,7 @@ built with g++ on first use into a cache folder keyed by a hash of every source,
 the flags, then loaded with ctypes. Slow (every CUDA thread is a fiber): for correctness tests at
 small shapes. It runs the same launch plans as the CuPy backend (`workbench.kernels.launch`) on
 an H200. Linux x86-64 with g++ and a CUDA 13 toolkit's headers.
-Same positional signatures as the other backends (DESIGN §7); NumPy in, NumPy out.
+Same positional signatures as the other backends (docs/kernels.md); NumPy in, NumPy out.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def copy_blocks(src_k, src_v, dst_k, dst_v, pairs, block_size, data_ptr) -> list
 
 
 def attention_entry_points(attention, xp):
-    """The four DESIGN §7 attention entry points of a CUDA executor, over its `attention(q, qo_indptr,
+    """The four docs/kernels.md attention entry points of a CUDA executor, over its `attention(q, qo_indptr,
     k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, max_q_per_seq=None)`.
 
     Decode is extend with one query per sequence; passing `max_q_per_seq=1` saves reading the

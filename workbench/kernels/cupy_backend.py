@@ -3,7 +3,7 @@
 One RawModule per template instantiation (KV dtype, head dim, rows per block, addressing), compiled
 on first use and cached here (and on disk by CuPy). The launches (grids, argument lists) come from
 `workbench.kernels.cuda_launches`, the same ones the CPU shim backend runs in the tests. Same
-positional signatures as the other backends (DESIGN §7), inputs already validated by
+positional signatures as the other backends (docs/kernels.md), inputs already validated by
 `workbench.kernels`; CuPy arrays in and out, except that `block_swap` accepts NumPy (host) pools
 on one side.
 """

@@ -1,4 +1,4 @@
-"""Numba CPU backend: the DESIGN §7 kernel signatures over NumPy arrays (inputs already validated).
+"""Numba CPU backend: the docs/kernels.md kernel signatures over NumPy arrays (inputs already validated).
 
 Every call reaches the same compiled attention kernel: fp32 pools as float32 rows
 [num_slots * num_kv_heads, head_dim], fp16/bf16 pools as uint16 bits plus an int format code, the

@@ -1,12 +1,14 @@
 """Float64 NumPy reference for every kernel op, and the verification metric `rel_err`.
 
-Same positional signatures as the other backends (DESIGN §7); inputs are already validated by
+Same positional signatures as the other backends (docs/kernels.md); inputs are already validated by
 `workbench.kernels`. Attention results are float64 (the reference is what float32 kernels are
 measured against); the in-place ops copy exactly like the kernels do. Written for clarity, not
 speed: one sequence at a time, gathering only the rows that sequence attends to.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -19,11 +21,17 @@ def rel_err(out, ref) -> float:
         raise ValueError(f"rel_err: shapes differ, out {out64.shape} vs ref {ref64.shape}")
     if not np.isfinite(out64).all():
         return float("inf")
-    diff_norm = float(np.linalg.norm(out64 - ref64))
-    ref_norm = float(np.linalg.norm(ref64))
+    diff_norm = _norm(out64 - ref64)
+    ref_norm = _norm(ref64)
     if ref_norm == 0.0:
         return 0.0 if diff_norm == 0.0 else float("inf")
     return diff_norm / ref_norm
+
+
+def _norm(x: np.ndarray) -> float:
+    """Euclidean norm by NumPy's pairwise sum: np.linalg.norm is a BLAS dot, whose last bit depends on
+    the BLAS thread count."""
+    return math.sqrt(float(np.sum(np.square(x))))
 
 
 def dequantize(rows: np.ndarray, kv_dtype: str) -> np.ndarray:

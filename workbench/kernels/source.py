@@ -68,7 +68,7 @@ def cuda_include_dirs() -> list[Path]:
     return [p for p in found if (p / "cuda_fp16.h").is_file()]
 
 
-# Template arguments the launchers instantiate (DESIGN §7): KV dtype → CUDA type, head dims, row tiles.
+# Template arguments the launchers instantiate (docs/kernels.md): KV dtype → CUDA type, head dims, row tiles.
 CUDA_KV_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
 HEAD_DIMS = (64, 80, 96, 128, 256)
 ROW_TILES = (1, 2, 4, 8)  # (query token, query head) rows per attention block

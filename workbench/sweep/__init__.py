@@ -1,4 +1,4 @@
-"""Parameter sweeps (DESIGN §9): a YAML spec expanded into runs, executed on a process pool or a Dask
+"""Parameter sweeps (docs/outputs.md): a YAML spec expanded into runs, executed on a process pool or a Dask
 cluster, each point written atomically, summarized in one parquet table."""
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """`python -m workbench.sweep [EXPERIMENT.yaml]`: run a sweep, print a comparison table, draw its figure.
 
-With no argument it runs `experiments/quickstart.yaml`. When the spec names a `figure`, it is drawn
-into the output directory (figures/ holds only what `python -m workbench.figures` builds) through
-the `FigureHooks` the entry point passes in: sweeps sit below figures and never import them.
+EXPERIMENT is a YAML file or the name of a built-in experiment (`quickstart`, `fig_<figure>`);
+with no argument it runs `quickstart`. When the spec names a `figure`, it is drawn into the output
+directory (figures/ holds only what `python -m workbench.figures` builds) through the `FigureHooks`
+the entry point passes in: sweeps sit below figures and never import them.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.paths import REPO_ROOT
-from workbench.sweep.executors import EXECUTOR_NAMES, make_executor
-from workbench.sweep.runner import SweepError, run_sweep
-from workbench.sweep.spec import SpecError, SweepSpec, load_spec
+from workbench.clean_exit import OneLineParser
+from workbench.experiments import builtin_names, find_experiment
+from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError, make_executor
+from workbench.sweep.lock import SweepLocked
+from workbench.sweep.runner import SweepError, check_out_dir, run_sweep
+from workbench.sweep.spec import MAX_POINTS, SweepSpec, load_spec
 
-DEFAULT_EXPERIMENT = REPO_ROOT / "experiments" / "quickstart.yaml"
+DEFAULT_EXPERIMENT = "quickstart"
 DEFAULT_RUNS_DIR = Path("runs")
 
 # the figures a reader compares strategies by, in table order
@@ -40,10 +42,11 @@ class FigureHooks:
     draw: Callable[[str, Path], list[Path]]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
-    parser.add_argument("experiment", nargs="?", type=Path, default=None,
-                        help=f"sweep YAML (default: {DEFAULT_EXPERIMENT.relative_to(REPO_ROOT)})")
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m workbench.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
+                        help=f"sweep YAML file, or a built-in experiment: {', '.join(builtin_names())} "
+                             f"(default: {DEFAULT_EXPERIMENT})")
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<experiment name>)")
     parser.add_argument("--executor", choices=EXECUTOR_NAMES, default="local",
                         help="local: process pool on this machine; dask: a Dask distributed cluster")
@@ -54,14 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None,
                         help="dask without --scheduler: LocalCluster worker processes (default: the usable cores)")
     parser.add_argument("--resume", action="store_true", help="keep complete points in OUT and run only the rest")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the sweep in OUT; the old points are removed only once the new sweep is done")
+    parser.add_argument("--yes", action="store_true", help=f"run a sweep of more than {MAX_POINTS:,} points")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
 
 
 def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
-    """The varied run flags and the main summary figures, one line per point."""
+    """The varied run flags and the main summary figures, one line per point. Memory fractions are over
+    the saturated steps (a request was waiting) when every point had some, as the memory_waste figure
+    draws them; otherwise over all steps."""
     varied = [k for k in spec.axes] + [k for group in spec.zips for k in group]
-    metrics = [k for k in TABLE_KEYS if k in table.columns and table[k].notna().any()]
+    memory = [k for k in TABLE_KEYS if k.startswith("mem_") and k in table.columns]
+    saturated = all(k + "_sat" in table.columns and table[k + "_sat"].notna().all() for k in memory)
+    keys = [k + "_sat" if saturated and k.startswith("mem_") else k for k in TABLE_KEYS]
+    metrics = [k for k in keys if k in table.columns and table[k].notna().any()]
     shown = table[["point_id", *varied, *metrics]]
     return shown.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
@@ -76,16 +87,31 @@ def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> i
         parser.error("-j/--jobs belongs to --executor local; use --workers with dask")
     if args.scheduler and args.workers:
         parser.error("--workers starts a LocalCluster; an existing --scheduler brings its own workers")
-    try:
-        spec = load_spec(args.experiment or DEFAULT_EXPERIMENT)
+    if args.resume and args.force:
+        parser.error("--resume keeps the points in OUT and --force replaces them: choose one")
+    try:  # bad input or an OUT that must not be touched: one line, exit 2, nothing written
+        spec = load_spec(find_experiment(args.experiment), max_points=None if args.yes else MAX_POINTS)
         if spec.figure and figures is not None:
             figures.check(spec.figure)  # before the sweep, not after it
         executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)
         out_dir = args.out or DEFAULT_RUNS_DIR / spec.name
-        table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, progress=not args.no_progress)
-    except (SpecError, SweepError, ValueError) as exc:
+        check_out_dir(out_dir, resume=args.resume, force=args.force)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, force=args.force,
+                          progress=not args.no_progress)
+    except (SweepLocked, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (SweepError, ExecutorError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; finished points are kept in {out_dir}/points: rerun with --resume to continue",
+              file=sys.stderr)
+        return 130
     print(f"{spec.name}: {len(table)} points in {out_dir}/ (summary.parquet)")
     print(comparison_table(spec, table))
     if spec.figure and figures is not None:

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
 EXECUTOR_NAMES = ("local", "dask")
+CONNECT_TIMEOUT_S = 5.0  # an unreachable scheduler is reported after this, not after Dask's default 30 s
+
+
+class ExecutorError(RuntimeError):
+    """The executor itself cannot run (an unreachable cluster); no task has run."""
 
 
 class Executor(Protocol):
@@ -47,11 +53,17 @@ class LocalExecutor:
         if not tasks:
             return
         pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)),
-                                   mp_context=multiprocessing.get_context("spawn"))
+                                   mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
         try:
             futures = [pool.submit(fn, task) for task in tasks]
             for future in as_completed(futures):
                 yield future.result()
+        except KeyboardInterrupt:
+            # Ctrl-C reaches the whole process group; the workers ignore it (no tracebacks from them) and
+            # are stopped here: their points are abandoned as temporary debris that a resume clears
+            for process in list(pool._processes.values()):
+                process.terminate()
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -73,7 +85,11 @@ class DaskExecutor:
 
         if self.scheduler:
             cluster = None
-            client = Client(self.scheduler)
+            try:
+                client = Client(self.scheduler, timeout=CONNECT_TIMEOUT_S)
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise ExecutorError(f"cannot reach the Dask scheduler at {self.scheduler} within "
+                                    f"{CONNECT_TIMEOUT_S:g} s: {exc}") from None
         else:
             # one single-threaded process per worker: runs are CPU-bound Python and NumPy
             cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
@@ -90,6 +106,10 @@ class DaskExecutor:
             client.close()
             if cluster is not None:
                 cluster.close()
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def make_executor(name: str, *, jobs: int | None = None, scheduler: str | None = None,

@@ -1,14 +1,18 @@
 """Run a sweep: every point into `OUT/points/<id>/` atomically, then `OUT/summary.parquet`.
 
-A point is written into `OUT/points/.tmp-<id>-<random>/` and renamed to `OUT/points/<id>/` only
-once the run has returned, so a point directory exists if and only if it is complete: a sweep
-killed at any moment leaves finished points and temporary debris, never half a point. `resume`
-skips the complete points and clears the debris; without it the sweep starts from an empty
-`OUT/points/`. Only one sweep may write into a given OUT at a time.
+A point is written into `OUT/points/.tmp-<id>-<pid>-<random>/` and renamed to `OUT/points/<id>/`
+only once the run has returned, so a point directory exists if and only if it is complete: a sweep
+killed at any moment leaves finished points and temporary debris, never half a point. Nothing a
+user has is lost: an OUT that already holds a sweep is refused unless `resume` (keep its valid
+points, run the rest) or `force` (start over; the old points are moved aside and removed only when
+the new sweep has finished). `resume` checks every kept point (its four files, a summary that
+parses, a config whose hash is the point id) and moves a broken one to `OUT/broken/` before
+running it again. A lock file keeps a second sweep out of the same OUT while one runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -19,17 +23,23 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from workbench.columns import SUMMARY_KEYS
 from workbench.config import RunConfig
+from workbench.outdir import TMP_PREFIX, OutputExistsError, check_target, install, staging_dir
 from workbench.sweep.executors import Executor, LocalExecutor
-from workbench.sweep.spec import SweepSpec, describe
-from workbench.sweep.summary import POINT_SUMMARY_FILE, summary_table, write_summary
+from workbench.sweep.lock import SweepLock
+from workbench.sweep.spec import Point, SweepSpec, config_id, describe
+from workbench.sweep.summary import POINT_SUMMARY_FILE, SUMMARY_FILE, summary_table, write_summary
 
 POINTS_DIR = "points"
-TMP_PREFIX = ".tmp-"
+BROKEN_DIR = "broken"
+POINT_FILES = ("config.json", "steps.parquet", "requests.parquet", "summary.json")  # the §8 files of a point
 
-# run_fn(config, out_dir) writes the §8 files into out_dir; workbench.engine.run is the default
+# run_fn(config, out_dir) writes the run files (docs/outputs.md) into out_dir; workbench.engine.run is the default
 RunFn = Callable[[RunConfig, Path], Any]
 
 
@@ -58,9 +68,8 @@ def execute_point(task: PointTask) -> str:
         run_fn = task.run_fn
     if task.threads is not None:
         limit_numba_threads(task.threads)
-    points_dir = Path(task.points_dir)
-    final = points_dir / task.point_id
-    tmp = points_dir / f"{TMP_PREFIX}{task.point_id}-{uuid.uuid4().hex[:8]}"
+    final = Path(task.points_dir) / task.point_id
+    tmp = staging_dir(final)
     try:
         try:
             run_fn(RunConfig.from_dict(task.config), tmp)
@@ -68,7 +77,7 @@ def execute_point(task: PointTask) -> str:
             raise SweepError(f"{task.label} failed: {type(exc).__name__}: {exc}") from exc
         if not (tmp / POINT_SUMMARY_FILE).is_file():
             raise SweepError(f"{task.label}: the run wrote no {POINT_SUMMARY_FILE}")
-        tmp.rename(final)
+        install(tmp, final, replace=False)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -87,39 +96,105 @@ def limit_numba_threads(threads: int) -> None:
         os.environ["NUMBA_NUM_THREADS"] = str(min(threads, int(current)) if current else threads)
 
 
-def is_complete(points_dir: Path, point_id: str) -> bool:
-    return (points_dir / point_id / POINT_SUMMARY_FILE).is_file()
+def point_problem(points_dir: Path, point: Point) -> str | None:
+    """Why the point directory cannot be kept (None when it is complete and belongs to `point`)."""
+    folder = points_dir / point.point_id
+    for name in POINT_FILES:
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+    try:
+        summary = json.loads((folder / POINT_SUMMARY_FILE).read_text())
+        config = json.loads((folder / "config.json").read_text())
+        stored = RunConfig.from_dict(config["config"] if "config" in config else config)
+        for table in ("steps.parquet", "requests.parquet"):
+            pq.read_metadata(folder / table)
+    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
+        return f"unreadable: {type(exc).__name__}: {exc}"
+    if not isinstance(summary, dict) or not set(SUMMARY_KEYS) <= set(summary):
+        return f"{POINT_SUMMARY_FILE} lacks the summary figures"
+    if config_id(stored) != point.point_id:
+        return "its config.json describes another configuration"
+    return None
+
+
+def holds_sweep(out_dir: Path) -> bool:
+    points_dir = out_dir / POINTS_DIR
+    return (out_dir / SUMMARY_FILE).exists() or (points_dir.is_dir() and any(
+        not p.name.startswith(".") for p in points_dir.iterdir()))
+
+
+def check_out_dir(out_dir: Path, *, resume: bool, force: bool) -> None:
+    """Before any work: raise ValueError (one line) when OUT holds a sweep and neither `resume` nor
+    `force` says what to do with it, or when OUT cannot be created."""
+    if resume and force:
+        raise ValueError("--resume keeps the points in OUT and --force replaces them: choose one")
+    check_target(out_dir, replace=True)
+    if holds_sweep(out_dir) and not (resume or force):
+        raise OutputExistsError(f"--out {out_dir} already holds a sweep; pass --resume to continue it or --force "
+                                f"to replace it")
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None = None, resume: bool = False,
-              progress: bool = True, run_fn: RunFn | None = None) -> pd.DataFrame:
-    """Run every point of `spec` (skipping complete ones when `resume`) and write the summary.
+              force: bool = False, progress: bool = True, run_fn: RunFn | None = None) -> pd.DataFrame:
+    """Run every point of `spec` (with `resume`, only those OUT lacks) and write the summary.
 
-    Mutates `out_dir`: creates `points/<id>/` per point and `summary.parquet`; without `resume`
-    first removes an existing `points/` and summary. Returns the summary table.
+    Mutates `out_dir`: creates `points/<id>/` per point and `summary.parquet`. Raises ValueError
+    before any work when OUT holds a sweep and neither `resume` nor `force` is given, SweepLocked
+    when another sweep holds OUT, SweepError when a point fails. Returns the summary table.
     """
     out_dir = Path(out_dir)
-    points_dir = out_dir / POINTS_DIR
+    check_out_dir(out_dir, resume=resume, force=force)
     points = spec.points()
-    if not resume and points_dir.exists():
-        shutil.rmtree(points_dir)
-        (out_dir / "summary.parquet").unlink(missing_ok=True)
-    points_dir.mkdir(parents=True, exist_ok=True)
-    for debris in points_dir.glob(TMP_PREFIX + "*"):
-        shutil.rmtree(debris, ignore_errors=True)
-
-    todo = [p for p in points if not is_complete(points_dir, p.point_id)]
-    executor = executor or LocalExecutor()
-    tasks = [PointTask(p.point_id, f"point {p.index} [{p.point_id}] ({describe(p.varied)})", p.config.to_dict(),
-                       str(points_dir.resolve()), run_fn, executor.threads_per_task) for p in todo]
-    bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=spec.name, unit="point",
-               file=sys.stderr, disable=not progress, dynamic_ncols=True)
-    try:
-        for _ in executor.map_unordered(execute_point, tasks):
-            bar.update(1)
-    finally:
-        bar.close()
-    table = summary_table(points, points_dir)
-    write_summary(table, out_dir)
+    with SweepLock(out_dir):
+        points_dir = out_dir / POINTS_DIR
+        replaced = _move_aside(out_dir) if force and holds_sweep(out_dir) else None
+        points_dir.mkdir(parents=True, exist_ok=True)
+        for debris in points_dir.glob(TMP_PREFIX + "*"):  # temporaries of killed runs; the lock says none is live
+            shutil.rmtree(debris, ignore_errors=True)
+        todo = [p for p in points if not _keep(out_dir, p)] if resume else points
+        executor = executor or LocalExecutor()
+        tasks = [PointTask(p.point_id, f"point {p.index} [{p.point_id}] ({describe(p.varied)})",
+                           p.config.to_dict(), str(points_dir.resolve()), run_fn, executor.threads_per_task)
+                 for p in todo]
+        bar = tqdm(total=len(points), initial=len(points) - len(todo), desc=spec.name, unit="point",
+                   file=sys.stderr, disable=not progress, dynamic_ncols=True)
+        try:
+            for _ in executor.map_unordered(execute_point, tasks):
+                bar.update(1)
+        except BaseException:
+            if replaced is not None:
+                print(f"the replaced sweep is kept in {replaced}", file=sys.stderr)
+            raise
+        finally:
+            bar.close()
+        table = summary_table(points, points_dir)
+        write_summary(table, out_dir)
+        if replaced is not None:
+            shutil.rmtree(replaced)
     return table
 
+
+def _keep(out_dir: Path, point: Point) -> bool:
+    """Resume: True when the point's directory is complete; a broken one is moved to OUT/broken/."""
+    folder = out_dir / POINTS_DIR / point.point_id
+    if not folder.exists():
+        return False
+    problem = point_problem(out_dir / POINTS_DIR, point)
+    if problem is None:
+        return True
+    broken = out_dir / BROKEN_DIR / f"{point.point_id}-{uuid.uuid4().hex[:8]}"
+    broken.parent.mkdir(exist_ok=True)
+    os.rename(folder, broken)
+    print(f"point {point.index} [{point.point_id}]: {problem}; moved to {broken}, running it again", file=sys.stderr)
+    return False
+
+
+def _move_aside(out_dir: Path) -> Path:
+    """Force: move OUT's points and summary into `OUT/.tmp-replaced-<random>/` (removed once the new
+    sweep is complete; kept, and named, if it fails)."""
+    aside = out_dir / f"{TMP_PREFIX}replaced-{uuid.uuid4().hex[:8]}"
+    aside.mkdir()
+    for name in (POINTS_DIR, SUMMARY_FILE):
+        if (out_dir / name).exists():
+            os.rename(out_dir / name, aside / name)
+    return aside

@@ -24,6 +24,8 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -35,9 +37,12 @@ import yaml
 from workbench import presets
 from workbench.allocators.registry import names as strategy_names
 from workbench.config import RunConfig
+from workbench.workload import check_workload
 from workbench.workload.spec import parse_spec as parse_workload
 
 TOP_LEVEL_KEYS = ("name", "description", "figure", "base", "axes", "zip")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+MAX_POINTS = 10_000  # a larger sweep is refused unless asked for (`--yes`): it is likely a typo in an axis
 POINT_ID_HEX = 12
 
 
@@ -63,6 +68,11 @@ class SweepSpec:
     figure: str | None = None
     description: str = ""
 
+    def num_points(self) -> int:
+        """The number of points, without expanding them."""
+        count = math.prod(len(values) for values in self.axes.values())
+        return count * math.prod(len(next(iter(group.values()))) for group in self.zips)
+
     def points(self) -> list[Point]:
         """The expansion: axes crossed (first slowest) with zip groups; raises SpecError on a bad or repeated point."""
         dims: list[list[dict[str, Any]]] = [[{key: v} for v in values] for key, values in self.axes.items()]
@@ -71,11 +81,16 @@ class SweepSpec:
             dims.append([{key: values[i] for key, values in group.items()} for i in range(length)])
         points: list[Point] = []
         seen: dict[str, int] = {}
+        workloads_checked: set[tuple[Any, ...]] = set()
         for index, combo in enumerate(itertools.product(*dims)):
             varied = {k: v for part in combo for k, v in part.items()}
             try:
                 config = RunConfig(**{**self.base, **varied})
                 config.resolve()  # impossible size combinations fail here, not in a worker mid-sweep
+                workload_key = (config.workload, config.model, config.max_model_len, config.rate)
+                if workload_key not in workloads_checked:  # what check_workload reads; the seed is irrelevant
+                    check_workload(config)
+                    workloads_checked.add(workload_key)
             except ValueError as exc:
                 raise SpecError(f"{self.source}: point {index} ({describe(varied)}): {exc}") from None
             point_id = config_id(config)
@@ -96,7 +111,7 @@ def config_id(config: RunConfig) -> str:
     return _short_hash(json.dumps(config.to_dict(), sort_keys=True, separators=(",", ":")))
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(path: str | Path, *, max_points: int | None = MAX_POINTS) -> SweepSpec:
     """Read and validate a sweep YAML file; raises SpecError naming the file on any problem."""
     path = Path(path)
     try:
@@ -107,11 +122,13 @@ def load_spec(path: str | Path) -> SweepSpec:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from None
-    return parse_spec(data, source=str(path), default_name=path.stem)
+    return parse_spec(data, source=str(path), default_name=path.stem, max_points=max_points)
 
 
-def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep") -> SweepSpec:
-    """Validate a spec already loaded as plain data (the YAML document)."""
+def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep",
+               max_points: int | None = MAX_POINTS) -> SweepSpec:
+    """Validate a spec already loaded as plain data (the YAML document). A spec of more than
+    `max_points` points (None: no limit) is refused before it is expanded."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}, "
                         f"got {type(data).__name__}")
@@ -122,6 +139,10 @@ def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep"
     for key in ("name", "description", "figure"):
         if key in data and not isinstance(data[key], str):
             raise SpecError(f"{source}: {key}: expected a string, got {data[key]!r}")
+    if not NAME_PATTERN.fullmatch(name):  # the name becomes a directory: runs/<name>
+        where = "name" if "name" in data else f"name (the file's stem, {name!r})"
+        raise SpecError(f"{source}: {where}: expected an identifier of letters, digits, '_', '-', '.' "
+                        f"('-' and '.' not first), at most 100 characters, got {name!r}")
 
     base = _mapping(data.get("base", {}), "base", source)
     for key, value in base.items():
@@ -159,6 +180,9 @@ def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep"
             owner[key] = section
     spec = SweepSpec(name=name, source=source, base=base, axes=axes, zips=zips,
                      figure=data.get("figure"), description=data.get("description", ""))
+    if max_points is not None and spec.num_points() > max_points:
+        raise SpecError(f"{source}: expands to {spec.num_points():,} points, more than {max_points:,}; "
+                        f"pass --yes to run it anyway")
     spec.points()  # validates every combination (cross-field rules, duplicates) before anything runs
     return spec
 

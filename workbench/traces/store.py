@@ -1,22 +1,28 @@
 """Finding a registry trace on disk: the local cache, then the shared traces folder, then a download
-that is checksum-verified before it lands in the cache (so the cache only ever holds verified files)."""
+that is size-capped and checksum-verified (and, for derived files, derived and verified again) before
+it lands in the cache, so the cache only ever holds verified files."""
 
 from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import os
+import sys
 import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tqdm import tqdm
+
 from workbench.errors import TraceError
 from workbench.paths import shared_traces_dir
+from workbench.traces.derive import DERIVATIONS
 from workbench.traces.registry import TraceEntry, get_trace
 
 CACHE_ENV = "WORKBENCH_TRACE_CACHE"
-_CHUNK_BYTES = 1 << 20
+_CHUNK_BYTES = 1 << 16
 
 
 def cache_dir() -> Path:
@@ -37,49 +43,54 @@ def shared_path(entry: TraceEntry) -> Path | None:
     return path if path.is_file() else None
 
 
-def resolve(name: str) -> Path:
-    """Path of the trace file: a verified cache copy, else the shared folder's, else a fresh download."""
+def locate(name: str) -> Path | None:
+    """The trace's file when it is already here (a verified cache copy, else the shared folder's), without
+    any download; None otherwise."""
     entry = get_trace(name)
     cached = cached_path(entry)
-    if cached.is_file() and sha256_of(cached) == entry.sha256:
+    if _is_verified(cached, entry):
         return cached
-    shared = shared_path(entry)
-    if shared is not None:
-        return shared
-    return fetch(name)
+    return shared_path(entry)
 
 
-def fetch(name: str, url: str | None = None, timeout_s: float = 60.0) -> Path:
+def resolve(name: str) -> Path:
+    """Path of the trace file: a verified cache copy, else the shared folder's, else a fresh download."""
+    return locate(name) or fetch(name)
+
+
+def fetch(name: str, url: str | None = None, timeout_s: float = 60.0, progress: bool = True) -> Path:
     """Download the trace into the cache (from `url` when given, else the registry's) and return its path.
 
-    The bytes go to a temporary file beside the destination and are renamed into place only when their
-    sha256 matches the registry; on any failure nothing is left behind. A verified copy already in the
-    cache is returned without downloading.
+    The download may bring at most the registry's size of the published file and must match its sha256;
+    a derived trace is then derived from it and must match the registry's sha256 again. The result goes
+    to a temporary file beside the destination and is renamed into place, so on any failure nothing is
+    left behind. A verified copy already in the cache is returned without downloading. `progress` shows
+    a progress bar on a terminal.
     """
     entry = get_trace(name)
     url = url or entry.url
-    if url is None:
-        raise TraceError(f"trace {name!r} has no download URL: it was derived from {entry.source}; "
-                         f"its copy lives in the shared traces folder ({entry.folder}/{entry.file_name})")
     dest = cached_path(entry)
-    if dest.is_file() and sha256_of(dest) == entry.sha256:
+    if _is_verified(dest, entry):
         return dest
+    published = _download(entry, url, timeout_s, progress)
+    data = published if entry.derive is None else DERIVATIONS[entry.derive](published)
+    if entry.derive is not None and _sha256(data) != entry.sha256:
+        raise TraceError(f"trace {name!r}: deriving it ({entry.derive}) from {url} gave sha256 {_sha256(data)}, "
+                         f"expected {entry.sha256}; nothing was written")
     made_folder = not dest.parent.exists()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.file_name}.", suffix=".part")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{entry.file_name}.", suffix=".part")
+    except OSError as exc:
+        raise TraceError(f"the trace cache {cache_dir()} is unusable ({exc.strerror}: {exc.filename}); "
+                         f"set ${CACHE_ENV} to a writable folder") from None
     tmp = Path(tmp_name)
     try:
-        digest = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout_s) as response:
-            while chunk := response.read(_CHUNK_BYTES):
-                digest.update(chunk)
-                out.write(chunk)
-        if digest.hexdigest() != entry.sha256:
-            raise TraceError(f"checksum mismatch for trace {name!r} from {url}: expected sha256 {entry.sha256}, "
-                             f"got {digest.hexdigest()}; nothing was written")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
         os.replace(tmp, dest)
-    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-        raise TraceError(f"cannot download trace {name!r} from {url}: {exc}; nothing was written") from None
+    except OSError as exc:
+        raise TraceError(f"cannot write trace {name!r} into {dest.parent}: {exc}; nothing was written") from None
     finally:
         tmp.unlink(missing_ok=True)
         if made_folder and not dest.exists():
@@ -87,9 +98,48 @@ def fetch(name: str, url: str | None = None, timeout_s: float = 60.0) -> Path:
     return dest
 
 
+def _is_verified(path: Path, entry: TraceEntry) -> bool:
+    """True when `path` holds the registry's bytes; an unreadable cache counts as empty."""
+    try:
+        return path.is_file() and sha256_of(path) == entry.sha256
+    except OSError:
+        return False
+
+
+def _download(entry: TraceEntry, url: str, timeout_s: float, progress: bool) -> bytes:
+    """The published file's bytes, refused when larger than the registry says or when its sha256 differs."""
+    cap_bytes = entry.download_size_bytes
+    buffer = io.BytesIO()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            announced = response.headers.get("Content-Length")
+            if announced is not None and int(announced) > cap_bytes:
+                raise TraceError(f"trace {entry.name!r} at {url} is {int(announced):,} bytes, more than the "
+                                 f"registry's {cap_bytes:,}; nothing was written")
+            with tqdm(total=cap_bytes, unit="B", unit_scale=True, desc=entry.name, file=sys.stderr,
+                      disable=None if progress else True, leave=False) as bar:
+                while chunk := response.read(_CHUNK_BYTES):
+                    buffer.write(chunk)
+                    bar.update(len(chunk))
+                    if buffer.tell() > cap_bytes:
+                        raise TraceError(f"trace {entry.name!r} at {url} is larger than the registry's "
+                                         f"{cap_bytes:,} bytes; nothing was written")
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+        raise TraceError(f"cannot download trace {entry.name!r} from {url}: {exc}; nothing was written") from None
+    data = buffer.getvalue()
+    if _sha256(data) != entry.download_sha256:
+        raise TraceError(f"checksum mismatch for trace {entry.name!r} from {url}: expected sha256 "
+                         f"{entry.download_sha256}, got {_sha256(data)}; nothing was written")
+    return data
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
-        while chunk := f.read(_CHUNK_BYTES):
+        while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()

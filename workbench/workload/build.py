@@ -1,4 +1,4 @@
-"""`build_workload(cfg)`: the requests of one run, from a synthetic name or a trace (DESIGN §5, §8)."""
+"""`build_workload(cfg)`: the requests of one run, from a synthetic name or a trace (docs/workloads.md)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,20 @@ def load_workload(cfg: RunConfig) -> Workload:
     return Workload(cfg.workload, requests, source, table.notes)
 
 
+def check_workload(cfg: RunConfig) -> None:
+    """What can be said against the workload before a run, cheaply: a synthetic workload's parameters and
+    lengths against max_model_len (by generating one request), a trace's file or registry name (without
+    reading or fetching it). Raises WorkloadError."""
+    spec = parse_spec(cfg.workload)
+    max_model_len = cfg.max_model_len or model_from_name(cfg.model).max_model_len
+    if spec.path is None:
+        synthetic.generate(spec, seed=cfg.seed, rate=cfg.rate, num_requests=1, duration_s=None,
+                           max_model_len=max_model_len)
+    elif not Path(spec.path).expanduser().is_file() and spec.path not in TRACES:
+        raise WorkloadError(spec.text, None, "path", f"an existing file or a registry trace name "
+                            f"({', '.join(sorted(TRACES))})", spec.path)
+
+
 def trace_path(spec: WorkloadSpec) -> Path:
     """The file a trace spec names: an existing path, else a registry trace (cache, shared folder, fetch)."""
     path = Path(spec.path).expanduser()
@@ -64,7 +78,8 @@ def trace_path(spec: WorkloadSpec) -> Path:
         try:
             return resolve(spec.path)
         except TraceError as exc:
-            raise WorkloadError(spec.text, None, "path", "a readable trace", str(exc)) from None
+            # the trace error already says what to do; it is passed on whole, never shortened
+            raise WorkloadError(spec.text, None, "path", f"a readable trace ({exc})") from None
     raise WorkloadError(spec.text, None, "path", f"an existing file or a registry trace name "
                         f"({', '.join(sorted(TRACES))})", spec.path)
 

@@ -4,7 +4,7 @@ Length distributions are independent lognormals for prompt and output tokens, ro
 (at least 1) and truncated jointly to prompt + output <= 2048 (the OPT context the vLLM paper filtered
 its datasets to) or a smaller limit. Parameters were fitted so that the *truncated* distribution
 matches the median of the real length file under ../shared/traces and the mean the vLLM paper
-reports (DESIGN §5); a lognormal fitted to the log-moments instead undershoots the ShareGPT prompt
+reports (docs/workloads.md); a lognormal fitted to the log-moments instead undershoots the ShareGPT prompt
 mean by a quarter, because the real prompts are heavier-tailed than a lognormal:
 
 | name        | prompt mu, sigma | output mu, sigma | target prompt median / mean | output median / mean |
@@ -18,11 +18,13 @@ alpaca-5000-subset GPT-2-BPE lengths, whose prompts lack the template, so the pa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 PAPER_CONTEXT_TOKENS = 2048
+MAX_DRAWS_PER_REQUEST = 10_000  # rejection sampling beyond this is refused rather than left to spin
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,7 @@ def sample_lengths(dist: LengthDist, num: int, rng: np.random.Generator, limit_t
     Rejection sampling in batches; draws from `rng` (mutated) in a fixed order, so a seed fixes the result.
     """
     limit = min(limit_tokens, PAPER_CONTEXT_TOKENS)
-    if limit < 2:
-        raise ValueError(f"a length limit of {limit_tokens} tokens leaves no room for a prompt and an output")
+    check_limit(dist, limit_tokens)
     prompts: list[np.ndarray] = []
     outputs: list[np.ndarray] = []
     have = 0
@@ -60,6 +61,31 @@ def sample_lengths(dist: LengthDist, num: int, rng: np.random.Generator, limit_t
         outputs.append(output[ok])
         have += int(ok.sum())
     return np.concatenate(prompts)[:num], np.concatenate(outputs)[:num]
+
+
+def fit_probability_bound(dist: LengthDist, limit_tokens: int) -> float:
+    """An upper bound on the chance that one draw has prompt + output <= limit_tokens: both parts must
+    be <= limit - 1 on their own (independent lognormals, rounded to integers >= 1)."""
+    limit = min(limit_tokens, PAPER_CONTEXT_TOKENS)
+    if limit < 2:
+        return 0.0
+
+    def below(mu: float, sigma: float) -> float:  # P(max(1, rint(X)) <= limit - 1), X lognormal
+        z = (math.log(limit - 0.5) - mu) / sigma
+        return 0.5 * math.erfc(-z / math.sqrt(2))
+
+    return below(dist.prompt_mu, dist.prompt_sigma) * below(dist.output_mu, dist.output_sigma)
+
+
+def check_limit(dist: LengthDist, limit_tokens: int) -> None:
+    """Raise ValueError when rejection sampling under `limit_tokens` would need more than
+    MAX_DRAWS_PER_REQUEST draws per request (it would all but hang), naming the smallest limit that works."""
+    if fit_probability_bound(dist, limit_tokens) * MAX_DRAWS_PER_REQUEST >= 1:
+        return
+    smallest = next(n for n in range(2, PAPER_CONTEXT_TOKENS + 1)
+                    if fit_probability_bound(dist, n) * MAX_DRAWS_PER_REQUEST >= 1)
+    raise ValueError(f"a length limit of {limit_tokens} tokens fits fewer than 1 in {MAX_DRAWS_PER_REQUEST:,} "
+                     f"draws of the {dist.name} lengths; it needs at least {smallest} tokens")
 
 
 def arrival_times_s(

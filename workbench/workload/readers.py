@@ -1,4 +1,4 @@
-"""Readers for the published CSV traces (DESIGN §5), byte-for-byte as published, columns found by name.
+"""Readers for the published CSV traces (docs/workloads.md), byte-for-byte as published, columns found by name.
 
 - `azure`: `TIMESTAMP,ContextTokens,GeneratedTokens`, ISO 8601 timestamps with 100 ns ticks.
 - `burstgpt`: `Timestamp` (s), `Request tokens`, `Response tokens`; the other published columns

@@ -1,4 +1,4 @@
-"""Synthetic workloads (DESIGN §5). Every generator draws from one `np.random.default_rng(seed)` in a
+"""Synthetic workloads (docs/workloads.md). Every generator draws from one `np.random.default_rng(seed)` in a
 fixed order, so a config and a seed fix the workload. Arrivals: gamma gaps with mean 1/rate and
 coefficient of variation `cv` (default 1 = Poisson); every name takes `cv=...`.
 
@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.errors import WorkloadError
-from workbench.workload.distributions import LENGTH_DISTS, LengthDist, arrival_times_s, sample_lengths
+from workbench.workload import distributions
+from workbench.workload.distributions import LENGTH_DISTS, LengthDist, arrival_times_s
 from workbench.workload.request import Segment
 from workbench.workload.spec import WorkloadSpec
 from workbench.workload.table import OutputRef, Part, RequestTable, content_keys
@@ -50,9 +51,19 @@ def generate(
         output = np.full(count, spec.get_int("output", 128), dtype=np.int64)
         return RequestTable(arrival_s, prompt, output)
     if spec.kind in ("sharegpt-like", "alpaca-like"):
-        prompt, output = sample_lengths(LENGTH_DISTS[spec.kind.removesuffix("-like")], count, rng, max_model_len)
+        prompt, output = sample_lengths(spec, LENGTH_DISTS[spec.kind.removesuffix("-like")], count, rng,
+                                        max_model_len)
         return RequestTable(arrival_s, prompt, output)
     return _system_prompt(spec, rng, seed, arrival_s, max_model_len)
+
+
+def sample_lengths(spec: WorkloadSpec, dist: LengthDist, num: int, rng: np.random.Generator,
+                   limit_tokens: int) -> tuple[np.ndarray, ...]:
+    """`distributions.sample_lengths`, with a limit too short for the distribution named as a workload error."""
+    try:
+        return distributions.sample_lengths(dist, num, rng, limit_tokens)
+    except ValueError as exc:
+        raise WorkloadError(spec.text, None, "max_model_len", f"a longer limit: {exc}") from None
 
 
 def _lengths_dist(spec: WorkloadSpec) -> LengthDist:
@@ -67,7 +78,7 @@ def _system_prompt(spec: WorkloadSpec, rng: np.random.Generator, seed: int, arri
         raise WorkloadError(spec.text, None, "system", f"at most max_model_len - 2 = {max_model_len - 2} tokens",
                             system_tokens)
     count = len(arrival_s)
-    user, output = sample_lengths(_lengths_dist(spec), count, rng, max_model_len - system_tokens)
+    user, output = sample_lengths(spec, _lengths_dist(spec), count, rng, max_model_len - system_tokens)
     choice = rng.integers(0, k, size=count)  # [count] which system prompt each request uses
     system_keys = content_keys(f"system/{seed}", np.arange(k)).tolist()
     user_keys = content_keys(f"user/{seed}", np.arange(count)).tolist()
@@ -93,7 +104,7 @@ def _multi_turn(spec: WorkloadSpec, rng: np.random.Generator, seed: int, rate: f
     num_sessions = 0
     while (len(arrivals) < num) if num is not None else (start_s < duration_s):
         session_starts = start_s + arrival_times_s(rng, rate / turns, cv, num=64)
-        user, output = sample_lengths(dist, 64 * turns, rng, max_model_len)
+        user, output = sample_lengths(spec, dist, 64 * turns, rng, max_model_len)
         think = rng.exponential(think_s, size=64 * turns)
         first_row = len(arrivals)
         user_keys = content_keys(f"turn/{seed}", np.arange(first_row, first_row + 64 * turns)).tolist()
