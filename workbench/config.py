@@ -71,6 +71,9 @@ class RunConfig:
     block_size: int = _f(16, "tokens per KV block for paged strategies", gt=0, le=MAX_SLOTS)
     fit: str = _f("first", "placement for contiguous strategies: first | best | buddy",
                   choices=("first", "best", "buddy"))
+    hybrid: str = _f("on", "per-layer-group allocation for models with sliding-window layers (paged strategies "
+                          "without a prefix cache): on | off (off: every layer is full attention)",
+                     choices=("on", "off"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
@@ -154,10 +157,13 @@ class RunConfig:
         if swap_slots > MAX_SLOTS:
             raise ValueError(f"swap_gib = {self.swap_gib} is {swap_slots} slots, more than {MAX_SLOTS} "
                              f"(int32 slot ids); lower --swap-gib")
+        unit_layers = model.unit_layers(self.hybrid == "on")
+        layer_groups = tuple((g.window_tokens, g.num_layers // unit_layers) for g in model.groups(self.hybrid == "on"))
         resolved = Resolved(
             model=model, gpu=gpu, capacity_slots=capacity_slots, swap_slots=swap_slots,
             max_num_batched_tokens=max_batched, kv_bytes_per_token=kv_bytes_per_token,
             kernel_heads=self.kernel_heads or model.num_kv_heads,
+            layer_groups=layer_groups if model.is_hybrid and self.hybrid == "on" else (),
         )
         _check_host_memory(self, resolved)
         return resolved
@@ -188,6 +194,9 @@ class Resolved:
     max_num_batched_tokens: int
     kv_bytes_per_token: int
     kernel_heads: int  # kv heads of the kernel's single layer
+    # (window_tokens or None, units) per layer group when per-group allocation applies (--hybrid on with a
+    # hybrid model; docs/hybrid.md), else (); a paged pool then counts capacity_slots × sum(units) unit slots
+    layer_groups: tuple[tuple[int | None, int], ...] = ()
 
 
 # Host bytes per KV block held by a strategy's arrays (reference counts, free stack, scratch), an upper bound.

@@ -19,6 +19,7 @@ from typing import Any
 
 from workbench.allocators.base import KernelMode, Strategy
 from workbench.config import Resolved, RunConfig
+from workbench.presets import model_from_name
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,10 @@ def hybrid_names() -> list[str]:
 def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
     """The strategy of a run: `cfg.strategy` on the resolved pool, given exactly its declared options."""
     reg = get(cfg.strategy)
+    if resolved.layer_groups and reg.block_sized:
+        units = sum(u for _, u in resolved.layer_groups)
+        return create_hybrid(cfg.strategy, capacity_slots=resolved.capacity_slots * units, block_size=cfg.block_size,
+                             max_model_len=resolved.model.max_model_len, groups=resolved.layer_groups)
     return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
                   max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots,
                   **{option: getattr(cfg, option) for option in reg.options})
@@ -145,6 +150,13 @@ def check_options(cfg: RunConfig) -> None:
     """Raise ValueError if the run sets an option (to a non-default value) that its strategy does
     not take: `--fit best` with `paged` would otherwise be silently meaningless."""
     reg = get(cfg.strategy)
+    if cfg.hybrid == "on" and reg.block_sized and model_from_name(cfg.model).is_hybrid:
+        if reg.prefix_cache:
+            raise ValueError(f"strategy {cfg.strategy!r} has no per-layer-group form for the hybrid model "
+                             f"{cfg.model!r} (docs/hybrid.md); use --hybrid off")
+        if cfg.n > 1:
+            raise ValueError("--n > 1 with --hybrid on: a preempted parallel-sampling group re-appends past its "
+                             "window before its prompt KV is rewritten; use --hybrid off")
     for option in _declared_options():
         if option not in reg.options and getattr(cfg, option) != option_default(option):
             takers = [r.name for r in _REGISTRY.values() if option in r.options]
