@@ -21,6 +21,7 @@ import pandas as pd
 from workbench import __version__
 from workbench.allocators import registry
 from workbench.allocators.base import Strategy
+from workbench.allocators.hybrid import GROUP_PARTS, HybridSnapshot
 from workbench.clock import RooflineClock
 from workbench.config import Resolved, RunConfig
 from workbench.paths import REPO_ROOT
@@ -172,6 +173,9 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
         finished = sched.complete(plan, now_s)
         # the steps table stays deterministic: a wall time enters it only under the measured clock
         _record(log, plan, step, now_s, dt_s, attention_s if measured else None, sched.num_waiting(), sched.paged)
+        if isinstance(plan.snapshot, HybridSnapshot):
+            log.record_groups({f"group{i}_{part}": getattr(g, part) for i, g in enumerate(plan.snapshot.groups)
+                               for part in GROUP_PARTS})
         step += 1
         if timers:
             a3, t3 = timers.allocator_s, perf()

@@ -53,3 +53,18 @@ def test_contiguous_baselines_reserve_every_layer():
     cfg = _config(strategy="contiguous-max", kv_slots=4000, kernel="none")
     assert not isinstance(registry.create_from_config(cfg, cfg.resolve()), HybridPaged)
     engine.run(cfg)
+
+
+def test_steps_carry_each_group_and_the_identity_holds_per_step():
+    from workbench.allocators.hybrid import GROUP_PARTS
+    from workbench.engine import build_workload, simulate
+
+    cfg = _config(kv_slots=1200, kernel="none", num_requests=8, workload="fixed:prompt=300,output=400")
+    steps = simulate(cfg, build_workload(cfg), registry.create_from_config(cfg, cfg.resolve())).steps
+    for i in range(2):
+        parts = steps[[f"group{i}_{p}" for p in GROUP_PARTS]].to_numpy()  # [num_steps, 4]
+        assert (parts[:, :3].sum(axis=1) == parts[:, 3]).all()
+    held = steps["group0_held_slots"] + steps["group1_held_slots"]
+    assert (held + steps["cached_slots"] + steps["free_slots"] == 2400).all()
+    assert (steps["group0_token_slots"] + steps["group1_token_slots"] == steps["token_slots"]).all()
+    assert steps["group0_held_slots"].max() < steps["group1_held_slots"].max()  # the window group holds less

@@ -51,6 +51,16 @@ class GroupSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class HybridSnapshot(Snapshot):
+    """The pool's six parts (the groups' parts summed) and each group's own split."""
+
+    groups: tuple[GroupSnapshot, ...] = ()
+
+
+GROUP_PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "held_slots")  # per-group step columns
+
+
+@dataclass(frozen=True, slots=True)
 class HybridAppendResult(AppendResult):
     group_slots: np.ndarray  # int64 [num_groups, num_seqs]: each group's slot of each new token (unit 0)
 
@@ -255,20 +265,20 @@ class HybridPaged:
                                      g.units * sum(self._length.values())))
         return out
 
-    def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
+    def snapshot(self, refused_extent_slots: int = 0) -> HybridSnapshot:
         """Pure. The groups' parts summed; free blocks serve any request (no external fragmentation)."""
         del refused_extent_slots
         groups = self.group_snapshots()
         free = self._free.size * self.block_size
         entries = sum(g.num_entries(s) for g in self.groups for s in g.entries)
-        return Snapshot(
+        return HybridSnapshot(
             capacity_slots=self.capacity_slots, token_slots=sum(g.token_slots for g in groups),
             reserved_slots=sum(g.reserved_slots for g in groups),
             internal_frag_slots=sum(g.internal_frag_slots for g in groups), cached_slots=0,
             external_frag_slots=0, free_slots=free,
             logical_token_slots=sum(g.logical_token_slots for g in groups),
             block_table_bytes=_BLOCK_TABLE_ENTRY_BYTES * entries, largest_free_extent_slots=free,
-            num_free_blocks=self._free.size)
+            num_free_blocks=self._free.size, groups=tuple(groups))
 
     # -- swap: not supported ------------------------------------------------------------------------
 
