@@ -12,7 +12,7 @@ from __future__ import annotations
 import platform
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -214,9 +214,10 @@ def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, An
         commit = None
     return {
         "config": cfg.to_dict(),
-        "resolved": {"model": res.model.__dict__, "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
+        "resolved": {"model": asdict(res.model), "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
                      "swap_slots": res.swap_slots, "max_num_batched_tokens": res.max_num_batched_tokens,
-                     "kv_bytes_per_token": res.kv_bytes_per_token, "kernel_heads": res.kernel_heads},
+                     "kv_bytes_per_token": res.kv_bytes_per_token, "kernel_heads": res.kernel_heads,
+                     "layer_groups": res.layer_groups},
         "seed": cfg.seed, "version": __version__, "git_commit": commit, "kernel_backend": backend,
         "hardware": {"machine": platform.machine(), "processor": platform.processor(),
                      "python": platform.python_version(), "system": platform.system()},

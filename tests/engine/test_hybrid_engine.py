@@ -68,3 +68,13 @@ def test_steps_carry_each_group_and_the_identity_holds_per_step():
     assert (held + steps["cached_slots"] + steps["free_slots"] == 2400).all()
     assert (steps["group0_token_slots"] + steps["group1_token_slots"] == steps["token_slots"]).all()
     assert steps["group0_held_slots"].max() < steps["group1_held_slots"].max()  # the window group holds less
+
+
+def test_a_hybrid_run_writes_its_groups_to_config_json(tmp_path):
+    import json
+
+    engine.run(_config(kv_slots=1200, kernel="none", num_requests=2), tmp_path / "run")
+    resolved = json.loads((tmp_path / "run" / "config.json").read_text())["resolved"]
+    assert resolved["layer_groups"] == [[128, 1], [None, 1]]
+    assert resolved["model"]["layer_groups"] == [{"num_layers": 12, "window_tokens": 128},
+                                                 {"num_layers": 12, "window_tokens": None}]
