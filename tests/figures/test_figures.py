@@ -42,6 +42,9 @@ SPECS = {
                                  "block_size": [16, 16, 16, 16, 4],
                                  "workload": ["fixed:prompt=64,output=16", "fixed:prompt=256,output=16"] * 2
                                  + ["fixed:prompt=256,output=16"]}]},
+    "hybrid": {"base": {**TINY, "model": "gpt-oss-20b", "max_model_len": 1024, "kv_slots": None,
+                        "workload": "fixed:prompt=300,output=300", "num_requests": 12, "rate": 1000.0},
+               "axes": {"kv_gib": [0.06, 0.12], "hybrid": ["on", "off"]}},
 }
 
 
@@ -251,3 +254,19 @@ def test_provenance_records_whether_an_input_was_dirty(tmp_path, monkeypatch):
     assert build_module.provenance("memory_waste", spec, "pytest")["git_dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")
     assert build_module.provenance("memory_waste", spec, "pytest")["git_dirty"] is True
+
+
+def test_hybrid_lines_are_the_summary(built):
+    _, summary = built["hybrid"]
+    fig, axes = figure(built, "hybrid")
+    for ax, key in zip(axes, ("mean_batch_size", "throughput_tok_s"), strict=True):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert set(lines) == {"--hybrid on", "--hybrid off"}
+        for hybrid in ("on", "off"):
+            rows = summary[summary["hybrid"] == hybrid].sort_values("kv_gib")
+            np.testing.assert_array_equal(lines[f"--hybrid {hybrid}"].get_xdata(), rows["kv_gib"])
+            np.testing.assert_array_equal(lines[f"--hybrid {hybrid}"].get_ydata(), rows[key])
+    on = summary[summary["hybrid"] == "on"].sort_values("kv_gib")["mean_batch_size"].to_numpy()
+    off = summary[summary["hybrid"] == "off"].sort_values("kv_gib")["mean_batch_size"].to_numpy()
+    assert (on > off).all(), "window layers free blocks: the same pool holds more sequences"
+    plt.close(fig)
