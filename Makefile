@@ -11,7 +11,7 @@ NUMBA_SOURCES_HASH := $(shell grep -rl --include='*.py' numba workbench | sort |
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba/$(NUMBA_SOURCES_HASH)
 export MPLBACKEND ?= Agg
 
-.PHONY: demo test lint bench gpu-check figures notebooks lab clean
+.PHONY: demo test lint bench gpu-check figures paper notebooks lab clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,12 +41,17 @@ bench: $(STAMP_DEV)
 	$(BIN)/python benchmarks/bench_kernels.py --clock cpu
 	$(BIN)/python benchmarks/bench_engine.py
 
-gpu-check: $(STAMP_DEV)
-	$(BIN)/python -m pip install -q -e '.[gpu]'
-	benchmarks/gpu_check.sh out/gpu-check
+# Offline on purpose (a GPU machine may have no network): the interpreter that has cupy runs the
+# source tree directly; GPU_PYTHON=.venv/bin/python after `pip install -e '.[gpu,dev]'` also works.
+GPU_PYTHON ?= $(PYTHON)
+gpu-check:
+	PYTHON=$(GPU_PYTHON) benchmarks/gpu_check.sh out/gpu-check
 
 figures: $(STAMP_DEV)
 	$(BIN)/python -m workbench.figures
+
+paper: $(STAMP_RUN)
+	$(BIN)/python -m workbench.paper
 
 # executes every notebook at full size and stores its outputs (figures, tables) in place
 notebooks: $(STAMP_DEV)

@@ -1,12 +1,15 @@
-"""GPU decode bandwidth: paged vs contiguous attention vs a device-to-device copy (docs/performance.md).
+"""GPU decode bandwidth: paged vs contiguous attention vs a read-only stream of the same bytes (docs/performance.md).
 
     python benchmarks/bench_gpu_kernels.py --out OUTDIR      # the table (also OUTDIR/gpu_kernels.{md,csv})
     python benchmarks/bench_gpu_kernels.py --small           # every kernel once on small shapes (for compute-sanitizer)
 
 Shape per docs/performance.md: 32 query / 8 kv heads, head_dim 128, fp16 KV; contexts 1k-32k; block sizes
 8-128; the batch is sized to about 1 GiB of KV so the device, not the launch, is measured. Paged
-pools use a shuffled block table. Before timing, each configuration checks that paged and
-contiguous outputs agree bit for bit (same logical KV, same schedule).
+pools use a shuffled block table. Times are CUDA events around the kernel launches alone (plans,
+buffers and argument lists are built before), median of REPEATS. The roofline is a read-only
+streaming kernel over the same K and V bytes, printed beside the spec sheet's HBM bandwidth.
+Before timing, each configuration checks that paged and contiguous outputs agree bit for bit
+(same logical KV, same schedule).
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
-from workbench import kernels
-from workbench.kernels import cupy_backend
+from workbench import kernels, presets
+from workbench.kernels import cuda_launches, cupy_backend, fp8
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
 CONTEXTS = (1024, 2048, 4096, 8192, 16384, 32768)
@@ -28,9 +31,24 @@ BLOCK_SIZES = (8, 16, 32, 64, 128)
 TARGET_KV_BYTES = 1 << 30
 REPEATS = 20
 
+# Reads every 16-byte word of two buffers once (grid-stride) and folds them into a value that is
+# stored only if it equals a sentinel, so the loads cannot be optimised away and nothing is written.
+_STREAM_READ = cp.RawKernel(r"""
+extern "C" __global__ void stream_read(const uint4* __restrict__ a, const uint4* __restrict__ b, long long words,
+                                       unsigned sentinel, unsigned* __restrict__ sink) {
+  unsigned x = 0;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < words; i += stride) {
+    const uint4 u = a[i], v = b[i];
+    x ^= u.x ^ u.y ^ u.z ^ u.w ^ v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == sentinel) sink[0] = x;
+}
+""", "stream_read")
+
 
 def time_ms(fn, repeats: int = REPEATS) -> float:
-    """Median milliseconds of `fn()` over `repeats` runs, after two warm-up runs, timed with CUDA events."""
+    """Median milliseconds of `fn()` (kernel launches only) over `repeats` runs after two warm-ups, by CUDA events."""
     fn()
     fn()
     times = []
@@ -44,12 +62,30 @@ def time_ms(fn, repeats: int = REPEATS) -> float:
     return float(np.median(times))
 
 
-def copy_bandwidth_gbps(num_bytes: int) -> float:
-    """Device-to-device copy of `num_bytes`: (read + write) bytes per second, in GB/s."""
-    src = cp.empty(num_bytes, dtype=cp.uint8)
-    dst = cp.empty_like(src)
-    ms = time_ms(lambda: cp.copyto(dst, src))
-    return 2 * num_bytes / ms / 1e6
+def stream_read_gbps(k, v) -> float:
+    """GB/s of the read-only streaming kernel over the bytes of k and v (same size, 16-byte multiples)."""
+    words = k.nbytes // 16
+    sink = cp.zeros(1, dtype=cp.uint32)
+    sms = cupy_backend.num_sms(k.device.id)
+    args = (k, v, np.int64(words), np.uint32(0x9E3779B9), sink)
+    ms = time_ms(lambda: _STREAM_READ((sms * 8,), (512,), args))
+    return (k.nbytes + v.nbytes) / ms / 1e6
+
+
+def spec_gbps() -> tuple[str, float | None]:
+    """(device name, the spec sheet's HBM GB/s from workbench.presets when the device is a known GPU)."""
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
+    key = name.lower().replace("nvidia ", "")
+    match = next((g for g in presets.GPUS.values() if g.name.split("-")[0] in key), None)
+    return name, (match.hbm_gb_s if match else None)
+
+
+def decode_launches(q, k_pool, v_pool, paged=None, contiguous=None):
+    """Output buffer and the launches of one decode call, planned once so that timing sees only the kernels."""
+    qo_indptr = cp.arange(q.shape[0] + 1, dtype=cp.int32)
+    return cuda_launches.attention(cp, q, qo_indptr, k_pool, v_pool, "fp16", HEAD_DIM**-0.5, lambda a: a.data.ptr,
+                                   cupy_backend.num_sms(q.device.id), paged=paged, contiguous=contiguous,
+                                   max_q_per_seq=1, blocks_per_sm=cupy_backend.blocks_per_sm)
 
 
 def decode_case(context: int, block_size: int, num_seqs: int, rng):
@@ -78,8 +114,9 @@ def decode_case(context: int, block_size: int, num_seqs: int, rng):
 
 def bandwidth_table(out_dir: Path) -> None:
     rng = np.random.default_rng(0)
-    copy_gbps = copy_bandwidth_gbps(TARGET_KV_BYTES)
-    print(f"device-to-device copy: {copy_gbps:.0f} GB/s (read + write)", flush=True)
+    device, spec = spec_gbps()
+    spec_text = f"{spec:.0f} GB/s" if spec else "n/a (not in workbench.presets)"
+    print(f"{device}: spec sheet HBM bandwidth {spec_text}", flush=True)
     rows = []
     for context in CONTEXTS:
         per_seq_bytes = 2 * context * NUM_KV_HEADS * HEAD_DIM * 2
@@ -88,17 +125,16 @@ def bandwidth_table(out_dir: Path) -> None:
             q, paged, contig = decode_case(context, block_size, num_seqs, rng)
             pk, pv, indptr, indices, last = paged
             ck, cv, start, length = contig
-
-            def run_paged(q=q, pk=pk, pv=pv, indptr=indptr, indices=indices, last=last, block_size=block_size):
-                return cupy_backend.paged_decode(q, pk, pv, indptr, indices, last, block_size, "fp16",
-                                                 HEAD_DIM**-0.5)
-
-            def run_contig(q=q, ck=ck, cv=cv, start=start, length=length):
-                return cupy_backend.contiguous_decode(q, ck, cv, start, length, "fp16", HEAD_DIM**-0.5)
-
-            if not bool(cp.array_equal(run_paged(), run_contig())):
+            if block_size == BLOCK_SIZES[0]:  # the roofline for this context: the contiguous pools' bytes
+                stream_gbps = stream_read_gbps(ck, cv)
+            paged_out, paged_launches = decode_launches(q, pk, pv, paged=(indptr, indices, last, block_size))
+            contig_out, contig_launches = decode_launches(q, ck, cv, contiguous=(start, length))
+            cupy_backend.run(paged_launches)
+            cupy_backend.run(contig_launches)
+            if not bool(cp.array_equal(paged_out, contig_out)):
                 sys.exit(f"paged and contiguous decode differ at context {context}, block size {block_size}")
-            paged_ms, contig_ms = time_ms(run_paged), time_ms(run_contig)
+            paged_ms = time_ms(lambda launches=paged_launches: cupy_backend.run(launches))
+            contig_ms = time_ms(lambda launches=contig_launches: cupy_backend.run(launches))
             kv_bytes = kernels.kv_bytes_read(np.full(num_seqs, context), NUM_KV_HEADS, HEAD_DIM, "fp16")
             paged_gbps = kv_bytes / paged_ms / 1e6
             rows.append(dict(context=context, block_size=block_size, num_seqs=num_seqs,
@@ -106,9 +142,11 @@ def bandwidth_table(out_dir: Path) -> None:
                              paged_over_contiguous=round(paged_ms / contig_ms, 3),
                              paged_kv_gbps=round(paged_gbps, 1),
                              contiguous_kv_gbps=round(kv_bytes / contig_ms / 1e6, 1),
-                             paged_frac_of_copy=round(paged_gbps / copy_gbps, 3)))
+                             stream_read_gbps=round(stream_gbps, 1),
+                             paged_frac_of_stream=round(paged_gbps / stream_gbps, 3),
+                             paged_frac_of_spec=round(paged_gbps / spec, 3) if spec else float("nan")))
             print(rows[-1], flush=True)
-            del q, paged, contig, pk, pv, ck, cv
+            del q, paged, contig, pk, pv, ck, cv, paged_out, contig_out, paged_launches, contig_launches
             cp.get_default_memory_pool().free_all_blocks()
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "gpu_kernels.csv", "w", newline="") as f:
@@ -116,7 +154,8 @@ def bandwidth_table(out_dir: Path) -> None:
         writer.writeheader()
         writer.writerows(rows)
     header = "| " + " | ".join(rows[0]) + " |"
-    lines = [f"device copy bandwidth: {copy_gbps:.0f} GB/s (read + write), fp16 KV, 32 q / 8 kv heads, head_dim 128",
+    lines = [f"{device}; spec sheet HBM {spec_text}; roofline = read-only stream of the same K/V bytes "
+             f"(stream_read_gbps); fp16 KV, 32 q / 8 kv heads, head_dim 128; CUDA events around the launches",
              "", header, "|" + "---|" * len(rows[0])]
     lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
     (out_dir / "gpu_kernels.md").write_text("\n".join(lines) + "\n")
@@ -124,15 +163,25 @@ def bandwidth_table(out_dir: Path) -> None:
 
 
 def small_run() -> None:
-    """Every kernel once on small shapes (decode, extend, split-K, each dtype, cache ops): a sanitizer workload."""
+    """Every kernel once on small shapes (decode, extend, split-K, each dtype, cache ops): a sanitizer workload.
+
+    CuPy's memory pool is off, so every array is its own allocation and memcheck sees an access
+    past an array's end instead of landing in a neighbour inside a pooled chunk.
+    """
+    cp.cuda.set_allocator(None)
     rng = np.random.default_rng(1)
-    for kv_dtype, storage in (("fp32", cp.float32), ("fp16", cp.float16), ("bf16", cp.uint16)):
+    for kv_dtype, storage in (("fp32", cp.float32), ("fp16", cp.float16), ("bf16", cp.uint16), ("fp8", cp.uint8)):
         lengths = np.array([1, 17, 300])
         block_size = 16
         nblocks = -(-lengths // block_size)
         total = int(nblocks.sum())
         values = cp.random.standard_normal((total * block_size, 2, 64), dtype=cp.float32)
-        pool = (values.view(cp.uint32) >> 16).astype(cp.uint16) if kv_dtype == "bf16" else values.astype(storage)
+        if kv_dtype == "fp8":
+            pool = cp.asarray(fp8.quantize(cp.asnumpy(values)))
+        elif kv_dtype == "bf16":
+            pool = (values.view(cp.uint32) >> 16).astype(cp.uint16)
+        else:
+            pool = values.astype(storage)
         indices = cp.asarray(rng.permutation(total).astype(np.int32))
         indptr = cp.asarray(np.concatenate([[0], np.cumsum(nblocks)]).astype(np.int32))
         last = cp.asarray((lengths - (nblocks - 1) * block_size).astype(np.int32))
@@ -149,6 +198,15 @@ def small_run() -> None:
         cupy_backend.block_copy(pool, copy, cp.asarray(np.array([[0, 2], [1, 3]], dtype=np.int32)), block_size)
         host = cp.asnumpy(pool)
         cupy_backend.block_swap(pool, copy, host, host.copy(), np.array([[0, 1]], dtype=np.int32), block_size)
+    # GQA group 8 at head_dim 128 with the launcher's own split-K (a long sequence beside short ones)
+    lengths = np.array([3000, 5, 700])
+    nblocks = -(-lengths // 16)
+    pool = cp.random.standard_normal((int(nblocks.sum()) * 16, 2, 128), dtype=cp.float32).astype(cp.float16)
+    indptr = cp.asarray(np.concatenate([[0], np.cumsum(nblocks)]).astype(np.int32))
+    indices = cp.asarray(rng.permutation(int(nblocks.sum())).astype(np.int32))
+    last = cp.asarray((lengths - (nblocks - 1) * 16).astype(np.int32))
+    q = cp.random.standard_normal((3, 16, 128), dtype=cp.float32)
+    cupy_backend.paged_decode(q, pool, pool, indptr, indices, last, 16, "fp16", 128**-0.5)
     cp.cuda.Device().synchronize()
     print("small run: every kernel launched")
 

@@ -5,6 +5,7 @@ shared, so single numbers are noisy); every kernel output is checked against the
 on a few sequences before it is timed.
 
     python benchmarks/bench_kernels.py [--quick] [--clock cpu]
+    python benchmarks/bench_kernels.py --sass    # the CUDA decode loop's registers, spills, SASS per KV byte
 
 --clock wall (default): all Numba threads, best wall time, against the parallel read bandwidth.
 --clock cpu: one thread, best process CPU time, against single-thread np.sum bandwidth. When other
@@ -27,6 +28,13 @@ from workbench.kernels import reference
 NUM_Q_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
 BANDWIDTH_ARRAY_BYTES = 2 << 30  # well past any L3 (this machine reports 480 MiB)
 FLUSH_BYTES = 1 << 30  # read between timed calls so each call starts with its KV out of cache
+# Decode instantiations whose main loop --sass reports: GQA groups 1/4/8 at head_dim 128, each dtype.
+SASS_KERNELS = [
+    "kvw::paged_attention<__half, 128, 1>", "kvw::paged_attention<__half, 128, 4>",
+    "kvw::paged_attention<__half, 128, 8>", "kvw::contiguous_attention<__half, 128, 4>",
+    "kvw::paged_attention<__nv_bfloat16, 128, 4>", "kvw::paged_attention<float, 128, 4>",
+    "kvw::paged_attention<float, 256, 8>", "kvw::paged_attention<kvw::Fp8E4M3, 128, 4>",
+]
 clock = time.perf_counter  # main() switches it to time.process_time for --clock cpu
 _flush = None
 
@@ -62,7 +70,9 @@ def read_bandwidth_gbps(repeats: int, threads: int) -> tuple[float, float]:
 
 
 def make_pools(rng, num_seqs: int, ctx: int, block_size: int):
-    """The same logical fp32 KV as a packed contiguous pool and a randomly permuted paged pool."""
+    """The same logical fp32 KV as a packed contiguous pool and a churned paged pool: every sequence's
+    blocks are a random draw from the whole pool, in random order, as a block table looks after hours
+    of serving (the free list shuffled by frees), not the in-order blocks of a fresh pool."""
     total = num_seqs * ctx
     k = rng.standard_normal((total, NUM_KV_HEADS, HEAD_DIM), dtype=np.float32)  # [slots, kv heads, head_dim]
     v = rng.standard_normal((total, NUM_KV_HEADS, HEAD_DIM), dtype=np.float32)
@@ -131,11 +141,15 @@ def measure(rng, num_seqs: int, ctx: int, block_size: int, repeats: int, with_bl
     return row
 
 
-def measure_16bit(rng, kv_dtype: str, repeats: int) -> tuple[float, int]:
-    """Best paged decode time and KV bytes for fp16 or bf16 pools at the docs/performance.md shape."""
+def measure_narrow(rng, kv_dtype: str, repeats: int) -> tuple[float, int]:
+    """Best paged decode time and KV bytes for fp16, bf16 or fp8 pools at the docs/performance.md shape."""
     _, (paged_k, paged_v, kv_indptr, kv_indices, last, block_size) = make_pools(rng, 32, 1024, 16)
     if kv_dtype == "fp16":
         paged_k, paged_v = paged_k.astype(np.float16), paged_v.astype(np.float16)
+    elif kv_dtype == "fp8":  # e4m3 codes, per-tensor scale 1
+        from workbench.kernels import fp8  # here, so that --sass also runs against checkouts without fp8
+
+        paged_k, paged_v = fp8.quantize(paged_k), fp8.quantize(paged_v)
     else:  # bf16 by truncation: the top half of each float32
         paged_k, paged_v = [(p.view(np.uint32) >> 16).astype(np.uint16) for p in (paged_k, paged_v)]
     q = rng.standard_normal((32, NUM_Q_HEADS, HEAD_DIM), dtype=np.float32)
@@ -154,7 +168,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and a smaller sweep")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="see the module docstring")
+    parser.add_argument("--sass", action="store_true",
+                        help="print the CUDA attention loop's SASS cost (NVRTC + cuobjdump, no GPU) and exit")
     args = parser.parse_args()
+    if args.sass:
+        import sass_loop
+
+        sass_loop.print_table(SASS_KERNELS)
+        return
     repeats = 3 if args.quick else 7
     rng = np.random.default_rng(0)
     global clock
@@ -174,7 +195,8 @@ def main() -> None:
 
     row = measure(rng, 32, 1024, 16, repeats, with_blas=True)
     gbps = row["kv_bytes"] / row["paged_s"] / 1e9
-    print("\ndocs/performance.md shape: fp32 decode, 32 seqs x 1024 ctx, 32 q / 8 kv heads, head_dim 128, block 16")
+    print("\ndocs/performance.md shape: fp32 decode, 32 seqs x 1024 ctx, 32 q / 8 kv heads, head_dim 128, block 16, "
+          "churned block table")
     print(f"  KV read per call: {row['kv_bytes'] / 1e6:.0f} MB")
     print(f"  numba paged                {row['paged_s'] * 1e3:8.2f} ms  {gbps:6.1f} GB/s  "
           f"= {gbps / read_gbps:5.1%} of read bandwidth (target >= 50%)")
@@ -197,9 +219,9 @@ def main() -> None:
             print(f"{ctx:>6} {row['num_seqs']:>5} {block_size:>5} {row['contig_s'] * 1e3:>10.2f} "
                   f"{row['paged_s'] * 1e3:>9.2f} {row['paged_s'] / row['contig_s']:>12.3f} "
                   f"{row['kv_bytes'] / row['paged_s'] / 1e9:>10.1f}")
-    print("\nother KV dtypes at the docs/performance.md shape (paged, block 16; KV bytes halve, decoding in-kernel):")
-    for kv_dtype in ["fp16", "bf16"]:
-        paged_s, kv_bytes = measure_16bit(rng, kv_dtype, repeats)
+    print("\nother KV dtypes at the docs/performance.md shape (paged, block 16; fewer KV bytes, decoded in-kernel):")
+    for kv_dtype in ["fp16", "bf16", "fp8"]:
+        paged_s, kv_bytes = measure_narrow(rng, kv_dtype, repeats)
         print(f"  {kv_dtype}: {paged_s * 1e3:8.2f} ms  {kv_bytes / paged_s / 1e9:6.1f} GB/s")
     print("\nnumbers are noisy on a shared machine; compare ratios taken within one run")
 

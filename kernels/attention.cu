@@ -2,16 +2,21 @@
 //
 // One kernel serves both: decode is extend with one query token per sequence. A thread block owns
 // one (sequence, kv head, row chunk, KV partition): its "rows" are up to ROWS (query token, query
-// head) pairs that read the same kv head, so each K/V row the block touches is loaded once for the
-// whole GQA group (and, in extend, for several query tokens). Query token j of a sequence with
-// kv_len L and Q new tokens sits at position L - Q + j and sees positions 0..L - Q + j (causal);
-// with a sliding window W > 0 (argument `window`, 0 = full attention) only L - Q + j - W + 1..L - Q + j.
+// head) pairs that read the same kv head, so each K/V row is fetched from memory once for the whole
+// GQA group (and, in extend, for several query tokens). Query token j of a sequence with kv_len L
+// and Q new tokens sits at position L - Q + j and sees positions 0..L - Q + j (causal); with a
+// sliding window W > 0 (argument `window`, 0 = full attention) only L - Q + j - W + 1..L - Q + j.
 //
-// Inside a block, a power-of-two lane group (GROUP lanes) covers one head row with vector loads;
-// each warp reads SLOTS = 32 / GROUP rows per step and keeps an online-softmax state per row slot
-// (running max m, running sum l, unnormalised accumulator acc). The states are merged across slots
-// with warp shuffles, across warps through shared memory, and across KV partitions (split-K,
-// flash-decoding style) by merge_partitions.
+// Warps: the block's rows are spread over ROW_WARPS warps of at most WARP_ROWS rows each (so no
+// lane holds the state of more than 4 rows); the warps that share rows split the KV positions into
+// tiles. Inside a warp, a power-of-two lane group (GROUP lanes) covers one head row with 16-byte
+// vector loads, SLOTS = 32 / GROUP rows side by side, and a tile is STEPS such steps. Each tile is
+// three passes, so the loads of a whole tile are in flight together: (1) the slots of every token
+// (page table reads, positions past the end clamped to the last visible one), (2) every K and V
+// vector, raw, (3) convert, score, one max and one rescale for the tile, accumulate. The running
+// max m is warp-uniform (the tile max is reduced over the warp); sums l and accumulators acc are
+// per row slot and simply added at the end. Warps sharing rows merge through shared memory, KV
+// partitions (split-K, flash-decoding style) through merge_partitions.
 //
 // Limits, by design: a block holds at most 8 rows, so a GQA group of more than 8 query heads (MQA
 // with many heads) is split over row chunks that each read the K/V rows again; extend re-reads the
@@ -23,34 +28,34 @@ namespace kvw {
 
 constexpr int ATTN_THREADS = 128;
 constexpr int ATTN_WARPS = ATTN_THREADS / WARP_SIZE;
-constexpr int ATTN_UNROLL = 2;  // token steps whose K/V loads are in flight together
+// __launch_bounds__ minimum resident blocks per SM: two leave ptxas the full 255 registers (with the
+// thread count alone it squeezes small tiles into 64 and spills); split-K reads the real occupancy.
+constexpr int ATTN_MIN_BLOCKS = 2;
+constexpr int MAX_WARP_ROWS = 4;        // rows whose state one lane keeps
+constexpr int TILE_VECS_PER_LANE = 4;   // K (and V) vectors one lane has in flight per tile
 constexpr unsigned FULL_MASK = 0xffffffffu;
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
 
 // The smallest power of two >= n, capped at a warp.
 __host__ __device__ constexpr int pow2_at_least(int n, int p = 1) {
   return p >= n || p >= WARP_SIZE ? p : pow2_at_least(n, 2 * p);
 }
 
-template <typename T, int HEAD_DIM>
-struct RowLanes {
+template <typename T, int HEAD_DIM, int ROWS>
+struct Tiling {
   using V = RowVec<T, HEAD_DIM>;
   static constexpr int GROUP = pow2_at_least(V::PER_ROW);       // lanes sharing one head row
-  static constexpr int SLOTS = WARP_SIZE / GROUP;                // rows a warp reads per step
+  static constexpr int SLOTS = WARP_SIZE / GROUP;                // token rows a warp reads per step
   static constexpr int VECS = (V::PER_ROW + GROUP - 1) / GROUP;  // vectors per lane (last may be idle)
   static constexpr int ELEMS = VECS * V::ELEMS;                  // elements per lane
+  static constexpr int WARP_ROWS = ROWS < MAX_WARP_ROWS ? ROWS : MAX_WARP_ROWS;
+  static constexpr int ROW_WARPS = ROWS / WARP_ROWS;             // warps per token range
+  static constexpr int TOKEN_WARPS = ATTN_WARPS / ROW_WARPS;     // warps splitting the positions
+  static constexpr int STEPS = TILE_VECS_PER_LANE / VECS > 0 ? TILE_VECS_PER_LANE / VECS : 1;
+  static constexpr int TILE = STEPS * SLOTS;                     // positions per warp per tile
+  static_assert(ROWS % WARP_ROWS == 0 && ATTN_WARPS % ROW_WARPS == 0, "rows must tile the warps");
 };
-
-// Merges online-softmax state (m_o, l_o, acc_o) into (m, l, acc); an empty state has m = -inf, l = 0.
-template <int ELEMS>
-__device__ __forceinline__ void merge_state(float& m, float& l, float* acc, float m_o, float l_o, const float* acc_o) {
-  const float m_new = fmaxf(m, m_o);
-  const float a = m_new == -INFINITY ? 0.f : __expf(m - m_new);
-  const float b = m_new == -INFINITY ? 0.f : __expf(m_o - m_new);
-  l = l * a + l_o * b;
-#pragma unroll
-  for (int e = 0; e < ELEMS; ++e) acc[e] = acc[e] * a + acc_o[e] * b;
-  m = m_new;
-}
 
 template <typename T, int HEAD_DIM, int ROWS, typename Addressing>
 __device__ __forceinline__ void attention_block(
@@ -63,7 +68,7 @@ __device__ __forceinline__ void attention_block(
     float* __restrict__ out,       // [total_q, num_heads, HEAD_DIM], written when gridDim.y == 1
     float* __restrict__ part_out,  // [total_q, num_heads, gridDim.y, HEAD_DIM], written when gridDim.y > 1
     float* __restrict__ part_ml) {  // [total_q, num_heads, gridDim.y, 2] (max, sum), with part_out
-  using L = RowLanes<T, HEAD_DIM>;
+  using L = Tiling<T, HEAD_DIM, ROWS>;
   using V = typename L::V;
   const int seq = blockIdx.z;
   const int part = blockIdx.y;
@@ -85,120 +90,172 @@ __device__ __forceinline__ void attention_block(
   // First position row r reads: its window's start (row 0, the earliest query, has the smallest one).
   const auto row_first = [&](int r) { return window > 0 ? imax(0, row_visible(r) - window) : 0; };
 
+  // Scores are kept in base 2 (q carries log2(e)), so each exponential is one ex2; m and l stay in
+  // that unit until they leave the block, where m is converted back to natural log units.
+  const float q_scale = scale * LOG2E * KvUnit<T>::value;
   __shared__ float s_q[ROWS][HEAD_DIM];
   for (int i = threadIdx.x; i < ROWS * HEAD_DIM; i += ATTN_THREADS) {
     const int r = i / HEAD_DIM, d = i % HEAD_DIM;
-    s_q[r][d] = row_visible(r) > 0 ? q[((long long)row_q(r) * num_heads + row_head(r)) * HEAD_DIM + d] * scale : 0.f;
+    s_q[r][d] = row_visible(r) > 0 ? q[((long long)row_q(r) * num_heads + row_head(r)) * HEAD_DIM + d] * q_scale : 0.f;
   }
   __syncthreads();
 
   const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
   const int slot = lane / L::GROUP, g = lane % L::GROUP;
-  float q_reg[ROWS][L::ELEMS];
+  const int token_warp = warp % L::TOKEN_WARPS, first_row = warp / L::TOKEN_WARPS * L::WARP_ROWS;
+  // Partitions tile the block's span [row_first(0), visible_max) (the whole prefix without a window):
+  // nothing before the earliest row's window is read, and the launcher sizes split-K by that span. A
+  // partition past the span reads nothing and leaves its rows empty (l = 0), weighed zero in the merge.
+  const int begin = row_first(0) + part * partition_tokens;
+  const int end = imin(begin + partition_tokens, visible_max);
+
+  float q_reg[L::WARP_ROWS][L::ELEMS];
+  int limit[L::WARP_ROWS];  // positions below this are visible to the row (and inside the partition)
+  int lower[L::WARP_ROWS];  // positions from this on are inside the row's window
+  int min_limit = end;      // the smallest limit of the warp's real rows (padding rows' results are dropped)
+  int max_lower = begin;    // the largest window start of the warp's real rows
+  float m[L::WARP_ROWS], l[L::WARP_ROWS], acc[L::WARP_ROWS][L::ELEMS];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r)
+  for (int r = 0; r < L::WARP_ROWS; ++r) {
+    limit[r] = imin(end, row_visible(first_row + r));
+    lower[r] = row_first(first_row + r);
+    if (row0 + first_row + r < num_rows) {
+      min_limit = imin(min_limit, limit[r]);
+      max_lower = imax(max_lower, lower[r]);
+    }
+    m[r] = -INFINITY;
+    l[r] = 0.f;
 #pragma unroll
     for (int i = 0; i < L::VECS; ++i)
 #pragma unroll
       for (int e = 0; e < V::ELEMS; ++e) {
         const int vec = g + i * L::GROUP;
-        q_reg[r][i * V::ELEMS + e] = vec < V::PER_ROW ? s_q[r][vec * V::ELEMS + e] : 0.f;
+        q_reg[r][i * V::ELEMS + e] = vec < V::PER_ROW ? s_q[first_row + r][vec * V::ELEMS + e] : 0.f;
+        acc[r][i * V::ELEMS + e] = 0.f;
       }
-
-  float m[ROWS], l[ROWS], acc[ROWS][L::ELEMS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.f;
-#pragma unroll
-    for (int e = 0; e < L::ELEMS; ++e) acc[r][e] = 0.f;
   }
 
-  const int begin = part * partition_tokens;
-  const int end = imin(begin + partition_tokens, visible_max);
-  const int first = imax(begin, row_first(0));  // nothing before the earliest row's window is read
-  // Each step the block covers STEP consecutive positions (warp w takes SLOTS of them); each loop
-  // iteration issues the loads of UNROLL steps before using any, to keep more bytes in flight.
-  // The loop bound is block-uniform, so every lane reaches every shuffle.
-  constexpr int STEP = ATTN_WARPS * L::SLOTS;
-  for (int base = first; base < end; base += ATTN_UNROLL * STEP) {
-    int pos[ATTN_UNROLL];
-    float k[ATTN_UNROLL][L::ELEMS], v[ATTN_UNROLL][L::ELEMS];
+  const auto table = addr.sequence(seq);
+  const long long head_offset = (long long)kv_head * HEAD_DIM;
+  const long long slot_stride = (long long)num_kv_heads * HEAD_DIM;
+  // One tile of L::TILE positions from `base`. MASKED: some position of the tile is past a real
+  // row's limit or before a real row's window start, so positions are clamped for loading and masked
+  // per row; full tiles skip both. (Positions are never below `begin`: nothing is clamped downwards.)
+  // (The lambda is inlined at both calls, so each copy is compiled with MASKED a constant.)
+  const auto tile = [&](const int base, const bool MASKED) {
+    long long row_at[L::STEPS];  // (1) element offset of each step's K/V row
 #pragma unroll
-    for (int u = 0; u < ATTN_UNROLL; ++u) {
-      pos[u] = base + u * STEP + warp * L::SLOTS + slot;
+    for (int s = 0; s < L::STEPS; ++s) {
+      const int pos = base + s * L::SLOTS + slot;
+      row_at[s] = table.slot(MASKED ? imin(pos, end - 1) : pos) * slot_stride + head_offset;
+    }
+    Vec<T, V::ELEMS> k_raw[L::STEPS][L::VECS], v_raw[L::STEPS][L::VECS];  // (2) every load of the tile
 #pragma unroll
-      for (int e = 0; e < L::ELEMS; ++e) k[u][e] = v[u][e] = 0.f;
-      if (pos[u] < end) {
-        const long long row = (addr.slot(seq, pos[u]) * num_kv_heads + kv_head) * HEAD_DIM;
+    for (int s = 0; s < L::STEPS; ++s)
 #pragma unroll
-        for (int i = 0; i < L::VECS; ++i) {
-          const int vec = g + i * L::GROUP;
-          if (vec < V::PER_ROW) {
-            load_vec_as_float<T, V::ELEMS>(k_pool + row + vec * V::ELEMS, k[u] + i * V::ELEMS);
-            load_vec_as_float<T, V::ELEMS>(v_pool + row + vec * V::ELEMS, v[u] + i * V::ELEMS);
-          }
-        }
+      for (int i = 0; i < L::VECS; ++i) {
+        const int vec = imin(g + i * L::GROUP, V::PER_ROW - 1);  // idle lanes re-read a valid vector
+        k_raw[s][i] = load_vec<T, V::ELEMS>(k_pool + row_at[s] + vec * V::ELEMS);
+        v_raw[s][i] = load_vec<T, V::ELEMS>(v_pool + row_at[s] + vec * V::ELEMS);
+      }
+    float score[L::STEPS][L::WARP_ROWS];  // (3) scores, reduced over the lane group
+#pragma unroll
+    for (int s = 0; s < L::STEPS; ++s) {
+      float k[L::ELEMS];
+#pragma unroll
+      for (int i = 0; i < L::VECS; ++i)
+        vec_to_float<T, V::ELEMS>(k_raw[s][i], k + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
+#pragma unroll
+      for (int r = 0; r < L::WARP_ROWS; ++r) {
+        score[s][r] = 0.f;
+#pragma unroll
+        for (int e = 0; e < L::ELEMS; ++e) score[s][r] += q_reg[r][e] * k[e];
       }
     }
 #pragma unroll
-    for (int u = 0; u < ATTN_UNROLL; ++u) {
-      float score[ROWS];
+    for (int offset = L::GROUP / 2; offset > 0; offset /= 2)
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        score[r] = 0.f;
+      for (int s = 0; s < L::STEPS; ++s)
 #pragma unroll
-        for (int e = 0; e < L::ELEMS; ++e) score[r] += q_reg[r][e] * k[u][e];
-      }
+        for (int r = 0; r < L::WARP_ROWS; ++r) score[s][r] += __shfl_xor_sync(FULL_MASK, score[s][r], offset);
+    float tile_max[L::WARP_ROWS];
 #pragma unroll
-      for (int offset = L::GROUP / 2; offset > 0; offset /= 2)
+    for (int r = 0; r < L::WARP_ROWS; ++r) {
+      tile_max[r] = -INFINITY;
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) score[r] += __shfl_xor_sync(FULL_MASK, score[r], offset);
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        if (pos[u] < end && pos[u] < row_visible(r) && pos[u] >= row_first(r)) {
-          const float m_new = fmaxf(m[r], score[r]);
-          const float alpha = __expf(m[r] - m_new);
-          const float p = __expf(score[r] - m_new);
-          l[r] = l[r] * alpha + p;
-#pragma unroll
-          for (int e = 0; e < L::ELEMS; ++e) acc[r][e] = acc[r][e] * alpha + p * v[u][e];
-          m[r] = m_new;
-        }
+      for (int s = 0; s < L::STEPS; ++s) {
+        const int pos = base + s * L::SLOTS + slot;
+        if (MASKED && (pos >= limit[r] || pos < lower[r])) score[s][r] = -INFINITY;
+        tile_max[r] = fmaxf(tile_max[r], score[s][r]);
       }
     }
-  }
-
-  // Merge the row slots of each warp: afterwards lanes 0..GROUP-1 hold the warp's state.
 #pragma unroll
-  for (int offset = L::GROUP; offset < WARP_SIZE; offset *= 2) {
+    for (int offset = L::GROUP; offset < WARP_SIZE; offset *= 2)
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const float m_o = __shfl_xor_sync(FULL_MASK, m[r], offset);
-      const float l_o = __shfl_xor_sync(FULL_MASK, l[r], offset);
-      float acc_o[L::ELEMS];
+      for (int r = 0; r < L::WARP_ROWS; ++r)
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(FULL_MASK, tile_max[r], offset));
+    float p[L::STEPS][L::WARP_ROWS];  // one rescale per tile, then the tile's weights
 #pragma unroll
-      for (int e = 0; e < L::ELEMS; ++e) acc_o[e] = __shfl_xor_sync(FULL_MASK, acc[r][e], offset);
-      merge_state<L::ELEMS>(m[r], l[r], acc[r], m_o, l_o, acc_o);
+    for (int r = 0; r < L::WARP_ROWS; ++r) {
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      const float m_safe = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing visible yet stays empty
+      const float alpha = exp2f(m[r] - m_safe);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int e = 0; e < L::ELEMS; ++e) acc[r][e] *= alpha;
+#pragma unroll
+      for (int s = 0; s < L::STEPS; ++s) {
+        p[s][r] = exp2f(score[s][r] - m_safe);
+        l[r] += p[s][r];
+      }
     }
-  }
+#pragma unroll
+    for (int s = 0; s < L::STEPS; ++s) {
+      float v[L::ELEMS];
+#pragma unroll
+      for (int i = 0; i < L::VECS; ++i)
+        vec_to_float<T, V::ELEMS>(v_raw[s][i], v + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
+#pragma unroll
+      for (int r = 0; r < L::WARP_ROWS; ++r)
+#pragma unroll
+        for (int e = 0; e < L::ELEMS; ++e) acc[r][e] += p[s][r] * v[e];
+    }
+  };
+  // Masked tiles that start before some real row's window start, then full tiles (every real row of
+  // the warp sees all of them), then the masked rest. The loop bounds are warp-uniform, so every lane
+  // reaches every shuffle.
+  int base = begin + token_warp * L::TILE;
+  for (; base < max_lower && base < end; base += L::TOKEN_WARPS * L::TILE) tile(base, true);
+  for (; base + L::TILE <= min_limit; base += L::TOKEN_WARPS * L::TILE) tile(base, false);
+  for (; base < end; base += L::TOKEN_WARPS * L::TILE) tile(base, true);
 
-  __shared__ float s_acc[ATTN_WARPS][ROWS][HEAD_DIM];
-  __shared__ float s_m[ATTN_WARPS][ROWS];
-  __shared__ float s_l[ATTN_WARPS][ROWS];
+  // Add up the row slots of each warp (they share m): afterwards lanes 0..GROUP-1 hold the warp's state.
+#pragma unroll
+  for (int offset = L::GROUP; offset < WARP_SIZE; offset *= 2)
+#pragma unroll
+    for (int r = 0; r < L::WARP_ROWS; ++r) {
+      l[r] += __shfl_xor_sync(FULL_MASK, l[r], offset);
+#pragma unroll
+      for (int e = 0; e < L::ELEMS; ++e) acc[r][e] += __shfl_xor_sync(FULL_MASK, acc[r][e], offset);
+    }
+
+  __shared__ float s_acc[L::TOKEN_WARPS][ROWS][HEAD_DIM];
+  __shared__ float s_m[L::TOKEN_WARPS][ROWS];
+  __shared__ float s_l[L::TOKEN_WARPS][ROWS];
   if (slot == 0) {
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
+    for (int r = 0; r < L::WARP_ROWS; ++r) {
       if (g == 0) {
-        s_m[warp][r] = m[r];
-        s_l[warp][r] = l[r];
+        s_m[token_warp][first_row + r] = m[r];
+        s_l[token_warp][first_row + r] = l[r];
       }
 #pragma unroll
       for (int i = 0; i < L::VECS; ++i)
 #pragma unroll
         for (int e = 0; e < V::ELEMS; ++e) {
           const int vec = g + i * L::GROUP;
-          if (vec < V::PER_ROW) s_acc[warp][r][vec * V::ELEMS + e] = acc[r][i * V::ELEMS + e];
+          if (vec < V::PER_ROW) s_acc[token_warp][first_row + r][vec * V::ELEMS + e] = acc[r][i * V::ELEMS + e];
         }
     }
   }
@@ -209,16 +266,16 @@ __device__ __forceinline__ void attention_block(
     const int r = i / HEAD_DIM, d = i % HEAD_DIM;
     if (row_visible(r) == 0) continue;
     float m_all = -INFINITY;
-    for (int w = 0; w < ATTN_WARPS; ++w) m_all = fmaxf(m_all, s_m[w][r]);
+    for (int w = 0; w < L::TOKEN_WARPS; ++w) m_all = fmaxf(m_all, s_m[w][r]);
     float l_all = 0.f, a_all = 0.f;
     if (m_all != -INFINITY) {
-      for (int w = 0; w < ATTN_WARPS; ++w) {
-        const float c = __expf(s_m[w][r] - m_all);
+      for (int w = 0; w < L::TOKEN_WARPS; ++w) {
+        const float c = exp2f(s_m[w][r] - m_all);
         l_all += s_l[w][r] * c;
         a_all += s_acc[w][r][d] * c;
       }
     }
-    const float o = l_all > 0.f ? __fdividef(a_all, l_all) : 0.f;
+    const float o = l_all > 0.f ? __fdividef(a_all, l_all) * KvUnit<T>::value : 0.f;
     const long long head_row = (long long)row_q(r) * num_heads + row_head(r);
     if (num_parts == 1) {
       out[head_row * HEAD_DIM + d] = o;
@@ -226,7 +283,7 @@ __device__ __forceinline__ void attention_block(
       const long long part_row = head_row * num_parts + part;
       part_out[part_row * HEAD_DIM + d] = o;
       if (d == 0) {
-        part_ml[part_row * 2] = m_all;
+        part_ml[part_row * 2] = m_all * LN2;  // natural log units, as merge_partitions expects
         part_ml[part_row * 2 + 1] = l_all;
       }
     }
@@ -235,12 +292,12 @@ __device__ __forceinline__ void attention_block(
 
 // Grid (num_kv_heads * row_chunks, num_partitions, num_seqs), ATTN_THREADS threads.
 template <typename T, int HEAD_DIM, int ROWS>
-__global__ void paged_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
-                                const T* __restrict__ k_pool, const T* __restrict__ v_pool,
-                                const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                                const int* __restrict__ kv_last_page_len, int block_size, int num_heads,
-                                int num_kv_heads, int row_chunks, int partition_tokens, float scale, int window,
-                                float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_ml) {
+__global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
+    paged_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr, const T* __restrict__ k_pool,
+                    const T* __restrict__ v_pool, const int* __restrict__ kv_indptr,
+                    const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len, int block_size,
+                    int num_heads, int num_kv_heads, int row_chunks, int partition_tokens, float scale, int window,
+                    float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_ml) {
   const PagedAddressing addr{kv_indptr, kv_indices, kv_last_page_len, block_size};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
                                      partition_tokens, scale, window, out, part_out, part_ml);
@@ -248,12 +305,12 @@ __global__ void paged_attention(const float* __restrict__ q, const int* __restri
 
 // Same grid as paged_attention; only the addressing differs.
 template <typename T, int HEAD_DIM, int ROWS>
-__global__ void contiguous_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
-                                     const T* __restrict__ k_pool, const T* __restrict__ v_pool,
-                                     const int* __restrict__ kv_start, const int* __restrict__ kv_len, int num_heads,
-                                     int num_kv_heads, int row_chunks, int partition_tokens, float scale, int window,
-                                     float* __restrict__ out, float* __restrict__ part_out,
-                                     float* __restrict__ part_ml) {
+__global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
+    contiguous_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
+                         const T* __restrict__ k_pool, const T* __restrict__ v_pool, const int* __restrict__ kv_start,
+                         const int* __restrict__ kv_len, int num_heads, int num_kv_heads, int row_chunks,
+                         int partition_tokens, float scale, int window, float* __restrict__ out,
+                         float* __restrict__ part_out, float* __restrict__ part_ml) {
   const ContiguousAddressing addr{kv_start, kv_len};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
                                      partition_tokens, scale, window, out, part_out, part_ml);

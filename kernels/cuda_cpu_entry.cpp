@@ -71,6 +71,7 @@ const Registry& registry() {
     add_head_dims<float>(built, "float");
     add_head_dims<__half>(built, "__half");
     add_head_dims<__nv_bfloat16>(built, "__nv_bfloat16");
+    add_head_dims<kvw::Fp8E4M3>(built, "kvw::Fp8E4M3");
     built["kvw::merge_partitions"] = launcher(&kvw::merge_partitions);
     built["kvw::write_cache<uint4>"] = launcher(&kvw::write_cache<uint4>);
     built["kvw::write_cache<unsigned short>"] = launcher(&kvw::write_cache<unsigned short>);

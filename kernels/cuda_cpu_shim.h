@@ -13,7 +13,8 @@
 // wait at different call sites, or wait while others have exited, abort the process with a message
 // naming the threads and sites: such code deadlocks or is undefined on a GPU.
 //
-// Supported subset: the above plus the intrinsics defined below; no atomics, no dynamic shared
+// Supported subset: the above plus the intrinsics defined below (`__launch_bounds__` is accepted
+// and ignored); no atomics, no dynamic shared
 // memory, no cooperative groups, no inline PTX.
 #pragma once
 
@@ -40,6 +41,8 @@
 
 #undef __shared__
 #define __shared__ static thread_local
+// Occupancy hints mean nothing to the host compiler (host_defines.h only defines them for nvcc/NVRTC).
+#define __launch_bounds__(...)
 
 namespace cuda_cpu {
 
@@ -351,6 +354,7 @@ T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = 32, const
 
 inline float __expf(float x) { return std::exp(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((static_cast<unsigned long long>(a) * b) >> 32); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __int_as_float(int x) {
   float f;

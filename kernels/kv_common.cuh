@@ -1,6 +1,7 @@
-// Shared pieces of the KV kernels: float conversion of the KV dtypes, vector loads, and the two
-// addressing policies (paged CSR vs contiguous extent). The attention kernel is written once against
-// the policy interface, so the page-table indirection is the only difference between the two.
+// Shared pieces of the KV kernels: float conversion of the KV dtypes (fp32, fp16, bf16, fp8 e4m3),
+// vector loads, and the two addressing policies (paged CSR vs contiguous extent). The attention
+// kernel is written once against the policy interface, so the page-table indirection is the only
+// difference between the two.
 //
 // Pool layout (DESIGN §7): K and V are [num_slots, num_kv_heads, head_dim] in the KV dtype.
 // This file is plain CUDA C++ that NVRTC compiles as is and the CPU shim (cuda_cpu_shim.h) runs on
@@ -25,16 +26,42 @@ __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// The widest load (16, 8, 4 bytes, or one element) that divides a head row of `head_dim` elements,
-// so every row of every head starts on a vector boundary when the pool base is 16-byte aligned
-// (the launchers check that).
+// An fp8 KV element: an OCP e4m3fn code (bias 7, no infinities, NaN = S.1111.111), one byte.
+struct Fp8E4M3 {
+  unsigned char bits;
+};
+
+// to_float of an fp8 code is its value / KvUnit (256): the code's exponent and mantissa moved into a
+// half (shifted left by 7) are exactly that, subnormals included, so decoding is one conversion;
+// the attention kernel folds the 256 into its query scale and output. Other dtypes decode exactly.
+template <typename T>
+struct KvUnit {
+  static constexpr float value = 1.f;
+};
+template <>
+struct KvUnit<Fp8E4M3> {
+  static constexpr float value = 256.f;
+};
+
+__device__ __forceinline__ float to_float(Fp8E4M3 x) {
+  __half_raw h;
+  h.x = (unsigned short)(((x.bits & 0x80u) << 8) | ((x.bits & 0x7Fu) << 7));
+  const float value = __half2float(__half(h));
+  return (x.bits & 0x7Fu) == 0x7Fu ? __int_as_float(0x7fc00000) : value;  // NaN stays NaN
+}
+
+// The widest load (16, 8, 4 bytes, or one element) of at most 8 elements that divides a head row of
+// `head_dim` elements, so every row of every head starts on a vector boundary when the pool base is
+// 16-byte aligned (the launchers check that). The 8-element cap keeps fp8 lanes at the registers of
+// fp16 ones (a lane holds ELEMS query and accumulator values per row).
 template <typename T, int HEAD_DIM>
 struct RowVec {
   static constexpr int ROW_BYTES = HEAD_DIM * int(sizeof(T));
-  static constexpr int BYTES = ROW_BYTES % 16 == 0  ? 16
-                               : ROW_BYTES % 8 == 0 ? 8
-                               : ROW_BYTES % 4 == 0 ? 4
-                                                    : int(sizeof(T));
+  static constexpr int MAX_BYTES = 8 * int(sizeof(T)) < 16 ? 8 * int(sizeof(T)) : 16;
+  static constexpr int BYTES = ROW_BYTES % 16 == 0 && MAX_BYTES >= 16 ? 16
+                               : ROW_BYTES % 8 == 0 && MAX_BYTES >= 8 ? 8
+                               : ROW_BYTES % 4 == 0 && MAX_BYTES >= 4 ? 4
+                                                                      : int(sizeof(T));
   static constexpr int ELEMS = BYTES / int(sizeof(T));
   static constexpr int PER_ROW = HEAD_DIM / ELEMS;  // vectors in one head row
 };
@@ -46,11 +73,30 @@ struct __align__(sizeof(T) * ELEMS) Vec {
 };
 
 template <typename T, int ELEMS>
-__device__ __forceinline__ void load_vec_as_float(const T* __restrict__ src, float* dst) {
-  const Vec<T, ELEMS> raw = *reinterpret_cast<const Vec<T, ELEMS>*>(src);
-#pragma unroll
-  for (int i = 0; i < ELEMS; ++i) dst[i] = to_float(raw.v[i]);
+__device__ __forceinline__ Vec<T, ELEMS> load_vec(const T* __restrict__ src) {
+  return *reinterpret_cast<const Vec<T, ELEMS>*>(src);
 }
+
+// dst = the vector's elements as float, or zeros when `valid` is false (a lane past the head row).
+template <typename T, int ELEMS>
+__device__ __forceinline__ void vec_to_float(const Vec<T, ELEMS>& raw, float* dst, bool valid) {
+#pragma unroll
+  for (int i = 0; i < ELEMS; ++i) dst[i] = valid ? to_float(raw.v[i]) : 0.f;
+}
+
+// q = n / d and r = n % d for 0 <= n < 2^31 without a division instruction (round-up multiply
+// method: Granlund-Montgomery, as PyTorch's IntDivider): mul and shift are set once per block.
+struct FastDivmod {
+  int d;
+  unsigned mul;
+  int shift;
+
+  __device__ __forceinline__ explicit FastDivmod(int divisor) : d(divisor), shift(0) {
+    while ((1u << shift) < unsigned(divisor)) ++shift;
+    mul = unsigned(((1ull << 32) * ((1ull << shift) - unsigned(divisor))) / unsigned(divisor) + 1);
+  }
+  __device__ __forceinline__ int div(int n) const { return int((__umulhi(unsigned(n), mul) + unsigned(n)) >> shift); }
+};
 
 // Paged CSR addressing (FlashInfer's page table): logical position t of sequence s lives in slot
 // kv_indices[kv_indptr[s] + t / block_size] * block_size + t % block_size.
@@ -64,9 +110,18 @@ struct PagedAddressing {
     const int num_blocks = kv_indptr[seq + 1] - kv_indptr[seq];
     return (num_blocks - 1) * block_size + kv_last_page_len[seq];
   }
-  __device__ __forceinline__ long long slot(int seq, int pos) const {
-    const int block = kv_indices[kv_indptr[seq] + pos / block_size];
-    return (long long)block * block_size + pos % block_size;
+
+  // One sequence's page table, bound once per thread block so the loop only divides and looks up.
+  struct Sequence {
+    const int* __restrict__ pages;  // [num_blocks of the sequence]
+    FastDivmod block;
+    __device__ __forceinline__ long long slot(int pos) const {
+      const int page = block.div(pos);
+      return (long long)pages[page] * block.d + (pos - page * block.d);
+    }
+  };
+  __device__ __forceinline__ Sequence sequence(int seq) const {
+    return Sequence{kv_indices + kv_indptr[seq], FastDivmod(block_size)};
   }
 };
 
@@ -76,7 +131,12 @@ struct ContiguousAddressing {
   const int* __restrict__ kv_lens;   // [num_seqs]
 
   __device__ __forceinline__ int kv_len(int seq) const { return kv_lens[seq]; }
-  __device__ __forceinline__ long long slot(int seq, int pos) const { return (long long)kv_start[seq] + pos; }
+
+  struct Sequence {
+    long long start;
+    __device__ __forceinline__ long long slot(int pos) const { return start + pos; }
+  };
+  __device__ __forceinline__ Sequence sequence(int seq) const { return Sequence{kv_start[seq]}; }
 };
 
 }  // namespace kvw

@@ -1,24 +1,58 @@
 """Step-duration models (docs/engine.md): how long one engine iteration takes on the modeled GPU.
 
-`roofline`: max(bytes / (bw × eff_bw), flops / (peak × eff_flops)) + step_overhead, with
-bytes = weights once + KV read by attention + KV written + copy-on-write and swap traffic, and
-flops = 2 × params × tokens + attention flops. `measured`: the attention part is the real kernel's
-wall time for one layer, scaled to the full model, and the rest is modeled as above.
+`roofline`: max(bytes / (bw × eff_bw), flops / (peak × eff_flops × gemm_shape_frac(tokens)))
++ step_overhead, with bytes = weights once + KV read by attention + KV written + copy-on-write and
+swap traffic, and flops = 2 × params × tokens + attention flops. `measured`: the attention part is
+the real kernel's wall time for one layer, scaled to the full model, and the rest is modeled as above.
+The constants come from a clock profile (workbench.clock_profiles, docs/clock-profiles.md).
+
+Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
+new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
+ahead while the GPU computes), only where it outlasts the compute.
 """
 
 from __future__ import annotations
+
+import bisect
+import math
 
 from workbench.presets import GpuPreset, ModelPreset
 
 # Host<->device link for swaps: PCIe 4.0 x16 moves ~25 GB/s in practice (32 GB/s theoretical).
 HOST_LINK_GB_S = 25.0
 
+# A GEMM with few rows (the step's tokens) under-fills the GPU: its output tiles do not cover the
+# SMs in whole waves (tile and wave quantization, NVIDIA's "Matrix Multiplication Background User's
+# Guide", ch. 3). (tokens per step, fraction of the large-GEMM efficiency), linear in log2(tokens)
+# between the points and flat outside. Anchored on profiled A100 linear layers of Llama-2-7B (Vidur,
+# Agrawal et al., MLSys 2024): ~512-token prefills reach 0.60-0.65 of dense peak, i.e. 0.83 of the
+# 0.75 that transformer-shaped fp16 GEMMs with >= 4096 rows sustain (docs/clock-profiles.md).
+GEMM_SHAPE_POINTS = ((64, 0.40), (128, 0.60), (512, 0.83), (2048, 0.95), (4096, 1.0))
+_SHAPE_LOG2 = [math.log2(t) for t, _ in GEMM_SHAPE_POINTS]
+
+
+def gemm_shape_frac(tokens: int) -> float:
+    """Fraction of the large-GEMM FLOP efficiency a step with `tokens` rows reaches."""
+    if tokens <= GEMM_SHAPE_POINTS[0][0]:
+        return GEMM_SHAPE_POINTS[0][1]
+    if tokens >= GEMM_SHAPE_POINTS[-1][0]:
+        return GEMM_SHAPE_POINTS[-1][1]
+    x = math.log2(tokens)
+    i = bisect.bisect_right(_SHAPE_LOG2, x)
+    x0, x1 = _SHAPE_LOG2[i - 1], _SHAPE_LOG2[i]
+    y0, y1 = GEMM_SHAPE_POINTS[i - 1][1], GEMM_SHAPE_POINTS[i][1]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
 
 class RooflineClock:
     """Pure function of the step's work; holds the constants of one run."""
 
     def __init__(self, model: ModelPreset, gpu: GpuPreset, kv_bytes_per_token: int, block_size: int, *,
-                 eff_bw: float, eff_flops: float, step_overhead_s: float) -> None:
+                 eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
+                 map_s_per_page: float = 0.0, overlap_map: bool = False) -> None:
+        # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
+        # a step that has both costs the two in sequence, each with its own weight pass and overhead
+        self.separate_prefill = separate_prefill
         self.weight_bytes = float(model.weight_bytes())
         self.params = model.params_b * 1e9
         self.kv_bytes_per_token = float(kv_bytes_per_token)
@@ -26,26 +60,44 @@ class RooflineClock:
         # QK^T and PV: 2 flops per multiply-add each, per query head, layer and key
         self.attn_flops_per_key = 4.0 * model.num_layers * model.num_heads * model.head_dim
         self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw
-        self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops
+        self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops  # large GEMMs; scaled by gemm_shape_frac
         self.link_bytes_per_s = HOST_LINK_GB_S * 1e9
         self.step_overhead_s = step_overhead_s
+        self.map_s_per_page = map_s_per_page
+        self.overlap_map = overlap_map
+
+    def cost_s(self, cost, measured_attention_s: float | None = None) -> float:
+        """Duration of the step a `workbench.step_cost.StepCost` describes; see `step_s`."""
+        if not (self.separate_prefill and cost.num_prefill_tokens and cost.num_decode_tokens):
+            return self.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
+                               cost.swapped_blocks, measured_attention_s, cost.mapped_pages)
+        ctx = cost.decode_ctx_tokens
+        # a measured attention time covers both phases, and page mapping both: charged to the decode iteration
+        decode_s = self.step_s(cost.num_decode_tokens, ctx, ctx, cost.copied_blocks, cost.swapped_blocks,
+                               measured_attention_s, cost.mapped_pages)
+        prefill_s = self.step_s(cost.num_prefill_tokens, cost.kv_read_tokens - ctx, cost.attn_query_ctx - ctx, 0, 0,
+                                None if measured_attention_s is None else 0.0)
+        return decode_s + prefill_s
 
     def step_s(self, num_tokens: int, kv_read_tokens: int, attn_query_ctx: int, copied_blocks: int,
-               swapped_blocks: int, measured_attention_s: float | None = None) -> float:
+               swapped_blocks: int, measured_attention_s: float | None = None, mapped_pages: int = 0) -> float:
         """Duration of a step, all counts over the full model:
         `num_tokens` through the linear layers (prefill + decode); `kv_read_tokens` KV rows read by
         attention, summed over sequences; `attn_query_ctx` keys attended, summed over query tokens;
         `copied_blocks` copy-on-write copies; `swapped_blocks` moved over the host link.
         With `measured_attention_s` (full-model attention wall time) the attention terms are replaced
-        by the measurement and the rest stays modeled."""
+        by the measurement and the rest stays modeled. `mapped_pages`: pages mapped on demand."""
         written = num_tokens * self.kv_bytes_per_token + 2.0 * copied_blocks * self.block_bytes
         linear_flops = 2.0 * self.params * num_tokens
+        flops_per_s = self.flops_per_s * gemm_shape_frac(num_tokens)
         if measured_attention_s is None:
             compute_s = max((self.weight_bytes + written + kv_read_tokens * self.kv_bytes_per_token)
                             / self.bytes_per_s,
-                            (linear_flops + attn_query_ctx * self.attn_flops_per_key) / self.flops_per_s)
+                            (linear_flops + attn_query_ctx * self.attn_flops_per_key) / flops_per_s)
         else:
             compute_s = max((self.weight_bytes + written) / self.bytes_per_s,
-                            linear_flops / self.flops_per_s) + measured_attention_s
+                            linear_flops / flops_per_s) + measured_attention_s
+        map_s = mapped_pages * self.map_s_per_page
+        compute_s = max(compute_s, map_s) if self.overlap_map else compute_s + map_s
         swap_s = swapped_blocks * self.block_bytes / self.link_bytes_per_s
         return compute_s + swap_s + self.step_overhead_s

@@ -37,6 +37,9 @@ SUMMARY_KEYS = (
     "ext_frag_index", "sharing_saving_frac", "block_sharing_saving_frac", "prefix_query_tokens",
     "prefix_hit_tokens", "prefix_hit_rate", "block_table_bytes_mean", "mean_batch_size", "max_batch_size",
     "throughput_req_s", "throughput_tok_s", "normalized_latency_s_per_tok",
+    # over the saturated window (steps that end with a non-empty queue, DESIGN §11): a run whose queue
+    # never builds up has saturated_step_frac ~ 0 and says nothing about the memory-bound batch
+    "saturated_step_frac", "mean_batch_size_sat", "throughput_tok_s_sat",
     "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
     "num_finished", "num_rejected", "num_preemptions", "cow_copies",
     "kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s",

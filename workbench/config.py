@@ -13,6 +13,8 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench import presets
+from workbench.clock_profiles import PROFILE_NAMES, check_profile
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
 # Upper bounds that keep every size inside the integer types it lands in: slot and block ids are int32
@@ -74,6 +76,22 @@ class RunConfig:
     hybrid: str = _f("on", "per-layer-group allocation for models with sliding-window layers (paged strategies "
                           "without a prefix cache): on | off (off: every layer is full attention)",
                      choices=("on", "off"))
+    pow2_round: str = _f("final", "what contiguous-pow2 rounds up to a power of two: final (prompt + output) | "
+                                  "output (the prompt stays exact: the vLLM paper's Orca Pow2)",
+                         choices=("final", "output"))
+    # virtual-contiguous (vAttention, arXiv 2405.04437): pages per layer K/V buffer, virtual extents, mapping cost
+    page_kib: int = _f(2048, "virtual-contiguous: physical page size in KiB per layer K or V buffer, a multiple of "
+                             "the GPU's 4 KiB page (2048 = CUDA's granularity; 64 = vAttention's driver extension)",
+                       gt=0, le=2**20)
+    max_batch: int = _f(256, "virtual-contiguous: virtual extents of max_model_len tokens reserved up front "
+                             "(the most requests on the device at once)", gt=0, le=MAX_SLOTS)
+    page_reuse: str = _f("off", "virtual-contiguous: keep a finished request's pages mapped for the next request "
+                                "in its extent (reclaimed when free pages run out): on | off", choices=("off", "on"))
+    map_us_per_page: float = _f(presets.VMM_MAP_US_PER_PAGE, "virtual-contiguous: microseconds to map one physical "
+                                "page into one layer's K or V buffer (cuMemMap + cuMemSetAccess; default: 2 MiB "
+                                "pages on an A100, see docs/strategies.md)", ge=0, le=1e6)
+    overlap_map: str = _f("off", "virtual-contiguous: map pages on a background thread, overlapping the step's "
+                                 "compute (vAttention's latency hiding): on | off", choices=("off", "on"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
@@ -90,6 +108,9 @@ class RunConfig:
     duration: float | None = _f(None, "time window of the workload in seconds from its start", gt=0, le=1e9)
     seed: int = _f(0, "random seed; same config and seed give identical results", ge=0)
     clock: str = _f("roofline", "step-duration model: roofline | measured", choices=("roofline", "measured"))
+    clock_profile: str = _f("roofline", "step-time constants: roofline (the --eff-* and --step-overhead-s flags) | "
+                                        "vllm-sosp23-a100 (fitted to the vLLM paper; docs/clock-profiles.md)",
+                            choices=PROFILE_NAMES)
     kernel: str = _f("auto", "attention kernel backend: auto | cupy | numba | none",
                      choices=("auto", "cupy", "numba", "none"))
     kernel_every: int = _f(1, "run the attention kernel every k steps", gt=0)
@@ -105,17 +126,22 @@ class RunConfig:
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
     # Roofline defaults: sustained HBM streaming reaches ~80% of the datasheet bandwidth on A100/H100
-    # (STREAM-like copies), large fp16 GEMMs ~50-60% of dense peak in serving (prefill MFU), and a
-    # serving engine spends ~1 ms per iteration on scheduling, sampling and launches outside the GPU.
+    # (STREAM-like copies), transformer-shaped fp16 GEMMs of >= 4096 rows ~75% of dense peak (fewer
+    # rows reach less: workbench.clock.gemm_shape_frac), and a serving engine spends ~1 ms per
+    # iteration on scheduling, sampling and launches outside the GPU.
     eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=1e-6, le=1)
-    eff_flops: float = _f(0.5, "achieved fraction of dense peak FLOP/s (roofline clock)", ge=1e-6, le=1)
+    eff_flops: float = _f(0.75, "achieved fraction of dense peak FLOP/s by GEMMs of >= 4096 tokens; "
+                                "smaller steps reach less (roofline clock)", ge=1e-6, le=1)
     step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)", ge=0, le=3600)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             check_field(f, getattr(self, f.name))
+        if self.page_kib % 4:
+            raise ValueError(f"page_kib must be a multiple of the GPU's 4 KiB page, got {self.page_kib}")
         if self.kernel == "none" and self.verify_every:
             raise ValueError("verify_every > 0 needs a kernel to verify: contradictory with kernel none")
+        check_profile(self)
         if self.kernel == "none" and self.clock == "measured":
             raise ValueError("clock measured times the kernel: contradictory with kernel none")
         if max(self.n, self.beam_width) > self.max_num_seqs:
@@ -146,8 +172,6 @@ class RunConfig:
         if self.kernel_heads is not None and self.kernel_heads > model.num_kv_heads:
             raise ValueError(f"kernel_heads ({self.kernel_heads}) exceeds the model's {model.num_kv_heads} kv heads")
         kv_bytes_per_token = model.kv_bytes_per_token(self.kv_dtype)
-        if self.kernel != "none" and self.kv_dtype == "fp8":
-            raise ValueError("kv_dtype fp8 has no attention kernel; use --kernel none for fp8 accounting")
         if capacity_slots > MAX_SLOTS:
             raise ValueError(f"the KV pool of {capacity_slots} slots exceeds {MAX_SLOTS} (int32 slot ids); "
                              f"lower --kv-gib/--kv-slots")

@@ -20,9 +20,10 @@ import pandas as pd
 
 from workbench import __version__
 from workbench.allocators import registry
-from workbench.allocators.base import Strategy
+from workbench.allocators.base import Strategy, page_map_cost, virtual_slots
 from workbench.allocators.hybrid import GROUP_PARTS, HybridSnapshot
 from workbench.clock import RooflineClock
+from workbench.clock_profiles import make_clock
 from workbench.config import Resolved, RunConfig
 from workbench.paths import REPO_ROOT
 from workbench.plan import StepPlan
@@ -104,13 +105,15 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     if backend != "none":
         from workbench.engine_kernels import KernelRunner
         from workbench.kvpool import KVPool
-        pool = KVPool(strategy.capacity_slots, res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
+        pool_class = KVPool
+        if backend == "cupy" and virtual_slots(strategy) != strategy.capacity_slots:
+            from workbench.kvpool_vmm import VirtualKVPool as pool_class  # pages mapped on demand
+        pool = pool_class(virtual_slots(strategy), res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
                       backend)
         group_size = res.model.num_heads // res.model.num_kv_heads
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
                               head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
-    clock = RooflineClock(res.model, res.gpu, res.kv_bytes_per_token, strategy.block_size, eff_bw=cfg.eff_bw,
-                          eff_flops=cfg.eff_flops, step_overhead_s=cfg.step_overhead_s)
+    clock = make_clock(cfg, res, strategy.block_size, *page_map_cost(strategy))
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
     log = _simulate(sched, runner, clock, log=StepLog(), measured=cfg.clock == "measured",
@@ -165,10 +168,7 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
         attention_s = runner.run(plan) if runner is not None else None
         if timers:
             a2, t2 = timers.allocator_s, perf()
-        cost = plan.cost
-        dt_s = clock.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
-                            cost.swapped_blocks,
-                            attention_s * attention_scale if measured and attention_s is not None else None)
+        dt_s = clock.cost_s(plan.cost, attention_s * attention_scale if measured and attention_s is not None else None)
         now_s += dt_s
         finished = sched.complete(plan, now_s)
         # the steps table stays deterministic: a wall time enters it only under the measured clock

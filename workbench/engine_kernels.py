@@ -223,7 +223,8 @@ class KernelRunner:
                 seq_id, length = int(dec_ids[i]), int(positions[i]) + 1
                 k, v = self._reference_rows(seq_id, length)
                 ref = reference.contiguous_decode(q[i:i + 1], k, v, np.zeros(1, np.int32),
-                                                  np.array([length], np.int32), self.kv_dtype, self.scale, window)
+                                                  np.array([length], np.int32), self.kv_dtype, self.scale,
+                                                  window=window)
                 self._check(step, seq_id, out[i:i + 1], ref, "decode")
         if ext_out is not None:
             q, qo_indptr, out = ext_out
@@ -234,7 +235,7 @@ class KernelRunner:
                 lo, hi = int(qo_indptr[j]), int(qo_indptr[j + 1])
                 ref = reference.contiguous_extend(q[lo:hi], np.array([0, hi - lo], np.int32), k, v,
                                                   np.zeros(1, np.int32), np.array([length], np.int32),
-                                                  self.kv_dtype, self.scale, window)
+                                                  self.kv_dtype, self.scale, window=window)
                 self._check(step, seq_id, out[lo:hi], ref, "extend")
 
     def _host(self, a) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import kernels
+from workbench.kernels import fp8
 from workbench.workload.request import mix64
 
 _TABLE_ROWS = 4096  # entries per content table; a row picks two of them (4096^2 combinations)
@@ -20,7 +21,8 @@ _TABLE_SEED = 0x5EED_C0DE  # content is a property of tokens, not of a run: one 
 _POS_MUL = np.uint64(0xD6E8FEB86659FD93)
 _TOKEN_MUL = np.uint64(0x9FB21C651E98DF25)
 _HEAD_MUL = np.uint64(0xA0761D6478BD642F)
-STORAGE_DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}  # bf16 held as uint16 bits
+# bf16 held as uint16 bits, fp8 as uint8 e4m3 codes (per-tensor scale 1: content lies in [-1, 1])
+STORAGE_DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8": np.uint8}
 
 
 def content_terms(token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -41,7 +43,10 @@ def prefix_sums(terms: np.ndarray, acc0: np.uint64 | int = 0) -> np.ndarray:
 
 
 def to_storage(rows: np.ndarray, kv_dtype: str) -> np.ndarray:
-    """float32 rows → the pool's storage dtype (bf16: round-to-nearest-even into uint16 bits)."""
+    """float32 rows → the pool's storage dtype (bf16: round-to-nearest-even into uint16 bits; fp8: the
+    cache write's e4m3 quantization)."""
+    if kv_dtype == "fp8":
+        return fp8.quantize(rows)
     if kv_dtype == "bf16":
         bits = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32)
         with np.errstate(over="ignore"):
@@ -86,12 +91,17 @@ class KVPool:
         if backend == "cupy":
             import cupy as xp
         self.xp = xp
-        shape = (num_slots, num_kv_heads, head_dim)
-        self.k = xp.zeros(shape, dtype=dtype)  # [num_slots, num_kv_heads, head_dim]
-        self.v = xp.zeros(shape, dtype=dtype)
+        self.k, self.v = self._device_arrays(num_slots, num_kv_heads, head_dim)  # [num_slots, num_kv_heads, head_dim]
         host_shape = (max(host_slots, 1), num_kv_heads, head_dim)
         self.host_k = np.zeros(host_shape, dtype=dtype)  # [host_slots, num_kv_heads, head_dim]
         self.host_v = np.zeros(host_shape, dtype=dtype)
+
+    def _device_arrays(self, num_slots: int, num_kv_heads: int, head_dim: int):
+        """K and V, zeroed (NumPy's zeros are committed by the OS only where written, so a large virtual
+        slot space costs the pages its rows touch)."""
+        shape = (num_slots, num_kv_heads, head_dim)
+        dtype = STORAGE_DTYPES[self.kv_dtype]
+        return self.xp.zeros(shape, dtype=dtype), self.xp.zeros(shape, dtype=dtype)
 
     def write(self, slots: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
         """Scatter rows [T, H, D] (storage dtype, host memory) into int64 `slots` [T]."""

@@ -1,4 +1,4 @@
-"""Result directories are never destroyed by accident (DESIGN §8, §9).
+"""Result directories are never destroyed by accident (docs/outputs.md).
 
 A result is written into a temporary sibling (`.tmp-<name>-<pid>-<random>`) and renamed into place
 once complete, so a result directory exists only when whole. An existing result is refused unless

@@ -113,6 +113,11 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
     running = steps["num_running"].to_numpy()
     out["mean_batch_size"] = float(running.mean()) if running.size else 0.0
     out["max_batch_size"] = int(running.max()) if running.size else 0
+    out["saturated_step_frac"] = float(saturated.mean()) if saturated.size else 0.0
+    out["mean_batch_size_sat"] = float(running[saturated].mean()) if saturated.any() else math.nan
+    # every running sequence samples one token per step (a prefill its first, a recompute its next)
+    sat_s = float(dt[saturated].sum())
+    out["throughput_tok_s_sat"] = float(running[saturated].sum()) / sat_s if sat_s > 0 else math.nan
 
     finished = requests[requests["status"] == "finished"]
     sim_time = out["sim_time_s"]

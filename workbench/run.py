@@ -71,6 +71,9 @@ def format_summary(summary: dict) -> str:
         ("TTFT p50 / p99 (s)", f"{summary['ttft_p50_s']:.4g} / {summary['ttft_p99_s']:.4g}"),
         ("TPOT p50 / p99 (s)", f"{summary['tpot_p50_s']:.4g} / {summary['tpot_p99_s']:.4g}"),
         ("mean / max batch (seqs)", f"{summary['mean_batch_size']:.1f} / {summary['max_batch_size']}"),
+        ("saturated steps: frac, batch, tok/s",
+         f"{summary['saturated_step_frac']:.3f}, {summary['mean_batch_size_sat']:.1f}, "
+         f"{summary['throughput_tok_s_sat']:.1f}"),
         ("memory token / reserved / internal / cached / external / free",
          " / ".join(f"{summary[k]:.3f}" for k in ("mem_token_frac", "mem_reserved_frac", "mem_internal_frag_frac",
                                                    "mem_cached_frac", "mem_external_frag_frac", "mem_free_frac"))),
@@ -88,7 +91,20 @@ def format_summary(summary: dict) -> str:
             return "nan" if math.isnan(value) else f"{value:.4g}"
         return str(value)
 
-    return "\n".join(f"{name:<{width}}  {fmt(value)}" for name, value in rows)
+    table = "\n".join(f"{name:<{width}}  {fmt(value)}" for name, value in rows)
+    return table + saturation_note(summary["saturated_step_frac"])
+
+
+# below this fraction of steps with a queue, the run says little about a memory-bound batch
+UNSATURATED_STEP_FRAC = 0.5
+
+
+def saturation_note(saturated_step_frac: float) -> str:
+    """One line when the queue was mostly empty: the batch was limited by arrivals, not by KV memory."""
+    if saturated_step_frac >= UNSATURATED_STEP_FRAC:
+        return ""
+    return (f"\nnote: requests queued in only {saturated_step_frac:.0%} of steps: arrivals, not KV memory, "
+            f"limited the batch (raise --rate to measure the saturated window)")
 
 
 def main(argv: list[str] | None = None) -> int:

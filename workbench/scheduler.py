@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.allocators.base import SeqSpec, Strategy
+from workbench.allocators.base import SeqSpec, Strategy, mapped_pages
 from workbench.allocators.hybrid import HybridPaged
 from workbench.beam_forks import BeamForks
 from workbench.groups import Group, GroupState
@@ -69,6 +69,7 @@ class Scheduler:
         self.step = 0  # completed steps
         self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
         self.meter = CostMeter(self.block_size)
+        self.mapped_pages_seen = mapped_pages(strategy)  # pages mapped before this step (forks map between steps)
         self.beams = BeamForks(strategy, tokens, seed, self._new_seq_id)
         self.has_beams = any(r.beam_width > 1 for r in requests)
         # Token ids of the decode batch are computed when the strategy caches decode-filled blocks or a
@@ -182,7 +183,10 @@ class Scheduler:
                 refused_extent = self._admit(now_s, prefills, copies)
         copies_arr = _concat(copies)
         swap_out_arr, swap_in_arr = _concat(swap_out), _concat(swap_in)
-        cost = self.meter.cost(len(ids), prefills, started, len(copies_arr), len(swap_out_arr) + len(swap_in_arr))
+        mapped = mapped_pages(strategy)
+        cost = self.meter.cost(len(ids), prefills, started, len(copies_arr), len(swap_out_arr) + len(swap_in_arr),
+                               mapped - self.mapped_pages_seen)
+        self.mapped_pages_seen = mapped
         kernel = None
         if self.kernel_every is not None:
             kernel = self._kernel_inputs(ids, decode_seq_ids, positions, token_ids, prefills)
@@ -337,6 +341,11 @@ class Scheduler:
             # each sample's own generated tokens follow the shared prompt: one append per position
             seq_ids = np.asarray(g.seq_ids, dtype=np.int64)
             for j in range(recomputed):
+                if not self.paged and not self.strategy.can_append(g.seq_ids):
+                    # memory mapped on demand (virtual-contiguous) ran out before the samples' own tokens:
+                    # undo the admission (nothing is written yet, no prefix cache holds these slots)
+                    self._free_group(g)
+                    return Refused(0)
                 if self.strategy.wants_token_ids:
                     step_copies = self.strategy.append(g.seq_ids, self.tokens.generated(seq_ids, np.full(num_seqs, j)))
                 else:

@@ -21,10 +21,12 @@ class StepCost(NamedTuple):
     num_decode_tokens: int
     kv_read_tokens: int  # KV rows the step's attention reads, summed over sequences
     attn_query_ctx: int  # keys attended, summed over query tokens
+    decode_ctx_tokens: int  # the decoding sequences' share of both: each reads and attends its kv_len
     unshared_block_slots: int  # whole-block slots the device sequences would need without sharing
     num_running: int  # sequences in the batch: decoding plus prefilled
     copied_blocks: int
     swapped_blocks: int  # moved either way
+    mapped_pages: int = 0  # physical pages mapped on demand (virtual-memory strategies; 0 for the others)
 
     @property
     def num_tokens(self) -> int:
@@ -53,7 +55,7 @@ class CostMeter:
         self._unshared_blocks += self._crossing[-step % self.block_size]
 
     def cost(self, num_decode: int, prefills, started: list[Group], copied_blocks: int,
-             swapped_blocks: int) -> StepCost:
+             swapped_blocks: int, mapped_pages: int = 0) -> StepCost:
         """The step's totals: the decode batch (already counted by `decoded`), then each admitted
         group's prefill (`workbench.plan.Prefill`) and each group swapped back in."""
         bs = self.block_size
@@ -72,5 +74,5 @@ class CostMeter:
         for g in started:  # swapped back in: holding blocks, computing from the next step
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         # positional: built once per step, and keywords cost a NamedTuple half its construction time
-        return StepCost(num_prefill, num_decode, kv_read, attn_ctx, unshared, num_running, copied_blocks,
-                        swapped_blocks)
+        return StepCost(num_prefill, num_decode, kv_read, attn_ctx, self._decode_ctx, unshared, num_running,
+                        copied_blocks, swapped_blocks, mapped_pages)

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec
+from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec, virtual_slots
 
 
 class PoolModel:
     def __init__(self, strategy, host_slots: int = 0) -> None:
         self.s = strategy
         self.bs = strategy.block_size
-        self.device = np.full(strategy.capacity_slots, -1, dtype=np.int64)  # [capacity_slots] token ids
+        self.device = np.full(virtual_slots(strategy), -1, dtype=np.int64)  # [virtual_slots] token ids
         self.host = np.full(max(host_slots, 1), -1, dtype=np.int64)
         self.tokens: dict[int, list[int]] = {}  # seq id -> its logical token ids
         self.final: dict[int, int] = {}
+        self.placed_len: dict[int, int] = {}  # tokens a sequence held when its extent was last placed
         self.swapped: set[int] = set()
         self.cow_copies = 0
 
@@ -42,6 +43,7 @@ class PoolModel:
         for seq_id in seq_ids:
             self.tokens[seq_id] = prompt.tolist()
             self.final[seq_id] = final_len
+            self.placed_len[seq_id] = prompt.shape[0]
         return result
 
     def append(self, seq_ids: list[int], rng: np.random.Generator) -> None:
@@ -64,11 +66,12 @@ class PoolModel:
                 self._copy(result.copies)
             self.tokens[child] = list(self.tokens[parent])
             self.final[child] = self.final[parent]
+            self.placed_len[child] = len(self.tokens[parent])
         return result
 
     def free(self, seq_id: int) -> None:
         self.s.free(seq_id)
-        del self.tokens[seq_id], self.final[seq_id]
+        del self.tokens[seq_id], self.final[seq_id], self.placed_len[seq_id]
         self.swapped.discard(seq_id)
 
     def swap_out(self, seq_ids: list[int]) -> None:
@@ -82,6 +85,7 @@ class PoolModel:
         for src, dst in moves.tolist():
             self.device[dst * self.bs:(dst + 1) * self.bs] = self.host[src * self.bs:(src + 1) * self.bs]
         self.swapped.difference_update(seq_ids)
+        self.placed_len.update((i, len(self.tokens[i])) for i in seq_ids)
 
     def _copy(self, pairs: np.ndarray) -> None:
         for src, dst in pairs.tolist():
@@ -104,29 +108,38 @@ class PoolModel:
 
     def reference_partition(self) -> tuple[int, int, int]:
         """(token, reserved, internal) slots recomputed from slot mappings and final lengths."""
-        if self.s.kernel_mode == "contiguous":
+        # memory comes in blocks, or in pages behind virtual extents (page-aligned, so a page is slot // page)
+        unit = self.bs if self.s.kernel_mode == "paged" else getattr(self.s, "page_tokens", None)
+        if unit is None:
             return self._contiguous_reference()
         written: dict[int, set[int]] = {}
         reach: dict[int, int] = {}
         for seq_id in self.on_device():
             length, final = len(self.tokens[seq_id]), self.final[seq_id]
             slots = self.s.slot_mapping(seq_id, 0, length)
-            for i in range(0, length, self.bs):
-                block = int(slots[i]) // self.bs
-                written.setdefault(block, set()).update(slots[i:i + self.bs].tolist())
-                reach[block] = max(reach.get(block, 0), min(final - i, self.bs))
+            for i in range(0, length, unit):
+                block = int(slots[i]) // unit
+                written.setdefault(block, set()).update(slots[i:i + unit].tolist())
+                reach[block] = max(reach.get(block, 0), min(final - i, unit))
         token = sum(len(w) for w in written.values())
         reserved = sum(max(0, reach[b] - len(written[b])) for b in written)
-        return token, reserved, len(written) * self.bs - token - reserved
+        return token, reserved, len(written) * unit - token - reserved
+
+    def reference_reservation(self, seq_id: int) -> int:
+        """The extent a contiguous strategy reserves for this sequence, before a buddy round-up."""
+        f, placed, s = self.final[seq_id], self.placed_len[seq_id], self.s
+        if s.name == "contiguous-pow2" and getattr(s, "pow2_round", "final") == "output":  # prompt exact
+            return min(placed + (1 << (f - placed - 1).bit_length() if f > placed else 0), s.max_model_len)
+        return {"contiguous-max": s.max_model_len, "contiguous-oracle": f,
+                "contiguous-pow2": min(1 << (f - 1).bit_length(), s.max_model_len)}[s.name]
 
     def _contiguous_reference(self) -> tuple[int, int, int]:
         ids = self.on_device()
         token = sum(len(self.tokens[i]) for i in ids)
         final = sum(self.final[i] for i in ids)
         alloc = 0
-        for f in (self.final[i] for i in ids):
-            size = {"contiguous-max": self.s.max_model_len, "contiguous-oracle": f,
-                    "contiguous-pow2": min(1 << (f - 1).bit_length(), self.s.max_model_len)}[self.s.name]
+        for i in ids:
+            size = self.reference_reservation(i)
             alloc += 1 << (size - 1).bit_length() if self.s.fit == "buddy" else size
         return token, final - token, alloc - final
 
@@ -138,10 +151,8 @@ def reference_free_runs(model: PoolModel) -> list[int]:
     used[-1] = True  # sentinel ends the last run
     ids = model.on_device()
     if ids:
-        for start, f in zip(s.describe(ids).kv_start.tolist(), (model.final[i] for i in ids), strict=True):
-            size = {"contiguous-max": s.max_model_len, "contiguous-oracle": f,
-                    "contiguous-pow2": min(1 << (f - 1).bit_length(), s.max_model_len)}[s.name]
-            used[start:start + size] = True
+        for start, i in zip(s.describe(ids).kv_start.tolist(), ids, strict=True):
+            used[start:start + model.reference_reservation(i)] = True
     edges = np.flatnonzero(np.diff(np.concatenate([[True], used]).astype(np.int8)))  # run starts and ends
     return (edges[1::2] - edges[0::2]).tolist()
 

@@ -14,6 +14,9 @@ from workbench.workload import build_workload
 
 # A layer small enough that every step's kernels and reference checks take milliseconds.
 SMALL_MODEL = "custom:layers=2,kv_heads=2,heads=4,head_dim=16,params_b=0.1,max_model_len=512"
+# Options sized for that model, set for the strategies that declare them: its K/V rows are 64-128 bytes,
+# so 4 KiB physical pages hold 32-64 tokens (a default 2 MiB page would hold more than the whole pool).
+SMALL_OPTIONS = {"page_kib": 4}
 
 
 @pytest.fixture(autouse=True)
@@ -28,6 +31,8 @@ def one_numba_thread():
 def small_config(**overrides) -> RunConfig:
     base = dict(model=SMALL_MODEL, kv_slots=2048, kernel="numba", kv_dtype="fp32", workload="alpaca-like",
                 num_requests=24, rate=40.0, verify_every=1, block_size=8, seed=1)
+    taken = registry.get(overrides.get("strategy", RunConfig.strategy)).options
+    base.update({option: value for option, value in SMALL_OPTIONS.items() if option in taken})
     base.update(overrides)
     if base["kernel"] == "none":  # nothing to verify without a kernel
         base["verify_every"] = overrides.get("verify_every", 0)

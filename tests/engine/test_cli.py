@@ -68,6 +68,15 @@ def test_contradictory_flags_exit_2(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_a_run_whose_queue_stays_empty_says_so(capsys):
+    argv = ["--model", SMALL_MODEL, "--kv-slots", "8192", "--kernel", "none", "--workload", "alpaca-like",
+            "--num-requests", "10"]
+    assert main([*argv, "--rate", "0.05"]) == 0
+    assert "note: requests queued in only 0% of steps" in capsys.readouterr().out
+    assert main([*argv, "--rate", "10000", "--max-num-seqs", "2"]) == 0
+    assert "note:" not in capsys.readouterr().out
+
+
 def test_help_lists_every_strategy_model_and_gpu_name():
     from workbench.allocators import registry
     from workbench.presets import GPUS, MODELS

@@ -114,6 +114,8 @@ def test_saturated_fractions_are_nan_without_saturation():
     cfg = small_config(strategy="paged", kernel="none", num_requests=3, rate=0.01)
     summary = simulate_checked(cfg).summary
     assert all(math.isnan(summary[k]) for k in C.MEM_FRAC_SAT_KEYS)
+    assert summary["saturated_step_frac"] == 0
+    assert math.isnan(summary["mean_batch_size_sat"]) and math.isnan(summary["throughput_tok_s_sat"])
     assert sum(summary[k] for k in C.MEM_FRAC_KEYS) == pytest.approx(1.0)
 
 

@@ -9,7 +9,7 @@ from workbench import columns as C
 from workbench.allocators import registry
 
 PAGED = [reg.name for reg in registry.registrations() if reg.kernel_mode == "paged"]
-CONTIGUOUS = [reg.name for reg in registry.registrations() if reg.kernel_mode == "contiguous"]
+CONTIGUOUS = [reg.name for reg in registry.registrations() if reg.family == "contiguous"]  # reserve final lengths
 
 
 @pytest.mark.parametrize("n", [1, 3])

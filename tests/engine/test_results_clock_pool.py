@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workbench import columns as C
-from workbench.clock import HOST_LINK_GB_S, RooflineClock
+from workbench.clock import HOST_LINK_GB_S, RooflineClock, gemm_shape_frac
 from workbench.kernels import reference
 from workbench.kvpool import KVContent, content_terms, prefix_sums, to_storage
 from workbench.presets import GPUS, MODELS
@@ -58,6 +58,8 @@ def test_summary_weights_by_step_duration_and_splits_saturated_steps():
     assert s["prefix_hit_rate"] == 0.25
     assert s["block_table_bytes_mean"] == pytest.approx((8 + 48) / 4)
     assert s["mean_batch_size"] == 3 and s["max_batch_size"] == 4
+    assert s["saturated_step_frac"] == 0.5 and s["mean_batch_size_sat"] == 4
+    assert s["throughput_tok_s_sat"] == pytest.approx(4 / 3.0)  # one token per running sequence and step
     assert s["throughput_req_s"] == 0.5 and s["throughput_tok_s"] == 1.5
     assert s["normalized_latency_s_per_tok"] == pytest.approx((2.5 / 5 + 3.0 / 1) / 2)
     assert s["ttft_p50_s"] == pytest.approx(0.75)
@@ -73,15 +75,29 @@ def test_roofline_step_is_the_max_of_bandwidth_and_compute_plus_overhead():
     # decode of 8 sequences with 1000 tokens of context each: memory bound
     decode = clock.step_s(8, 8000, 8000, 0, 0)
     assert decode == pytest.approx((12.85e9 * 2 + 8 * kv_tok + 8000 * kv_tok) / bw + 1e-3)
-    # a 2048-token prefill: compute bound
+    # a 2048-token prefill: compute bound, at the GEMM efficiency of 2048 rows
     attn = 4 * 40 * 40 * 128 * (2048 * 2049 // 2)
     prefill = clock.step_s(2048, 2048, 2048 * 2049 // 2, 0, 0)
-    assert prefill == pytest.approx((2 * 12.85e9 * 2048 + attn) / flops + 1e-3)
+    assert prefill == pytest.approx((2 * 12.85e9 * 2048 + attn) / (flops * gemm_shape_frac(2048)) + 1e-3)
     # swapping 10 blocks adds their transfer over the host link
     assert clock.step_s(8, 8000, 8000, 0, 10) - decode == pytest.approx(10 * 16 * kv_tok / (HOST_LINK_GB_S * 1e9))
     # a measured attention time replaces the modeled attention terms
     measured = clock.step_s(8, 8000, 8000, 0, 0, measured_attention_s=0.5)
     assert measured == pytest.approx((12.85e9 * 2 + 8 * kv_tok) / bw + 0.5 + 1e-3)
+
+
+def test_page_mapping_adds_to_the_step_or_hides_behind_its_compute():
+    model, gpu = MODELS["opt-13b"], GPUS["a100-40gb"]
+    kv_tok = model.kv_bytes_per_token("fp16")
+    serial = RooflineClock(model, gpu, kv_tok, 1, eff_bw=0.8, eff_flops=0.5, step_overhead_s=1e-3,
+                           map_s_per_page=2e-3)
+    overlapped = RooflineClock(model, gpu, kv_tok, 1, eff_bw=0.8, eff_flops=0.5, step_overhead_s=1e-3,
+                               map_s_per_page=2e-3, overlap_map=True)
+    decode = serial.step_s(8, 8000, 8000, 0, 0)  # ~22 ms of weight and KV reads
+    assert decode == overlapped.step_s(8, 8000, 8000, 0, 0)
+    assert serial.step_s(8, 8000, 8000, 0, 0, mapped_pages=3) == pytest.approx(decode + 6e-3)
+    assert overlapped.step_s(8, 8000, 8000, 0, 0, mapped_pages=3) == decode  # hidden behind the compute
+    assert overlapped.step_s(8, 8000, 8000, 0, 0, mapped_pages=20) == pytest.approx(40e-3 + 1e-3)
 
 
 def _rows_of(tokens: np.ndarray, content: KVContent):

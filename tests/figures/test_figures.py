@@ -24,7 +24,9 @@ TINY = {"model": "custom:layers=2,kv_heads=2,heads=4,head_dim=64,max_model_len=5
 CONTIGUOUS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]
 
 SPECS = {
-    "memory_waste": {"base": TINY, "axes": {"strategy": [*CONTIGUOUS, "paged"]}},
+    # 4 KiB physical pages hold 16 tokens of the tiny model's 256-byte fp16 rows
+    "memory_waste": {"base": TINY, "zip": [{"strategy": [*CONTIGUOUS, "virtual-contiguous", "paged"],
+                                            "page_kib": [2048, 2048, 2048, 4, 2048]}]},
     "throughput_vs_rate": {"base": {**TINY, "rate": None},
                            "axes": {"strategy": ["contiguous-max", "paged"], "rate": [2.0, 40.0]}},
     "sharing": {"base": {**TINY, "workload": "alpaca-like"},
@@ -33,15 +35,19 @@ SPECS = {
                          "workload": ["alpaca-like"] * 4 + ["system-prompt:k=2,system=128"] * 2,
                          "kv_slots": [3072] * 4 + [1024, 4096]}]},
     "fragmentation_timeline": {"base": TINY, "axes": {"strategy": ["contiguous-max", "paged"]}},
-    "block_size": {"base": {**TINY, "kernel_every": 2, "kernel_heads": 1, "strategy": "paged"},
-                   "axes": {"workload": ["sharegpt-like", "alpaca-like"], "block_size": [2, 64]},
-                   "zip": [{"clock": ["roofline", "measured"], "kernel": ["none", "numba"], "num_requests": [60, 16]}]},
+    "block_size": {"base": {**TINY, "kernel_every": 2, "kernel_heads": 1},
+                   "axes": {"workload": ["sharegpt-like", "alpaca-like"]},
+                   "zip": [{"strategy": ["paged", "paged", "virtual-contiguous", "virtual-contiguous"],
+                            "block_size": [2, 64, 16, 16], "page_kib": [2048, 2048, 4, 8]},
+                           {"clock": ["roofline", "measured"], "kernel": ["none", "numba"], "num_requests": [60, 16]}]},
     "kernel_overhead": {"base": {**TINY, "kernel": "numba", "kernel_every": 2, "num_requests": 8, "rate": 1000.0,
                                  "clock": "measured"},
-                        "zip": [{"strategy": ["contiguous-oracle"] * 2 + ["paged"] * 3,
-                                 "block_size": [16, 16, 16, 16, 4],
+                        "zip": [{"strategy": ["contiguous-oracle"] * 2 + ["paged"] * 3 + ["virtual-contiguous"] * 2,
+                                 "block_size": [16, 16, 16, 16, 4, 16, 16],
+                                 "page_kib": [2048] * 5 + [4, 4],
                                  "workload": ["fixed:prompt=64,output=16", "fixed:prompt=256,output=16"] * 2
-                                 + ["fixed:prompt=256,output=16"]}]},
+                                 + ["fixed:prompt=256,output=16"]
+                                 + ["fixed:prompt=64,output=16", "fixed:prompt=256,output=16"]}]},
     "hybrid": {"base": {**TINY, "model": "gpt-oss-20b", "max_model_len": 1024, "kv_slots": None,
                         "workload": "fixed:prompt=300,output=300", "num_requests": 12, "rate": 1000.0},
                "axes": {"kv_gib": [0.06, 0.12], "hybrid": ["on", "off"]}},
@@ -101,7 +107,7 @@ def test_memory_waste_bars_are_the_summary(built):
     assert "Token KV" in drawn and "Internal frag." in drawn
     tops = np.sum([[p.get_height() for p in c.patches] for c in drawn.values()], axis=0)
     np.testing.assert_allclose(tops, 100.0, rtol=1e-9)  # the partition covers the whole pool
-    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "Paged\nB=16"
+    assert [t.get_text() for t in ax.get_xticklabels()][-2:] == ["vAttn\n4 KiB", "Paged\nB=16"]
     plt.close(fig)
 
 
@@ -159,17 +165,21 @@ def test_block_size_panels_are_the_summary(built):
                ("throughput_tok_s", 1.0)]
     for ax, (column, scale) in zip(axes, columns, strict=True):
         clock = "measured" if column is None else "roofline"
-        groups = summary[summary["clock"] == clock].groupby("workload", sort=False)
-        for line, (workload, rows) in zip(ax.get_lines(), groups, strict=True):
-            rows = rows.sort_values("block_size")
-            assert line.get_label() == style.workload_label(workload)
-            np.testing.assert_array_equal(line.get_xdata(), rows["block_size"])
+        groups = summary[summary["clock"] == clock].groupby(["workload", "strategy"], sort=False)
+        for line, ((workload, strategy), rows) in zip(ax.get_lines(), groups, strict=True):
+            rows = rows.sort_values(["block_size", "page_kib"])
+            if strategy == "paged":
+                assert line.get_label() == style.workload_label(workload)
+                np.testing.assert_array_equal(line.get_xdata(), rows["block_size"])
+            else:  # drawn at its page size: 4 and 8 KiB of 256-byte rows
+                assert line.get_label().startswith(style.strategy_label(strategy))
+                np.testing.assert_array_equal(line.get_xdata(), [16, 32])
             if column is None:
                 expected = [decode_ns(sweep_dir, p) for p in rows["point_id"]]
             else:
                 expected = rows[column].to_numpy() * scale
             np.testing.assert_allclose(line.get_ydata(), expected, rtol=1e-12)
-    roofline = summary[summary["clock"] == "roofline"].sort_values("block_size")
+    roofline = summary[(summary["clock"] == "roofline") & (summary["strategy"] == "paged")].sort_values("block_size")
     for _, values in roofline.groupby("workload")["block_table_bytes_mean"]:
         assert values.is_monotonic_decreasing  # bigger blocks, shorter tables
     plt.close(fig)
@@ -187,8 +197,10 @@ def test_kernel_overhead_values_are_the_steps_decode_times(built):
     fig, (left, right) = figure(built, "kernel_overhead")
     ns = pd.Series([decode_ns(sweep_dir, p) for p in summary["point_id"]], index=summary.index)
     lines = {line.get_label(): line for line in left.get_lines()}
-    assert set(lines) == {"Contiguous (oracle)", "Paged (16)"}
-    for label, strategy in [("Contiguous (oracle)", "contiguous-oracle"), ("Paged (16)", "paged")]:
+    vattn = "Virtual contiguous (vAttention) (4 KiB)"
+    assert set(lines) == {"Contiguous (oracle)", "Paged (16)", vattn}
+    for label, strategy in [("Contiguous (oracle)", "contiguous-oracle"), ("Paged (16)", "paged"),
+                            (vattn, "virtual-contiguous")]:
         rows = summary[(summary["strategy"] == strategy) & (summary["block_size"] == 16)]
         np.testing.assert_array_equal(lines[label].get_xdata(), [64, 256])
         np.testing.assert_allclose(lines[label].get_ydata(), ns[rows.index], rtol=1e-12)

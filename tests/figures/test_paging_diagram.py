@@ -10,7 +10,7 @@ import pytest
 
 from workbench.allocators import registry
 from workbench.figures import style
-from workbench.figures.paging_diagram import PagingWalk, draw_pictures
+from workbench.figures.paging_diagram import PagingWalk, draw_pictures, drawable
 
 # admit two, decode, fork a sample off A, decode both (copy-on-write of a shared partial block), free one
 WALK = [("admit", "A", 6, 11), ("admit", "B", 3, 5), ("append", "A", "B"), ("fork", "A", "C"),
@@ -31,7 +31,11 @@ def walk(name: str) -> PagingWalk:
     return w
 
 
-@pytest.mark.parametrize("name", registry.names())
+def picturable(name: str) -> bool:
+    return drawable(registry.create(name, capacity_slots=1 << 16, block_size=4, max_model_len=16))  # room for any page
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names() if picturable(n)])
 def test_every_picture_agrees_with_the_snapshot(name):
     pictures = walk(name).pictures
     assert len(pictures) == len(WALK) and not any(p.refused for p in pictures)
@@ -65,3 +69,9 @@ def test_the_drawing_colors_each_slot_by_its_kind():
             color = mcolors.to_rgba(style.SLOT_STYLE[column][1])
             assert sum(np.allclose(p.get_facecolor(), color) for p in cells) == count, column
     plt.close(fig)
+
+
+def test_virtual_memory_is_refused_with_a_reason():
+    for name in [n for n in registry.names() if not picturable(n)]:
+        with pytest.raises(ValueError, match="addresses virtual memory"):
+            PagingWalk(name, capacity_slots=1 << 16, block_size=4, max_model_len=16)

@@ -11,13 +11,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.kernels import fp8
+
+KV_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 BF16_NAN_BITS = np.uint16(0x7FC0)
-STORAGE_DTYPE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
-TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
+STORAGE_DTYPE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8": np.uint8}
+# The kernel and the float64 reference see the same inputs: q is float32 in both, and the reference
+# dequantizes the very K/V bits the pool stores, so rounding the KV dtype adds no error to compare.
+# What is left is the kernel's float32 arithmetic: products and sums over head_dim and the context,
+# exponentials (ex2.approx on a GPU: ~2 ulp) and the normalisation, a few dozen unit roundoffs of
+# float32 in relative norm (measured: ~2e-7). Every KV dtype gets that bound; an error of the size
+# fp16 rounding would cause (1e-3) or one token too many at 8k context (test_reference) fails it.
+F32_UNIT_ROUNDOFF = 2.0**-24
+TOLERANCE = dict.fromkeys(KV_DTYPES, 64 * F32_UNIT_ROUNDOFF)
 
 
-def to_storage(x: np.ndarray, kv_dtype: str) -> np.ndarray:
-    """float32 values → the pool's storage dtype (bf16: round to nearest even, kept as uint16 bits)."""
+def to_storage(x: np.ndarray, kv_dtype: str, kv_scale: float = 1.0) -> np.ndarray:
+    """float32 values → the pool's storage dtype (bf16: round to nearest even, kept as uint16 bits;
+    fp8: e4m3 codes of x / kv_scale)."""
+    if kv_dtype == "fp8":
+        return fp8.quantize(x, kv_scale)
     if kv_dtype == "bf16":
         bits = x.astype(np.float32).view(np.uint32)
         rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
@@ -27,7 +40,7 @@ def to_storage(x: np.ndarray, kv_dtype: str) -> np.ndarray:
 
 def poisoned_pool(num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str) -> np.ndarray:
     pool = np.empty((num_slots, num_kv_heads, head_dim), dtype=STORAGE_DTYPE[kv_dtype])
-    pool[...] = BF16_NAN_BITS if kv_dtype == "bf16" else np.nan
+    pool[...] = {"bf16": BF16_NAN_BITS, "fp8": fp8.E4M3_NAN_BITS}.get(kv_dtype, np.nan)
     return pool
 
 

@@ -29,7 +29,7 @@ PAGED_BAD = [
     ("q", lambda a: a["q"].tolist(), "q must be an array"),
     ("v_pool", lambda a: a["v_pool"][:-4], "v_pool must have shape"),
     ("v_pool", lambda a: a["v_pool"].astype(np.float16), "v_pool must be float32"),
-    ("k_pool", lambda a: a["k_pool"].view(np.int32), "k_pool dtype must be float32, float16 or uint16"),
+    ("k_pool", lambda a: a["k_pool"].view(np.int32), "k_pool dtype must be float32, float16, uint16 .bf16 bits."),
     ("kv_indptr", lambda a: a["kv_indptr"].astype(np.int64), "kv_indptr must be int32"),
     ("kv_indptr", lambda a: a["kv_indptr"][:-1].copy(), r"kv_indptr must have shape \[3\]"),
     ("kv_indptr", lambda a: np.array([0, 2, 2], np.int32), "every sequence >= 1 block"),

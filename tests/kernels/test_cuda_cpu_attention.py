@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_cases import assert_attention_close, make_case, random_qo_indptr
+from kernel_cases import KV_DTYPES, assert_attention_close, make_case, random_qo_indptr
 
 from workbench import kernels
 from workbench.kernels import cuda_cpu
@@ -47,7 +47,7 @@ def _shim_both(case, qo_indptr, partition_tokens=None):
     return out_paged, out_contig
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("block_size", [1, 2, 8, 16, 32, 128, 256])
 def test_decode_grid(block_size, group, kv_dtype):
@@ -64,7 +64,7 @@ def test_decode_grid(block_size, group, kv_dtype):
     np.testing.assert_array_equal(paged, contig)
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("partition_tokens", [5, 64, 300])
 def test_decode_split_k(partition_tokens, kv_dtype):
     """Forced split-K partitions (including ones that cut pages and leave short sequences empty) + merge."""
@@ -76,7 +76,7 @@ def test_decode_split_k(partition_tokens, kv_dtype):
     np.testing.assert_array_equal(paged, contig)
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("block_size", [1, 16, 256])
 def test_extend_grid(block_size, group, kv_dtype):
@@ -93,7 +93,7 @@ def test_extend_grid(block_size, group, kv_dtype):
     np.testing.assert_array_equal(paged, contig)
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_extend_split_k_whole_prefill(kv_dtype):
     """A whole prompt as one extend (Q = kv_len) split into partitions: most rows see few partitions."""
     rng = np.random.default_rng([len(kv_dtype), 14])
@@ -105,7 +105,7 @@ def test_extend_split_k_whole_prefill(kv_dtype):
     np.testing.assert_array_equal(paged, contig)
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("head_dim", [80, 96, 128, 256])
 def test_other_head_dims(head_dim, kv_dtype):
     """Every head dim's lane layout (16-byte vectors, idle lanes, two vectors per lane at 256 fp32)."""
@@ -127,7 +127,7 @@ def test_other_head_dims(head_dim, kv_dtype):
     num_kv_heads=st.integers(1, 3),
     group=st.integers(1, 16),
     head_dim=st.sampled_from([64, 80, 96, 128, 256]),
-    kv_dtype=st.sampled_from(["fp32", "fp16", "bf16"]),
+    kv_dtype=st.sampled_from(KV_DTYPES),
     extend=st.booleans(),
     partition_tokens=st.one_of(st.none(), st.integers(8, 120)),
 )

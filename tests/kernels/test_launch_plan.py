@@ -30,21 +30,39 @@ def test_plan_covers_every_row_and_position(num_seqs, num_kv_heads, group, max_q
     # every KV position of the longest sequence is in exactly one partition, and no partition is empty
     assert (plan.num_partitions - 1) * plan.partition_tokens < max_kv_len <= plan.num_partitions * plan.partition_tokens
     base_blocks = num_seqs * num_kv_heads * plan.row_chunks
+    target = launch.DEFAULT_BLOCKS_PER_SM * num_sms
     if plan.num_partitions > 1:
-        assert base_blocks < launch.BLOCKS_PER_SM * num_sms, "split-K only when the unsplit grid leaves SMs idle"
+        assert base_blocks < target, "split-K only when the unsplit grid leaves SMs idle"
         assert plan.partition_tokens >= launch.MIN_PARTITION_TOKENS
         assert plan.partition_tokens % launch.PARTITION_ALIGN_TOKENS == 0
-        filled = base_blocks * plan.num_partitions >= launch.BLOCKS_PER_SM * num_sms
-        assert filled or plan.partition_tokens == launch.MIN_PARTITION_TOKENS, "fills the device unless clamped"
+        assert plan.num_partitions <= math.ceil(target / base_blocks), "no more pieces than the device needs"
+        if plan.partition_tokens > launch.MIN_PARTITION_TOKENS:  # equal pieces: the last is no runt
+            last = max_kv_len - (plan.num_partitions - 1) * plan.partition_tokens
+            assert last > plan.partition_tokens - launch.PARTITION_ALIGN_TOKENS * plan.num_partitions
     assert plan.grid(num_kv_heads, num_seqs) == (num_kv_heads * plan.row_chunks, plan.num_partitions, num_seqs)
 
 
 def test_small_batch_long_context_splits_to_fill_the_device():
     """Four sequences, 8 kv heads, 32k context on 132 SMs: the unsplit grid would be 32 blocks."""
-    plan = launch.plan_attention(4, 32, 8, 1, 32768, 132)
+    plan = launch.plan_attention(4, 32, 8, 1, 32768, 132, blocks_per_sm=3)
     assert plan.rows == 4 and plan.row_chunks == 1
-    blocks = 4 * 8 * plan.num_partitions
-    assert launch.BLOCKS_PER_SM * 132 <= blocks < 2 * launch.BLOCKS_PER_SM * 132
+    assert plan.num_partitions == 13 and plan.partition_tokens == 2560  # ceil(396 / 32) pieces of ceil(32768 / 13)
+    assert 3 * 132 <= 4 * 8 * plan.num_partitions < 2 * 3 * 132
+
+
+def test_split_k_leaves_no_runt_partition():
+    """1000 tokens over 3 pieces: equal 384-token pieces and a 232-token last one, not 320 x 3 + a 40-token runt."""
+    plan = launch.plan_attention(1, 8, 8, 1, 1000, 1, blocks_per_sm=24)
+    assert (plan.num_partitions, plan.partition_tokens) == (3, 384)
+
+
+@pytest.mark.parametrize(
+    "registers, shared_bytes, expected",
+    [(160, 8192, 3), (128, 8192, 4), (64, 8192, 8), (32, 8192, 16), (255, 8192, 2), (64, 100_000, 2)],
+)
+def test_occupancy_from_registers_and_shared_memory(registers, shared_bytes, expected):
+    """sm_90 limits: 65536 registers (256 per warp granule), 228 KiB shared memory, 2048 threads per SM."""
+    assert launch.occupancy_blocks_per_sm(registers, shared_bytes, 228 * 1024) == expected
 
 
 def test_large_batch_is_not_split():
@@ -62,7 +80,8 @@ def test_forced_partitions_and_bad_values():
 
 @pytest.mark.parametrize(
     "head_dim, itemsize, expected",
-    [(64, 4, 16), (80, 4, 16), (80, 2, 16), (96, 2, 16), (256, 2, 16), (6, 2, 4), (3, 4, 4), (3, 2, 2), (2, 4, 8)],
+    [(64, 4, 16), (80, 4, 16), (80, 2, 16), (96, 2, 16), (256, 2, 16), (6, 2, 4), (3, 4, 4), (3, 2, 2), (2, 4, 8),
+     (128, 1, 8), (80, 1, 8), (6, 1, 1)],  # fp8: at most 8 elements per vector
 )
 def test_vector_width_is_the_widest_that_divides_a_row(head_dim, itemsize, expected):
     assert launch.vector_bytes(head_dim, itemsize) == expected

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_cases import assert_attention_close, make_case, random_qo_indptr
+from kernel_cases import KV_DTYPES, assert_attention_close, make_case, random_qo_indptr
 
 from workbench import kernels
 from workbench.kernels import reference as ref
@@ -39,7 +39,7 @@ def _reference_decode(case, q):
                             case.block_size, case.kv_dtype, 1 / np.sqrt(q.shape[2]))
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize("block_size", [1, 2, 8, 16, 32, 128, 256])
 def test_decode_grid(block_size, group, kv_dtype):
@@ -53,7 +53,7 @@ def test_decode_grid(block_size, group, kv_dtype):
     np.testing.assert_array_equal(paged, contig)
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("block_size", [1, 16, 256])
 def test_extend_grid(block_size, kv_dtype):
     rng = np.random.default_rng([block_size, len(kv_dtype), 7])
@@ -121,7 +121,7 @@ def test_wrong_block_table_fails_the_check():
     lengths=st.lists(st.integers(1, 400), min_size=1, max_size=6),
     block_size=st.sampled_from([1, 3, 16, 64, 256]),
     group=st.sampled_from([1, 2, 4, 8]),
-    kv_dtype=st.sampled_from(["fp32", "fp16", "bf16"]),
+    kv_dtype=st.sampled_from(KV_DTYPES),
     head_dim=st.sampled_from([64, 128]),
     seed=st.integers(0, 2**16),
 )
@@ -136,7 +136,7 @@ def test_random_extend_matches_reference(lengths, block_size, group, kv_dtype, h
     np.testing.assert_array_equal(paged, contig)
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_unowned_slots_are_poisoned(kv_dtype):
     case = make_case(np.random.default_rng(1), [5, 2], 2, 1, 8, 4, kv_dtype)
     owned = np.zeros(case.paged_k.shape[0], dtype=bool)

@@ -49,9 +49,9 @@ def test_every_variant_compiles_without_spills(compiled):
 
 
 def test_every_launcher_variant_is_instantiated(compiled):
-    """2 addressings x 3 dtypes x 5 head dims x 4 row tiles + the merge; 2 cache ops x 2 word sizes."""
+    """2 addressings x 4 dtypes x 5 head dims x 4 row tiles + the merge; 2 cache ops x 2 word sizes."""
     attention, cache_ops = compiled
-    assert len(attention.lowered_names) == 2 * 3 * 5 * 4 + 1
+    assert len(attention.lowered_names) == 2 * 4 * 5 * 4 + 1
     assert len(cache_ops.lowered_names) == 4
     assert len(set(attention.lowered_names.values())) == len(attention.lowered_names)
 

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from kernel_cases import make_case, random_qo_indptr
+from kernel_cases import KV_DTYPES, make_case, random_qo_indptr
 
 from workbench.kernels import reference as ref
 
@@ -16,6 +16,13 @@ def _value(stored, kv_dtype: str) -> float:
     """One stored KV element as a Python float, decoded without the reference's code."""
     if kv_dtype == "bf16":
         return struct.unpack("<f", struct.pack("<I", int(stored) << 16))[0]
+    if kv_dtype == "fp8":  # e4m3fn: bias 7, subnormals below exponent 1, S.1111.111 is NaN
+        bits = int(stored)
+        exponent, mantissa = (bits >> 3) & 0xF, bits & 0x7
+        if exponent == 0xF and mantissa == 0x7:
+            return math.nan
+        magnitude = mantissa / 8 * 2.0**-6 if exponent == 0 else (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+        return -magnitude if bits & 0x80 else magnitude
     return float(stored)
 
 
@@ -38,7 +45,7 @@ def _loop_attention(q_row, k_rows, v_rows, kv_dtype, scale, num_visible):
     return out
 
 
-@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("block_size", [1, 3, 4])
 def test_reference_decode_and_extend_match_loops(kv_dtype, block_size):
     rng = np.random.default_rng(block_size)

@@ -75,7 +75,7 @@ def test_window_matches_the_reference_and_reads_nothing_outside(backend, window,
         qo_indptr = np.arange(len(lengths) + 1, dtype=np.int32)
     scale = 1 / np.sqrt(64)
     expected = ref.paged_extend(case.q, qo_indptr, case.paged_k, case.paged_v, case.kv_indptr, case.kv_indices,
-                                case.kv_last_page_len, block_size, kv_dtype, scale, window)
+                                case.kv_last_page_len, block_size, kv_dtype, scale, window=window)
     num_q = np.diff(qo_indptr)
     _poison_outside(case, np.maximum(0, case.kv_len - num_q - window + 1))
     paged, contig = _run(case, qo_indptr, backend, window, extend)
@@ -83,18 +83,24 @@ def test_window_matches_the_reference_and_reads_nothing_outside(backend, window,
     assert np.array_equal(paged, contig), "paged and contiguous windows differ"
 
 
-@pytest.mark.parametrize("partition_tokens", [64, 200])
-def test_window_with_split_k_partitions_before_the_window(partition_tokens):
-    """Split-K partitions that lie wholly before a window are empty and must carry no weight."""
+@pytest.mark.parametrize("num_q", [1, 37], ids=["decode", "extend"])
+@pytest.mark.parametrize("partition_tokens", [16, 64, 200])
+def test_window_with_split_k_partitions(partition_tokens, num_q):
+    """Split-K partitions tile each block's span from its earliest row's window start (not position 0):
+    partitions past the span are empty and carry no weight, and a partition boundary inside the span
+    splits the window without losing or double-counting a position."""
     if "cuda-cpu" not in _backends():
         pytest.skip("the CUDA shim does not build here")
-    rng = np.random.default_rng(partition_tokens)
-    case = make_case(rng, [1000, 333, 64], 8, 2, 64, 16, "fp16")
-    qo_indptr = np.arange(4, dtype=np.int32)
+    rng = np.random.default_rng([partition_tokens, num_q])
+    lengths = [1000, 333, 64]
+    case = make_case(rng, lengths, 8, 2, 64, 16, "fp16")
+    qo_indptr = np.arange(4, dtype=np.int32) * num_q
+    qo_indptr[1:] = np.cumsum(np.minimum(num_q, lengths))
+    case.q = rng.standard_normal((int(qo_indptr[-1]), 8, 64), dtype=np.float32)
     scale = 1 / np.sqrt(64)
     expected = ref.paged_extend(case.q, qo_indptr, case.paged_k, case.paged_v, case.kv_indptr, case.kv_indices,
-                                case.kv_last_page_len, 16, "fp16", scale, 100)
-    _poison_outside(case, np.maximum(0, case.kv_len - 100))
+                                case.kv_last_page_len, 16, "fp16", scale, window=100)
+    _poison_outside(case, np.maximum(0, case.kv_len - np.diff(qo_indptr) - 100 + 1))
     paged = (case.kv_indptr, case.kv_indices, case.kv_last_page_len, 16)
     out = cuda_cpu.attention(case.q, qo_indptr, case.paged_k, case.paged_v, "fp16", scale, paged=paged,
                              partition_tokens=partition_tokens, window=100)
@@ -110,7 +116,7 @@ def test_reference_window_is_full_attention_over_the_window(window):
     case.q = rng.standard_normal((23, 4, 64), dtype=np.float32)
     scale = 0.125
     out = ref.contiguous_extend(case.q, qo_indptr, case.contig_k, case.contig_v, case.kv_start, case.kv_len, "fp32",
-                                scale, window)
+                                scale, window=window)
     for s in range(2):
         length, start = int(case.kv_len[s]), int(case.kv_start[s])
         for j, qi in enumerate(range(qo_indptr[s], qo_indptr[s + 1])):

@@ -27,7 +27,7 @@ def _images(book):
 def test_the_notebooks_exist():
     assert [p.stem for p in NOTEBOOKS] == ["00-paging-by-hand", "01-quickstart", "02-fragmentation-anatomy",
                                            "03-block-size-tradeoff", "04-prefix-sharing", "05-explorer",
-                                           "06-hybrid-models"]
+                                           "06-reproducing-the-paper", "07-hybrid-models"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from workbench.config import RunConfig
 from workbench.experiments import builtin_dir, find_experiment
 from workbench.figures.registry import FIGURE_NAMES
+from workbench.paper.__main__ import experiment_names
+from workbench.paper.rows import load_values
 from workbench.sweep import SpecError, config_id, load_spec, parse_spec
 
 
@@ -175,7 +177,8 @@ def test_expansion_size_order_and_ids(block_sizes, seeds, rates):
 
 def test_every_shipped_experiment_is_valid():
     paths = sorted(builtin_dir().glob("*.yaml"))
-    assert [p.stem for p in paths] == sorted(["quickstart", *(f"fig_{n}" for n in FIGURE_NAMES)])
+    paper = [Path(name).stem for name in experiment_names(load_values())]  # python -m workbench.paper
+    assert [p.stem for p in paths] == sorted(["quickstart", *(f"fig_{n}" for n in FIGURE_NAMES), *paper])
     for path in paths:
         assert load_spec(path).points()
 

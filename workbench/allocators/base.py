@@ -202,3 +202,23 @@ class Strategy(Protocol):
     def check_integrity(self) -> None:
         """Raise AssertionError naming the first broken invariant; a pure check."""
         ...
+
+
+# Optional attributes of strategies that map physical pages on demand behind virtual memory
+# (`virtual-contiguous`): `virtual_slots`, the slot space the kernel addresses (larger than the
+# physical capacity); `mapped_pages`, pages mapped so far; `map_s_per_page` and `overlap_map`, the
+# modeled cost of one mapping and whether it overlaps compute. The helpers give every other strategy's
+# neutral value, so the engine and the scheduler need no strategy names.
+def virtual_slots(strategy: Strategy) -> int:
+    """Slots of the KV pool the kernel addresses."""
+    return getattr(strategy, "virtual_slots", strategy.capacity_slots)
+
+
+def mapped_pages(strategy: Strategy) -> int:
+    """Physical pages the strategy has mapped so far (0 for strategies that map nothing)."""
+    return getattr(strategy, "mapped_pages", 0)
+
+
+def page_map_cost(strategy: Strategy) -> tuple[float, bool]:
+    """(seconds to map one of the strategy's pages, whether mapping overlaps the step's compute)."""
+    return getattr(strategy, "map_s_per_page", 0.0), getattr(strategy, "overlap_map", False)

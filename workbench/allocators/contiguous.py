@@ -58,8 +58,9 @@ class ContiguousStrategy:
         self._final_slots = 0  # sum of final lengths
         self._alloc_slots = 0  # sum of allocated extent sizes
 
-    def reservation_slots(self, final_len: int) -> int:
-        """Slots to reserve for a sequence that will reach `final_len` (>= final_len, <= max_model_len)."""
+    def reservation_slots(self, final_len: int, num_tokens: int) -> int:
+        """Slots to reserve for a sequence that holds `num_tokens` when placed and will reach
+        `final_len` (>= final_len, <= max_model_len)."""
         raise NotImplementedError
 
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
@@ -69,9 +70,10 @@ class ContiguousStrategy:
         if not 1 <= spec.num_tokens <= spec.final_len <= self.max_model_len:
             raise ValueError(f"need 1 <= num_tokens ({spec.num_tokens}) <= final_len ({spec.final_len}) "
                              f"<= max_model_len ({self.max_model_len})")
-        extents = _place_all(self._placer, [self.reservation_slots(spec.final_len)] * len(seq_ids))
+        reserve = self.reservation_slots(spec.final_len, spec.num_tokens)
+        extents = _place_all(self._placer, [reserve] * len(seq_ids))
         if extents is None:
-            needed = self._placer.alloc_size(self.reservation_slots(spec.final_len))
+            needed = self._placer.alloc_size(reserve)
             return AdmitResult(False, needed_extent_slots=needed,
                                reason=f"no free extent of {needed} slots for each of {len(seq_ids)} sequences")
         for seq_id, (start, alloc) in zip(seq_ids, extents, strict=True):
@@ -88,9 +90,9 @@ class ContiguousStrategy:
         if self._seqs.column("swapped")[parent]:
             raise ValueError(f"cannot fork sequence {parent_id}: it is swapped out")
         length, final_len = (int(self._seqs.column(c)[parent]) for c in ("length", "final_len"))
-        extents = _place_all(self._placer, [self.reservation_slots(final_len)])
+        extents = _place_all(self._placer, [self.reservation_slots(final_len, length)])
         if extents is None:
-            needed = self._placer.alloc_size(self.reservation_slots(final_len))
+            needed = self._placer.alloc_size(self.reservation_slots(final_len, length))
             return AdmitResult(False, needed_extent_slots=needed, reason=f"no free extent of {needed} slots")
         start, alloc = extents[0]
         self._add(child_id, start, alloc, length, final_len)
@@ -171,13 +173,13 @@ class ContiguousStrategy:
 
     def can_swap_in(self, seq_ids: list[int]) -> bool:
         rows = self._group_rows(seq_ids, swapped=True)
-        return _fits(self._placer, [self.reservation_slots(int(f)) for f in self._seqs.column("final_len")[rows]])
+        return _fits(self._placer, self._reservations(rows))
 
     def swap_in(self, seq_ids: list[int]) -> SwapResult:
         """Mutates. Each sequence gets a fresh reservation and its written slots back."""
         rows = self._group_rows(seq_ids, swapped=True)
         c = self._seqs.column
-        extents = _place_all(self._placer, [self.reservation_slots(int(f)) for f in c("final_len")[rows]])
+        extents = _place_all(self._placer, self._reservations(rows))
         if extents is None:
             raise RuntimeError(f"cannot swap in {seq_ids}: no free extents")
         moves = []
@@ -208,6 +210,11 @@ class ContiguousStrategy:
                    int(col["alloc"][dev].sum()))
         if recount != (self._num_on_device, self._token_slots, self._final_slots, self._alloc_slots):
             raise AssertionError(f"slot counters differ from a recount {recount}")
+
+    def _reservations(self, rows: np.ndarray) -> list[int]:
+        c = self._seqs.column
+        return [self.reservation_slots(int(f), int(n)) for f, n in zip(c("final_len")[rows], c("length")[rows],
+                                                                        strict=True)]
 
     def _add(self, seq_id: int, start: int, alloc: int, length: int, final_len: int) -> None:
         row = self._seqs.add(seq_id)

@@ -8,5 +8,5 @@ from workbench.allocators.contiguous import ContiguousStrategy
 class ContiguousMax(ContiguousStrategy):
     name = "contiguous-max"
 
-    def reservation_slots(self, final_len: int) -> int:
+    def reservation_slots(self, final_len: int, num_tokens: int) -> int:
         return self.max_model_len

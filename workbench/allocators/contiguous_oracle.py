@@ -8,5 +8,5 @@ from workbench.allocators.contiguous import ContiguousStrategy
 class ContiguousOracle(ContiguousStrategy):
     name = "contiguous-oracle"
 
-    def reservation_slots(self, final_len: int) -> int:
+    def reservation_slots(self, final_len: int, num_tokens: int) -> int:
         return final_len

@@ -7,7 +7,8 @@ whether it holds a prefix cache (the generic prefix-cache tests then cover it). 
 one module plus one `Registration` in `_BUILTIN` (or a `register` call from a plugin).
 
 Every strategy class takes `capacity_slots`, `block_size`, `max_model_len`, `swap_slots` and
-exactly the keyword options its registration declares; `create` passes nothing else.
+exactly the keyword options its registration declares, plus `geometry` (the model's KV shape) when
+the registration says `kv_geometry`; `create` passes nothing else.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.allocators.base import KernelMode, Strategy
+from workbench.allocators.virtual_pages import KVGeometry
 from workbench.config import Resolved, RunConfig
 from workbench.presets import model_from_name
 
@@ -34,6 +36,7 @@ class Registration:
     marker: str  # matplotlib marker
     options: tuple[str, ...] = ()  # RunConfig fields the strategy's constructor takes as keywords
     prefix_cache: bool = False  # the strategy reuses cached prompt blocks (prefix_query/hit counters move)
+    kv_geometry: bool = False  # the constructor also takes `geometry` (KVGeometry): it sizes memory in bytes
 
     @property
     def block_sized(self) -> bool:
@@ -45,13 +48,17 @@ _BUILTIN = (
     Registration("contiguous-max", "workbench.allocators.contiguous_max:ContiguousMax", "contiguous",
                  "contiguous", "Contiguous (max)", "Contig.\nmax", "#D55E00", "s", options=("fit",)),
     Registration("contiguous-pow2", "workbench.allocators.contiguous_pow2:ContiguousPow2", "contiguous",
-                 "contiguous", "Contiguous (pow2)", "Contig.\npow2", "#E69F00", "^", options=("fit",)),
+                 "contiguous", "Contiguous (pow2)", "Contig.\npow2", "#E69F00", "^",
+                 options=("fit", "pow2_round")),
     Registration("contiguous-oracle", "workbench.allocators.contiguous_oracle:ContiguousOracle", "contiguous",
                  "contiguous", "Contiguous (oracle)", "Contig.\noracle", "#CC79A7", "D", options=("fit",)),
     Registration("paged", "workbench.allocators.paged:PagedStrategy", "paged", "paged", "Paged", "Paged",
                  "#0072B2", "o"),
     Registration("paged-prefix", "workbench.allocators.paged_prefix:PagedPrefixStrategy", "paged", "paged",
                  "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v", prefix_cache=True),
+    Registration("virtual-contiguous", "workbench.allocators.virtual_contiguous:VirtualContiguous", "contiguous",
+                 "virtual", "Virtual contiguous (vAttention)", "vAttn", "#000000", "X",
+                 options=("page_kib", "max_batch", "page_reuse", "map_us_per_page", "overlap_map"), kv_geometry=True),
 )
 _REGISTRY: dict[str, Registration] = {r.name: r for r in _BUILTIN}
 _OPTION_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -98,10 +105,14 @@ def option_default(option: str) -> Any:
 
 
 def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_len: int, swap_slots: int = 0,
-           **options: Any) -> Strategy:
+           geometry: KVGeometry | None = None, **options: Any) -> Strategy:
     """A fresh strategy instance (its counters, e.g. prefix hits, start at zero). `options` are run
-    options the strategy declares (e.g. `fit`); an undeclared or invalid one is a ValueError."""
+    options the strategy declares (e.g. `fit`); an undeclared or invalid one is a ValueError. `geometry`
+    (the model's KV shape) goes to strategies registered with `kv_geometry`; they assume the default
+    model's without it."""
     reg = get(name)
+    if geometry is not None and not reg.kv_geometry:
+        raise ValueError(f"strategy {name!r} takes no KV geometry")
     for option, value in options.items():
         if option not in reg.options:
             raise ValueError(f"strategy {name!r} takes no option {option!r} "
@@ -111,6 +122,8 @@ def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_le
             raise ValueError(f"unknown {option} {value!r}; valid: {', '.join(map(str, choices))}")
     module, cls = reg.factory.split(":")
     factory = getattr(importlib.import_module(module), cls)
+    if geometry is not None:
+        options = {**options, "geometry": geometry}
     return factory(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
                    swap_slots=swap_slots, **options)
 
@@ -141,8 +154,9 @@ def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
         units = sum(u for _, u in resolved.layer_groups)
         return create_hybrid(cfg.strategy, capacity_slots=resolved.capacity_slots * units, block_size=cfg.block_size,
                              max_model_len=resolved.model.max_model_len, groups=resolved.layer_groups)
+    geometry = KVGeometry.of(resolved.model, cfg.kv_dtype) if reg.kv_geometry else None
     return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
-                  max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots,
+                  max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots, geometry=geometry,
                   **{option: getattr(cfg, option) for option in reg.options})
 
 

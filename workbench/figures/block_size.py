@@ -5,6 +5,10 @@ tables and make the kernel chase more pointers; large blocks do the opposite. Fo
 the block size: internal fragmentation (% of the pool, mean over all steps), mean block-table bytes,
 generated-token throughput — from the `clock: roofline` points — and the decode kernel's time per
 attended token, from the `clock: measured` points (`kernel_cost.decode_ns_per_token`).
+
+Strategies sized by physical pages instead of blocks (virtual-contiguous: vAttention) are drawn as
+dotted series at their page size in tokens, `page_kib` over one token's row in a layer buffer; their
+"block tables" are the driver's page tables.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from workbench.allocators.virtual_pages import KVGeometry
 from workbench.figures import style
 from workbench.figures.kernel_cost import decode_ns_per_token
 
@@ -34,21 +39,33 @@ def panels(rows: pd.DataFrame, sweep_dir: Path) -> dict[str, np.ndarray]:
     }
 
 
+def granule_tokens(rows: pd.DataFrame) -> np.ndarray:
+    """int [num_rows]: tokens per block, or per physical page for page-sized strategies."""
+    return np.array([KVGeometry.of(r.model, r.kv_dtype).page_tokens(int(r.page_kib)) if style.page_sized(r.strategy)
+                     else r.block_size for r in rows.itertuples()])
+
+
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     fig, axes = style.new_figure(2, 2, width_in=style.PAGE_WIDTH_IN, height_in=4.4, sharex=True)
     by_label = dict(zip(["Internal frag. (% of KV slots)", "Block tables (KiB, mean)", KERNEL_PANEL,
                          "Throughput (tokens/s)"], axes.flat, strict=True))
+    summary = summary.assign(granule=granule_tokens(summary))
     for i, (workload, rows) in enumerate(summary.groupby("workload", sort=False)):
-        for _, part in rows.groupby("clock", sort=False):
-            part = part.sort_values("block_size")
+        for (_, strategy), part in rows.groupby(["clock", "strategy"], sort=False):
+            part = part.sort_values("granule")
+            paged = style.block_sized(strategy)
+            label = style.workload_label(workload) if paged else f"{style.strategy_label(strategy)}, " \
+                                                                f"{style.workload_label(workload)}"
             for ylabel, values in panels(part, sweep_dir).items():
-                by_label[ylabel].plot(part["block_size"].to_numpy(), values, label=style.workload_label(workload),
-                                      marker=WORKLOAD_MARKERS[i % len(WORKLOAD_MARKERS)])
+                by_label[ylabel].plot(part["granule"].to_numpy(), values, label=label,
+                                      marker=WORKLOAD_MARKERS[i % len(WORKLOAD_MARKERS)],
+                                      linestyle="-" if paged else ":", color=None if paged else f"C{i}",
+                                      markerfacecolor=None if paged else "white")
     for ylabel, ax in by_label.items():
         ax.set_ylabel(ylabel)
         ax.set_xscale("log", base=2)
         ax.set_ylim(bottom=0)
     for ax in axes[-1]:
-        ax.set_xlabel("Block size (tokens)")
+        ax.set_xlabel("Block or page size (tokens)")
     axes[0, 0].legend()
     return fig

@@ -4,7 +4,9 @@ Each point runs one fixed-length workload (`fixed:prompt=L,...`) with `clock: me
 on every k-th step; the value is the decode kernel's time per attended token over the decode-only
 steps (lower quartile, `kernel_cost.decode_ns_per_token`; prefill attention is quadratic in L and would
 swamp it). Left: contiguous vs paged kernels against the context length L. Right: paged ÷ contiguous
-time against the block size, at the longest context. The points run one at a time and single-threaded
+time against the block size, at the longest context. Virtual-contiguous (vAttention) runs the contiguous
+kernel over extents in a virtual slot space, so its line should lie on the contiguous one; the ratio's
+base is the plain contiguous strategy. The points run one at a time and single-threaded
 (TIMED): on a shared machine a parallel region waits for its slowest thread, and a thread that loses
 its core waits a whole scheduler time slice.
 """
@@ -41,12 +43,13 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
 
     for (strategy, block_size), rows in pd.concat([contiguous, paged]).groupby(["strategy", "block_size"],
                                                                                sort=False):
+        page_kib = style.page_kib_of(next(rows.itertuples()))
         if style.block_sized(strategy) and rows["context"].nunique() == 1:
             continue  # a single context length: shown in the right panel only
         rows = rows.sort_values("context")
         left.plot(rows["context"].to_numpy(), rows["ns_per_token"].to_numpy(), marker=style.strategy_marker(strategy),
                   color=None if style.block_sized(strategy) else style.strategy_color(strategy),
-                  label=style.point_label(strategy, block_size))
+                  label=style.point_label(strategy, block_size, page_kib))
     left.set_xscale("log", base=2)
     left.set_xlabel("Context length (tokens)")
     left.set_ylabel("Decode kernel time per context token (ns)")
@@ -54,7 +57,8 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     left.legend()
 
     longest = data["context"].max()
-    base = contiguous[contiguous["context"] == longest]["ns_per_token"].to_numpy()
+    plain = ~contiguous["strategy"].map(style.page_sized).astype(bool)  # the ratio's base: contiguous extents
+    base = contiguous[plain & (contiguous["context"] == longest)]["ns_per_token"].to_numpy()
     at_longest = paged[paged["context"] == longest].sort_values("block_size")
     ratio = at_longest["ns_per_token"].to_numpy() / np.mean(base) if len(base) else np.full(len(at_longest), np.nan)
     color = style.strategy_color(at_longest["strategy"].iloc[0]) if len(at_longest) else None

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from workbench.allocators import registry
-from workbench.allocators.base import ContiguousDescriptor, SeqSpec
+from workbench.allocators.base import ContiguousDescriptor, SeqSpec, virtual_slots
 from workbench.figures import style
 
 # slot kinds, in drawing priority: a slot shared by several holders shows the strongest claim on it
@@ -52,19 +52,31 @@ class PoolPicture:
         return {column: int(np.count_nonzero(self.kinds == kind)) for kind, column in KIND_COLUMN.items()}
 
 
+def drawable(strategy) -> bool:
+    """Whether the kernel's view of the strategy is the physical pool itself (block tables or extents of
+    it), which is what these pictures draw; not so for virtual memory mapped page by page."""
+    return virtual_slots(strategy) == strategy.capacity_slots
+
+
 class PagingWalk:
     """One real strategy instance and the pictures of its pool, one per operation. Sequences are named
     by labels ("A", "B", ...); the walk keeps their final lengths (the strategy knows them too)."""
 
-    def __init__(self, strategy: str, *, capacity_slots: int, block_size: int, max_model_len: int) -> None:
+    def __init__(self, strategy: str, *, capacity_slots: int, block_size: int, max_model_len: int,
+                 **options) -> None:
+        """`options`: run options the strategy declares (e.g. `page_kib` small enough for a tiny pool)."""
         self.strategy = registry.create(strategy, capacity_slots=capacity_slots, block_size=block_size,
-                                        max_model_len=max_model_len)
+                                        max_model_len=max_model_len, **options)
+        if not drawable(self.strategy):
+            raise ValueError(f"strategy {strategy!r} addresses virtual memory: its kernel view is no picture of "
+                             "the physical pool")
         self.name = strategy
         self.draw_block_size = block_size
         self.ids: dict[str, int] = {}  # live sequences only
         self.next_id = 0
         self.lengths: dict[str, int] = {}
         self.final_lens: dict[str, int] = {}
+        self.placed_lens: dict[str, int] = {}  # tokens held when the sequence was placed
         self.pictures: list[PoolPicture] = []
 
     def admit(self, label: str, prompt_tokens: int, final_len: int) -> PoolPicture:
@@ -73,6 +85,7 @@ class PagingWalk:
         result = self.strategy.admit([seq_id], SeqSpec(token_ids, final_len))
         if result.admitted:
             self.ids[label], self.lengths[label], self.final_lens[label] = seq_id, prompt_tokens, final_len
+            self.placed_lens[label] = prompt_tokens
         title = f"admit {label} ({prompt_tokens} tokens, final {final_len})"
         return self._record(title if result.admitted else f"{title}: refused", result.copies, not result.admitted)
 
@@ -87,11 +100,12 @@ class PagingWalk:
         result = self.strategy.fork(self.ids[parent], seq_id)
         self.ids[child], self.lengths[child], self.final_lens[child] = seq_id, self.lengths[parent], \
             self.final_lens[parent]
+        self.placed_lens[child] = self.lengths[parent]
         return self._record(f"fork {parent} -> {child}", result.copies)
 
     def free(self, label: str) -> PoolPicture:
         self.strategy.free(self.ids.pop(label))
-        del self.lengths[label], self.final_lens[label]
+        del self.lengths[label], self.final_lens[label], self.placed_lens[label]
         return self._record(f"free {label}", None)
 
     def _new_id(self) -> int:
@@ -114,7 +128,8 @@ class PagingWalk:
             length, final_len = self.lengths[label], self.final_lens[label]
             if isinstance(desc, ContiguousDescriptor):
                 start = int(desc.kv_start[i])
-                extent = s.reservation_slots(final_len)  # contiguous strategies reserve this much at admission
+                # contiguous strategies reserve this much when they place a sequence
+                extent = s.reservation_slots(final_len, self.placed_lens[label])
                 slots = np.arange(start, start + extent)
                 blocks = (start, start + extent - 1)
             else:

@@ -110,14 +110,34 @@ def workload_label(workload: str) -> str:
     return WORKLOAD_LABELS.get(workload, workload)
 
 
-def tick_label(strategy: str, block_size: int) -> str:
-    """A short two-line label for a bar: `Contig.\nmax`, `Paged\nB=16`."""
+def page_sized(name: str) -> bool:
+    """Whether the strategy's physical page size (`page_kib`) belongs in its label."""
+    reg = _registration(name)
+    return bool(reg) and "page_kib" in reg.options
+
+
+def page_kib_of(row) -> int | None:
+    """A summary row's `page_kib` (None for results written before the option existed)."""
+    return getattr(row, "page_kib", None)
+
+
+def page_label(page_kib: int) -> str:
+    return f"{page_kib // 1024} MiB" if page_kib % 1024 == 0 else f"{page_kib} KiB"
+
+
+def tick_label(strategy: str, block_size: int, page_kib: int | None = None) -> str:
+    """A short two-line label for a bar: `Contig.\nmax`, `Paged\nB=16`, `vAttn\n64 KiB`."""
     reg = _registration(strategy)
     label = reg.tick_label if reg else strategy
+    if page_sized(strategy) and page_kib is not None:
+        return f"{label}\n{page_label(page_kib)}"
     return f"{label}\nB={block_size}" if block_sized(strategy) else label
 
 
-def point_label(strategy: str, block_size: int) -> str:
-    """`Paged (16)` for paged strategies (the block size matters), the plain strategy label otherwise."""
+def point_label(strategy: str, block_size: int, page_kib: int | None = None) -> str:
+    """`Paged (16)` for paged strategies (the block size matters), `... (64 KiB)` for page-sized ones,
+    the plain strategy label otherwise."""
     label = strategy_label(strategy)
+    if page_sized(strategy) and page_kib is not None:
+        return f"{label} ({page_label(page_kib)})"
     return f"{label} ({block_size})" if block_sized(strategy) else label

@@ -92,35 +92,41 @@ def _window(fn: str, window) -> int:
 
 
 def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
-                 backend="numba", kv_dtype=None, scale=None, window=0):
+                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
     """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]; with `window` W > 0
-    each sequence attends only to its positions >= kv_len − W."""
+    each sequence attends only to its positions >= kv_len − W.
+
+    fp8 pools (uint8 e4m3 codes) decode to code value × k_scale / v_scale, vLLM's per-tensor scales.
+    """
     fn = "paged_decode"
     window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
+    kv_scales = v.check_kv_scales(fn, kv_dtype, k_scale, v_scale)
     scale = v.check_query(fn, q, k_pool, scale)
     v.check_paged(fn, q.shape[0], k_pool.shape[0], kv_indptr, kv_indices, kv_last_page_len, block_size)
     arrays = dict(q=q, k_pool=k_pool, v_pool=v_pool, kv_indptr=kv_indptr, kv_indices=kv_indices,
                   kv_last_page_len=kv_last_page_len)
     return _backend(fn, backend, arrays).paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
-                                                      int(block_size), kv_dtype, scale, window=window)
+                                                      int(block_size), kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None, window=0):
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None, k_scale=1.0,
+                      v_scale=1.0, window=0):
     """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim] (`window` as in
     paged_decode)."""
     fn = "contiguous_decode"
     window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
+    kv_scales = v.check_kv_scales(fn, kv_dtype, k_scale, v_scale)
     scale = v.check_query(fn, q, k_pool, scale)
     v.check_contiguous(fn, q.shape[0], k_pool.shape[0], kv_start, kv_len)
     arrays = dict(q=q, k_pool=k_pool, v_pool=v_pool, kv_start=kv_start, kv_len=kv_len)
     return _backend(fn, backend, arrays).contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale,
-                                                           window=window)
+                                                           kv_scales, window)
 
 
 def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
-                 backend="numba", kv_dtype=None, scale=None, window=0):
+                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
     """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim].
 
     Sequence s has Q = qo_indptr[s+1] - qo_indptr[s] new tokens (already in the pool) at its last Q
@@ -130,6 +136,7 @@ def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_pa
     fn = "paged_extend"
     window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
+    kv_scales = v.check_kv_scales(fn, kv_dtype, k_scale, v_scale)
     scale = v.check_query(fn, q, k_pool, scale)
     num_seqs = v.check_array(fn, "kv_last_page_len", kv_last_page_len, np.int32, (None,)).shape[0]
     kv_len = v.check_paged(fn, num_seqs, k_pool.shape[0], kv_indptr, kv_indices, kv_last_page_len, block_size)
@@ -137,24 +144,25 @@ def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_pa
     arrays = dict(q=q, qo_indptr=qo_indptr, k_pool=k_pool, v_pool=v_pool, kv_indptr=kv_indptr,
                   kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
     return _backend(fn, backend, arrays).paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices,
-                                                      kv_last_page_len, int(block_size), kv_dtype, scale,
-                                                      window=window)
+                                                      kv_last_page_len, int(block_size), kv_dtype, scale, kv_scales,
+                                                      window)
 
 
 def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None,
-                      window=0):
+                      k_scale=1.0, v_scale=1.0, window=0):
     """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim] (`window` as
     in paged_extend)."""
     fn = "contiguous_extend"
     window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
+    kv_scales = v.check_kv_scales(fn, kv_dtype, k_scale, v_scale)
     scale = v.check_query(fn, q, k_pool, scale)
     num_seqs = v.check_array(fn, "kv_start", kv_start, np.int32, (None,)).shape[0]
     lengths = v.check_contiguous(fn, num_seqs, k_pool.shape[0], kv_start, kv_len)
     v.check_qo_indptr(fn, qo_indptr, q.shape[0], lengths)
     arrays = dict(q=q, qo_indptr=qo_indptr, k_pool=k_pool, v_pool=v_pool, kv_start=kv_start, kv_len=kv_len)
     return _backend(fn, backend, arrays).contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len,
-                                                           kv_dtype, scale, window=window)
+                                                           kv_dtype, scale, kv_scales, window)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, backend="numba") -> None:

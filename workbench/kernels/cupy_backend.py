@@ -15,9 +15,9 @@ from functools import cache
 import cupy as cp
 import numpy as np
 
-from workbench.kernels import cuda_launches
+from workbench.kernels import cuda_launches, launch
 from workbench.kernels.nvrtc import source_options
-from workbench.kernels.source import read_source, sources_digest
+from workbench.kernels.source import ATTENTION_CU, read_source, sources_digest
 
 
 @cache
@@ -35,6 +35,20 @@ def _kernel(source_name: str, name_expression: str) -> cp.RawKernel:
 @cache
 def num_sms(device_id: int) -> int:
     return int(cp.cuda.Device(device_id).attributes["MultiProcessorCount"])
+
+
+@cache
+def blocks_per_sm(kernel_name: str) -> int:
+    """Resident blocks per SM of attention kernel `kernel_name` on the current device: its registers and
+    static shared memory (from the compiled kernel) against the SM's limits."""
+    attributes = _kernel(ATTENTION_CU, kernel_name).attributes
+    device = cp.cuda.Device().attributes
+    return launch.occupancy_blocks_per_sm(
+        int(attributes["num_regs"]), int(attributes["shared_size_bytes"]),
+        int(device.get("MaxSharedMemoryPerMultiprocessor", 228 * 1024)),
+        sm_registers=int(device.get("MaxRegistersPerMultiprocessor", launch.SM_REGISTERS)),
+        sm_threads=int(device.get("MaxThreadsPerMultiProcessor", launch.SM_THREADS)),
+        sm_max_blocks=int(device.get("MaxBlocksPerMultiprocessor", launch.SM_MAX_BLOCKS)))
 
 
 def run(launches: list[cuda_launches.Launch]) -> None:
@@ -55,7 +69,8 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
     """
     out, launches = cuda_launches.attention(
         cp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, _data_ptr, num_sms(q.device.id), paged=paged,
-        contiguous=contiguous, partition_tokens=partition_tokens, max_q_per_seq=max_q_per_seq, window=window,
+        contiguous=contiguous, partition_tokens=partition_tokens, max_q_per_seq=max_q_per_seq,
+        blocks_per_sm=blocks_per_sm, window=window,
     )
     run(launches)
     return out

@@ -16,9 +16,11 @@ MERGE_THREADS = 64  # threads per merge_partitions block
 COPY_THREADS = 128  # threads per write_cache / copy_blocks block
 MIN_PARTITION_TOKENS = 256  # split-K never cuts a sequence into pieces shorter than this
 PARTITION_ALIGN_TOKENS = 64
-# Split-K aims for at least this many attention blocks per SM: a warp keeps only ATTN_UNROLL steps
-# of K/V loads in flight, so the bytes in flight per SM (what saturates HBM) come from resident blocks.
-BLOCKS_PER_SM = 8
+# Resident attention blocks per SM when the launcher cannot ask the device (the CPU shim): what
+# ptxas's ~160 registers per thread allow on an sm_90 SM (65536 registers / (160 x 128 threads)).
+DEFAULT_BLOCKS_PER_SM = 3
+# Per-SM limits of sm_80/sm_90 for `occupancy_blocks_per_sm` when the device does not say.
+SM_REGISTERS, SM_THREADS, SM_MAX_BLOCKS, REGISTER_ALLOC_UNIT = 65536, 2048, 32, 256
 COPY_WORDS_PER_BLOCK = 4096  # copy kernels give each CUDA block about this many words
 MAX_GRID_YZ = 65535
 
@@ -44,20 +46,23 @@ def plan_attention(
     max_kv_len: int,
     num_sms: int,
     partition_tokens: int | None = None,
+    blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
 ) -> AttentionPlan:
     """Rows per block, row chunks and split-K partitions for one decode (max_q_per_seq = 1) or extend launch.
 
     A block serves up to 8 rows: the whole GQA group in decode (rounded up to a power of two), and
     several query tokens times the group in extend. Split-K kicks in when the unsplit grid would
-    leave SMs idle (fewer than BLOCKS_PER_SM blocks per SM) and sequences are long: partitions are
-    sized so the grid fills the device, never shorter than MIN_PARTITION_TOKENS.
+    leave SMs idle (fewer than the `blocks_per_sm` that fit at once, from the kernel's real
+    occupancy) and sequences are long: the longest sequence is cut into the fewest equal partitions
+    (ceiling division, rounded up to PARTITION_ALIGN_TOKENS) that fill the device, so there is no
+    short runt partition, and none shorter than MIN_PARTITION_TOKENS.
     `partition_tokens` overrides the heuristic (tests use it to exercise the merge on small shapes).
     """
-    num_rows = max_q_per_seq * (num_heads // num_kv_heads)  # rows of the longest sequence per kv head
-    rows = next((r for r in ROW_TILES if r >= num_rows), ROW_TILES[-1])
-    row_chunks = math.ceil(num_rows / rows)
+    rows = plan_rows(num_heads, num_kv_heads, max_q_per_seq)
+    row_chunks = math.ceil(max_q_per_seq * (num_heads // num_kv_heads) / rows)
     if partition_tokens is None:
-        partition_tokens = _split_k_tokens(num_seqs * num_kv_heads * row_chunks, max_kv_len, num_sms)
+        partition_tokens = _split_k_tokens(num_seqs * num_kv_heads * row_chunks, max_kv_len,
+                                           blocks_per_sm * num_sms)
     if partition_tokens < 1:
         raise ValueError(f"partition_tokens must be >= 1, got {partition_tokens}")
     num_partitions = max(1, math.ceil(max_kv_len / partition_tokens))
@@ -66,13 +71,30 @@ def plan_attention(
     return AttentionPlan(rows, row_chunks, num_partitions, partition_tokens)
 
 
-def _split_k_tokens(base_blocks: int, max_kv_len: int, num_sms: int) -> int:
-    target_blocks = BLOCKS_PER_SM * num_sms
+def plan_rows(num_heads: int, num_kv_heads: int, max_q_per_seq: int) -> int:
+    """Rows per block (the ROWS template argument): the smallest row tile holding the longest sequence's rows."""
+    num_rows = max_q_per_seq * (num_heads // num_kv_heads)  # rows of the longest sequence per kv head
+    return next((r for r in ROW_TILES if r >= num_rows), ROW_TILES[-1])
+
+
+def _split_k_tokens(base_blocks: int, max_kv_len: int, target_blocks: int) -> int:
     if base_blocks >= target_blocks or max_kv_len < 2 * MIN_PARTITION_TOKENS:
         return max(max_kv_len, 1)
     parts = math.ceil(target_blocks / base_blocks)
-    tokens = max_kv_len // parts // PARTITION_ALIGN_TOKENS * PARTITION_ALIGN_TOKENS  # rounded down: >= parts pieces
+    tokens = math.ceil(math.ceil(max_kv_len / parts) / PARTITION_ALIGN_TOKENS) * PARTITION_ALIGN_TOKENS
     return max(tokens, MIN_PARTITION_TOKENS)
+
+
+def occupancy_blocks_per_sm(registers: int, shared_bytes: int, sm_shared_bytes: int, threads: int = ATTN_THREADS,
+                            sm_registers: int = SM_REGISTERS, sm_threads: int = SM_THREADS,
+                            sm_max_blocks: int = SM_MAX_BLOCKS) -> int:
+    """Blocks of `threads` threads one SM holds at once, given the kernel's registers per thread and static
+    shared memory per block (the CUDA occupancy calculator: registers are allocated per warp in 256s)."""
+    warps = math.ceil(threads / 32)
+    regs_per_warp = math.ceil(max(registers, 1) * 32 / REGISTER_ALLOC_UNIT) * REGISTER_ALLOC_UNIT
+    by_registers = sm_registers // (regs_per_warp * warps)
+    by_shared = sm_shared_bytes // shared_bytes if shared_bytes else sm_max_blocks
+    return max(1, min(by_registers, by_shared, sm_threads // threads, sm_max_blocks))
 
 
 def copy_word_bytes(row_bytes: int, *data_pointers: int) -> int:
@@ -88,9 +110,10 @@ def copy_chunks(words: int) -> int:
 
 
 def vector_bytes(head_dim: int, itemsize: int) -> int:
-    """Width of the attention kernel's K/V loads (kv_common.cuh RowVec): the widest of 16/8/4 bytes dividing a row."""
+    """Width of the attention kernel's K/V loads (kv_common.cuh RowVec): the widest of 16/8/4 bytes, at most
+    8 elements, dividing a row."""
     row_bytes = head_dim * itemsize
-    return next((b for b in (16, 8, 4) if row_bytes % b == 0), itemsize)
+    return next((b for b in (16, 8, 4) if row_bytes % b == 0 and b <= 8 * itemsize), itemsize)
 
 
 def check_pool_alignment(head_dim: int, itemsize: int, **pool_pointers: int) -> None:

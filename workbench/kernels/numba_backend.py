@@ -24,7 +24,8 @@ _NO_BITS = np.zeros((1, 1, 1), dtype=np.uint16)
 
 
 def _kernel_pools(k_pool, v_pool, kv_dtype):
-    """(k_rows, v_rows, k_bits, v_bits) as `attention_partials` takes them; the unused pair is a placeholder."""
+    """(k_rows, v_rows, k_bits, v_bits) as `attention_partials` takes them; the unused pair is a placeholder.
+    fp8 pools [S, H, D] of uint8 codes become uint16 [S, H, D / 2] views (two codes per word)."""
     if kv_dtype == "fp32":
         rows = lambda pool: pool.reshape(-1, pool.shape[2])  # [num_slots * num_kv_heads, head_dim], a view
         return rows(k_pool), rows(v_pool), _NO_BITS, _NO_BITS
@@ -61,7 +62,18 @@ def _part_tokens(num_items: int, max_len: int) -> int:
 
 
 def _attention(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
-               kv_dtype, scale, window):
+               kv_dtype, scale, kv_scales, window):
+    """kv_scales = (k_scale, v_scale): k_scale folds into the softmax scale, v_scale multiplies the output
+    (both 1.0 except for fp8 pools, whose codes decode to value / scale); window: 0 or a sliding window."""
+    out = _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
+                          kv_dtype, scale * kv_scales[0], window)
+    if kv_scales[1] != 1.0:
+        out *= np.float32(kv_scales[1])
+    return out
+
+
+def _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
+                    kv_dtype, scale, window):
     num_kv_heads = k_pool.shape[1]
     chunk_seq, chunk_q_begin, chunk_q_end = _plan(qo_indptr, q.shape[1])
     max_len = int(kv_len.max())
@@ -96,27 +108,30 @@ def _decode_indptr(num_seqs: int) -> np.ndarray:
     return np.arange(num_seqs + 1, dtype=np.int32)
 
 
-def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale, window=0):
+def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
+                 kv_scales=(1.0, 1.0), window=0):
     kv_len = _paged_len(kv_indptr, kv_last_page_len, block_size)
     return _attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, True, kv_indptr, kv_indices, block_size,
-                      _EMPTY_I32, kv_len, kv_dtype, scale, window)
+                      _EMPTY_I32, kv_len, kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, window=0):
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0),
+                      window=0):
     return _attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, False, _EMPTY_I32, _EMPTY_I32, 1,
-                      kv_start, kv_len, kv_dtype, scale, window)
+                      kv_start, kv_len, kv_dtype, scale, kv_scales, window)
 
 
 def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
-                 window=0):
+                 kv_scales=(1.0, 1.0), window=0):
     kv_len = _paged_len(kv_indptr, kv_last_page_len, block_size)
     return _attention(q, qo_indptr, k_pool, v_pool, True, kv_indptr, kv_indices, block_size, _EMPTY_I32, kv_len,
-                      kv_dtype, scale, window)
+                      kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, window=0):
+def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0),
+                      window=0):
     return _attention(q, qo_indptr, k_pool, v_pool, False, _EMPTY_I32, _EMPTY_I32, 1, kv_start, kv_len,
-                      kv_dtype, scale, window)
+                      kv_dtype, scale, kv_scales, window)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:

@@ -1,6 +1,7 @@
-"""KV element decoding for the Numba backend: 16-bit storage → float32.
+"""KV element decoding for the Numba backend: 16- and 8-bit storage → float32.
 
-Numba has no CPU float16, so fp16 and bf16 pools reach the kernels as uint16 bits. `KV_CODE` is
+Numba has no CPU float16 or fp8, so fp16 and bf16 pools reach the kernels as uint16 bits, and fp8
+pools as the same uint16 view of their bytes (two e4m3 codes per word, little-endian). `KV_CODE` is
 passed to the kernels as a plain int so that one compiled kernel serves every format.
 """
 
@@ -12,8 +13,10 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-FP32, FP16, BF16 = 0, 1, 2
-KV_CODE = {"fp32": FP32, "fp16": FP16, "bf16": BF16}
+from workbench.kernels.fp8 import E4M3_VALUES
+
+FP32, FP16, BF16, FP8 = 0, 1, 2, 3
+KV_CODE = {"fp32": FP32, "fp16": FP16, "bf16": BF16, "fp8": FP8}
 
 
 @njit(inline="always", cache=True)
@@ -86,12 +89,18 @@ def bf16_to_float(bits):
 
 @njit(inline="always", cache=True)
 def load_row(pool, slot, kv_head, kv_code, dst, row):
-    """dst[row, :] = pool[slot, kv_head, :] (uint16 fp16 or bf16 bits) decoded to float32. Mutates dst only.
+    """dst[row, :] = pool[slot, kv_head, :] (uint16 fp16 or bf16 bits, or pairs of e4m3 codes) decoded to
+    float32 (fp8: the code's value; the per-tensor scale is applied by the caller). Mutates dst only.
 
     One loop per format (not a branch per element) so that each loop vectorizes.
     """
     head_dim = dst.shape[1]
-    if kv_code == FP16:
+    if kv_code == FP8:
+        for d in range(head_dim // 2):
+            word = pool[slot, kv_head, d]
+            dst[row, 2 * d] = E4M3_VALUES[word & np.uint16(0xFF)]
+            dst[row, 2 * d + 1] = E4M3_VALUES[word >> np.uint16(8)]
+    elif kv_code == FP16:
         for d in range(head_dim):
             dst[row, d] = half_to_float(pool[slot, kv_head, d])
     else:

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from workbench.kernels.fp8 import E4M3_VALUES
+
 
 def rel_err(out, ref) -> float:
     """‖out − ref‖ / ‖ref‖ in float64; inf when `out` holds a NaN or inf, so a NaN never passes."""
@@ -34,10 +36,13 @@ def _norm(x: np.ndarray) -> float:
     return math.sqrt(float(np.sum(np.square(x))))
 
 
-def dequantize(rows: np.ndarray, kv_dtype: str) -> np.ndarray:
-    """KV rows in their storage dtype → float64 (bf16 arrives as uint16 bits: the top half of a float32)."""
+def dequantize(rows: np.ndarray, kv_dtype: str, kv_scale: float = 1.0) -> np.ndarray:
+    """KV rows in their storage dtype → float64 (bf16 arrives as uint16 bits: the top half of a float32;
+    fp8 as uint8 e4m3 codes, times their per-tensor scale)."""
     if kv_dtype == "bf16":
         return (rows.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if kv_dtype == "fp8":
+        return E4M3_VALUES[rows].astype(np.float64) * kv_scale
     return rows.astype(np.float64)
 
 
@@ -76,17 +81,17 @@ def _attend(q, k, v, scale: float, num_visible, window: int = 0) -> np.ndarray:
     return out.reshape(num_q, num_heads, head_dim)
 
 
-def _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, window) -> np.ndarray:
+def _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window) -> np.ndarray:
     out = np.empty(q.shape, dtype=np.float64)  # [num_seqs, num_heads, head_dim]
     for seq in range(q.shape[0]):
         slots = slots_of(seq)
-        k = dequantize(k_pool[slots], kv_dtype)  # [kv_len, num_kv_heads, head_dim]
-        v = dequantize(v_pool[slots], kv_dtype)
+        k = dequantize(k_pool[slots], kv_dtype, kv_scales[0])  # [kv_len, num_kv_heads, head_dim]
+        v = dequantize(v_pool[slots], kv_dtype, kv_scales[1])
         out[seq] = _attend(q[seq : seq + 1], k, v, scale, [len(slots)], window)[0]
     return out
 
 
-def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, window) -> np.ndarray:
+def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window) -> np.ndarray:
     out = np.empty(q.shape, dtype=np.float64)  # [total_q, num_heads, head_dim]
     for seq in range(len(qo_indptr) - 1):
         q_begin, q_end = int(qo_indptr[seq]), int(qo_indptr[seq + 1])
@@ -94,34 +99,37 @@ def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, window) -> 
         kv_len, num_q = len(slots), q_end - q_begin
         # query j sits at position kv_len - num_q + j and sees positions 0..kv_len - num_q + j
         num_visible = kv_len - num_q + 1 + np.arange(num_q)
-        k = dequantize(k_pool[slots], kv_dtype)
-        v = dequantize(v_pool[slots], kv_dtype)
+        k = dequantize(k_pool[slots], kv_dtype, kv_scales[0])
+        v = dequantize(v_pool[slots], kv_dtype, kv_scales[1])
         out[q_begin:q_end] = _attend(q[q_begin:q_end], k, v, scale, num_visible, window)
     return out
 
 
-def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale, window=0):
+def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
+                 kv_scales=(1.0, 1.0), window=0):
     """Decode attention over a CSR page table → float64 [num_seqs, num_heads, head_dim]."""
     slots_of = lambda seq: paged_slots(kv_indptr, kv_indices, kv_last_page_len, block_size, seq)
-    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, window)
+    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, window=0):
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0), window=0):
     """Decode attention over contiguous extents → float64 [num_seqs, num_heads, head_dim]."""
-    return _decode(q, k_pool, v_pool, lambda seq: contiguous_slots(kv_start, kv_len, seq), kv_dtype, scale, window)
+    slots_of = lambda seq: contiguous_slots(kv_start, kv_len, seq)
+    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window)
 
 
 def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
-                 window=0):
+                 kv_scales=(1.0, 1.0), window=0):
     """Causal extend attention over a CSR page table → float64 [total_q, num_heads, head_dim]."""
     slots_of = lambda seq: paged_slots(kv_indptr, kv_indices, kv_last_page_len, block_size, seq)
-    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, window)
+    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, window=0):
+def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0),
+                      window=0):
     """Causal extend attention over contiguous extents → float64 [total_q, num_heads, head_dim]."""
     slots_of = lambda seq: contiguous_slots(kv_start, kv_len, seq)
-    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, window)
+    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:

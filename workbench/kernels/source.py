@@ -48,7 +48,8 @@ def sources_digest() -> str:
 
 
 def cuda_include_dirs() -> list[Path]:
-    """Folders holding cuda_fp16.h / cuda_bf16.h: the nvidia-cuda-runtime wheel, then $CUDA_HOME, /usr/local/cuda.
+    """Folders holding cuda_fp16.h and cuda_bf16.h: the nvidia-cuda-runtime wheel, then $CUDA_HOME,
+    /usr/local/cuda, then the copies CuPy bundles.
 
     NVRTC needs only the fp16/bf16 headers; a host compiler (the CPU shim) also needs `crt/host_defines.h`
     and `nv/target` (a toolkit, or the nvidia-cuda-crt and -cccl wheels), so callers pick the first
@@ -65,11 +66,23 @@ def cuda_include_dirs() -> list[Path]:
         if os.environ.get(env):
             found.append(Path(os.environ[env]) / "include")
     found.append(Path("/usr/local/cuda/include"))
-    return [p for p in found if (p / "cuda_fp16.h").is_file()]
+    found += _cupy_bundled_headers()
+    return [p for p in found if (p / "cuda_fp16.h").is_file() and (p / "cuda_bf16.h").is_file()]
+
+
+def _cupy_bundled_headers() -> list[Path]:
+    """CuPy's own copies of the CUDA 13 fp16/bf16 headers (a machine with cupy-cuda13x and no toolkit)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("cupy")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    bundled = Path(next(iter(spec.submodule_search_locations))) / "_core" / "include" / "cupy" / "_cuda"
+    return sorted(bundled.glob("cuda-13*"), reverse=True)
 
 
 # Template arguments the launchers instantiate (docs/kernels.md): KV dtype → CUDA type, head dims, row tiles.
-CUDA_KV_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+CUDA_KV_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16", "fp8": "kvw::Fp8E4M3"}
 HEAD_DIMS = (64, 80, 96, 128, 256)
 ROW_TILES = (1, 2, 4, 8)  # (query token, query head) rows per attention block
 COPY_WORDS = ("uint4", "unsigned short")  # 16-byte words when rows and pointers allow, else 2-byte

@@ -7,7 +7,9 @@ import math
 
 import numpy as np
 
-STORAGE_DTYPE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16)}
+# bf16 pools hold uint16 bits, fp8 (e4m3) pools uint8 codes with a per-tensor scale
+STORAGE_DTYPE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": np.dtype(np.uint16),
+                 "fp8": np.dtype(np.uint8)}
 MAX_BLOCK_SIZE = 256
 
 
@@ -41,9 +43,11 @@ def check_pools(fn, k_pool, v_pool, kv_dtype):
     if kv_dtype is None:
         if pool_dtype == np.uint16:
             _fail(fn, "uint16 pools hold bf16 bits: pass kv_dtype='bf16'")
+        if pool_dtype == np.uint8:
+            _fail(fn, "uint8 pools hold fp8 (e4m3) codes: pass kv_dtype='fp8'")
         kv_dtype = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16"}.get(pool_dtype)
         if kv_dtype is None:
-            _fail(fn, f"k_pool dtype must be float32, float16 or uint16 (bf16 bits), got {pool_dtype}")
+            _fail(fn, f"k_pool dtype must be float32, float16, uint16 (bf16 bits) or uint8 (fp8), got {pool_dtype}")
     if kv_dtype not in STORAGE_DTYPE:
         _fail(fn, f"kv_dtype must be one of {sorted(STORAGE_DTYPE)}, got {kv_dtype!r}")
     if pool_dtype != STORAGE_DTYPE[kv_dtype]:
@@ -51,7 +55,19 @@ def check_pools(fn, k_pool, v_pool, kv_dtype):
     check_array(fn, "v_pool", v_pool, k_pool.dtype, tuple(k_pool.shape))
     if k_pool.shape[1] < 1 or k_pool.shape[2] < 1:
         _fail(fn, f"k_pool needs num_kv_heads >= 1 and head_dim >= 1, got shape {tuple(k_pool.shape)}")
+    if kv_dtype == "fp8" and k_pool.shape[2] % 2:
+        _fail(fn, f"fp8 pools need an even head_dim (kernels read code pairs), got {k_pool.shape[2]}")
     return kv_dtype
+
+
+def check_kv_scales(fn, kv_dtype, k_scale, v_scale) -> tuple[float, float]:
+    """(k_scale, v_scale): positive finite floats; anything but 1.0 only for fp8 pools."""
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if not (isinstance(value, int | float | np.floating) and math.isfinite(value) and value > 0):
+            _fail(fn, f"{name} must be a positive finite float, got {value!r}")
+        if kv_dtype != "fp8" and value != 1.0:
+            _fail(fn, f"{name} applies to fp8 pools only (kv_dtype={kv_dtype!r}), got {value!r}")
+    return float(k_scale), float(v_scale)
 
 
 def check_query(fn, q, k_pool, scale):

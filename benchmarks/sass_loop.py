@@ -1,0 +1,119 @@
+"""Static cost of the attention kernel's main loop, read from its SASS (no GPU needed).
+
+The kernels are compiled with NVRTC for sm_90 with the ptxas report (registers, spills); the CUBIN
+is disassembled with `cuobjdump -sass`. The main loop is the innermost backward branch whose body
+holds the vector K/V loads (LDG.E.128, or LDG.E.64 for fp8's 8-byte vectors; the page-table reads
+are 32-bit); its bytes per trip are those loads × their width × 32 lanes, so instructions per KV byte is what one
+warp issues per byte it streams. A static count: branches inside the body count once, which is
+what a full tile (the common case) executes, give or take the masked tail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.kernels import nvrtc, source
+
+_INSTRUCTION = re.compile(r"^\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<text>[^;]*);")
+_BRANCH = re.compile(r"\bBRA\s+(?:`\()?0x(?P<target>[0-9a-f]+)")
+_FUNCTION = re.compile(r"Function : (?P<name>\S+)")
+KV_LOAD_BYTES = {"LDG.E.128": 16 * 32, "LDG.E.64": 8 * 32}  # one vector load per lane of a warp
+
+
+@dataclass(frozen=True)
+class LoopCost:
+    kernel: str
+    registers: int
+    spill_bytes: int
+    loop_instructions: int
+    kv_bytes_per_trip: int
+
+    @property
+    def instructions_per_kv_byte(self) -> float:
+        return self.loop_instructions / self.kv_bytes_per_trip if self.kv_bytes_per_trip else float("nan")
+
+
+def find_tool(name: str) -> str | None:
+    """`name` on PATH, in $CUDA_HOME/bin, or in the nvidia-cuda-* 13 wheels' bin folder."""
+    found = shutil.which(name)
+    if found:
+        return found
+    folders = [Path(os.environ[v]) / "bin" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    try:
+        import nvidia.cu13
+
+        folders += [Path(p) / "bin" for p in nvidia.cu13.__path__]
+    except ImportError:
+        pass
+    folders.append(Path("/usr/local/cuda/bin"))
+    return next((str(f / name) for f in folders if (f / name).is_file()), None)
+
+
+def split_functions(sass: str) -> dict[str, list[tuple[int, str]]]:
+    """cuobjdump -sass text → {mangled name: [(address, instruction text)]}."""
+    functions, current = {}, None
+    for line in sass.splitlines():
+        if found := _FUNCTION.search(line):
+            current = functions.setdefault(found["name"], [])
+        elif current is not None and (ins := _INSTRUCTION.match(line)):
+            current.append((int(ins["addr"], 16), ins["text"].strip()))
+    return functions
+
+
+def main_loop(instructions: list[tuple[int, str]]) -> tuple[int, int]:
+    """(instructions, KV bytes per warp) of the innermost loop that holds KV loads; (0, 0) when there is none."""
+    best = (0, 0)
+    for addr, text in instructions:
+        branch = _BRANCH.search(text)
+        if not branch or int(branch["target"], 16) > addr:
+            continue
+        body = [t for a, t in instructions if int(branch["target"], 16) <= a <= addr and not t.startswith("NOP")]
+        loads = sum(size for t in body for op, size in KV_LOAD_BYTES.items() if t.startswith(op))
+        if loads and (best == (0, 0) or len(body) < best[0]):
+            best = (len(body), loads)
+    return best
+
+
+def loop_costs(expressions: list[str], arch: str = "sm_90") -> list[LoopCost]:
+    """One NVRTC compilation of `expressions` (attention kernels) and the loop cost of each."""
+    cuobjdump = find_tool("cuobjdump")
+    if cuobjdump is None:
+        raise SystemExit("cuobjdump not found (a CUDA toolkit, or pip install nvidia-cuda-cuobjdump "
+                         "nvidia-cuda-nvdisasm): --sass needs it")
+    module = nvrtc.compile_cubin(source.ATTENTION_CU, expressions, arch)
+    env = dict(os.environ)
+    if nvdisasm := find_tool("nvdisasm"):
+        env["PATH"] = f"{Path(nvdisasm).parent}{os.pathsep}{env.get('PATH', '')}"
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "attention.cubin"
+        cubin.write_bytes(module.cubin)
+        sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True,
+                              env=env).stdout
+    functions = split_functions(sass)
+    costs = []
+    for expression in expressions:
+        mangled = module.lowered_names[expression]
+        report = module.resources[mangled]
+        count, kv_bytes = main_loop(functions.get(mangled, []))
+        costs.append(LoopCost(expression, report.registers, report.spill_store_bytes + report.spill_load_bytes,
+                              count, kv_bytes))
+    return costs
+
+
+def print_table(expressions: list[str]) -> None:
+    """The loop cost of each expression whose KV type the checkout's kernels know (so an older
+    checkout, run with PYTHONPATH pointing at it, prints its own "before" rows)."""
+    known = set(source.CUDA_KV_TYPES.values())
+    expressions = [e for e in expressions if e.split("<", 1)[1].split(",", 1)[0] in known]
+    print(f"SASS of the attention main loop (NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}, sm_90); "
+          f"kernels from {source.kernels_dir()}")
+    print(f"{'kernel':<46} {'regs':>5} {'spill_B':>7} {'loop_instr':>10} {'KV_B/trip':>9} {'instr/KV_B':>10}")
+    for c in loop_costs(expressions):
+        print(f"{c.kernel:<46} {c.registers:>5} {c.spill_bytes:>7} {c.loop_instructions:>10} "
+              f"{c.kv_bytes_per_trip:>9} {c.instructions_per_kv_byte:>10.3f}")

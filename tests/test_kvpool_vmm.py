@@ -1,0 +1,101 @@
+"""The bookkeeping of KV pools in CUDA virtual memory, on any machine: a recording driver stands in for CUDA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.kvpool_vmm import VirtualBuffer, pages_of_rows, pages_within_rows, round_up
+
+MIB = 1 << 20
+
+
+class RecordingDriver:
+    """Every CUDA call as a tuple, with addresses and handles that a real driver could return."""
+
+    def __init__(self, granularity: int = 2 * MIB) -> None:
+        self.page = granularity
+        self.calls: list[tuple] = []
+        self.next_handle = 100
+
+    def granularity(self) -> int:
+        return self.page
+
+    def reserve(self, size_bytes: int) -> int:
+        self.calls.append(("reserve", size_bytes))
+        return 1 << 40
+
+    def create(self, size_bytes: int) -> int:
+        self.next_handle += 1
+        self.calls.append(("create", size_bytes, self.next_handle))
+        return self.next_handle
+
+    def map(self, address: int, size_bytes: int, handle: int) -> None:
+        self.calls.append(("map", address, size_bytes, handle))
+
+    def set_access(self, address: int, size_bytes: int) -> None:
+        self.calls.append(("access", address, size_bytes))
+
+    def unmap(self, address: int, size_bytes: int) -> None:
+        self.calls.append(("unmap", address, size_bytes))
+
+    def release(self, handle: int) -> None:
+        self.calls.append(("release", handle))
+
+    def free(self, address: int, size_bytes: int) -> None:
+        self.calls.append(("free", address, size_bytes))
+
+
+def test_round_up_to_the_granularity():
+    assert round_up(1, 2 * MIB) == 2 * MIB and round_up(4 * MIB, 2 * MIB) == 4 * MIB
+
+
+def test_pages_of_rows_for_rows_smaller_and_larger_than_a_page():
+    # Llama-3-8B fp16 rows of 2 KiB: 1,024 rows per 2 MiB page
+    assert pages_of_rows(np.array([0, 1023, 1024, 5000]), 2048, 2 * MIB).tolist() == [0, 1, 4]
+    # a row straddling two pages touches both
+    assert pages_of_rows(np.array([2]), 3 * MIB // 4, 2 * MIB).tolist() == [0, 1]
+    # rows larger than a page span several
+    assert pages_of_rows(np.array([1]), 5 * MIB, 2 * MIB).tolist() == [2, 3, 4]
+
+
+def test_a_release_unmaps_only_pages_wholly_inside_the_rows():
+    assert list(pages_within_rows(1024, 4096, 2048, 2 * MIB)) == [1, 2, 3]
+    assert list(pages_within_rows(1000, 2100, 2048, 2 * MIB)) == [1]  # pages 0 and 2 hold rows outside
+    assert list(pages_within_rows(10, 20, 2048, 2 * MIB)) == []
+
+
+def test_a_page_is_created_mapped_and_opened_once_then_unmapped_and_released():
+    driver = RecordingDriver()
+    buf = VirtualBuffer(5 * MIB, driver)
+    assert buf.size_bytes == 6 * MIB and driver.calls == [("reserve", 6 * MIB)]
+    base = buf.address
+    assert buf.map_pages([2, 0, 2]) == 2
+    assert buf.map_pages([0]) == 0  # already mapped: no call
+    assert driver.calls[1:] == [("create", 2 * MIB, 101), ("map", base + 4 * MIB, 2 * MIB, 101),
+                                ("access", base + 4 * MIB, 2 * MIB), ("create", 2 * MIB, 102),
+                                ("map", base, 2 * MIB, 102), ("access", base, 2 * MIB)]
+    driver.calls.clear()
+    assert buf.unmap_pages([0, 1]) == 1
+    assert driver.calls == [("unmap", base, 2 * MIB), ("release", 102)]
+    driver.calls.clear()
+    buf.close()
+    assert driver.calls == [("unmap", base + 4 * MIB, 2 * MIB), ("release", 101), ("free", base, 6 * MIB)]
+
+
+def test_a_page_outside_the_reservation_is_refused():
+    buf = VirtualBuffer(2 * MIB, RecordingDriver())
+    with pytest.raises(ValueError, match="outside the reserved"):
+        buf.map_pages([1])
+
+
+def test_the_cuda_driver_describes_device_pages_without_a_device():
+    """The descriptors the CUDA calls take are built from the bindings' real types (no device needed)."""
+    cu = pytest.importorskip("cuda.bindings.driver")
+    from workbench.kvpool_vmm import CudaDriver
+
+    driver = CudaDriver(device=0)
+    assert driver.prop.type == cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    assert driver.prop.location.type == cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    assert driver.access.location.id == 0
+    assert driver.access.flags == cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE

@@ -1,0 +1,205 @@
+"""KV pool arrays in CUDA virtual memory (vAttention on the GPU): reserve once, map physical pages on demand.
+
+For `virtual-contiguous` on the `cupy` backend, each of K and V is one reserved virtual range of
+`virtual_slots` rows (`cuMemAddressReserve`), seen by the kernels as a plain CuPy array
+([virtual_slots, num_kv_heads, head_dim], through `UnownedMemory`). Rows are backed by physical pages
+of the driver's granularity (`cuMemGetAllocationGranularity`, 2 MiB on current GPUs): a page is
+created, mapped and made accessible (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`) before the first
+row in it is written, and unmapped and released (`cuMemUnmap`, `cuMemRelease`) by `release_slots`.
+Reading an unmapped page is an illegal address, so the kernels reading only written rows is checked
+by the hardware.
+
+The bookkeeping (which pages a set of rows touches, which are mapped) is plain Python over a
+`Driver`; `CudaDriver` is the only code that calls CUDA, one call per method, so everything else is
+tested on any machine with a recording driver.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from workbench.kvpool import STORAGE_DTYPES, KVPool
+
+
+def round_up(size_bytes: int, granularity_bytes: int) -> int:
+    return -(-size_bytes // granularity_bytes) * granularity_bytes
+
+
+def pages_of_rows(rows: np.ndarray, row_bytes: int, page_bytes: int) -> np.ndarray:
+    """Sorted distinct pages holding any byte of these rows (int64 [k] row indices) -> int64 [m]."""
+    rows = np.asarray(rows, dtype=np.int64)
+    first = rows * row_bytes // page_bytes  # [k]
+    last = ((rows + 1) * row_bytes - 1) // page_bytes  # [k]; > first + 1 only when a row spans pages
+    spans = last - first + 1
+    offsets = np.arange(int(spans.sum()), dtype=np.int64) - np.repeat(np.cumsum(spans) - spans, spans)
+    return np.unique(np.repeat(first, spans) + offsets)
+
+
+def pages_within_rows(start_row: int, stop_row: int, row_bytes: int, page_bytes: int) -> range:
+    """Pages lying entirely inside rows [start_row, stop_row): those a release may unmap (a page shared
+    with a row outside the range stays)."""
+    first = -(-start_row * row_bytes // page_bytes)
+    return range(first, stop_row * row_bytes // page_bytes)
+
+
+class Driver(Protocol):
+    """The CUDA virtual memory calls, one per method (addresses and handles are ints)."""
+
+    def granularity(self) -> int: ...
+    def reserve(self, size_bytes: int) -> int: ...
+    def create(self, size_bytes: int) -> int: ...
+    def map(self, address: int, size_bytes: int, handle: int) -> None: ...
+    def set_access(self, address: int, size_bytes: int) -> None: ...
+    def unmap(self, address: int, size_bytes: int) -> None: ...
+    def release(self, handle: int) -> None: ...
+    def free(self, address: int, size_bytes: int) -> None: ...
+
+
+class VirtualBuffer:
+    """One reserved virtual range with pages mapped on demand. Mutating methods say so."""
+
+    def __init__(self, size_bytes: int, driver: Driver) -> None:
+        self.driver = driver
+        self.page_bytes = driver.granularity()
+        self.size_bytes = round_up(size_bytes, self.page_bytes)
+        self.address = driver.reserve(self.size_bytes)
+        self.handles: dict[int, int] = {}  # mapped page -> its physical allocation
+
+    def map_pages(self, pages) -> int:
+        """Mutates. Back these pages with physical memory (those not mapped yet); returns how many were mapped."""
+        new = [p for p in dict.fromkeys(int(p) for p in pages) if p not in self.handles]
+        for page in new:
+            if not 0 <= page < self.size_bytes // self.page_bytes:
+                raise ValueError(f"page {page} outside the reserved {self.size_bytes} bytes")
+            handle = self.driver.create(self.page_bytes)
+            address = self.address + page * self.page_bytes
+            self.driver.map(address, self.page_bytes, handle)
+            self.driver.set_access(address, self.page_bytes)
+            self.handles[page] = handle
+        return len(new)
+
+    def unmap_pages(self, pages) -> int:
+        """Mutates. Unmap and release these pages (those mapped); returns how many were unmapped."""
+        gone = [p for p in dict.fromkeys(int(p) for p in pages) if p in self.handles]
+        for page in gone:
+            self.driver.unmap(self.address + page * self.page_bytes, self.page_bytes)
+            self.driver.release(self.handles.pop(page))
+        return len(gone)
+
+    def close(self) -> None:
+        """Mutates. Unmap everything and give the virtual range back."""
+        self.unmap_pages(list(self.handles))
+        self.driver.free(self.address, self.size_bytes)
+
+
+class CudaDriver:
+    """`Driver` over `cuda.bindings.driver` on the current device (a CuPy context must be current)."""
+
+    def __init__(self, device: int) -> None:
+        from cuda.bindings import driver as cu
+        self.cu = cu
+        prop = cu.CUmemAllocationProp()
+        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = device
+        self.prop = prop
+        access = cu.CUmemAccessDesc()
+        access.location = prop.location
+        access.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        self.access = access
+
+    def _call(self, result):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        if err != self.cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"CUDA virtual memory call failed: {err}")
+        return rest[0] if rest else None
+
+    def granularity(self) -> int:
+        flag = self.cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
+        return int(self._call(self.cu.cuMemGetAllocationGranularity(self.prop, flag)))
+
+    def reserve(self, size_bytes: int) -> int:
+        return int(self._call(self.cu.cuMemAddressReserve(size_bytes, 0, 0, 0)))
+
+    def create(self, size_bytes: int) -> int:
+        return int(self._call(self.cu.cuMemCreate(size_bytes, self.prop, 0)))
+
+    def map(self, address: int, size_bytes: int, handle: int) -> None:
+        self._call(self.cu.cuMemMap(address, size_bytes, 0, handle, 0))
+
+    def set_access(self, address: int, size_bytes: int) -> None:
+        self._call(self.cu.cuMemSetAccess(address, size_bytes, [self.access], 1))
+
+    def unmap(self, address: int, size_bytes: int) -> None:
+        self._call(self.cu.cuMemUnmap(address, size_bytes))
+
+    def release(self, handle: int) -> None:
+        self._call(self.cu.cuMemRelease(handle))
+
+    def free(self, address: int, size_bytes: int) -> None:
+        self._call(self.cu.cuMemAddressFree(address, size_bytes))
+
+
+class VirtualKVArrays:
+    """K and V of one layer, [num_slots, num_kv_heads, head_dim] each, in virtual memory on the GPU.
+
+    `ensure_rows` maps the pages that rows are about to be written into; `release_rows` unmaps the
+    pages lying wholly inside a released range of rows. `k` and `v` are CuPy arrays over the ranges."""
+
+    def __init__(self, num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str,
+                 driver: Driver | None = None) -> None:
+        import cupy
+        dtype = np.dtype(STORAGE_DTYPES[kv_dtype])
+        self.row_bytes = num_kv_heads * head_dim * dtype.itemsize
+        driver = driver or CudaDriver(cupy.cuda.Device().id)
+        self.buffers = [VirtualBuffer(num_slots * self.row_bytes, driver) for _ in range(2)]
+        shape = (num_slots, num_kv_heads, head_dim)
+        self.k, self.v = (cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(
+            cupy.cuda.UnownedMemory(b.address, b.size_bytes, self), 0)) for b in self.buffers)
+
+    def ensure_rows(self, rows: np.ndarray) -> int:
+        """Mutates. Map every page these rows touch in K and V; returns the pages mapped (K and V)."""
+        pages = pages_of_rows(rows, self.row_bytes, self.buffers[0].page_bytes)
+        return sum(b.map_pages(pages) for b in self.buffers)
+
+    def release_rows(self, start: int, stop: int) -> int:
+        """Mutates. Unmap the pages wholly inside rows [start, stop) in K and V; returns how many."""
+        pages = pages_within_rows(start, stop, self.row_bytes, self.buffers[0].page_bytes)
+        return sum(b.unmap_pages(pages) for b in self.buffers)
+
+    def mapped_bytes(self) -> int:
+        return sum(len(b.handles) * b.page_bytes for b in self.buffers)
+
+    def close(self) -> None:
+        for b in self.buffers:
+            b.close()
+
+
+class VirtualKVPool(KVPool):
+    """`KVPool` whose device K/V live in CUDA virtual memory (backend `cupy`): the pages a write, a copy
+    or a swap-in lands in are mapped first. Pages stay mapped once written, for the run (the strategy's
+    accounting, not the driver, decides capacity; a reused extent finds its pages mapped, as with
+    vAttention's reuse cache)."""
+
+    def _device_arrays(self, num_slots: int, num_kv_heads: int, head_dim: int):
+        self.vmm = VirtualKVArrays(num_slots, num_kv_heads, head_dim, self.kv_dtype)
+        return self.vmm.k, self.vmm.v
+
+    def write(self, slots: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
+        self.vmm.ensure_rows(slots[slots >= 0])
+        super().write(slots, k_rows, v_rows)
+
+    def copy_blocks(self, copies: np.ndarray, block_size: int) -> None:
+        self.vmm.ensure_rows(_block_rows(copies[:, 1], block_size))
+        super().copy_blocks(copies, block_size)
+
+    def swap_in(self, moves: np.ndarray, block_size: int) -> None:
+        self.vmm.ensure_rows(_block_rows(moves[:, 1], block_size))
+        super().swap_in(moves, block_size)
+
+
+def _block_rows(blocks: np.ndarray, block_size: int) -> np.ndarray:
+    """Rows of these blocks, int64 [len(blocks) × block_size]."""
+    return (np.asarray(blocks, dtype=np.int64)[:, None] * block_size + np.arange(block_size)).ravel()
