@@ -4,7 +4,8 @@
 // one (sequence, kv head, row chunk, KV partition): its "rows" are up to ROWS (query token, query
 // head) pairs that read the same kv head, so each K/V row is fetched from memory once for the whole
 // GQA group (and, in extend, for several query tokens). Query token j of a sequence with kv_len L
-// and Q new tokens sits at position L - Q + j and sees positions 0..L - Q + j (causal).
+// and Q new tokens sits at position L - Q + j and sees positions 0..L - Q + j (causal); with a
+// sliding window W > 0 (argument `window`, 0 = full attention) only L - Q + j - W + 1..L - Q + j.
 //
 // Warps: the block's rows are spread over ROW_WARPS warps of at most WARP_ROWS rows each (so no
 // lane holds the state of more than 4 rows); the warps that share rows split the KV positions into
@@ -63,6 +64,7 @@ __device__ __forceinline__ void attention_block(
     const T* __restrict__ k_pool,       // [num_slots, num_kv_heads, HEAD_DIM]
     const T* __restrict__ v_pool,       // [num_slots, num_kv_heads, HEAD_DIM]
     const Addressing addr, int num_heads, int num_kv_heads, int row_chunks, int partition_tokens, float scale,
+    int window,                    // sliding window in tokens; 0 = full attention
     float* __restrict__ out,       // [total_q, num_heads, HEAD_DIM], written when gridDim.y == 1
     float* __restrict__ part_out,  // [total_q, num_heads, gridDim.y, HEAD_DIM], written when gridDim.y > 1
     float* __restrict__ part_ml) {  // [total_q, num_heads, gridDim.y, 2] (max, sum), with part_out
@@ -85,6 +87,8 @@ __device__ __forceinline__ void attention_block(
   const auto row_head = [&](int r) { return kv_head * group + (row0 + r) % group; };
   const auto row_visible = [&](int r) { return row0 + r < num_rows ? kv_len - num_q + (row0 + r) / group + 1 : 0; };
   const int visible_max = row_visible(imin(ROWS, num_rows - row0) - 1);  // the last real row sees the most
+  // First position row r reads: its window's start (row 0, the earliest query, has the smallest one).
+  const auto row_first = [&](int r) { return window > 0 ? imax(0, row_visible(r) - window) : 0; };
 
   // Scores are kept in base 2 (q carries log2(e)), so each exponential is one ex2; m and l stay in
   // that unit until they leave the block, where m is converted back to natural log units.
@@ -99,17 +103,26 @@ __device__ __forceinline__ void attention_block(
   const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
   const int slot = lane / L::GROUP, g = lane % L::GROUP;
   const int token_warp = warp % L::TOKEN_WARPS, first_row = warp / L::TOKEN_WARPS * L::WARP_ROWS;
-  const int begin = part * partition_tokens;
+  // Partitions tile the block's span [row_first(0), visible_max) (the whole prefix without a window):
+  // nothing before the earliest row's window is read, and the launcher sizes split-K by that span. A
+  // partition past the span reads nothing and leaves its rows empty (l = 0), weighed zero in the merge.
+  const int begin = row_first(0) + part * partition_tokens;
   const int end = imin(begin + partition_tokens, visible_max);
 
   float q_reg[L::WARP_ROWS][L::ELEMS];
   int limit[L::WARP_ROWS];  // positions below this are visible to the row (and inside the partition)
+  int lower[L::WARP_ROWS];  // positions from this on are inside the row's window
   int min_limit = end;      // the smallest limit of the warp's real rows (padding rows' results are dropped)
+  int max_lower = begin;    // the largest window start of the warp's real rows
   float m[L::WARP_ROWS], l[L::WARP_ROWS], acc[L::WARP_ROWS][L::ELEMS];
 #pragma unroll
   for (int r = 0; r < L::WARP_ROWS; ++r) {
     limit[r] = imin(end, row_visible(first_row + r));
-    if (row0 + first_row + r < num_rows) min_limit = imin(min_limit, limit[r]);
+    lower[r] = row_first(first_row + r);
+    if (row0 + first_row + r < num_rows) {
+      min_limit = imin(min_limit, limit[r]);
+      max_lower = imax(max_lower, lower[r]);
+    }
     m[r] = -INFINITY;
     l[r] = 0.f;
 #pragma unroll
@@ -126,7 +139,8 @@ __device__ __forceinline__ void attention_block(
   const long long head_offset = (long long)kv_head * HEAD_DIM;
   const long long slot_stride = (long long)num_kv_heads * HEAD_DIM;
   // One tile of L::TILE positions from `base`. MASKED: some position of the tile is past a real
-  // row's limit, so positions are clamped for loading and masked per row; full tiles skip both.
+  // row's limit or before a real row's window start, so positions are clamped for loading and masked
+  // per row; full tiles skip both. (Positions are never below `begin`: nothing is clamped downwards.)
   // (The lambda is inlined at both calls, so each copy is compiled with MASKED a constant.)
   const auto tile = [&](const int base, const bool MASKED) {
     long long row_at[L::STEPS];  // (1) element offset of each step's K/V row
@@ -170,7 +184,8 @@ __device__ __forceinline__ void attention_block(
       tile_max[r] = -INFINITY;
 #pragma unroll
       for (int s = 0; s < L::STEPS; ++s) {
-        if (MASKED && base + s * L::SLOTS + slot >= limit[r]) score[s][r] = -INFINITY;
+        const int pos = base + s * L::SLOTS + slot;
+        if (MASKED && (pos >= limit[r] || pos < lower[r])) score[s][r] = -INFINITY;
         tile_max[r] = fmaxf(tile_max[r], score[s][r]);
       }
     }
@@ -207,9 +222,11 @@ __device__ __forceinline__ void attention_block(
         for (int e = 0; e < L::ELEMS; ++e) acc[r][e] += p[s][r] * v[e];
     }
   };
-  // Full tiles first (every real row of the warp sees all of them), then the masked rest. Both loop
-  // bounds are warp-uniform, so every lane reaches every shuffle.
+  // Masked tiles that start before some real row's window start, then full tiles (every real row of
+  // the warp sees all of them), then the masked rest. The loop bounds are warp-uniform, so every lane
+  // reaches every shuffle.
   int base = begin + token_warp * L::TILE;
+  for (; base < max_lower && base < end; base += L::TOKEN_WARPS * L::TILE) tile(base, true);
   for (; base + L::TILE <= min_limit; base += L::TOKEN_WARPS * L::TILE) tile(base, false);
   for (; base < end; base += L::TOKEN_WARPS * L::TILE) tile(base, true);
 
@@ -279,11 +296,11 @@ __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     paged_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr, const T* __restrict__ k_pool,
                     const T* __restrict__ v_pool, const int* __restrict__ kv_indptr,
                     const int* __restrict__ kv_indices, const int* __restrict__ kv_last_page_len, int block_size,
-                    int num_heads, int num_kv_heads, int row_chunks, int partition_tokens, float scale,
+                    int num_heads, int num_kv_heads, int row_chunks, int partition_tokens, float scale, int window,
                     float* __restrict__ out, float* __restrict__ part_out, float* __restrict__ part_ml) {
   const PagedAddressing addr{kv_indptr, kv_indices, kv_last_page_len, block_size};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
-                                     partition_tokens, scale, out, part_out, part_ml);
+                                     partition_tokens, scale, window, out, part_out, part_ml);
 }
 
 // Same grid as paged_attention; only the addressing differs.
@@ -292,11 +309,11 @@ __global__ void __launch_bounds__(ATTN_THREADS, ATTN_MIN_BLOCKS)
     contiguous_attention(const float* __restrict__ q, const int* __restrict__ qo_indptr,
                          const T* __restrict__ k_pool, const T* __restrict__ v_pool, const int* __restrict__ kv_start,
                          const int* __restrict__ kv_len, int num_heads, int num_kv_heads, int row_chunks,
-                         int partition_tokens, float scale, float* __restrict__ out, float* __restrict__ part_out,
-                         float* __restrict__ part_ml) {
+                         int partition_tokens, float scale, int window, float* __restrict__ out,
+                         float* __restrict__ part_out, float* __restrict__ part_ml) {
   const ContiguousAddressing addr{kv_start, kv_len};
   attention_block<T, HEAD_DIM, ROWS>(q, qo_indptr, k_pool, v_pool, addr, num_heads, num_kv_heads, row_chunks,
-                                     partition_tokens, scale, out, part_out, part_ml);
+                                     partition_tokens, scale, window, out, part_out, part_ml);
 }
 
 // Combines the per-partition results of one (query token, head) per block: grid (total_q, num_heads).

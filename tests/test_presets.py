@@ -49,6 +49,45 @@ def test_bad_model_names_are_clear_errors(spec):
         model_from_name(spec)
 
 
+HYBRID = ["gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b", "gemma-2-9b", "mistral-7b-v0.1"]
+
+
+@pytest.mark.parametrize("name", HYBRID)
+def test_hybrid_groups_add_up_to_the_model(name):
+    m = MODELS[name]
+    assert m.is_hybrid
+    assert sum(g.num_layers for g in m.groups()) == m.num_layers
+    assert sum(m.group_kv_bytes_per_token(g, "bf16") for g in m.groups()) == m.kv_bytes_per_token("bf16")
+    assert all(g.num_layers % m.unit_layers() == 0 for g in m.groups())
+    off = m.groups(hybrid=False)
+    assert len(off) == 1 and off[0].window_tokens is None and off[0].num_layers == m.num_layers
+
+
+def test_hybrid_geometries_from_the_public_configs():
+    # (layers, kv_heads, head_dim, {window: layers}) as in the models' config.json
+    expected = {"gpt-oss-20b": (24, 8, 64, {128: 12, None: 12}),
+                "gpt-oss-120b": (36, 8, 64, {128: 18, None: 18}),
+                "gemma-3-27b": (62, 16, 128, {1024: 52, None: 10}),
+                "gemma-2-9b": (42, 8, 256, {4096: 21, None: 21}),
+                "mistral-7b-v0.1": (32, 8, 128, {4096: 32})}
+    for name, (layers, kv_heads, head_dim, groups) in expected.items():
+        m = MODELS[name]
+        assert (m.num_layers, m.num_kv_heads, m.head_dim) == (layers, kv_heads, head_dim)
+        assert {g.window_tokens: g.num_layers for g in m.groups()} == groups
+
+
+def test_non_hybrid_presets_have_one_full_group():
+    m = MODELS["llama-3-8b"]
+    assert not m.is_hybrid and m.groups() == m.groups(hybrid=False)
+    assert m.unit_layers() == m.num_layers
+
+
+def test_layer_groups_must_cover_the_model():
+    from workbench.presets import LayerGroup, ModelPreset
+    with pytest.raises(ValueError, match="layer groups hold"):
+        ModelPreset("bad", 4, 4, 4, 8, 1.0, 64, (LayerGroup(2, 8), LayerGroup(1)))
+
+
 @pytest.mark.parametrize("spec,message", [
     ("custom:layers=2,kv_heads=2,head_dim=16,params_b=inf", "params_b must be a finite number, got 'inf'"),
     ("custom:layers=2,kv_heads=2,head_dim=16,params_b=1e300", "params_b must be <= 1000000.0"),

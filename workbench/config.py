@@ -79,6 +79,9 @@ class RunConfig:
                   choices=("first", "best", "buddy"))
     eviction: str = _f("lru", "eviction order of a prefix cache: lru | fifo | lfu | depth (deepest first)",
                        choices=("lru", "fifo", "lfu", "depth"))
+    hybrid: str = _f("on", "per-layer-group allocation for models with sliding-window layers (paged strategies "
+                          "without a prefix cache): on | off (off: every layer is full attention)",
+                     choices=("on", "off"))
     pow2_round: str = _f("final", "what contiguous-pow2 rounds up to a power of two: final (prompt + output) | "
                                   "output (the prompt stays exact: the vLLM paper's Orca Pow2)",
                          choices=("final", "output"))
@@ -190,10 +193,13 @@ class RunConfig:
         if swap_slots > MAX_SLOTS:
             raise ValueError(f"swap_gib = {self.swap_gib} is {swap_slots} slots, more than {MAX_SLOTS} "
                              f"(int32 slot ids); lower --swap-gib")
+        unit_layers = model.unit_layers(self.hybrid == "on")
+        layer_groups = tuple((g.window_tokens, g.num_layers // unit_layers) for g in model.groups(self.hybrid == "on"))
         resolved = Resolved(
             model=model, gpu=gpu, capacity_slots=capacity_slots, swap_slots=swap_slots,
             max_num_batched_tokens=max_batched, kv_bytes_per_token=kv_bytes_per_token,
             kernel_heads=self.kernel_heads or model.num_kv_heads,
+            layer_groups=layer_groups if model.is_hybrid and self.hybrid == "on" else (),
         )
         _check_host_memory(self, resolved)
         return resolved
@@ -224,6 +230,9 @@ class Resolved:
     max_num_batched_tokens: int
     kv_bytes_per_token: int
     kernel_heads: int  # kv heads of the kernel's single layer
+    # (window_tokens or None, units) per layer group when per-group allocation applies (--hybrid on with a
+    # hybrid model; docs/hybrid.md), else (); a paged pool then counts capacity_slots × sum(units) unit slots
+    layer_groups: tuple[tuple[int | None, int], ...] = ()
 
 
 # Host bytes per KV block held by a strategy's arrays (reference counts, free stack, scratch), an upper bound.

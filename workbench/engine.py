@@ -12,7 +12,7 @@ from __future__ import annotations
 import platform
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pandas as pd
 from workbench import __version__
 from workbench.allocators import registry
 from workbench.allocators.base import Strategy, page_map_cost, virtual_slots
+from workbench.allocators.hybrid import GROUP_PARTS, HybridSnapshot
 from workbench.clock import RooflineClock
 from workbench.clock_profiles import make_clock
 from workbench.config import Resolved, RunConfig
@@ -175,6 +176,9 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
         finished = sched.complete(plan, now_s)
         # the steps table stays deterministic: a wall time enters it only under the measured clock
         _record(log, plan, step, now_s, dt_s, attention_s if measured else None, sched.num_waiting(), sched.paged)
+        if isinstance(plan.snapshot, HybridSnapshot):
+            log.record_groups({f"group{i}_{part}": getattr(g, part) for i, g in enumerate(plan.snapshot.groups)
+                               for part in GROUP_PARTS})
         step += 1
         if timers:
             a3, t3 = timers.allocator_s, perf()
@@ -213,9 +217,10 @@ def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, An
         commit = None
     return {
         "config": cfg.to_dict(),
-        "resolved": {"model": res.model.__dict__, "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
+        "resolved": {"model": asdict(res.model), "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
                      "swap_slots": res.swap_slots, "max_num_batched_tokens": res.max_num_batched_tokens,
-                     "kv_bytes_per_token": res.kv_bytes_per_token, "kernel_heads": res.kernel_heads},
+                     "kv_bytes_per_token": res.kv_bytes_per_token, "kernel_heads": res.kernel_heads,
+                     "layer_groups": res.layer_groups},
         "seed": cfg.seed, "version": __version__, "git_commit": commit, "kernel_backend": backend,
         "hardware": {"machine": platform.machine(), "processor": platform.processor(),
                      "python": platform.python_version(), "system": platform.system()},

@@ -81,29 +81,38 @@ class KernelRunner:
             pool.swap_in(plan.swap_in, bs)
         if len(plan.copies):
             pool.copy_blocks(plan.copies, bs)
-        extend = self._write_prefills(kernel.writes)
+        extend = self._write_prefills(kernel.writes, [g.write_slots for g in kernel.groups])
         dec_ids = kernel.decode_seq_ids
         if len(dec_ids):
-            self._write_decodes(dec_ids, kernel.decode_positions, kernel.decode_token_ids, plan.decode_slots)
+            self._write_decodes(dec_ids, kernel.decode_positions, kernel.decode_token_ids,
+                                [g.decode_slots for g in kernel.groups] or [plan.decode_slots])
         if not kernel.attention:
             return None
-        dec = self._decode_launch(dec_ids, kernel.decode_positions, kernel.decode_desc, plan.step) \
-            if len(dec_ids) else None
-        ext_in = self._extend_launch(extend, kernel.extend_desc, plan.step) if extend else None
-        # only the kernels are timed: descriptors, queries and transfers are ready before t0
-        self._sync()
-        t0 = time.perf_counter()
-        dec_out = None if dec is None else (dec[0], dec[1]())
-        ext_out = None if ext_in is None else (ext_in[0], ext_in[1], ext_in[2]())
-        self._sync()
-        elapsed = time.perf_counter() - t0
-        self.kernel_time_s += elapsed
-        if self.verify_every and plan.step % self.verify_every == 0:
-            self._verify(plan.step, dec_ids, kernel.decode_positions, dec_out, extend, ext_out)
-        return elapsed
+        # (share of the model's layers, window, decode descriptor, extend descriptor) per table
+        tables = [(g.layer_frac, g.window_tokens, g.decode_desc, g.extend_desc) for g in kernel.groups] \
+            or [(1.0, 0, kernel.decode_desc, kernel.extend_desc)]
+        weighted_s = 0.0
+        for layer_frac, window, decode_desc, extend_desc in tables:
+            dec = self._decode_launch(dec_ids, kernel.decode_positions, decode_desc, plan.step, window) \
+                if len(dec_ids) else None
+            ext_in = self._extend_launch(extend, extend_desc, plan.step, window) if extend else None
+            # only the kernels are timed: descriptors, queries and transfers are ready before t0
+            self._sync()
+            t0 = time.perf_counter()
+            dec_out = None if dec is None else (dec[0], dec[1]())
+            ext_out = None if ext_in is None else (ext_in[0], ext_in[1], ext_in[2]())
+            self._sync()
+            elapsed = time.perf_counter() - t0
+            self.kernel_time_s += elapsed
+            weighted_s += layer_frac * elapsed  # a group's kernel stands for its share of the layers
+            if self.verify_every and plan.step % self.verify_every == 0:
+                self._verify(plan.step, dec_ids, kernel.decode_positions, dec_out, extend, ext_out, window)
+        return weighted_s
 
-    def _write_prefills(self, writes: tuple[SeqWrite, ...]) -> list[SeqWrite]:
-        """Write every admitted sequence's rows [start, stop); returns those with extend queries."""
+    def _write_prefills(self, writes: tuple[SeqWrite, ...], group_write_slots: list[tuple[np.ndarray, ...]]
+                        ) -> list[SeqWrite]:
+        """Write every admitted sequence's rows [start, stop), into each layer group's slots when the pool
+        has groups (`group_write_slots`, one tuple per group); returns the writes with extend queries."""
         slots_parts, k_parts, v_parts = [], [], []
         for w in writes:
             self._ensure(w.seq_id)
@@ -117,18 +126,22 @@ class KernelRunner:
             k_parts.append(k)
             v_parts.append(v)
         if slots_parts:
-            slots = np.concatenate(slots_parts)
-            keep = np.unique(slots, return_index=True)[1]  # a shared slot once (its rows are identical)
-            self.pool.write(slots[keep], np.concatenate(k_parts)[keep], np.concatenate(v_parts)[keep])
+            k_all, v_all = np.concatenate(k_parts), np.concatenate(v_parts)
+            for parts in group_write_slots or [slots_parts]:
+                slots = np.concatenate(parts)
+                keep = np.unique(slots, return_index=True)[1]  # a shared slot once (its rows are identical)
+                self.pool.write(slots[keep], k_all[keep], v_all[keep])
         return [w for w in writes if w.query_start < w.stop]
 
     def _write_decodes(self, dec_ids: np.ndarray, positions: np.ndarray, token_ids: np.ndarray,
-                       slots: np.ndarray) -> None:
+                       slot_sets: list[np.ndarray]) -> None:
+        """The decode tokens' rows, written into each of `slot_sets` (int64 [num_decode] per layer group)."""
         with np.errstate(over="ignore"):
             acc = self.acc[dec_ids] + content_terms(token_ids, positions)
         self.acc[dec_ids] = acc
         k, v = self.content.rows(acc)
-        self.pool.write(slots, k, v)
+        for slots in slot_sets:
+            self.pool.write(slots, k, v)
 
     # ---- attention ---------------------------------------------------------------------------
     def _queries(self, seq_ids: np.ndarray, positions: np.ndarray, step: int) -> np.ndarray:
@@ -140,9 +153,10 @@ class KernelRunner:
             h = mix64(base[:, None] + heads[None, :])  # [S, Hq]
         return np.ascontiguousarray(self.q_table[(h % np.uint64(_Q_TABLE_ROWS)).astype(np.intp)])
 
-    def _launch(self, desc, q: np.ndarray, qo_indptr: np.ndarray | None):
-        """The attention call for one batch (decode when `qo_indptr` is None, else extend), ready to
-        run: host->device conversions happen here, outside the timed region. Counts the KV bytes read."""
+    def _launch(self, desc, q: np.ndarray, qo_indptr: np.ndarray | None, window: int):
+        """The attention call for one batch (decode when `qo_indptr` is None, else extend; `window` 0 or a
+        sliding window), ready to run: host->device conversions happen here, outside the timed region.
+        Counts the KV bytes read."""
         pool, xp, backend, kv_dtype = self.pool, self.pool.xp, self.backend, self.kv_dtype
         qd = xp.asarray(q)
         qo = None if qo_indptr is None else xp.asarray(qo_indptr)
@@ -151,30 +165,33 @@ class KernelRunner:
                     xp.asarray(desc.kv_last_page_len), desc.block_size)
             kv_len = kernels.paged_kv_len(desc.kv_indptr, desc.kv_last_page_len, desc.block_size)
             if qo is None:
-                call = lambda: kernels.paged_decode(qd, *args, backend=backend, kv_dtype=kv_dtype)
+                call = lambda: kernels.paged_decode(qd, *args, backend=backend, kv_dtype=kv_dtype, window=window)
             else:
-                call = lambda: kernels.paged_extend(qd, qo, *args, backend=backend, kv_dtype=kv_dtype)
+                call = lambda: kernels.paged_extend(qd, qo, *args, backend=backend, kv_dtype=kv_dtype, window=window)
         else:
             args = (pool.k, pool.v, xp.asarray(desc.kv_start), xp.asarray(desc.kv_len))
             kv_len = desc.kv_len
             if qo is None:
-                call = lambda: kernels.contiguous_decode(qd, *args, backend=backend, kv_dtype=kv_dtype)
+                call = lambda: kernels.contiguous_decode(qd, *args, backend=backend, kv_dtype=kv_dtype, window=window)
             else:
-                call = lambda: kernels.contiguous_extend(qd, qo, *args, backend=backend, kv_dtype=kv_dtype)
+                call = lambda: kernels.contiguous_extend(qd, qo, *args, backend=backend, kv_dtype=kv_dtype,
+                                                         window=window)
+        if window:  # a windowed query reads at most `window` rows
+            kv_len = np.minimum(kv_len, window)
         self.kernel_bytes += kernels.kv_bytes_read(kv_len, pool.k.shape[1], self.head_dim, kv_dtype)
         return call
 
-    def _decode_launch(self, dec_ids: np.ndarray, positions: np.ndarray, desc, step: int):
+    def _decode_launch(self, dec_ids: np.ndarray, positions: np.ndarray, desc, step: int, window: int):
         q = self._queries(dec_ids, positions, step)
-        return q, self._launch(desc, q, None)
+        return q, self._launch(desc, q, None, window)
 
-    def _extend_launch(self, extend: list[SeqWrite], desc, step: int):
+    def _extend_launch(self, extend: list[SeqWrite], desc, step: int, window: int):
         q_seq = np.concatenate([np.full(w.stop - w.query_start, w.seq_id, dtype=np.int64) for w in extend])
         q_pos = np.concatenate([np.arange(w.query_start, w.stop, dtype=np.int64) for w in extend])
         qo_indptr = np.zeros(len(extend) + 1, dtype=np.int32)
         qo_indptr[1:] = np.cumsum([w.stop - w.query_start for w in extend])
         q = self._queries(q_seq, q_pos, step)
-        return q, qo_indptr, self._launch(desc, q, qo_indptr)
+        return q, qo_indptr, self._launch(desc, q, qo_indptr, window)
 
     def _sync(self) -> None:
         if self.backend == "cupy":
@@ -196,7 +213,7 @@ class KernelRunner:
                 f"{tolerance(self.kv_dtype):g}")
 
     def _verify(self, step: int, dec_ids: np.ndarray, positions: np.ndarray, dec_out, extend: list[SeqWrite],
-                ext_out) -> None:
+                ext_out, window: int) -> None:
         rng = np.random.default_rng((self.seed, step))
         host = self._host
         if dec_out is not None:
@@ -206,7 +223,8 @@ class KernelRunner:
                 seq_id, length = int(dec_ids[i]), int(positions[i]) + 1
                 k, v = self._reference_rows(seq_id, length)
                 ref = reference.contiguous_decode(q[i:i + 1], k, v, np.zeros(1, np.int32),
-                                                  np.array([length], np.int32), self.kv_dtype, self.scale)
+                                                  np.array([length], np.int32), self.kv_dtype, self.scale,
+                                                  window=window)
                 self._check(step, seq_id, out[i:i + 1], ref, "decode")
         if ext_out is not None:
             q, qo_indptr, out = ext_out
@@ -217,7 +235,7 @@ class KernelRunner:
                 lo, hi = int(qo_indptr[j]), int(qo_indptr[j + 1])
                 ref = reference.contiguous_extend(q[lo:hi], np.array([0, hi - lo], np.int32), k, v,
                                                   np.zeros(1, np.int32), np.array([length], np.int32),
-                                                  self.kv_dtype, self.scale)
+                                                  self.kv_dtype, self.scale, window=window)
                 self._check(step, seq_id, out[lo:hi], ref, "extend")
 
     def _host(self, a) -> np.ndarray:

@@ -50,6 +50,18 @@ class SeqWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupKernelInputs:
+    """One layer group of a hybrid pool (docs/hybrid.md) at one step: its own slots and tables."""
+
+    window_tokens: int  # sliding window of the group's layers; 0 = full attention
+    layer_frac: float  # the group's share of the model's layers (weights its measured attention time)
+    write_slots: tuple[np.ndarray, ...]  # int64 [stop - start] for each of KernelInputs.writes, same order
+    decode_slots: np.ndarray  # int64 [num_decode]
+    decode_desc: Descriptor | None  # attention steps only, as in KernelInputs
+    extend_desc: Descriptor | None
+
+
+@dataclass(frozen=True, slots=True)
 class KernelInputs:
     """What the kernel runner needs beyond the plan's block moves, for one step."""
 
@@ -62,6 +74,9 @@ class KernelInputs:
     # sequences of `writes` that have queries, in that order
     decode_desc: Descriptor | None
     extend_desc: Descriptor | None
+    # a hybrid pool's layer groups, each run over its own table (then `decode_desc`, `extend_desc` are None
+    # and the plan's `decode_slots` and the writes' `slots` are group 0's); () for one table per sequence
+    groups: tuple[GroupKernelInputs, ...] = ()
 
 
 class StepPlan(NamedTuple):

@@ -1,12 +1,17 @@
 """Model KV geometries and GPUs as plain data, looked up by name (docs/memory.md).
 
 `kv_bytes_per_token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes`.
+
+Hybrid models (DESIGN §11) split their layers into groups: full-attention layers read every token,
+sliding-window layers only the last `window_tokens`. A group's bytes per token are the same formula
+over its layers; the groups' layers add up to `num_layers`, so their bytes add up to the model's.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import reduce
 
 GIB = 2**30
 
@@ -22,6 +27,25 @@ VMM_MAP_US_PER_PAGE = 37.0
 
 
 @dataclass(frozen=True)
+class LayerGroup:
+    """Layers sharing one attention pattern: `window_tokens` None is full attention, W a sliding
+    window (a query at position p reads positions [p − W + 1, p])."""
+
+    num_layers: int
+    window_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_layers < 1:
+            raise ValueError(f"layer group: num_layers must be >= 1, got {self.num_layers}")
+        if self.window_tokens is not None and self.window_tokens < 1:
+            raise ValueError(f"layer group: window_tokens must be >= 1 or None, got {self.window_tokens}")
+
+    @property
+    def label(self) -> str:
+        return "full" if self.window_tokens is None else f"window{self.window_tokens}"
+
+
+@dataclass(frozen=True)
 class ModelPreset:
     name: str
     num_layers: int
@@ -30,6 +54,8 @@ class ModelPreset:
     head_dim: int
     params_b: float  # billions of parameters
     max_model_len: int
+    # () means one full-attention group of every layer; otherwise the groups' layers sum to num_layers
+    layer_groups: tuple[LayerGroup, ...] = ()
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "max_model_len"):
@@ -45,9 +71,32 @@ class ModelPreset:
             )
         if not self.params_b > 0:
             raise ValueError(f"model {self.name!r}: params_b must be > 0, got {self.params_b}")
+        if self.layer_groups and sum(g.num_layers for g in self.layer_groups) != self.num_layers:
+            raise ValueError(f"model {self.name!r}: layer groups hold {sum(g.num_layers for g in self.layer_groups)} "
+                             f"layers, the model has {self.num_layers}")
 
     def kv_bytes_per_token(self, kv_dtype: str = "fp16") -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether some layers attend through a sliding window."""
+        return any(g.window_tokens is not None for g in self.layer_groups)
+
+    def groups(self, hybrid: bool = True) -> tuple[LayerGroup, ...]:
+        """The layer groups; with `hybrid` False (or no groups) one full-attention group of every layer,
+        as a system without per-group allocation sees the model."""
+        if hybrid and self.layer_groups:
+            return self.layer_groups
+        return (LayerGroup(self.num_layers),)
+
+    def group_kv_bytes_per_token(self, group: LayerGroup, kv_dtype: str = "fp16") -> int:
+        return 2 * group.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
+
+    def unit_layers(self, hybrid: bool = True) -> int:
+        """Layers per pool slot: the gcd of the groups' layer counts, so every group's KV for one token is
+        a whole number of slots of the same size (vLLM v1 gives all groups one page size in bytes)."""
+        return reduce(math.gcd, (g.num_layers for g in self.groups(hybrid)))
 
     def weight_bytes(self, weight_dtype: str = "fp16") -> int:
         return int(self.params_b * 1e9) * dtype_bytes(weight_dtype)
@@ -73,6 +122,25 @@ MODELS: dict[str, ModelPreset] = {
         ModelPreset("llama-3-8b", 32, 32, 8, 128, 8.03, 8192),
         ModelPreset("mistral-7b", 32, 32, 8, 128, 7.24, 32768),
         ModelPreset("qwen2.5-7b", 28, 28, 4, 128, 7.62, 32768),
+        # Hybrid presets, from the models' Hugging Face config.json files (num_hidden_layers,
+        # num_attention_heads, num_key_value_heads, head_dim, sliding_window, layer_types /
+        # sliding_window_pattern, max_position_embeddings):
+        # huggingface.co/openai/gpt-oss-20b: 24 layers alternating sliding(128)/full, 64 heads, 8 KV, dim 64
+        ModelPreset("gpt-oss-20b", 24, 64, 8, 64, 20.9, 131072,
+                    (LayerGroup(12, 128), LayerGroup(12))),
+        # huggingface.co/openai/gpt-oss-120b: 36 layers alternating sliding(128)/full, 64 heads, 8 KV, dim 64
+        ModelPreset("gpt-oss-120b", 36, 64, 8, 64, 116.8, 131072,
+                    (LayerGroup(18, 128), LayerGroup(18))),
+        # huggingface.co/google/gemma-3-27b-it (text_config): 62 layers, sliding_window 1024, every 6th
+        # layer global (sliding_window_pattern 6: 52 local + 10 global), 32 heads, 16 KV, dim 128
+        ModelPreset("gemma-3-27b", 62, 32, 16, 128, 27.4, 131072,
+                    (LayerGroup(52, 1024), LayerGroup(10))),
+        # huggingface.co/google/gemma-2-9b: 42 layers alternating sliding(4096)/global, 16 heads, 8 KV, dim 256
+        ModelPreset("gemma-2-9b", 42, 16, 8, 256, 9.24, 8192,
+                    (LayerGroup(21, 4096), LayerGroup(21))),
+        # huggingface.co/mistralai/Mistral-7B-v0.1: every layer sliding_window 4096, 32 heads, 8 KV, dim 128
+        ModelPreset("mistral-7b-v0.1", 32, 32, 8, 128, 7.24, 32768,
+                    (LayerGroup(32, 4096),)),
     ]
 }
 

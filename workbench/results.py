@@ -30,6 +30,13 @@ class StepLog:
         self.num_rows = 0
         self.floats = np.zeros((initial_rows, len(FLOAT_STEP_COLUMNS)), dtype=np.float64)
         self.ints = np.zeros((initial_rows, len(INT_STEP_COLUMNS)), dtype=np.int64)
+        # a hybrid pool's per-group columns (name -> one value per row), recorded beside every row
+        self.group_columns: dict[str, list[int]] = {}
+
+    def record_groups(self, values: dict[str, int]) -> None:
+        """Per-group values of the row just recorded (`group<i>_<part>` columns). Mutates."""
+        for name, value in values.items():
+            self.group_columns.setdefault(name, []).append(value)
 
     def record(self, floats: tuple[float, ...], ints: tuple[int, ...]) -> None:
         """Append one row; `floats` in FLOAT_STEP_COLUMNS order, `ints` in INT_STEP_COLUMNS order."""
@@ -48,7 +55,9 @@ class StepLog:
             data[name] = self.floats[:n, j].copy()
         for j, name in enumerate(INT_STEP_COLUMNS):
             data[name] = self.ints[:n, j].copy()
-        return pd.DataFrame({name: data[name] for name in C.STEP_COLUMNS})
+        for name, values in self.group_columns.items():
+            data[name] = np.asarray(values, dtype=np.int64)
+        return pd.DataFrame({name: data[name] for name in (*C.STEP_COLUMNS, *self.group_columns)})
 
 
 def _dot(values: np.ndarray, weights: np.ndarray) -> float:

@@ -15,10 +15,12 @@ import itertools
 import numpy as np
 import pytest
 from alloc_model import PoolModel, reference_free_runs
+from hybrid_model import HybridPoolModel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.allocators import registry
+from workbench.presets import MODELS
 
 BLOCK_SIZES = (1, 3, 16, 256)  # paged kernel mode; contiguous strategies have one slot per block
 
@@ -191,3 +193,81 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
 @given(seed=st.integers(0, 2**32 - 1))
 def test_random_walk_keeps_every_invariant(name, block_size, options, seed):
     random_walk(name, block_size, options, seed)
+
+
+# Hybrid geometries, (window_tokens or None, units) per layer group: the gpt-oss preset's own groups,
+# and windows small enough to slide inside these walks' lengths (W = 1, a window inside one block, a
+# window across blocks), with several units per group as in Gemma 3 (52 + 10 layers = 26 + 5 units).
+HYBRID_GEOMETRIES = (
+    tuple((g.window_tokens, g.num_layers // MODELS["gpt-oss-20b"].unit_layers())
+          for g in MODELS["gpt-oss-20b"].groups()),
+    ((1, 1), (None, 1)),
+    ((7, 2), (None, 1)),
+    ((40, 1),),
+    ((5, 3), (24, 1), (None, 2)),
+)
+HYBRID_CONFIGS = [(name, bs, geometry) for name in registry.hybrid_names() for bs in BLOCK_SIZES[:3]
+                  for geometry in HYBRID_GEOMETRIES]
+
+
+def _check_hybrid(model: HybridPoolModel) -> None:
+    s = model.s
+    s.check_integrity()
+    groups = s.group_snapshots()
+    assert [(g.token_slots, g.reserved_slots, g.internal_frag_slots, g.held_slots)
+            for g in groups] == model.reference_partition()
+    snap = s.snapshot()
+    assert sum(g.held_slots for g in groups) + snap.free_slots == s.capacity_slots
+    assert snap.token_slots == sum(g.token_slots for g in groups)
+    model.verify()
+
+
+def hybrid_walk(name: str, block_size: int, geometry: tuple, seed: int, num_ops: int = 200) -> None:
+    """Admit, append, fork and free at random on a hybrid pool, checking every group after each step."""
+    rng = np.random.default_rng(seed)
+    capacity, max_len = _sizes(block_size)
+    s = registry.create_hybrid(name, capacity_slots=capacity * 2, block_size=block_size, max_model_len=max_len,
+                               groups=geometry)
+    model = HybridPoolModel(s)
+    next_id = 0
+    for _ in range(num_ops):
+        op = rng.choice(["admit", "append", "append", "append", "append", "fork", "free"])
+        live = list(model.tokens)
+        if op == "admit":
+            prompt = rng.integers(0, 1000, int(rng.integers(1, max_len // 3)))
+            final = int(rng.integers(prompt.shape[0], max_len + 1))
+            ids = list(range(next_id, next_id + int(rng.integers(1, 4))))
+            before = s.snapshot()
+            if model.admit(ids, prompt, final).admitted:
+                next_id += len(ids)
+            else:
+                assert s.snapshot() == before, "a refused admission changed the pool"
+        elif op == "append" and live:
+            batch = [i for i in live if len(model.tokens[i]) < model.final[i] and rng.random() < 0.8]
+            if not batch:
+                continue
+            if s.can_append(batch):
+                model.append(batch, rng)
+            else:
+                before = s.snapshot()
+                with pytest.raises(RuntimeError):
+                    s.append(batch)
+                assert s.snapshot() == before, "a failed append changed the pool"
+                model.free(batch[-1])
+        elif op == "fork" and live:
+            model.fork(live[int(rng.integers(len(live)))], next_id)
+            next_id += 1
+        elif op == "free" and live:
+            model.free(live[int(rng.integers(len(live)))])
+        _check_hybrid(model)
+    for seq_id in list(model.tokens):
+        model.free(seq_id)
+        _check_hybrid(model)
+    assert s.snapshot().free_slots == s.capacity_slots
+
+
+@pytest.mark.parametrize("name,block_size,geometry", HYBRID_CONFIGS)
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_hybrid_random_walk_keeps_every_invariant_per_group(name, block_size, geometry, seed):
+    hybrid_walk(name, block_size, geometry, seed)

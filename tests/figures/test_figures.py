@@ -53,6 +53,9 @@ SPECS = {
                                  + ["fixed:prompt=64,output=16", "fixed:prompt=256,output=16"]}]},
     "chunked_prefill": {"base": {**TINY, "strategy": "paged", "max_num_seqs": 32},
                         "zip": [{"chunked_prefill": [False, True], "max_num_batched_tokens": [None, 64]}]},
+    "hybrid": {"base": {**TINY, "model": "gpt-oss-20b", "max_model_len": 1024, "kv_slots": None,
+                        "workload": "fixed:prompt=300,output=300", "num_requests": 12, "rate": 1000.0},
+               "axes": {"kv_gib": [0.06, 0.12], "hybrid": ["on", "off"]}},
 }
 
 
@@ -299,4 +302,20 @@ def test_prefix_policies_lines_are_the_summary_beside_the_infinite_cache_bound(b
     calm = summary[summary["num_preemptions"] == 0]
     assert len(calm) and (calm["prefix_hit_rate"] * 100 <= bound[0].get_ydata()[0] + 1e-9).all()
     assert len(speed.get_lines()) == summary.groupby(["strategy", "eviction"]).ngroups
+    plt.close(fig)
+
+
+def test_hybrid_lines_are_the_summary(built):
+    _, summary = built["hybrid"]
+    fig, axes = figure(built, "hybrid")
+    for ax, key in zip(axes, ("mean_batch_size", "throughput_tok_s"), strict=True):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert set(lines) == {"--hybrid on", "--hybrid off"}
+        for hybrid in ("on", "off"):
+            rows = summary[summary["hybrid"] == hybrid].sort_values("kv_gib")
+            np.testing.assert_array_equal(lines[f"--hybrid {hybrid}"].get_xdata(), rows["kv_gib"])
+            np.testing.assert_array_equal(lines[f"--hybrid {hybrid}"].get_ydata(), rows[key])
+    on = summary[summary["hybrid"] == "on"].sort_values("kv_gib")["mean_batch_size"].to_numpy()
+    off = summary[summary["hybrid"] == "off"].sort_values("kv_gib")["mean_batch_size"].to_numpy()
+    assert (on > off).all(), "window layers free blocks: the same pool holds more sequences"
     plt.close(fig)

@@ -21,6 +21,7 @@ from typing import Any
 from workbench.allocators.base import KernelMode, Strategy
 from workbench.allocators.virtual_pages import KVGeometry
 from workbench.config import Resolved, RunConfig
+from workbench.presets import model_from_name
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,32 @@ def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_le
                    swap_slots=swap_slots, **options)
 
 
+def create_hybrid(name: str, *, capacity_slots: int, block_size: int = 16, max_model_len: int,
+                  groups: tuple[tuple[int | None, int], ...]) -> Strategy:
+    """The per-layer-group form of a paged-family strategy (`allocators.hybrid`): `groups` are
+    (window_tokens or None, units) and `capacity_slots` counts unit slots. A prefix-caching or
+    contiguous registration has no hybrid form (docs/hybrid.md): a ValueError says so."""
+    reg = get(name)
+    if not reg.block_sized or reg.prefix_cache:
+        raise ValueError(f"strategy {name!r} has no per-layer-group form; use --hybrid off "
+                         f"(hybrid allocation covers paged strategies without a prefix cache)")
+    from workbench.allocators.hybrid import HybridPaged
+    return HybridPaged(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
+                       groups=groups, name=name)
+
+
+def hybrid_names() -> list[str]:
+    """Registered strategies that have a per-layer-group form."""
+    return [r.name for r in _REGISTRY.values() if r.block_sized and not r.prefix_cache]
+
+
 def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
     """The strategy of a run: `cfg.strategy` on the resolved pool, given exactly its declared options."""
     reg = get(cfg.strategy)
+    if resolved.layer_groups and reg.block_sized:
+        units = sum(u for _, u in resolved.layer_groups)
+        return create_hybrid(cfg.strategy, capacity_slots=resolved.capacity_slots * units, block_size=cfg.block_size,
+                             max_model_len=resolved.model.max_model_len, groups=resolved.layer_groups)
     geometry = KVGeometry.of(resolved.model, cfg.kv_dtype) if reg.kv_geometry else None
     return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
                   max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots, geometry=geometry,
@@ -142,6 +166,16 @@ def check_options(cfg: RunConfig) -> None:
     """Raise ValueError if the run sets an option (to a non-default value) that its strategy does
     not take: `--fit best` with `paged` would otherwise be silently meaningless."""
     reg = get(cfg.strategy)
+    if cfg.hybrid == "on" and reg.block_sized and model_from_name(cfg.model).is_hybrid:
+        if reg.prefix_cache:
+            raise ValueError(f"strategy {cfg.strategy!r} has no per-layer-group form for the hybrid model "
+                             f"{cfg.model!r} (docs/hybrid.md); use --hybrid off")
+        if cfg.n > 1:
+            raise ValueError("--n > 1 with --hybrid on: a preempted parallel-sampling group re-appends past its "
+                             "window before its prompt KV is rewritten; use --hybrid off")
+        if cfg.chunked_prefill:
+            raise ValueError("--chunked-prefill with --hybrid on: the per-layer-group pool has no chunked "
+                             "admission (extend) yet; use --hybrid off")
     for option in _declared_options():
         if option not in reg.options and getattr(cfg, option) != option_default(option):
             takers = [r.name for r in _REGISTRY.values() if option in r.options]

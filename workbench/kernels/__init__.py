@@ -82,13 +82,24 @@ def kv_bytes_read(kv_len, num_kv_heads: int, head_dim: int, kv_dtype: str) -> in
     return 2 * int(np.sum(v.host(kv_len), dtype=np.int64)) * num_kv_heads * head_dim * itemsize
 
 
+def _window(fn: str, window) -> int:
+    """A sliding window in tokens (0 = full attention): a query at position p reads p − window + 1 .. p."""
+    if isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 0:
+        raise ValueError(f"{fn}: window must be an integer >= 0 (0 = full attention), got {window!r}")
+    if window > np.iinfo(np.int32).max:
+        raise ValueError(f"{fn}: window must fit in int32, got {window}")
+    return int(window)
+
+
 def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
-                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0):
-    """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim].
+                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
+    """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]; with `window` W > 0
+    each sequence attends only to its positions >= kv_len − W.
 
     fp8 pools (uint8 e4m3 codes) decode to code value × k_scale / v_scale, vLLM's per-tensor scales.
     """
     fn = "paged_decode"
+    window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
     kv_scales = v.check_kv_scales(fn, kv_dtype, k_scale, v_scale)
     scale = v.check_query(fn, q, k_pool, scale)
@@ -96,30 +107,34 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, blo
     arrays = dict(q=q, k_pool=k_pool, v_pool=v_pool, kv_indptr=kv_indptr, kv_indices=kv_indices,
                   kv_last_page_len=kv_last_page_len)
     return _backend(fn, backend, arrays).paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
-                                                      int(block_size), kv_dtype, scale, kv_scales)
+                                                      int(block_size), kv_dtype, scale, kv_scales, window)
 
 
 def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None, k_scale=1.0,
-                      v_scale=1.0):
-    """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim]."""
+                      v_scale=1.0, window=0):
+    """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim] (`window` as in
+    paged_decode)."""
     fn = "contiguous_decode"
+    window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
     kv_scales = v.check_kv_scales(fn, kv_dtype, k_scale, v_scale)
     scale = v.check_query(fn, q, k_pool, scale)
     v.check_contiguous(fn, q.shape[0], k_pool.shape[0], kv_start, kv_len)
     arrays = dict(q=q, k_pool=k_pool, v_pool=v_pool, kv_start=kv_start, kv_len=kv_len)
     return _backend(fn, backend, arrays).contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale,
-                                                           kv_scales)
+                                                           kv_scales, window)
 
 
 def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
-                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0):
+                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
     """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim].
 
     Sequence s has Q = qo_indptr[s+1] - qo_indptr[s] new tokens (already in the pool) at its last Q
-    positions; each attends to every position up to and including its own.
+    positions; each attends to every position up to and including its own, or with `window` W > 0
+    to the W positions ending at its own ([p − W + 1, p]).
     """
     fn = "paged_extend"
+    window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
     kv_scales = v.check_kv_scales(fn, kv_dtype, k_scale, v_scale)
     scale = v.check_query(fn, q, k_pool, scale)
@@ -129,13 +144,16 @@ def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_pa
     arrays = dict(q=q, qo_indptr=qo_indptr, k_pool=k_pool, v_pool=v_pool, kv_indptr=kv_indptr,
                   kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
     return _backend(fn, backend, arrays).paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices,
-                                                      kv_last_page_len, int(block_size), kv_dtype, scale, kv_scales)
+                                                      kv_last_page_len, int(block_size), kv_dtype, scale, kv_scales,
+                                                      window)
 
 
 def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None,
-                      k_scale=1.0, v_scale=1.0):
-    """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim]."""
+                      k_scale=1.0, v_scale=1.0, window=0):
+    """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim] (`window` as
+    in paged_extend)."""
     fn = "contiguous_extend"
+    window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
     kv_scales = v.check_kv_scales(fn, kv_dtype, k_scale, v_scale)
     scale = v.check_query(fn, q, k_pool, scale)
@@ -144,7 +162,7 @@ def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend="n
     v.check_qo_indptr(fn, qo_indptr, q.shape[0], lengths)
     arrays = dict(q=q, qo_indptr=qo_indptr, k_pool=k_pool, v_pool=v_pool, kv_start=kv_start, kv_len=kv_len)
     return _backend(fn, backend, arrays).contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len,
-                                                           kv_dtype, scale, kv_scales)
+                                                           kv_dtype, scale, kv_scales, window)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, backend="numba") -> None:

@@ -156,7 +156,7 @@ def _data_ptr(array: np.ndarray) -> int:
 
 
 def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, partition_tokens=None,
-              max_q_per_seq=None):
+              max_q_per_seq=None, window=0):
     """Extend attention (decode when every sequence has one query) through the shim → float32 [total_q, H, D].
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
@@ -168,7 +168,7 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
         raise ValueError(f"kv_start + kv_len exceeds the pool's {k_pool.shape[0]} slots")
     out, launches = cuda_launches.attention(
         np, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, _data_ptr, PLAN_SMS, paged=paged, contiguous=contiguous,
-        partition_tokens=partition_tokens, max_q_per_seq=max_q_per_seq,
+        partition_tokens=partition_tokens, max_q_per_seq=max_q_per_seq, window=window,
     )
     run(launches)
     return out

@@ -40,13 +40,14 @@ class Launch:
 
 
 def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_sms, *, paged=None,
-              contiguous=None, partition_tokens=None, max_q_per_seq=None, blocks_per_sm=None):
+              contiguous=None, partition_tokens=None, max_q_per_seq=None, blocks_per_sm=None, window=0):
     """Output buffer (float32 [total_q, H, D], NaN-poisoned) and the launches that fill it.
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
     The plan needs the longest KV length and, unless `max_q_per_seq` is given, the most queries of one
     sequence: small reads of device arrays. `data_ptr(array)` is the array's address (alignment check);
     `blocks_per_sm(kernel_name)`, when given, is the kernel's real occupancy (split-K sizing).
+    `window` > 0: each query reads only its last `window` positions (0 = full attention).
     """
     total_q, num_heads, head_dim = q.shape
     if head_dim not in HEAD_DIMS:
@@ -68,7 +69,9 @@ def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_s
     rows = launch.plan_rows(num_heads, num_kv_heads, max_q_per_seq)
     kernel_name = attention_kernel_name(addressing, kv_dtype, head_dim, rows)
     occupancy = launch.DEFAULT_BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm(kernel_name)
-    plan = launch.plan_attention(num_seqs, num_heads, num_kv_heads, max_q_per_seq, int(kv_lens.max()), num_sms,
+    # a block reads its rows' span: the whole prefix, or with a window at most window + max_q_per_seq - 1 positions
+    span_tokens = int(kv_lens.max()) if window == 0 else min(int(kv_lens.max()), window + max_q_per_seq - 1)
+    plan = launch.plan_attention(num_seqs, num_heads, num_kv_heads, max_q_per_seq, span_tokens, num_sms,
                                  partition_tokens, blocks_per_sm=occupancy)
     launch.check_pool_alignment(head_dim, k_pool.itemsize, k_pool=data_ptr(k_pool), v_pool=data_ptr(v_pool))
     if plan.num_partitions > 1:
@@ -82,7 +85,8 @@ def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_s
         plan.grid(num_kv_heads, num_seqs),
         (launch.ATTN_THREADS, 1, 1),
         (q, qo_indptr, k_pool, v_pool, *addressing_args, np.int32(num_heads), np.int32(num_kv_heads),
-         np.int32(plan.row_chunks), np.int32(plan.partition_tokens), np.float32(scale), out, part_out, part_ml),
+         np.int32(plan.row_chunks), np.int32(plan.partition_tokens), np.float32(scale), np.int32(window), out,
+         part_out, part_ml),
     )]
     if plan.num_partitions > 1:
         launches.append(Launch(
@@ -139,27 +143,28 @@ def attention_entry_points(attention, xp):
         return xp.arange(num_seqs + 1, dtype=xp.int32)  # one query token per sequence
 
     def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
-                     kv_scales=(1.0, 1.0)):
+                     kv_scales=(1.0, 1.0), window=0):
         """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]."""
         paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
         return scaled(attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale * kv_scales[0],
-                                paged=paged, max_q_per_seq=1), kv_scales)
+                                paged=paged, max_q_per_seq=1, window=window), kv_scales)
 
-    def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
+    def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0), window=0):
         """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim]."""
         return scaled(attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale * kv_scales[0],
-                                contiguous=(kv_start, kv_len), max_q_per_seq=1), kv_scales)
+                                contiguous=(kv_start, kv_len), max_q_per_seq=1, window=window), kv_scales)
 
     def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype,
-                     scale, kv_scales=(1.0, 1.0)):
+                     scale, kv_scales=(1.0, 1.0), window=0):
         """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim]."""
         paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-        return scaled(attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0], paged=paged),
-                      kv_scales)
+        return scaled(attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0], paged=paged,
+                                window=window), kv_scales)
 
-    def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
+    def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0),
+                          window=0):
         """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim]."""
         return scaled(attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0],
-                                contiguous=(kv_start, kv_len)), kv_scales)
+                                contiguous=(kv_start, kv_len), window=window), kv_scales)
 
     return paged_decode, contiguous_decode, paged_extend, contiguous_extend

@@ -62,7 +62,7 @@ def _data_ptr(array) -> int:
 
 
 def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, partition_tokens=None,
-              max_q_per_seq=None):
+              max_q_per_seq=None, window=0):
     """Extend attention (decode when every sequence has one query) on the GPU → float32 [total_q, H, D].
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
@@ -70,7 +70,7 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
     out, launches = cuda_launches.attention(
         cp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, _data_ptr, num_sms(q.device.id), paged=paged,
         contiguous=contiguous, partition_tokens=partition_tokens, max_q_per_seq=max_q_per_seq,
-        blocks_per_sm=blocks_per_sm,
+        blocks_per_sm=blocks_per_sm, window=window,
     )
     run(launches)
     return out

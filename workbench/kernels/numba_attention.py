@@ -63,7 +63,7 @@ def tile_slots(paged, seq, pos0, num_tokens, kv_indptr, kv_indices, block_size, 
 
 
 @njit(parallel=True, cache=True)
-def attention_partials(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, chunks,
+def attention_partials(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, window, chunks,
                        part_tokens, parts):
     """Run every (query chunk, KV partition) work item; fills parts = (part_out [num_parts, total_q,
     num_heads, head_dim], part_m, part_l [num_parts, total_q, num_heads]) and mutates nothing else.
@@ -72,20 +72,21 @@ def attention_partials(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table,
     rows, 16-bit pools as uint16 [num_slots, num_kv_heads, head_dim]; the unused pair is a
     placeholder, so one compiled kernel serves every KV dtype. table = (kv_indptr, kv_indices,
     kv_start, kv_len); chunks = (chunk_seq, chunk_q_begin, chunk_q_end). Partition p of a sequence
-    covers positions p*part_tokens .. (p+1)*part_tokens-1.
+    covers positions p*part_tokens .. (p+1)*part_tokens-1. window > 0: a query at position p reads
+    only positions p − window + 1 .. p (0: every position up to p).
     """
     num_parts = parts[0].shape[0]
     for item in prange(chunks[0].shape[0] * num_parts):
         chunk, part = item // num_parts, item % num_parts
-        attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale,
+        attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, window,
                     chunks[0][chunk], chunks[1][chunk], chunks[2][chunk], part, part_tokens, parts)
 
 
 # A separate (non-parallel) function: compiled on its own, its inner loops vectorize, which they do
 # not when written inline in the prange body.
 @njit(cache=True, fastmath=FASTMATH)
-def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, seq, q_begin, q_end,
-                part, part_tokens, parts):
+def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, window, seq, q_begin,
+                q_end, part, part_tokens, parts):
     """Queries q_begin..q_end-1 of `seq`, all heads, over one KV partition. Mutates parts only.
 
     All heads at once so that each slot's K (and V) row [num_kv_heads, head_dim] is read as one
@@ -124,6 +125,10 @@ def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_
     v_tile = np.empty((tile_rows, head_dim), dtype=np.float32)
     scores = np.empty((num_rows, TILE_TOKENS), dtype=np.float32)
     min_limit = row_limit[0]
+    max_first = 0  # positions below this are out of some row's window (0: no window)
+    if window > 0:  # the chunk's first row sees the earliest window; nothing before it is read
+        pos_begin = max(pos_begin, min_limit - window + 1)
+        max_first = row_limit[num_rows - 1] - window + 1
     for pos0 in range(pos_begin, pos_end, TILE_TOKENS):
         n = min(TILE_TOKENS, pos_end - pos0)
         tile_slots(paged, seq, pos0, n, kv_indptr, kv_indices, block_size, kv_start, slots)
@@ -143,6 +148,11 @@ def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_
             for r in range(num_rows):
                 for t in range(n):
                     if pos0 + t > row_limit[r]:
+                        scores[r, t] = NEG_INF
+        if pos0 < max_first:  # window mask only where some row's window starts inside the tile
+            for r in range(num_rows):
+                for t in range(n):
+                    if pos0 + t <= row_limit[r] - window:
                         scores[r, t] = NEG_INF
         for r in range(num_rows):
             tile_max = NEG_INF
@@ -170,7 +180,8 @@ def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_
         qi, h = q_begin + r // num_heads, r % num_heads
         part_m[part, qi, h] = m[r]
         part_l[part, qi, h] = ell[r]
-        # ell == 0 only when the whole partition is past this row's causal limit; a NaN must propagate
+        # ell == 0 only when the whole partition is past this row's causal limit or before its window; a NaN
+        # must propagate
         inv = np.float32(1.0) / ell[r] if ell[r] != 0 else np.float32(0.0)
         for d in range(head_dim):
             part_out[part, qi, h, d] = acc[r, d] * inv

@@ -62,18 +62,18 @@ def _part_tokens(num_items: int, max_len: int) -> int:
 
 
 def _attention(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
-               kv_dtype, scale, kv_scales):
+               kv_dtype, scale, kv_scales, window):
     """kv_scales = (k_scale, v_scale): k_scale folds into the softmax scale, v_scale multiplies the output
-    (both 1.0 except for fp8 pools, whose codes decode to value / scale)."""
+    (both 1.0 except for fp8 pools, whose codes decode to value / scale); window: 0 or a sliding window."""
     out = _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
-                          kv_dtype, scale * kv_scales[0])
+                          kv_dtype, scale * kv_scales[0], window)
     if kv_scales[1] != 1.0:
         out *= np.float32(kv_scales[1])
     return out
 
 
 def _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, block_size, kv_start, kv_len,
-                    kv_dtype, scale):
+                    kv_dtype, scale, window):
     num_kv_heads = k_pool.shape[1]
     chunk_seq, chunk_q_begin, chunk_q_end = _plan(qo_indptr, q.shape[1])
     max_len = int(kv_len.max())
@@ -83,7 +83,7 @@ def _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, 
     part_m = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
     part_l = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
     args = (q, qo_indptr, _kernel_pools(k_pool, v_pool, kv_dtype), num_kv_heads, KV_CODE[kv_dtype], paged,
-            (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale))
+            (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale), np.int64(window))
     parts = (part_out, part_m, part_l)
     if len(chunk_seq):
         # attention_partials carries its own copy of attend_item, optimized again inside its module; the
@@ -109,27 +109,29 @@ def _decode_indptr(num_seqs: int) -> np.ndarray:
 
 
 def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
-                 kv_scales=(1.0, 1.0)):
+                 kv_scales=(1.0, 1.0), window=0):
     kv_len = _paged_len(kv_indptr, kv_last_page_len, block_size)
     return _attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, True, kv_indptr, kv_indices, block_size,
-                      _EMPTY_I32, kv_len, kv_dtype, scale, kv_scales)
+                      _EMPTY_I32, kv_len, kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0),
+                      window=0):
     return _attention(q, _decode_indptr(q.shape[0]), k_pool, v_pool, False, _EMPTY_I32, _EMPTY_I32, 1,
-                      kv_start, kv_len, kv_dtype, scale, kv_scales)
+                      kv_start, kv_len, kv_dtype, scale, kv_scales, window)
 
 
 def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
-                 kv_scales=(1.0, 1.0)):
+                 kv_scales=(1.0, 1.0), window=0):
     kv_len = _paged_len(kv_indptr, kv_last_page_len, block_size)
     return _attention(q, qo_indptr, k_pool, v_pool, True, kv_indptr, kv_indices, block_size, _EMPTY_I32, kv_len,
-                      kv_dtype, scale, kv_scales)
+                      kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
+def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0),
+                      window=0):
     return _attention(q, qo_indptr, k_pool, v_pool, False, _EMPTY_I32, _EMPTY_I32, 1, kv_start, kv_len,
-                      kv_dtype, scale, kv_scales)
+                      kv_dtype, scale, kv_scales, window)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:

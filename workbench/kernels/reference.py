@@ -59,8 +59,9 @@ def contiguous_slots(kv_start, kv_len, seq: int) -> np.ndarray:
     return np.arange(int(kv_start[seq]), int(kv_start[seq]) + int(kv_len[seq]), dtype=np.int64)
 
 
-def _attend(q, k, v, scale: float, num_visible) -> np.ndarray:
-    """Softmax attention of each query row over the first `num_visible[i]` K/V rows, float64.
+def _attend(q, k, v, scale: float, num_visible, window: int = 0) -> np.ndarray:
+    """Softmax attention of each query row over the first `num_visible[i]` K/V rows, float64; with
+    `window` W > 0 only over the last W of them (rows >= num_visible[i] − W).
 
     q [num_q, num_heads, head_dim]; k, v [kv_len, num_kv_heads, head_dim]; num_visible [num_q].
     Query head h reads kv head h // (num_heads // num_kv_heads).
@@ -70,6 +71,8 @@ def _attend(q, k, v, scale: float, num_visible) -> np.ndarray:
     q64 = q.astype(np.float64).reshape(num_q, k.shape[1], group, head_dim)  # [num_q, kvh, group, D]
     scores = np.einsum("qhgd,lhd->qhgl", q64, k) * scale  # [num_q, kvh, group, kv_len]
     visible = np.arange(k.shape[0])[None, :] < np.asarray(num_visible)[:, None]  # [num_q, kv_len]
+    if window:
+        visible &= np.arange(k.shape[0])[None, :] >= np.asarray(num_visible)[:, None] - window
     scores = np.where(visible[:, None, None, :], scores, -np.inf)
     scores -= scores.max(axis=-1, keepdims=True)
     weights = np.exp(scores)
@@ -78,17 +81,17 @@ def _attend(q, k, v, scale: float, num_visible) -> np.ndarray:
     return out.reshape(num_q, num_heads, head_dim)
 
 
-def _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales) -> np.ndarray:
+def _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window) -> np.ndarray:
     out = np.empty(q.shape, dtype=np.float64)  # [num_seqs, num_heads, head_dim]
     for seq in range(q.shape[0]):
         slots = slots_of(seq)
         k = dequantize(k_pool[slots], kv_dtype, kv_scales[0])  # [kv_len, num_kv_heads, head_dim]
         v = dequantize(v_pool[slots], kv_dtype, kv_scales[1])
-        out[seq] = _attend(q[seq : seq + 1], k, v, scale, [len(slots)])[0]
+        out[seq] = _attend(q[seq : seq + 1], k, v, scale, [len(slots)], window)[0]
     return out
 
 
-def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales) -> np.ndarray:
+def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window) -> np.ndarray:
     out = np.empty(q.shape, dtype=np.float64)  # [total_q, num_heads, head_dim]
     for seq in range(len(qo_indptr) - 1):
         q_begin, q_end = int(qo_indptr[seq]), int(qo_indptr[seq + 1])
@@ -98,34 +101,35 @@ def _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales) 
         num_visible = kv_len - num_q + 1 + np.arange(num_q)
         k = dequantize(k_pool[slots], kv_dtype, kv_scales[0])
         v = dequantize(v_pool[slots], kv_dtype, kv_scales[1])
-        out[q_begin:q_end] = _attend(q[q_begin:q_end], k, v, scale, num_visible)
+        out[q_begin:q_end] = _attend(q[q_begin:q_end], k, v, scale, num_visible, window)
     return out
 
 
 def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
-                 kv_scales=(1.0, 1.0)):
+                 kv_scales=(1.0, 1.0), window=0):
     """Decode attention over a CSR page table → float64 [num_seqs, num_heads, head_dim]."""
     slots_of = lambda seq: paged_slots(kv_indptr, kv_indices, kv_last_page_len, block_size, seq)
-    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales)
+    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0), window=0):
     """Decode attention over contiguous extents → float64 [num_seqs, num_heads, head_dim]."""
     slots_of = lambda seq: contiguous_slots(kv_start, kv_len, seq)
-    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales)
+    return _decode(q, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window)
 
 
 def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype, scale,
-                 kv_scales=(1.0, 1.0)):
+                 kv_scales=(1.0, 1.0), window=0):
     """Causal extend attention over a CSR page table → float64 [total_q, num_heads, head_dim]."""
     slots_of = lambda seq: paged_slots(kv_indptr, kv_indices, kv_last_page_len, block_size, seq)
-    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales)
+    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0)):
+def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0),
+                      window=0):
     """Causal extend attention over contiguous extents → float64 [total_q, num_heads, head_dim]."""
     slots_of = lambda seq: contiguous_slots(kv_start, kv_len, seq)
-    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales)
+    return _extend(q, qo_indptr, k_pool, v_pool, slots_of, kv_dtype, scale, kv_scales, window)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:

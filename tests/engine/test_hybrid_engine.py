@@ -1,0 +1,80 @@
+"""Hybrid models in the engine: each layer group's kernel runs over its own table with its window,
+checked against the float64 reference in the loop, and `--hybrid on` fits more sequences than off."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench import engine
+from workbench.allocators import registry
+from workbench.allocators.hybrid import HybridPaged
+from workbench.config import RunConfig
+
+
+def _config(**kw) -> RunConfig:
+    base = dict(strategy="paged", model="gpt-oss-20b", max_model_len=1024, kernel_heads=1, kernel="numba",
+                workload="fixed:prompt=150,output=200", num_requests=6, rate=1000.0, block_size=16, seed=3)
+    return RunConfig(**{**base, **kw})
+
+
+def test_windowed_groups_verify_against_the_reference_every_step():
+    """Prompts and outputs longer than gpt-oss's 128-token window: the window group releases blocks while
+    the kernels keep matching the reference recomputed from the logical tokens."""
+    summary = engine.run(_config(kv_slots=4000, verify_every=1))
+    assert summary["verify_max_rel_err"] <= 1e-2
+    assert summary["num_finished"] == 6
+
+
+def test_hybrid_on_holds_more_sequences_than_off():
+    cfg = dict(kv_slots=1200, kernel="none", num_requests=12, workload="fixed:prompt=300,output=400")
+    on, off = engine.run(_config(hybrid="on", **cfg)), engine.run(_config(hybrid="off", **cfg))
+    assert on["mean_batch_size"] > off["mean_batch_size"]
+    assert on["num_preemptions"] <= off["num_preemptions"]
+
+
+def test_the_pool_is_the_same_bytes_in_unit_slots():
+    cfg = _config(kv_slots=1200)
+    res = cfg.resolve()
+    strategy = registry.create_from_config(cfg, res)
+    assert isinstance(strategy, HybridPaged)
+    assert strategy.capacity_slots == 2400  # gpt-oss-20b: 12 + 12 layers, a slot is 12 layers of one token
+    cfg_off = _config(kv_slots=1200, hybrid="off")
+    off = registry.create_from_config(cfg_off, cfg_off.resolve())
+    assert not isinstance(off, HybridPaged) and off.capacity_slots == 1200
+
+
+def test_prefix_caching_on_a_hybrid_model_needs_hybrid_off():
+    with pytest.raises(ValueError, match="--hybrid off"):
+        engine.check_config(_config(strategy="paged-prefix", kv_slots=4000))
+    engine.check_config(_config(strategy="paged-prefix", kv_slots=4000, hybrid="off"))
+
+
+def test_contiguous_baselines_reserve_every_layer():
+    cfg = _config(strategy="contiguous-max", kv_slots=4000, kernel="none")
+    assert not isinstance(registry.create_from_config(cfg, cfg.resolve()), HybridPaged)
+    engine.run(cfg)
+
+
+def test_steps_carry_each_group_and_the_identity_holds_per_step():
+    from workbench.allocators.hybrid import GROUP_PARTS
+    from workbench.engine import build_workload, simulate
+
+    cfg = _config(kv_slots=1200, kernel="none", num_requests=8, workload="fixed:prompt=300,output=400")
+    steps = simulate(cfg, build_workload(cfg), registry.create_from_config(cfg, cfg.resolve())).steps
+    for i in range(2):
+        parts = steps[[f"group{i}_{p}" for p in GROUP_PARTS]].to_numpy()  # [num_steps, 4]
+        assert (parts[:, :3].sum(axis=1) == parts[:, 3]).all()
+    held = steps["group0_held_slots"] + steps["group1_held_slots"]
+    assert (held + steps["cached_slots"] + steps["free_slots"] == 2400).all()
+    assert (steps["group0_token_slots"] + steps["group1_token_slots"] == steps["token_slots"]).all()
+    assert steps["group0_held_slots"].max() < steps["group1_held_slots"].max()  # the window group holds less
+
+
+def test_a_hybrid_run_writes_its_groups_to_config_json(tmp_path):
+    import json
+
+    engine.run(_config(kv_slots=1200, kernel="none", num_requests=2), tmp_path / "run")
+    resolved = json.loads((tmp_path / "run" / "config.json").read_text())["resolved"]
+    assert resolved["layer_groups"] == [[128, 1], [None, 1]]
+    assert resolved["model"]["layer_groups"] == [{"num_layers": 12, "window_tokens": 128},
+                                                 {"num_layers": 12, "window_tokens": None}]

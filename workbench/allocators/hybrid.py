@@ -1,0 +1,349 @@
+"""Paged allocation for hybrid models: one block table per layer group over one shared pool (docs/hybrid.md).
+
+The pool is counted in slots of one *unit*: one token's KV for `unit_layers` layers (the gcd of the
+groups' layer counts, `ModelPreset.unit_layers`), so every block has the same size in bytes, as vLLM
+v1 gives every KV-cache group the same page size. A group of `units` units stores a logical block
+of a sequence as `units` pool blocks (`hybrid_tables`). A sliding-window group releases a block as
+soon as the sequence's next query cannot read it (vLLM v1's `SlidingWindowManager.remove_skipped_blocks`,
+run before new blocks are allocated), so a long sequence holds at most cdiv(W, block_size) + 1 of
+its blocks at a decode step, while full-attention groups keep everything.
+
+Sharing: a group admitted together (parallel sampling) and a fork share entries by reference count
+within each group, with copy-on-write of a shared last block as in `paged`. Blocks are never
+shared across groups: each group's KV is different memory. No prefix cache and no swap here (a
+preempted sequence is recomputed); docs/hybrid.md gives the rule a prefix cache would follow.
+
+Accounting: the §3 parts of each group, in pool slots, sum to the group's held slots; the groups'
+held slots plus the free ones are the capacity (`group_snapshots` and `snapshot`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.allocators.base import AdmitResult, AppendResult, PagedDescriptor, SeqSpec, Snapshot, SwapResult
+from workbench.allocators.block_stack import BlockStack
+from workbench.allocators.hybrid_tables import GroupTables
+from workbench.intmath import cdiv
+
+_BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 id per kernel-table entry (released entries stay as placeholders)
+_NO_COPIES = np.zeros((0, 2), dtype=np.int32)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """One group's share of the held pool, in pool slots: token + reserved + internal == held."""
+
+    window_tokens: int | None
+    token_slots: int
+    reserved_slots: int
+    internal_frag_slots: int
+    held_slots: int
+    logical_token_slots: int  # units × the on-device sequences' lengths (as if no window and no sharing)
+
+    def __post_init__(self) -> None:
+        parts = (self.token_slots, self.reserved_slots, self.internal_frag_slots)
+        if min(parts) < 0 or sum(parts) != self.held_slots:
+            raise AssertionError(f"group accounting broken: {parts} do not sum to held {self.held_slots}")
+
+
+@dataclass(frozen=True, slots=True)
+class HybridSnapshot(Snapshot):
+    """The pool's six parts (the groups' parts summed) and each group's own split."""
+
+    groups: tuple[GroupSnapshot, ...] = ()
+
+
+GROUP_PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "held_slots")  # per-group step columns
+
+
+@dataclass(frozen=True, slots=True)
+class HybridAppendResult(AppendResult):
+    group_slots: np.ndarray  # int64 [num_groups, num_seqs]: each group's slot of each new token (unit 0)
+
+
+class HybridPaged:
+    kernel_mode = "paged"
+    supports_swap = False
+    wants_token_ids = False
+
+    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int,
+                 groups: tuple[tuple[int | None, int], ...], name: str = "paged", swap_slots: int = 0) -> None:
+        """`groups`: (window_tokens or None, units) per layer group. `swap_slots` is accepted and unused."""
+        del swap_slots  # no swap: the engine preempts by recompute
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if not groups or any(units < 1 for _, units in groups):
+            raise ValueError(f"groups must be a non-empty list of (window, units >= 1), got {groups}")
+        self.name = name
+        self.block_size = block_size
+        self.num_blocks = capacity_slots // block_size
+        self.capacity_slots = self.num_blocks * block_size
+        if self.num_blocks < sum(units for _, units in groups):
+            raise ValueError(f"capacity_slots ({capacity_slots}) holds no block of every group")
+        self.max_model_len = max_model_len
+        self.groups = [GroupTables(window, units, block_size) for window, units in groups]
+        self.prefix_query_tokens = 0
+        self.prefix_hit_tokens = 0
+        self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]: holders, over all groups
+        self._free = BlockStack(self.num_blocks)
+        self._length: dict[int, int] = {}
+        self._final: dict[int, int] = {}
+
+    # -- protocol ---------------------------------------------------------------------------------
+
+    def num_allocatable_blocks(self) -> int:
+        return self._free.size
+
+    def blocks_for_tokens(self, num_tokens: int) -> int:
+        """Pool blocks a new sequence of `num_tokens` takes at admission (every group holds the prompt)."""
+        return cdiv(num_tokens, self.block_size) * sum(g.units for g in self.groups)
+
+    def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
+        """Mutates on success. Every group gets the whole prompt (its extend kernel reads it); a window
+        group drops what it no longer needs at the sequence's first decode step."""
+        self._check_new(seq_ids, spec)
+        need = self.blocks_for_tokens(spec.num_tokens)
+        if need > self._free.size:
+            return AdmitResult(False, reason=f"needs {need} blocks, {self._free.size} allocatable")
+        num_logical = cdiv(spec.num_tokens, self.block_size)
+        for g in self.groups:
+            fresh = self._free.pop(num_logical * g.units).reshape(num_logical, g.units)
+            self._refcount[fresh.ravel()] = len(seq_ids)
+            entries = list(fresh)  # int32 [units] each; shared (not copied) by the group's sequences
+            for seq_id in seq_ids:
+                g.entries[seq_id] = list(entries)
+                g.first_live[seq_id] = 0
+        for seq_id in seq_ids:
+            self._length[seq_id] = spec.num_tokens
+            self._final[seq_id] = spec.final_len
+        return AdmitResult(True)
+
+    def can_append(self, seq_ids: list[int]) -> bool:
+        need, freed = self._count_append(seq_ids)
+        return need <= self._free.size + freed
+
+    def _count_append(self, seq_ids: list[int]) -> tuple[int, int]:
+        """Pure. (blocks `append` takes, blocks its window releases free first)."""
+        self._check_batch(seq_ids)
+        delta: Counter[int] = Counter()  # refcount changes along the batch
+        need = freed = 0
+        for g in self.groups:
+            for seq_id in seq_ids:
+                length = self._length[seq_id]
+                table, first = g.entries[seq_id], g.first_live[seq_id]
+                for entry in table[first:min(g.dead_before(length), len(table))]:
+                    for b in entry.tolist():
+                        delta[b] -= 1
+                        freed += int(self._refcount[b] + delta[b] == 0)
+            for seq_id in seq_ids:
+                length = self._length[seq_id]
+                if length % self.block_size == 0:
+                    need += g.units
+                    continue
+                last = g.entries[seq_id][-1]
+                if self._refcount[last[0]] + delta[int(last[0])] > 1:  # shared: copy, unless the last holder
+                    need += g.units
+                    for b in last.tolist():
+                        delta[b] -= 1
+        return need, freed
+
+    def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> HybridAppendResult:
+        """Mutates. Window groups first release the blocks the new tokens' queries cannot read; then each
+        group gives each sequence one slot (a new block, or a private copy of a shared last block unless
+        it is its last holder). Raises RuntimeError, changing nothing, when the pool cannot."""
+        del token_ids  # no prefix cache
+        need, freed = self._count_append(seq_ids)
+        if need > self._free.size + freed:
+            raise RuntimeError(f"out of blocks: append needs {need}, {self._free.size + freed} allocatable")
+        for g in self.groups:
+            for seq_id in seq_ids:
+                released = g.release_dead(seq_id, self._length[seq_id])
+                if released:
+                    self._drop(np.concatenate(released))
+        bs = self.block_size
+        slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
+        copies = []
+        for gi, g in enumerate(self.groups):
+            for k, seq_id in enumerate(seq_ids):
+                length, table = self._length[seq_id], g.entries[seq_id]
+                if length % bs == 0:
+                    fresh = self._free.pop(g.units)
+                    self._refcount[fresh] = 1
+                    table.append(fresh)
+                elif self._refcount[table[-1][0]] > 1:
+                    fresh = self._free.pop(g.units)
+                    self._refcount[fresh] = 1
+                    self._refcount[table[-1]] -= 1
+                    copies.append(np.stack([table[-1], fresh], axis=1))
+                    table[-1] = fresh
+                slots[gi, k] = int(table[-1][0]) * bs + length % bs
+        for seq_id in seq_ids:
+            self._length[seq_id] += 1
+        pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
+        return HybridAppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
+
+    def fork(self, parent_id: int, child_id: int) -> AdmitResult:
+        """Mutates. The child shares every held entry of the parent in every group."""
+        if parent_id not in self._length or child_id in self._length:
+            raise ValueError(f"cannot fork {parent_id} into {child_id}: parent unknown or child live")
+        for g in self.groups:
+            g.entries[child_id] = list(g.entries[parent_id])
+            g.first_live[child_id] = g.first_live[parent_id]
+            self._refcount[g.held_blocks(child_id)] += 1
+        self._length[child_id] = self._length[parent_id]
+        self._final[child_id] = self._final[parent_id]
+        return AdmitResult(True)
+
+    def free(self, seq_id: int) -> None:
+        """Mutates. Blocks no other sequence holds go back to the free stack."""
+        if seq_id not in self._length:
+            raise ValueError(f"sequence {seq_id} is not live")
+        for g in self.groups:
+            self._drop(g.held_blocks(seq_id))
+            del g.entries[seq_id], g.first_live[seq_id]
+        del self._length[seq_id], self._final[seq_id]
+
+    def _drop(self, blocks: np.ndarray) -> None:
+        """Mutates. One holder fewer for each block (distinct ids); those at 0 become free."""
+        self._refcount[blocks] -= 1
+        self._free.push(blocks[self._refcount[blocks] == 0])
+
+    def group_slot_mapping(self, group: int, seq_id: int, start: int, stop: int) -> np.ndarray:
+        """Slots (unit 0) of positions [start, stop) in one group's table, int64 [stop - start]."""
+        return self.groups[group].slot_mapping(seq_id, start, stop)
+
+    def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
+        raise TypeError("a hybrid pool has one table per layer group: use group_slot_mapping")
+
+    def describe_group(self, group: int, seq_ids: list[int]) -> PagedDescriptor:
+        """One group's kernel view of these sequences: unit-0 ids of every logical block (released ones as
+        a placeholder its windowed kernel never reads)."""
+        self._check_batch(seq_ids)
+        g = self.groups[group]
+        tables = [g.kernel_table(s) for s in seq_ids]
+        indptr = np.zeros(len(seq_ids) + 1, dtype=np.int32)
+        indptr[1:] = np.cumsum([t.shape[0] for t in tables])
+        lengths = np.array([self._length[s] for s in seq_ids], dtype=np.int32)
+        return PagedDescriptor(kv_indptr=indptr, kv_indices=np.concatenate(tables) if tables else indptr[:0],
+                               kv_last_page_len=lengths - (indptr[1:] - indptr[:-1] - 1) * self.block_size,
+                               block_size=self.block_size)
+
+    def describe(self, seq_ids: list[int]) -> PagedDescriptor:
+        raise TypeError("a hybrid pool has one table per layer group: use describe_group")
+
+    def windows(self) -> list[int | None]:
+        return [g.window_tokens for g in self.groups]
+
+    def length(self, seq_id: int) -> int:
+        return self._length[seq_id]
+
+    # -- accounting -------------------------------------------------------------------------------
+
+    def group_snapshots(self) -> list[GroupSnapshot]:
+        """Pure. Each group's held slots split as in `paged`: an unwritten slot of a held block is reserved
+        if some holder will write it, else internal fragmentation. O(held entries)."""
+        bs = self.block_size
+        out = []
+        for g in self.groups:
+            fill: dict[int, int] = {}  # unit-0 block -> written slots (the same for every holder)
+            reach: dict[int, int] = {}  # unit-0 block -> slots the furthest-reaching holder will write
+            for seq_id, table in g.entries.items():
+                length, final = self._length[seq_id], self._final[seq_id]
+                for i in range(g.first_live[seq_id], len(table)):
+                    b = int(table[i][0])
+                    fill[b] = min(length - i * bs, bs)
+                    reach[b] = max(reach.get(b, 0), min(final - i * bs, bs))
+            token = sum(fill.values())
+            reserved = sum(reach[b] - fill[b] for b in fill)
+            held = len(fill) * bs
+            out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
+                                     (held - token - reserved) * g.units, held * g.units,
+                                     g.units * sum(self._length.values())))
+        return out
+
+    def snapshot(self, refused_extent_slots: int = 0) -> HybridSnapshot:
+        """Pure. The groups' parts summed; free blocks serve any request (no external fragmentation)."""
+        del refused_extent_slots
+        groups = self.group_snapshots()
+        free = self._free.size * self.block_size
+        entries = sum(g.num_entries(s) for g in self.groups for s in g.entries)
+        return HybridSnapshot(
+            capacity_slots=self.capacity_slots, token_slots=sum(g.token_slots for g in groups),
+            reserved_slots=sum(g.reserved_slots for g in groups),
+            internal_frag_slots=sum(g.internal_frag_slots for g in groups), cached_slots=0,
+            external_frag_slots=0, free_slots=free,
+            logical_token_slots=sum(g.logical_token_slots for g in groups),
+            block_table_bytes=_BLOCK_TABLE_ENTRY_BYTES * entries, largest_free_extent_slots=free,
+            num_free_blocks=self._free.size, groups=tuple(groups))
+
+    # -- swap: not supported ------------------------------------------------------------------------
+
+    def can_swap_out(self, seq_ids: list[int]) -> bool:
+        return False
+
+    def swap_out(self, seq_ids: list[int]) -> SwapResult:
+        raise RuntimeError("the hybrid pool does not swap; preempt by recompute")
+
+    def can_swap_in(self, seq_ids: list[int]) -> bool:
+        return False
+
+    def swap_in(self, seq_ids: list[int]) -> SwapResult:
+        raise RuntimeError("the hybrid pool does not swap; preempt by recompute")
+
+    # -- checks -----------------------------------------------------------------------------------
+
+    def _check_new(self, seq_ids: list[int], spec: SeqSpec) -> None:
+        if not seq_ids:
+            raise ValueError("admit needs at least one sequence id")
+        if not 1 <= spec.num_tokens <= spec.final_len <= self.max_model_len:
+            raise ValueError(f"need 1 <= num_tokens ({spec.num_tokens}) <= final_len ({spec.final_len}) "
+                             f"<= max_model_len ({self.max_model_len})")
+        if len(set(seq_ids)) != len(seq_ids) or any(s in self._length for s in seq_ids):
+            raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
+
+    def _check_shared_fills(self) -> None:
+        """Every holder of an entry sees the same written slots in it (writers into shared blocks copy)."""
+        bs = self.block_size
+        for gi, g in enumerate(self.groups):
+            fill: dict[int, int] = {}
+            for seq_id, table in g.entries.items():
+                for i in range(g.first_live[seq_id], len(table)):
+                    seen = fill.setdefault(int(table[i][0]), min(self._length[seq_id] - i * bs, bs))
+                    assert seen == min(self._length[seq_id] - i * bs, bs), f"group {gi}: a shared block's fill differs"
+
+    def _check_batch(self, seq_ids: list[int]) -> None:
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError("a sequence id repeats in the batch")
+        for s in seq_ids:
+            if s not in self._length:
+                raise ValueError(f"sequence {s} is not live")
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError naming the first broken invariant."""
+        holders = np.zeros(self.num_blocks, dtype=np.int64)  # [num_blocks]
+        owner = np.full(self.num_blocks, -1, dtype=np.int64)  # [num_blocks]: the group holding each block
+        for gi, g in enumerate(self.groups):
+            for seq_id, table in g.entries.items():
+                length = self._length[seq_id]
+                assert len(table) == cdiv(length, self.block_size), f"group {gi} seq {seq_id}: table length"
+                first = g.first_live[seq_id]
+                # released at appends, each before a token was added: never past what length − 1 allows
+                assert first <= g.dead_before(length - 1), f"group {gi} seq {seq_id}: a live block released"
+                assert all(e is None for e in table[:first]), f"group {gi} seq {seq_id}: released run broken"
+                held = g.held_blocks(seq_id)
+                assert held.shape[0] == (len(table) - first) * g.units, f"group {gi} seq {seq_id}: entry shape"
+                assert np.unique(held).shape[0] == held.shape[0], f"group {gi} seq {seq_id}: a block twice"
+                holders[held] += 1
+                assert np.all((owner[held] == -1) | (owner[held] == gi)), "a block in two groups' tables"
+                owner[held] = gi
+                assert length <= self._final[seq_id] <= self.max_model_len, f"seq {seq_id}: length bounds"
+        assert np.array_equal(holders, self._refcount), "refcounts differ from the tables"
+        self._check_shared_fills()
+        free = self._free.ids()
+        assert np.unique(free).shape[0] == free.shape[0], "a block twice on the free stack"
+        assert not np.any(self._refcount[free]), "a held block is on the free stack"
+        assert free.shape[0] + np.count_nonzero(self._refcount) == self.num_blocks, "a block is lost"
