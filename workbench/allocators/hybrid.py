@@ -88,6 +88,7 @@ class HybridPaged:
         self.groups = [GroupTables(window, units, block_size) for window, units in groups]
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
+        self.prefix_evicted_blocks = 0  # no prefix cache on a hybrid pool (docs/hybrid.md)
         self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]: holders, over all groups
         self._free = BlockStack(self.num_blocks)
         self._length: dict[int, int] = {}
