@@ -2,7 +2,7 @@
 
 `kv_bytes_per_token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes`.
 
-Hybrid models (DESIGN §11) split their layers into groups: full-attention layers read every token,
+Hybrid models (docs/hybrid.md) split their layers into groups: full-attention layers read every token,
 sliding-window layers only the last `window_tokens`. A group's bytes per token are the same formula
 over its layers; the groups' layers add up to `num_layers`, so their bytes add up to the model's.
 """
