@@ -22,12 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.allocators.base import SeqSpec, Strategy, mapped_pages
-from workbench.allocators.hybrid import HybridPaged
 from workbench.beam_forks import BeamForks
 from workbench.groups import Group, GroupState
-from workbench.hybrid_plan import hybrid_kernel_inputs
 from workbench.intmath import cdiv
-from workbench.plan import NO_PAIRS, NO_SLOTS, KernelInputs, Prefill, SeqWrite, StepPlan
+from workbench.kernel_inputs import kernel_inputs
+from workbench.plan import NO_PAIRS, NO_SLOTS, Prefill, StepPlan
 from workbench.prefill_chunks import PrefillChunks, append_recomputed
 from workbench.request_log import RequestLog
 from workbench.step_cost import CostMeter
@@ -202,42 +201,13 @@ class Scheduler:
         self.mapped_pages_seen = mapped
         kernel = None
         if self.kernel_every is not None:
-            kernel = self._kernel_inputs(ids, decode_seq_ids, positions, token_ids, prefills)
-            if isinstance(strategy, HybridPaged):
-                kernel = hybrid_kernel_inputs(strategy, kernel, ids, decode_group_slots)
+            kernel = kernel_inputs(strategy, self.step % self.kernel_every == 0, ids, decode_seq_ids, positions,
+                                   token_ids, prefills, decode_group_slots)
         return StepPlan(step=self.step, decode_groups=decode_groups, started=tuple(started),
                         prefills=tuple(prefills), decode_slots=decode_slots, swap_out=swap_out_arr,
                         swap_in=swap_in_arr, copies=copies_arr, forks=tuple(forks), preemptions=preemptions,
                         refused_extent_slots=refused_extent, snapshot=strategy.snapshot(refused_extent), cost=cost,
                         kernel=kernel)
-
-    def _kernel_inputs(self, ids: list[int], decode_seq_ids, positions, token_ids,
-                       prefills: list[Prefill]) -> KernelInputs:
-        """The slot mappings of the admitted sequences and, on attention steps, the kernels' views."""
-        writes = []
-        for p in prefills:
-            g = p.group
-            for sample, seq_id in enumerate(g.seq_ids):
-                # the first sequence computes the prompt; the others only their own recomputed tokens
-                query_start = p.start if sample == 0 else max(p.start, g.request.prompt_tokens)
-                writes.append(SeqWrite(seq_id, p.start, p.stop, min(query_start, p.stop),
-                                       self._slot_mapping(seq_id, p.start, p.stop)))
-        decode_desc = extend_desc = None
-        attention = self.step % self.kernel_every == 0
-        if attention and not isinstance(self.strategy, HybridPaged):
-            if ids:
-                decode_desc = self.strategy.describe(ids)
-            extend_ids = [w.seq_id for w in writes if w.query_start < w.stop]
-            if extend_ids:
-                extend_desc = self.strategy.describe(extend_ids)
-        if decode_seq_ids is None:
-            decode_seq_ids, positions, token_ids = NO_SLOTS, NO_SLOTS, np.zeros(0, dtype=np.int32)
-        return KernelInputs(tuple(writes), decode_seq_ids, positions, token_ids, attention, decode_desc, extend_desc)
-
-    def _slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
-        if isinstance(self.strategy, HybridPaged):
-            return self.strategy.group_slot_mapping(0, seq_id, start, stop)
-        return self.strategy.slot_mapping(seq_id, start, stop)
 
     def complete(self, plan: StepPlan, now_s: float) -> int:
         """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished
