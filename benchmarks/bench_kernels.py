@@ -6,6 +6,7 @@ on a few sequences before it is timed.
 
     python benchmarks/bench_kernels.py [--quick] [--clock cpu]
     python benchmarks/bench_kernels.py --sass    # the CUDA decode loop's registers, spills, SASS per KV byte
+    python benchmarks/bench_kernels.py --sass --nvcc   # the same, built by nvcc from the same options
 
 --clock wall (default): all Numba threads, best wall time, against the parallel read bandwidth.
 --clock cpu: one thread, best process CPU time, against single-thread np.sum bandwidth. When other
@@ -170,11 +171,15 @@ def main() -> None:
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="see the module docstring")
     parser.add_argument("--sass", action="store_true",
                         help="print the CUDA attention loop's SASS cost (NVRTC + cuobjdump, no GPU) and exit")
+    parser.add_argument("--nvcc", action="store_true", help="with --sass: compile with nvcc (same options as NVRTC)")
     args = parser.parse_args()
     if args.sass:
         import sass_loop
 
-        sass_loop.print_table(SASS_KERNELS)
+        nvcc = sass_loop.find_tool("nvcc") if args.nvcc else None
+        if args.nvcc and nvcc is None:
+            raise SystemExit("--nvcc: nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+        sass_loop.print_table(SASS_KERNELS, nvcc=nvcc)
         return
     repeats = 3 if args.quick else 7
     rng = np.random.default_rng(0)
