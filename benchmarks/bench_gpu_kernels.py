@@ -195,6 +195,12 @@ def small_run() -> None:
                                    partition_tokens=partition_tokens)
         copy = pool.copy()
         cupy_backend.cache_write(pool, copy, pool[:5].copy(), copy[:5].copy(), cp.asarray([3, -1, 40, 7, 9]))
+        if kv_dtype == "fp8":  # the quantizing write from each model dtype
+            model_rows = {"fp32": values[:5].copy(), "fp16": values[:5].astype(cp.float16),
+                          "bf16": (values[:5].view(cp.uint32) >> 16).astype(cp.uint16)}
+            for source, new_rows in model_rows.items():
+                cupy_backend.cache_write_fp8(pool, copy, new_rows, new_rows, cp.asarray([3, -1, 40, 7, 9]), source,
+                                             (0.5, 2.0))
         cupy_backend.block_copy(pool, copy, cp.asarray(np.array([[0, 2], [1, 3]], dtype=np.int32)), block_size)
         host = cp.asnumpy(pool)
         cupy_backend.block_swap(pool, copy, host, host.copy(), np.array([[0, 1]], dtype=np.int32), block_size)

@@ -6,6 +6,7 @@ on a few sequences before it is timed.
 
     python benchmarks/bench_kernels.py [--quick] [--clock cpu]
     python benchmarks/bench_kernels.py --sass    # the CUDA decode loop's registers, spills, SASS per KV byte
+    python benchmarks/bench_kernels.py --sass --nvcc   # the same, built by nvcc from the same options
 
 --clock wall (default): all Numba threads, best wall time, against the parallel read bandwidth.
 --clock cpu: one thread, best process CPU time, against single-thread np.sum bandwidth. When other
@@ -141,17 +142,20 @@ def measure(rng, num_seqs: int, ctx: int, block_size: int, repeats: int, with_bl
     return row
 
 
-def measure_narrow(rng, kv_dtype: str, repeats: int) -> tuple[float, int]:
-    """Best paged decode time and KV bytes for fp16, bf16 or fp8 pools at the docs/performance.md shape."""
-    _, (paged_k, paged_v, kv_indptr, kv_indices, last, block_size) = make_pools(rng, 32, 1024, 16)
+def measure_narrow(rng, kv_dtype: str, repeats: int) -> tuple[float, float, int]:
+    """Best paged (churned) and contiguous decode times and KV bytes for fp16, bf16 or fp8 pools at the
+    docs/performance.md shape."""
+    (contig_k, contig_v, kv_start, kv_len), (paged_k, paged_v, kv_indptr, kv_indices, last, block_size) = make_pools(
+        rng, 32, 1024, 16)
     if kv_dtype == "fp16":
-        paged_k, paged_v = paged_k.astype(np.float16), paged_v.astype(np.float16)
+        narrow = lambda pool: pool.astype(np.float16)
     elif kv_dtype == "fp8":  # e4m3 codes, per-tensor scale 1
         from workbench.kernels import fp8  # here, so that --sass also runs against checkouts without fp8
 
-        paged_k, paged_v = fp8.quantize(paged_k), fp8.quantize(paged_v)
+        narrow = fp8.quantize
     else:  # bf16 by truncation: the top half of each float32
-        paged_k, paged_v = [(p.view(np.uint32) >> 16).astype(np.uint16) for p in (paged_k, paged_v)]
+        narrow = lambda pool: (pool.view(np.uint32) >> 16).astype(np.uint16)
+    paged_k, paged_v, contig_k, contig_v = (narrow(p) for p in (paged_k, paged_v, contig_k, contig_v))
     q = rng.standard_normal((32, NUM_Q_HEADS, HEAD_DIM), dtype=np.float32)
     args = (q, paged_k, paged_v, kv_indptr, kv_indices, last, block_size)
     out = kernels.paged_decode(*args, kv_dtype=kv_dtype)
@@ -159,9 +163,12 @@ def measure_narrow(rng, kv_dtype: str, repeats: int) -> tuple[float, int]:
                                       kv_dtype, 1 / np.sqrt(HEAD_DIM))
     if not reference.rel_err(out[:2], expected) <= 1e-5:
         raise SystemExit(f"{kv_dtype}: rel_err against the float64 reference too large")
-    best = _best_s({"paged": lambda: kernels.paged_decode(*args, kv_dtype=kv_dtype)}, repeats)
+    contig = lambda: kernels.contiguous_decode(q, contig_k, contig_v, kv_start, kv_len, kv_dtype=kv_dtype)
+    if not np.array_equal(contig().view(np.uint32), out.view(np.uint32)):
+        raise SystemExit(f"{kv_dtype}: paged and contiguous decode differ")
+    best = _best_s({"paged": lambda: kernels.paged_decode(*args, kv_dtype=kv_dtype), "contig": contig}, repeats)
     kv_bytes = kernels.kv_bytes_read(np.full(32, 1024), NUM_KV_HEADS, HEAD_DIM, kv_dtype)
-    return best["paged"], kv_bytes
+    return best["paged"], best["contig"], kv_bytes
 
 
 def main() -> None:
@@ -170,11 +177,15 @@ def main() -> None:
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="see the module docstring")
     parser.add_argument("--sass", action="store_true",
                         help="print the CUDA attention loop's SASS cost (NVRTC + cuobjdump, no GPU) and exit")
+    parser.add_argument("--nvcc", action="store_true", help="with --sass: compile with nvcc (same options as NVRTC)")
     args = parser.parse_args()
     if args.sass:
         import sass_loop
 
-        sass_loop.print_table(SASS_KERNELS)
+        nvcc = sass_loop.find_tool("nvcc") if args.nvcc else None
+        if args.nvcc and nvcc is None:
+            raise SystemExit("--nvcc: nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+        sass_loop.print_table(SASS_KERNELS, nvcc=nvcc)
         return
     repeats = 3 if args.quick else 7
     rng = np.random.default_rng(0)
@@ -219,10 +230,12 @@ def main() -> None:
             print(f"{ctx:>6} {row['num_seqs']:>5} {block_size:>5} {row['contig_s'] * 1e3:>10.2f} "
                   f"{row['paged_s'] * 1e3:>9.2f} {row['paged_s'] / row['contig_s']:>12.3f} "
                   f"{row['kv_bytes'] / row['paged_s'] / 1e9:>10.1f}")
-    print("\nother KV dtypes at the docs/performance.md shape (paged, block 16; fewer KV bytes, decoded in-kernel):")
+    print("\nother KV dtypes at the docs/performance.md shape (churned paged vs contiguous, block 16; fewer KV bytes, "
+          "decoded in-kernel):")
     for kv_dtype in ["fp16", "bf16", "fp8"]:
-        paged_s, kv_bytes = measure_narrow(rng, kv_dtype, repeats)
-        print(f"  {kv_dtype}: {paged_s * 1e3:8.2f} ms  {kv_bytes / paged_s / 1e9:6.1f} GB/s")
+        paged_s, contig_s, kv_bytes = measure_narrow(rng, kv_dtype, repeats)
+        print(f"  {kv_dtype}: paged {paged_s * 1e3:8.2f} ms  {kv_bytes / paged_s / 1e9:6.1f} GB/s; contiguous "
+              f"{contig_s * 1e3:8.2f} ms; paged / contiguous = {paged_s / contig_s:.3f} (target <= 1.10)")
     print("\nnumbers are noisy on a shared machine; compare ratios taken within one run")
 
 

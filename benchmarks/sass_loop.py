@@ -80,13 +80,17 @@ def main_loop(instructions: list[tuple[int, str]]) -> tuple[int, int]:
     return best
 
 
-def loop_costs(expressions: list[str], arch: str = "sm_90") -> list[LoopCost]:
-    """One NVRTC compilation of `expressions` (attention kernels) and the loop cost of each."""
+def loop_costs(expressions: list[str], arch: str = "sm_90", nvcc: str | None = None) -> list[LoopCost]:
+    """One NVRTC compilation of `expressions` (attention kernels), or with `nvcc` (a path) one nvcc compilation
+    from the same options, and the loop cost of each."""
     cuobjdump = find_tool("cuobjdump")
     if cuobjdump is None:
         raise SystemExit("cuobjdump not found (a CUDA toolkit, or pip install nvidia-cuda-cuobjdump "
                          "nvidia-cuda-nvdisasm): --sass needs it")
-    module = nvrtc.compile_cubin(source.ATTENTION_CU, expressions, arch)
+    if nvcc:
+        module = nvrtc.nvcc_cubin(nvcc, source.ATTENTION_CU, expressions, arch)
+    else:
+        module = nvrtc.compile_cubin(source.ATTENTION_CU, expressions, arch)
     env = dict(os.environ)
     if nvdisasm := find_tool("nvdisasm"):
         env["PATH"] = f"{Path(nvdisasm).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -106,14 +110,15 @@ def loop_costs(expressions: list[str], arch: str = "sm_90") -> list[LoopCost]:
     return costs
 
 
-def print_table(expressions: list[str]) -> None:
+def print_table(expressions: list[str], nvcc: str | None = None) -> None:
     """The loop cost of each expression whose KV type the checkout's kernels know (so an older
     checkout, run with PYTHONPATH pointing at it, prints its own "before" rows)."""
     known = set(source.CUDA_KV_TYPES.values())
     expressions = [e for e in expressions if e.split("<", 1)[1].split(",", 1)[0] in known]
-    print(f"SASS of the attention main loop (NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}, sm_90); "
+    compiler = f"nvcc {nvcc}" if nvcc else f"NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}"
+    print(f"SASS of the attention main loop ({compiler}, sm_90, {' '.join(nvrtc.CODEGEN_OPTIONS)}); "
           f"kernels from {source.kernels_dir()}")
     print(f"{'kernel':<46} {'regs':>5} {'spill_B':>7} {'loop_instr':>10} {'KV_B/trip':>9} {'instr/KV_B':>10}")
-    for c in loop_costs(expressions):
+    for c in loop_costs(expressions, nvcc=nvcc):
         print(f"{c.kernel:<46} {c.registers:>5} {c.spill_bytes:>7} {c.loop_instructions:>10} "
               f"{c.kv_bytes_per_trip:>9} {c.instructions_per_kv_byte:>10.3f}")

@@ -75,6 +75,9 @@ const Registry& registry() {
     built["kvw::merge_partitions"] = launcher(&kvw::merge_partitions);
     built["kvw::write_cache<uint4>"] = launcher(&kvw::write_cache<uint4>);
     built["kvw::write_cache<unsigned short>"] = launcher(&kvw::write_cache<unsigned short>);
+    built["kvw::write_cache_fp8<float>"] = launcher(&kvw::write_cache_fp8<float>);
+    built["kvw::write_cache_fp8<__half>"] = launcher(&kvw::write_cache_fp8<__half>);
+    built["kvw::write_cache_fp8<__nv_bfloat16>"] = launcher(&kvw::write_cache_fp8<__nv_bfloat16>);
     built["kvw::copy_blocks<uint4>"] = launcher(&kvw::copy_blocks<uint4>);
     built["kvw::copy_blocks<unsigned short>"] = launcher(&kvw::copy_blocks<unsigned short>);
     return built;

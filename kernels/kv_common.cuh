@@ -50,6 +50,37 @@ __device__ __forceinline__ float to_float(Fp8E4M3 x) {
   return (x.bits & 0x7Fu) == 0x7Fu ? __int_as_float(0x7fc00000) : value;  // NaN stays NaN
 }
 
+// The cache write's float -> e4m3 rounding (workbench/kernels/fp8.py `quantize` defines it): round to
+// nearest, ties to even, saturating at +-448 (infinities included) like vLLM's
+// __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); NaN -> 0x7F. Integer operations on the bits
+// only, so the result does not depend on the compiler's float mode (flush-to-zero) and needs no
+// cuda_fp8.h (CuPy's bundled headers lack it).
+__device__ __forceinline__ unsigned char float_to_e4m3(float x) {
+  const unsigned bits = __float_as_uint(x);
+  const unsigned sign = (bits >> 24) & 0x80u;
+  const unsigned magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return 0x7Fu;            // NaN
+  if (magnitude >= 0x43E00000u) return sign | 0x7Eu;   // >= 448 saturates
+  if (magnitude >= 0x3C800000u) {                      // >= 2^-6, a normal e4m3: keep 3 of 23 mantissa bits
+    const unsigned rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);  // carries into the exponent
+    return (unsigned char)(sign | ((rounded >> 20) - (120u << 3)));             // rebias 127 -> 7
+  }
+  if (magnitude <= 0x3A800000u) return sign;            // <= 2^-10, half the smallest subnormal: +-0
+  // a subnormal e4m3: the value in units of 2^-9, rounded to nearest even (8 is the smallest normal, 0x08)
+  const unsigned mantissa = (magnitude & 0x7FFFFFu) | 0x800000u;
+  const int shift = 14 - (int(magnitude >> 23) - 127);  // 21..24 for exponents -7..-10
+  const unsigned q = mantissa >> shift, rest = mantissa & ((1u << shift) - 1u), half = 1u << (shift - 1);
+  return (unsigned char)(sign | (q + ((rest > half || (rest == half && (q & 1u))) ? 1u : 0u)));
+}
+
+// e4m3 code of x / scale in float32 (scale a normal float). A float32-subnormal x counts as a signed
+// zero first: a GPU compiled with flush-to-zero divides it as zero, the CPU shim would not.
+__device__ __forceinline__ unsigned char scaled_e4m3(float x, float scale) {
+  const unsigned bits = __float_as_uint(x);
+  if ((bits & 0x7F800000u) == 0u) x = __uint_as_float(bits & 0x80000000u);
+  return float_to_e4m3(x / scale);
+}
+
 // The widest load (16, 8, 4 bytes, or one element) of at most 8 elements that divides a head row of
 // `head_dim` elements, so every row of every head starts on a vector boundary when the pool base is
 // 16-byte aligned (the launchers check that). The 8-element cap keeps fp8 lanes at the registers of

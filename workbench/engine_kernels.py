@@ -122,7 +122,7 @@ class KernelRunner:
             # every sequence's rows go through its own slot mapping: a shared block's slot comes up
             # once per holder with identical rows (same prefix) and is written once
             slots_parts.append(w.slots)
-            k, v = self.content.rows(sums[w.start:])
+            k, v = self.content.model_rows(sums[w.start:])
             k_parts.append(k)
             v_parts.append(v)
         if slots_parts:
@@ -139,7 +139,7 @@ class KernelRunner:
         with np.errstate(over="ignore"):
             acc = self.acc[dec_ids] + content_terms(token_ids, positions)
         self.acc[dec_ids] = acc
-        k, v = self.content.rows(acc)
+        k, v = self.content.model_rows(acc)
         for slots in slot_sets:
             self.pool.write(slots, k, v)
 

@@ -23,6 +23,9 @@ _TOKEN_MUL = np.uint64(0x9FB21C651E98DF25)
 _HEAD_MUL = np.uint64(0xA0761D6478BD642F)
 # bf16 held as uint16 bits, fp8 as uint8 e4m3 codes (per-tensor scale 1: content lies in [-1, 1])
 STORAGE_DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8": np.uint8}
+# The dtype K/V rows reach the cache write in: the pool's, except that an fp8 cache receives the model's
+# fp16 rows and quantizes them in the write kernel (vLLM's kv_cache_dtype=fp8 under an fp16 model).
+MODEL_DTYPES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp16"}
 
 
 def content_terms(token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -66,7 +69,15 @@ class KVContent:
         self.kv_dtype = kv_dtype
 
     def rows(self, prefix_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(K, V) in storage dtype, each [T, num_kv_heads, head_dim], for uint64 prefix hashes [T]."""
+        """(K, V) in storage dtype, each [T, num_kv_heads, head_dim], for uint64 prefix hashes [T]: what the
+        pool holds after the write (fp8: the reference quantizer's codes of `model_rows`)."""
+        k, v = self.model_rows(prefix_hashes)
+        if self.kv_dtype == "fp8":
+            return fp8.quantize(k), fp8.quantize(v)
+        return k, v
+
+    def model_rows(self, prefix_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(K, V) in the dtype the cache write receives (MODEL_DTYPES), each [T, num_kv_heads, head_dim]."""
         heads = np.arange(self.num_kv_heads, dtype=np.uint64)
         with np.errstate(over="ignore"):
             h = mix64(prefix_hashes[:, None] ^ (heads[None, :] * _HEAD_MUL))  # [T, H] uint64
@@ -75,7 +86,8 @@ class KVContent:
         t = self.tables
         k = t[0][idx[0]] + t[1][idx[1]]  # [T, H, head_dim]
         v = t[2][idx[2]] + t[3][idx[3]]
-        return to_storage(k, self.kv_dtype), to_storage(v, self.kv_dtype)
+        model_dtype = MODEL_DTYPES[self.kv_dtype]
+        return to_storage(k, model_dtype), to_storage(v, model_dtype)
 
 
 class KVPool:
@@ -104,7 +116,8 @@ class KVPool:
         return self.xp.zeros(shape, dtype=dtype), self.xp.zeros(shape, dtype=dtype)
 
     def write(self, slots: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
-        """Scatter rows [T, H, D] (storage dtype, host memory) into int64 `slots` [T]."""
+        """Scatter rows [T, H, D] (storage dtype, or for an fp8 pool the model's fp16 rows, which the write
+        quantizes with scale 1; host memory) into int64 `slots` [T]."""
         xp = self.xp
         kernels.cache_write(self.k, self.v, xp.asarray(k_rows), xp.asarray(v_rows),
                             xp.asarray(slots, dtype=np.int64), backend=self.backend)

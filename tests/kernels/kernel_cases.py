@@ -38,6 +38,42 @@ def to_storage(x: np.ndarray, kv_dtype: str, kv_scale: float = 1.0) -> np.ndarra
     return x.astype(STORAGE_DTYPE[kv_dtype])
 
 
+def e4m3_edge_values() -> np.ndarray:
+    """float32 [n]: every e4m3 value, every midpoint between neighbours (ties) and the floats one and two ulps
+    either side of both, the subnormal / normal / saturation boundaries, ±0, ±inf, NaN, float32 subnormals."""
+    grid = fp8.E4M3_VALUES[:0x7F].astype(np.float64)  # [127] non-negative finite, ascending
+    mids = (grid[:-1] + grid[1:]) / 2
+    special = [2.0**-10, 2.0**-9, 2.0**-6, 448.0, 464.0, 480.0, 512.0, 1e30, np.inf, 2.0**-127, 2.0**-149, 1e-38]
+    centres = np.concatenate([grid, mids, special]).astype(np.float32)
+    near = [centres]
+    for steps in (1, 2):
+        up, down = centres.copy(), centres.copy()
+        for _ in range(steps):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(0))
+        near += [up, down]
+    values = np.concatenate(near)
+    return np.concatenate([values, -values, [np.nan, -np.nan, np.float32(0)]]).astype(np.float32)
+
+
+def sample_f32(rng, n: int) -> np.ndarray:
+    """Random float32 bit patterns (every exponent, NaN payloads included) and the edge values."""
+    return np.concatenate([rng.integers(0, 1 << 32, size=n, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                           e4m3_edge_values()])
+
+
+def fp8_write_rows(source: str, rng) -> np.ndarray:
+    """Every fp16 or bf16 bit pattern, or a float32 sample, as rows [T, 2, 64] (zero-padded)."""
+    if source == "fp32":
+        flat = sample_f32(rng, 1 << 17)
+    else:
+        bits = np.arange(1 << 16, dtype=np.uint16)
+        flat = bits.view(np.float16) if source == "fp16" else bits
+    row_elems = 2 * 64
+    padded = np.zeros(-(-len(flat) // row_elems) * row_elems, dtype=flat.dtype)
+    padded[: len(flat)] = flat
+    return padded.reshape(-1, 2, 64)
+
+
 def poisoned_pool(num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str) -> np.ndarray:
     pool = np.empty((num_slots, num_kv_heads, head_dim), dtype=STORAGE_DTYPE[kv_dtype])
     pool[...] = {"bf16": BF16_NAN_BITS, "fp8": fp8.E4M3_NAN_BITS}.get(kv_dtype, np.nan)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_cases import KV_DTYPES, TOLERANCE, assert_attention_close, make_case, random_qo_indptr
+from kernel_cases import KV_DTYPES, TOLERANCE, assert_attention_close, fp8_write_rows, make_case, random_qo_indptr
 
 from workbench import kernels
 from workbench.kernels import reference as ref
@@ -96,6 +96,24 @@ def test_cupy_agrees_with_numba_at_serving_shapes(context, kv_dtype):
     cpu = kernels.paged_decode(case.q, case.paged_k, case.paged_v, case.kv_indptr, case.kv_indices,
                                case.kv_last_page_len, 16, backend="numba", kv_dtype=kv_dtype)
     assert ref.rel_err(cp.asnumpy(gpu), cpu) <= TOLERANCE[kv_dtype]
+
+
+@pytest.mark.parametrize("source", ["fp16", "bf16", "fp32"])
+def test_fp8_quantizing_write_matches_the_reference_quantizer(source):
+    """write_cache_fp8 on the device (flush-to-zero, the GPU's own division) stores the reference quantizer's
+    codes for every fp16 / bf16 bit pattern and a float32 sample, with non-trivial per-tensor scales."""
+    rng = np.random.default_rng([len(source), 26])
+    rows = fp8_write_rows(source, rng)  # [T, 2, 64] model-dtype rows
+    slots = rng.permutation(rows.shape[0] + 8)[: rows.shape[0]].astype(np.int64)
+    slots[::7] = -1
+    k_pool = cp.full((rows.shape[0] + 8, 2, 64), 0x55, dtype=cp.uint8)
+    v_pool = k_pool.copy()
+    kernels.cache_write(k_pool, v_pool, cp.asarray(rows), cp.asarray(rows), cp.asarray(slots), backend="cupy",
+                        k_scale=0.37, v_scale=2.0**-20)
+    expected_k, expected_v = np.full(k_pool.shape, 0x55, np.uint8), np.full(v_pool.shape, 0x55, np.uint8)
+    ref.cache_write_fp8(expected_k, expected_v, rows, rows, slots, source, (0.37, 2.0**-20))
+    np.testing.assert_array_equal(cp.asnumpy(k_pool), expected_k)
+    np.testing.assert_array_equal(cp.asnumpy(v_pool), expected_v)
 
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)

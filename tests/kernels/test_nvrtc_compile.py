@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import struct
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -12,6 +14,7 @@ pytest.importorskip("cuda.bindings.nvrtc")
 from workbench.kernels import nvrtc, source  # noqa: E402
 
 ARCHS = ["sm_80", "sm_90"]
+NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if os.path.isfile(p)), None)
 
 
 def test_nvrtc_is_the_cuda_13_0_series():
@@ -49,10 +52,11 @@ def test_every_variant_compiles_without_spills(compiled):
 
 
 def test_every_launcher_variant_is_instantiated(compiled):
-    """2 addressings x 4 dtypes x 5 head dims x 4 row tiles + the merge; 2 cache ops x 2 word sizes."""
+    """2 addressings x 4 dtypes x 5 head dims x 4 row tiles + the merge; 2 cache ops x 2 word sizes + the fp8
+    write from 3 model dtypes."""
     attention, cache_ops = compiled
     assert len(attention.lowered_names) == 2 * 4 * 5 * 4 + 1
-    assert len(cache_ops.lowered_names) == 4
+    assert len(cache_ops.lowered_names) == 4 + 3
     assert len(set(attention.lowered_names.values())) == len(attention.lowered_names)
 
 
@@ -71,3 +75,35 @@ def test_ptxas_report_parser_catches_spills():
     assert report["_Z1kPf"] == nvrtc.KernelResources("_Z1kPf", 255, 24, 16, 8)
     assert report["_Z1kPf"].spills and not report["_Z1gPf"].spills
     assert report["_Z1gPf"].registers == 32
+
+
+def _text_bytes(cubin: bytes) -> dict[str, int]:
+    """Size of each `.text.<mangled entry>` section of an ELF64 CUBIN: the entry's machine code."""
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names_at = headers[shstrndx][4]  # sh_offset of the section-name table
+
+    def name(header) -> str:
+        start = names_at + header[0]
+        return cubin[start:cubin.index(b"\0", start)].decode()
+
+    return {name(h)[len(".text."):]: h[5] for h in headers if name(h).startswith(".text.")}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+def test_nvcc_builds_the_same_machine_code_from_the_same_options(monkeypatch):
+    """nvcc given NVRTC's options emits each cache kernel with the same registers and the same machine code
+    size as NVRTC; without --ftz=true the fp8 write (a float division) comes out different, so the
+    comparison sees the flags."""
+    names = source.cache_kernel_names()
+    by_nvrtc = nvrtc.compile_cubin(source.CACHE_OPS_CU, names, "sm_90")
+    by_nvcc = nvrtc.nvcc_cubin(NVCC, source.CACHE_OPS_CU, names, "sm_90")
+    nvrtc_text, nvcc_text = _text_bytes(by_nvrtc.cubin), _text_bytes(by_nvcc.cubin)
+    for expression, mangled in by_nvrtc.lowered_names.items():
+        assert by_nvcc.resources[mangled].registers == by_nvrtc.resources[mangled].registers, expression
+        assert nvcc_text[mangled] == nvrtc_text[mangled], expression
+    monkeypatch.setattr(nvrtc, "CODEGEN_OPTIONS", ())
+    without_ftz = _text_bytes(nvrtc.nvcc_cubin(NVCC, source.CACHE_OPS_CU, names, "sm_90").cubin)
+    fp8_write = by_nvrtc.lowered_names["kvw::write_cache_fp8<float>"]
+    assert without_ftz[fp8_write] != nvrtc_text[fp8_write]

@@ -165,16 +165,22 @@ def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend="n
                                                            kv_dtype, scale, kv_scales, window)
 
 
-def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, backend="numba") -> None:
-    """Mutates the pools: k_new[i], v_new[i] go to slot slot_mapping[i] (int64; negative = skip)."""
+def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, backend="numba", k_scale=1.0, v_scale=1.0) -> None:
+    """Mutates the pools: k_new[i], v_new[i] go to slot slot_mapping[i] (int64; negative = skip).
+
+    Rows in the pools' dtype are copied. fp8 pools (uint8) also take rows in the model dtype (float32,
+    float16, or bf16 as uint16 bits) and store the e4m3 codes of k_new / k_scale and v_new / v_scale
+    (`workbench.kernels.fp8.quantize`, bit for bit in every backend).
+    """
     fn = "cache_write"
-    v.check_array(fn, "k_pool", k_pool, None, (None, None, None))
-    v.check_array(fn, "v_pool", v_pool, k_pool.dtype, tuple(k_pool.shape))
-    v.check_array(fn, "k_new", k_new, k_pool.dtype, (None, *k_pool.shape[1:]))
-    v.check_array(fn, "v_new", v_new, k_pool.dtype, tuple(k_new.shape))
+    source, kv_scales = v.check_cache_write_rows(fn, k_pool, v_pool, k_new, v_new, k_scale, v_scale)
     v.check_slot_mapping(fn, slot_mapping, k_new.shape[0], k_pool.shape[0])
     arrays = dict(k_pool=k_pool, v_pool=v_pool, k_new=k_new, v_new=v_new, slot_mapping=slot_mapping)
-    _backend(fn, backend, arrays).cache_write(k_pool, v_pool, k_new, v_new, slot_mapping)
+    module = _backend(fn, backend, arrays)
+    if source is None:
+        module.cache_write(k_pool, v_pool, k_new, v_new, slot_mapping)
+    else:
+        module.cache_write_fp8(k_pool, v_pool, k_new, v_new, slot_mapping, source, kv_scales)
 
 
 def block_copy(k_pool, v_pool, copies, block_size, backend="numba") -> None:

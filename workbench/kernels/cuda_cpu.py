@@ -185,6 +185,14 @@ def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
     run(cuda_launches.cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, _data_ptr))
 
 
+def cache_write_fp8(k_pool, v_pool, k_new, v_new, slot_mapping, source, kv_scales) -> None:
+    """Mutates the fp8 pools: row i of k_new/v_new (model dtype `source`) goes to slot slot_mapping[i] as the
+    e4m3 codes of k_new / k_scale and v_new / v_scale; negative slots are skipped."""
+    if len(slot_mapping) and int(slot_mapping.max()) >= k_pool.shape[0]:
+        raise ValueError(f"slot_mapping: slot {int(slot_mapping.max())} is outside the pool's {k_pool.shape[0]} slots")
+    run(cuda_launches.cache_write_fp8(k_pool, v_pool, k_new, v_new, slot_mapping, source, kv_scales))
+
+
 def block_copy(k_pool, v_pool, copies, block_size) -> None:
     """Mutates the pools: block dst gets a copy of block src for every (src, dst) row of `copies`."""
     block_swap(k_pool, v_pool, k_pool, v_pool, copies, block_size)

@@ -16,6 +16,7 @@ from workbench.kernels import launch
 from workbench.kernels.source import (
     ATTENTION_CU,
     CACHE_OPS_CU,
+    CUDA_KV_TYPES,
     HEAD_DIMS,
     MERGE_KERNEL_NAME,
     attention_kernel_name,
@@ -107,6 +108,20 @@ def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, data_ptr) -> list[La
         CACHE_OPS_CU, f"kvw::write_cache<{COPY_WORD_TYPES[word]}>",
         (len(slot_mapping), launch.copy_chunks(row_words), 1), (launch.COPY_THREADS, 1, 1),
         (k_new, v_new, slot_mapping, np.int32(row_words), k_pool, v_pool),
+    )]
+
+
+def cache_write_fp8(k_pool, v_pool, k_new, v_new, slot_mapping, source, kv_scales) -> list[Launch]:
+    """write_cache_fp8: row i of k_new/v_new (model dtype `source`) to slot slot_mapping[i] of the fp8 pools as
+    e4m3 codes of k_new / k_scale, v_new / v_scale (negative slots skip)."""
+    if len(slot_mapping) == 0:
+        return []
+    row_elems = k_pool.shape[1] * k_pool.shape[2]
+    return [Launch(
+        CACHE_OPS_CU, f"kvw::write_cache_fp8<{CUDA_KV_TYPES[source]}>",
+        (len(slot_mapping), launch.copy_chunks(row_elems), 1), (launch.COPY_THREADS, 1, 1),
+        (k_new, v_new, slot_mapping, np.int32(row_elems), np.float32(kv_scales[0]), np.float32(kv_scales[1]),
+         k_pool, v_pool),
     )]
 
 

@@ -85,6 +85,12 @@ def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
     run(cuda_launches.cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, _data_ptr))
 
 
+def cache_write_fp8(k_pool, v_pool, k_new, v_new, slot_mapping, source, kv_scales) -> None:
+    """Mutates the fp8 pools: row i of k_new/v_new (model dtype `source`) goes to slot slot_mapping[i] as the
+    e4m3 codes of k_new / k_scale and v_new / v_scale; negative slots are skipped."""
+    run(cuda_launches.cache_write_fp8(k_pool, v_pool, k_new, v_new, slot_mapping, source, kv_scales))
+
+
 def block_copy(k_pool, v_pool, copies, block_size) -> None:
     """Mutates the pools: block dst gets a copy of block src for every (src, dst) row of `copies`."""
     run(cuda_launches.copy_blocks(k_pool, v_pool, k_pool, v_pool, cp.asarray(copies), block_size, _data_ptr))

@@ -2,8 +2,12 @@
 mantissa bits; no infinities, NaN = S.1111.111, largest finite 448. A pool holds the bits as uint8;
 a per-tensor scale maps them back: value = e4m3(bits) * scale (vLLM's k_scale / v_scale).
 
-`quantize` is what a cache write applies to float K/V; every kernel and the reference decode the
-same stored bits with `E4M3_VALUES`, so verification compares like with like.
+`quantize` is the cache write's rounding, the definition the CUDA C (`kv_common.cuh`
+`float_to_e4m3`) and the Numba twin (`numba_cache.float_to_e4m3`) match bit for bit: x / scale in
+float32 (vLLM's `__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3)`), float32-subnormal
+inputs counted as zero first (what a GPU compiled with flush-to-zero does, made explicit so every
+backend agrees). Every kernel and the reference decode the same stored bits with `E4M3_VALUES`, so
+verification compares like with like.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import numpy as np
 
 E4M3_MAX = 448.0
 E4M3_NAN_BITS = np.uint8(0x7F)
+F32_TINY = float(np.finfo(np.float32).tiny)  # 2^-126, the smallest normal float32
 
 
 def _e4m3_values() -> np.ndarray:
@@ -26,13 +31,17 @@ def _e4m3_values() -> np.ndarray:
 
 
 E4M3_VALUES = _e4m3_values()  # float32 [256], exact
-_FINITE_CODES = np.flatnonzero(np.isfinite(E4M3_VALUES) & (E4M3_VALUES >= 0))  # 0x00..0x7E, ascending values
+_FINITE_CODES = np.arange(0x7F)  # the non-negative finite codes 0x00..0x7E, ascending values (not 0x80: -0)
 
 
 def quantize(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    """float values → e4m3 bits (uint8, same shape) of x / scale: round to nearest, ties to even mantissa,
-    saturating at ±448 (vLLM's saturating cast); NaN → NaN bits."""
-    y = np.asarray(x, dtype=np.float64) / scale
+    """float values → e4m3 bits (uint8, same shape) of float32(x) / float32(scale), divided in float32:
+    round to nearest, ties to even mantissa, saturating at ±448 (vLLM's saturating cast, ±inf included);
+    NaN → NaN bits (0x7F); float32-subnormal x → ±0. `scale` must be a normal float32."""
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: ±inf, saturating; NaN stays NaN
+        x32 = np.asarray(x, dtype=np.float32)
+        x32 = np.where(np.abs(x32) < F32_TINY, np.copysign(np.float32(0), x32), x32)
+        y = (x32 / np.float32(scale)).astype(np.float64)  # IEEE float32 division, then exact
     magnitude = np.minimum(np.abs(y), E4M3_MAX)
     grid = E4M3_VALUES[_FINITE_CODES].astype(np.float64)  # [127] ascending
     upper = np.clip(np.searchsorted(grid, magnitude), 1, len(grid) - 1)

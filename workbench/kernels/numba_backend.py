@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.kernels.numba_attention import TILE_TOKENS, attend_item, attention_partials, merge_partials
-from workbench.kernels.numba_cache import copy_blocks, scatter_rows
+from workbench.kernels.numba_cache import copy_blocks, scatter_rows, scatter_rows_fp8
 from workbench.kernels.numba_convert import KV_CODE
 
 QUERY_ROWS_PER_ITEM = 64  # extend: queries × heads sharing one pass over K/V (accumulators stay in L1/L2)
@@ -137,6 +137,15 @@ def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
     scatter_rows(_bytes(k_pool), _bytes(k_new), slot_mapping)
     scatter_rows(_bytes(v_pool), _bytes(v_new), slot_mapping)
+
+
+def cache_write_fp8(k_pool, v_pool, k_new, v_new, slot_mapping, source, kv_scales) -> None:
+    """fp8 pools get the e4m3 codes of k_new / k_scale and v_new / v_scale (rows in model dtype `source`)."""
+    bits_dtype = np.uint32 if source == "fp32" else np.uint16  # float32 rows as their bits: one kernel body
+    for pool, rows, kv_scale in ((k_pool, k_new, kv_scales[0]), (v_pool, v_new, kv_scales[1])):
+        row_elems = pool.shape[1] * pool.shape[2]
+        scatter_rows_fp8(pool.reshape(-1, row_elems), rows.view(bits_dtype).reshape(-1, row_elems), slot_mapping,
+                         KV_CODE[source], np.float32(kv_scale))
 
 
 def block_copy(k_pool, v_pool, copies, block_size) -> None:

@@ -7,7 +7,10 @@ NVRTC in use must be the CUDA 13.0 series: newer NVRTC emits PTX that 13.0 drive
 from __future__ import annotations
 
 import re
+import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from workbench.kernels.source import cuda_include_dirs, kernels_dir, read_source
 
@@ -56,14 +59,19 @@ def nvrtc_version() -> tuple[int, int]:
     return major, minor
 
 
+# Code generation options of every build of the kernels: NVRTC (the CuPy launcher, the compile checks, the
+# SASS table) and nvcc (`nvcc_cubin`), so a register or SASS report read from either is the GPU's kernel.
+# --ftz=true: float32 subnormals flush to zero (docs/kernels.md "Flush to zero"): exp2f becomes one
+# MUFU.EX2, ~8% fewer instructions in the decode loop. NVRTC 13 and nvcc 13 both default to C++17.
+CODEGEN_OPTIONS = ("--ftz=true",)
+
+
 def source_options() -> list[str]:
-    """NVRTC options shared by the compile checks and the CuPy launcher (which adds the target itself)."""
+    """Options shared by the NVRTC compile checks, the CuPy launcher (which adds the target itself) and nvcc."""
     includes = cuda_include_dirs()
     if not includes:
         raise NvrtcError("cuda_fp16.h not found: install nvidia-cuda-runtime 13.0 or point CUDA_HOME at a toolkit")
-    # -ftz: denormal results flush to zero, so exp2f is a single MUFU.EX2 (softmax weights that small
-    # are below float32 rounding of the sum anyway). NVRTC 13's default dialect is C++17.
-    return [f"-I{kernels_dir()}", f"-I{includes[0]}", "--ftz=true"]
+    return [f"-I{kernels_dir()}", f"-I{includes[0]}", *CODEGEN_OPTIONS]
 
 
 def compile_cubin(source_name: str, name_expressions: list[str], arch: str) -> CompiledModule:
@@ -92,6 +100,29 @@ def compile_cubin(source_name: str, name_expressions: list[str], arch: str) -> C
             lowered[expression] = name.decode()
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+    return CompiledModule(arch=arch, cubin=cubin, lowered_names=lowered, resources=parse_ptxas_report(log), log=log)
+
+
+def nvcc_cubin(nvcc: str, source_name: str, name_expressions: list[str], arch: str) -> CompiledModule:
+    """`compile_cubin` with nvcc instead of NVRTC, from the same options: a translation unit that includes
+    `source_name` and takes each name expression's address (which instantiates it), built with `-cubin
+    -Xptxas -v`. Mangled names come from NVRTC (the same front end mangles alike).
+
+    Raises NvrtcError with nvcc's output when it fails.
+    """
+    lowered = compile_cubin(source_name, name_expressions, arch).lowered_names
+    entries = ", ".join(f"(const void*)&{expression}" for expression in name_expressions)
+    unit = f'#include "{source_name}"\nextern const void* const kvw_instantiated[] = {{{entries}}};\n'
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin_path, unit_path = Path(tmp) / "unit.cubin", Path(tmp) / "unit.cu"
+        command = [nvcc, "-cubin", f"-arch={arch}", "-Xptxas=-v", *source_options(), "-o", str(cubin_path),
+                   str(unit_path)]
+        unit_path.write_text(unit)
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise NvrtcError(f"nvcc failed on {source_name} for {arch}:\n$ {' '.join(command)}\n{result.stderr}")
+        cubin = cubin_path.read_bytes()
+    log = result.stdout + result.stderr
     return CompiledModule(arch=arch, cubin=cubin, lowered_names=lowered, resources=parse_ptxas_report(log), log=log)
 
 

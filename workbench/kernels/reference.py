@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from workbench.kernels.fp8 import E4M3_VALUES
+from workbench.kernels import fp8
 
 
 def rel_err(out, ref) -> float:
@@ -42,7 +42,7 @@ def dequantize(rows: np.ndarray, kv_dtype: str, kv_scale: float = 1.0) -> np.nda
     if kv_dtype == "bf16":
         return (rows.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     if kv_dtype == "fp8":
-        return E4M3_VALUES[rows].astype(np.float64) * kv_scale
+        return fp8.E4M3_VALUES[rows].astype(np.float64) * kv_scale
     return rows.astype(np.float64)
 
 
@@ -137,6 +137,16 @@ def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
     keep = slot_mapping >= 0
     k_pool[slot_mapping[keep]] = k_new[keep]
     v_pool[slot_mapping[keep]] = v_new[keep]
+
+
+def cache_write_fp8(k_pool, v_pool, k_new, v_new, slot_mapping, source, kv_scales) -> None:
+    """Mutates the fp8 pools: row i of k_new/v_new (model dtype `source`; bf16 as uint16 bits) goes to slot
+    slot_mapping[i] as `fp8.quantize(row, scale)`; negative slots are skipped."""
+    keep = slot_mapping >= 0
+    for pool, rows, kv_scale in ((k_pool, k_new, kv_scales[0]), (v_pool, v_new, kv_scales[1])):
+        if source == "bf16":  # the top halves of float32 bits; fp16 and fp32 rows quantize as they are
+            rows = (rows.astype(np.uint32) << 16).view(np.float32)
+        pool[slot_mapping[keep]] = fp8.quantize(rows[keep], kv_scale)
 
 
 def block_copy(k_pool, v_pool, copies, block_size) -> None:

@@ -86,6 +86,7 @@ CUDA_KV_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16", "fp
 HEAD_DIMS = (64, 80, 96, 128, 256)
 ROW_TILES = (1, 2, 4, 8)  # (query token, query head) rows per attention block
 COPY_WORDS = ("uint4", "unsigned short")  # 16-byte words when rows and pointers allow, else 2-byte
+FP8_WRITE_SOURCES = ("fp32", "fp16", "bf16")  # model dtypes write_cache_fp8 quantizes from
 
 
 def attention_kernel_name(addressing: str, kv_dtype: str, head_dim: int, rows: int) -> str:
@@ -107,8 +108,10 @@ def all_attention_kernel_names() -> list[str]:
 
 
 def cache_kernel_names() -> list[str]:
-    """Every cache-op instantiation: write_cache and copy_blocks per copy word."""
-    return [f"kvw::{kernel}<{word}>" for kernel in ("write_cache", "copy_blocks") for word in COPY_WORDS]
+    """Every cache-op instantiation: write_cache and copy_blocks per copy word, and the fp8 quantizing
+    write_cache_fp8 per model dtype."""
+    copies = [f"kvw::{kernel}<{word}>" for kernel in ("write_cache", "copy_blocks") for word in COPY_WORDS]
+    return copies + [f"kvw::write_cache_fp8<{CUDA_KV_TYPES[dtype]}>" for dtype in FP8_WRITE_SOURCES]
 
 
 MERGE_KERNEL_NAME = "kvw::merge_partitions"

@@ -70,6 +70,36 @@ def check_kv_scales(fn, kv_dtype, k_scale, v_scale) -> tuple[float, float]:
     return float(k_scale), float(v_scale)
 
 
+# model dtypes an fp8 cache write quantizes from, by the dtype of the rows (bf16 rows arrive as uint16 bits)
+QUANTIZED_WRITE_SOURCES = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", np.dtype(np.uint16): "bf16"}
+F32_NORMAL_RANGE = (float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max))
+
+
+def check_cache_write_rows(fn, k_pool, v_pool, k_new, v_new, k_scale, v_scale) -> tuple[str | None, tuple]:
+    """Pools [num_slots, num_kv_heads, head_dim] and new rows [num_tokens, num_kv_heads, head_dim]; returns
+    (source, (k_scale, v_scale)): source None for a copy (rows in the pools' dtype, scales 1.0), or the model
+    dtype ("fp32", "fp16", "bf16" for float32, float16, uint16 rows) an fp8 (uint8) pool quantizes from,
+    with scales that are normal float32 values."""
+    check_array(fn, "k_pool", k_pool, None, (None, None, None))
+    check_array(fn, "v_pool", v_pool, k_pool.dtype, tuple(k_pool.shape))
+    check_array(fn, "k_new", k_new, None, (None, *k_pool.shape[1:]))
+    pool_dtype, new_dtype = np.dtype(k_pool.dtype), np.dtype(k_new.dtype)
+    source = None
+    if pool_dtype == np.uint8 and new_dtype in QUANTIZED_WRITE_SOURCES:
+        source = QUANTIZED_WRITE_SOURCES[new_dtype]
+        low, high = F32_NORMAL_RANGE
+        for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if not (isinstance(value, int | float | np.floating) and low <= value <= high):
+                _fail(fn, f"{name} must be a normal float32 in [{low:.3g}, {high:.3g}] for an fp8 write, got {value!r}")
+    else:
+        if k_scale != 1.0 or v_scale != 1.0:
+            _fail(fn, f"k_scale / v_scale apply to fp8 pools written from float32, float16 or uint16 (bf16) rows; "
+                      f"got {k_scale!r}, {v_scale!r} for {pool_dtype} pools and {new_dtype} rows")
+        check_array(fn, "k_new", k_new, pool_dtype, tuple(k_new.shape))
+    check_array(fn, "v_new", v_new, new_dtype, tuple(k_new.shape))
+    return source, (float(k_scale), float(v_scale))
+
+
 def check_query(fn, q, k_pool, scale):
     """q float32 [rows, num_heads, head_dim] matching the pools' head_dim and GQA grouping; returns scale."""
     check_array(fn, "q", q, np.float32, (None, None, k_pool.shape[2]))
