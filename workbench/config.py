@@ -137,6 +137,9 @@ class RunConfig:
                                 "requests that fit)", choices=("fcfs", "skip"))
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
+    beam_branch_frac: float = _f(1.0, "fraction of beam-search decode steps that re-rank the beams together (forks "
+                                      "and prunes); at the others each beam extends itself (1 = every step)",
+                                 ge=0, le=1)
     # Roofline defaults: sustained HBM streaming reaches ~80% of the datasheet bandwidth on A100/H100
     # (STREAM-like copies), transformer-shaped fp16 GEMMs of >= 4096 rows ~75% of dense peak (fewer
     # rows reach less: workbench.clock.gemm_shape_frac), and a serving engine spends ~1 ms per
