@@ -33,6 +33,8 @@ from workbench.step_cost import CostMeter
 from workbench.tokens import TokenStore
 from workbench.workload.request import Request
 
+MAX_PASS_KEY = 2**63  # larger than any block count or extent: nothing refused yet
+
 
 @dataclass(frozen=True, slots=True)
 class Refused:
@@ -65,6 +67,7 @@ class Scheduler:
         self.kernel_every = kernel_every
         self.chunks = PrefillChunks(strategy, tokens) if chunked_prefill else None
         self.skip_unplaced = admission == "skip"  # pass over waiting groups the pool cannot place (docs/engine.md)
+        self.refused_extents: dict[int, int] = {}  # (skip) group index -> the contiguous extent it was refused
         self.next_arrival = 0  # index of the first request not yet arrived
         self.waiting: deque[Group] = deque()
         self.swapped: deque[Group] = deque()
@@ -285,6 +288,9 @@ class Scheduler:
         step's token budget and `max_num_seqs` still stop admission."""
         passed = 0  # groups left waiting ahead of the one tried (admission skip), in arrival order
         refused_extent = 0
+        # (skip) the fewest blocks and the smallest extent refused this step: admissions only take memory,
+        # so a group needing at least as much is refused too and is passed without asking the strategy
+        fewest_blocks = smallest_extent = MAX_PASS_KEY
         while len(self.waiting) > passed:
             g = self.waiting[passed]
             tokens = g.request.prompt_tokens + g.generated  # a recomputed group re-prefills what it generated
@@ -297,8 +303,12 @@ class Scheduler:
             if tokens > budget or not budget or self.num_running_seqs + num_seqs > self.max_num_seqs:
                 return refused_extent
             pool_empty = self.num_running_seqs == 0 and not self.swapped
+            needed_blocks = cdiv(tokens, self.block_size) + num_seqs - 1
+            if passed and (needed_blocks >= fewest_blocks
+                           or self.refused_extents.get(g.index, 0) >= smallest_extent):
+                passed += 1
+                continue
             if self.watermark_blocks:
-                needed_blocks = cdiv(tokens, self.block_size) + num_seqs - 1
                 if self.strategy.num_allocatable_blocks() - needed_blocks < self.watermark_blocks:
                     if pool_empty:
                         self._reject(self._take_waiting(passed), "needs more KV blocks than the pool holds above "
@@ -306,6 +316,7 @@ class Scheduler:
                         continue
                     if not self.skip_unplaced:
                         return 0
+                    fewest_blocks = min(fewest_blocks, needed_blocks)
                     passed += 1
                     continue
             self._add_sequences(g, num_seqs)
@@ -322,6 +333,9 @@ class Scheduler:
                 if not self.skip_unplaced:
                     return outcome.needed_extent_slots
                 refused_extent = refused_extent or outcome.needed_extent_slots
+                if outcome.needed_extent_slots:
+                    self.refused_extents[g.index] = outcome.needed_extent_slots
+                    smallest_extent = min(smallest_extent, outcome.needed_extent_slots)
                 passed += 1
                 continue
             self._take_waiting(passed)
@@ -337,6 +351,7 @@ class Scheduler:
         """Mutates. Remove and return the i-th waiting group."""
         g = self.waiting[i]
         del self.waiting[i]
+        self.refused_extents.pop(g.index, None)
         return g
 
     def _add_sequences(self, g: Group, num_seqs: int) -> None:
