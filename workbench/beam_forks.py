@@ -19,10 +19,12 @@ from workbench.workload.beam import beam_step
 class BeamForks:
     """Forks and prunes beam groups; collects the forks and their copy-on-write pairs for the next step."""
 
-    def __init__(self, strategy: Strategy, tokens: TokenStore, seed: int, new_seq_id: Callable[[], int]) -> None:
+    def __init__(self, strategy: Strategy, tokens: TokenStore, seed: int, new_seq_id: Callable[[], int],
+                 branch_frac: float = 1.0) -> None:
         self.strategy = strategy
         self.tokens = tokens
         self.seed = seed
+        self.branch_frac = branch_frac  # share of decode steps that re-rank the beams (workbench.workload.beam)
         self.new_seq_id = new_seq_id
         self._forks: list[tuple[int, int]] = []  # (parent, child) since the last `take`
         self._copies: list[np.ndarray] = []  # int32 [k, 2] copy-on-write pairs of those forks
@@ -34,7 +36,7 @@ class BeamForks:
         if g.generated >= g.request.output_tokens:
             return False  # finishes now: the survivors would be freed at once
         s = g.generated - 1
-        beams = beam_step(g.request, s, self.seed)
+        beams = beam_step(g.request, s, self.seed, self.branch_frac)
         old_ids = g.seq_ids
         old_tokens = [self.tokens.beam(seq_id) for seq_id in old_ids]
         if s == 0:  # every beam already holds the prompt (admitted together): beam i takes token i

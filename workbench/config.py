@@ -132,8 +132,14 @@ class RunConfig:
     chunked_prefill: bool = _f(False, "split prompts into chunks that fill each step's token budget after its decodes "
                                       "(Sarathi-Serve, vLLM v1)")
     watermark_frac: float = _f(0.01, "fraction of KV blocks kept free at admission (paged strategies)", ge=0, lt=1)
+    admission: str = _f("fcfs", "admission when the oldest waiting request does not fit in the KV pool: fcfs (wait: "
+                                "head-of-line blocking, as vLLM 0.1 and the paper's Orca) | skip (admit later "
+                                "requests that fit)", choices=("fcfs", "skip"))
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
+    beam_branch_frac: float = _f(1.0, "fraction of beam-search decode steps that re-rank the beams together (forks "
+                                      "and prunes); at the others each beam extends itself (1 = every step)",
+                                 ge=0, le=1)
     # Roofline defaults: sustained HBM streaming reaches ~80% of the datasheet bandwidth on A100/H100
     # (STREAM-like copies), transformer-shaped fp16 GEMMs of >= 4096 rows ~75% of dense peak (fewer
     # rows reach less: workbench.clock.gemm_shape_frac), and a serving engine spends ~1 ms per

@@ -33,6 +33,8 @@ from workbench.step_cost import CostMeter
 from workbench.tokens import TokenStore
 from workbench.workload.request import Request
 
+MAX_PASS_KEY = 2**63  # larger than any block count or extent: nothing refused yet
+
 
 @dataclass(frozen=True, slots=True)
 class Refused:
@@ -49,7 +51,8 @@ class Scheduler:
 
     def __init__(self, strategy: Strategy, requests: list[Request], tokens: TokenStore, *, max_model_len: int,
                  max_num_seqs: int, max_num_batched_tokens: int, watermark_frac: float, swap: bool, seed: int,
-                 kernel_every: int | None = None, chunked_prefill: bool = False) -> None:
+                 kernel_every: int | None = None, chunked_prefill: bool = False, admission: str = "fcfs",
+                 beam_branch_frac: float = 1.0) -> None:
         self.strategy = strategy
         self.requests = requests
         self.tokens = tokens
@@ -63,6 +66,8 @@ class Scheduler:
         self.swap = swap and strategy.supports_swap  # else preemption recomputes
         self.kernel_every = kernel_every
         self.chunks = PrefillChunks(strategy, tokens) if chunked_prefill else None
+        self.skip_unplaced = admission == "skip"  # pass over waiting groups the pool cannot place (docs/engine.md)
+        self.refused_extents: dict[int, int] = {}  # (skip) group index -> the contiguous extent it was refused
         self.next_arrival = 0  # index of the first request not yet arrived
         self.waiting: deque[Group] = deque()
         self.swapped: deque[Group] = deque()
@@ -73,7 +78,7 @@ class Scheduler:
         self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
         self.meter = CostMeter(self.block_size)
         self.mapped_pages_seen = mapped_pages(strategy)  # pages mapped before this step (forks map between steps)
-        self.beams = BeamForks(strategy, tokens, seed, self._new_seq_id)
+        self.beams = BeamForks(strategy, tokens, seed, self._new_seq_id, beam_branch_frac)
         self.has_beams = any(r.beam_width > 1 for r in requests)
         # Token ids of the decode batch are computed when the strategy caches decode-filled blocks or a
         # kernel writes them. A decoding sequence writes position `_pos_base + step`, generated token
@@ -278,27 +283,42 @@ class Scheduler:
 
     def _admit(self, now_s: float, prefills: list[Prefill], copies: list[np.ndarray], budget: int) -> int:
         """Admit waiting groups in order until one does not fit or (chunked prefill) a chunk spends the
-        budget; returns the refused extent (0 if none)."""
-        while self.waiting:
-            g = self.waiting[0]
+        budget; returns the extent refused to the first group that did not fit (0 if none). With
+        admission `skip` a group the pool cannot place stays waiting and the next one is tried; the
+        step's token budget and `max_num_seqs` still stop admission."""
+        passed = 0  # groups left waiting ahead of the one tried (admission skip), in arrival order
+        refused_extent = 0
+        # (skip) the fewest blocks and the smallest extent refused this step: admissions only take memory,
+        # so a group needing at least as much is refused too and is passed without asking the strategy
+        fewest_blocks = smallest_extent = MAX_PASS_KEY
+        while len(self.waiting) > passed:
+            g = self.waiting[passed]
             tokens = g.request.prompt_tokens + g.generated  # a recomputed group re-prefills what it generated
             num_seqs = g.num_seqs_requested
             if num_seqs > self.max_num_seqs:
-                self._reject(self.waiting.popleft(), f"{num_seqs} sequences > max_num_seqs ({self.max_num_seqs})")
+                self._reject(self._take_waiting(passed), f"{num_seqs} sequences > max_num_seqs ({self.max_num_seqs})")
                 continue
             if self.chunks is not None:
                 tokens = min(tokens, budget)  # the first chunk; blocks follow the chunks
             if tokens > budget or not budget or self.num_running_seqs + num_seqs > self.max_num_seqs:
-                return 0
+                return refused_extent
             pool_empty = self.num_running_seqs == 0 and not self.swapped
+            needed_blocks = cdiv(tokens, self.block_size) + num_seqs - 1
+            if passed and (needed_blocks >= fewest_blocks
+                           or self.refused_extents.get(g.index, 0) >= smallest_extent):
+                passed += 1
+                continue
             if self.watermark_blocks:
-                needed_blocks = cdiv(tokens, self.block_size) + num_seqs - 1
                 if self.strategy.num_allocatable_blocks() - needed_blocks < self.watermark_blocks:
                     if pool_empty:
-                        self._reject(self.waiting.popleft(), "needs more KV blocks than the pool holds above "
-                                                             "the watermark")
+                        self._reject(self._take_waiting(passed), "needs more KV blocks than the pool holds above "
+                                                                 "the watermark")
                         continue
-                    return 0
+                    if not self.skip_unplaced:
+                        return 0
+                    fewest_blocks = min(fewest_blocks, needed_blocks)
+                    passed += 1
+                    continue
             self._add_sequences(g, num_seqs)
             if self.chunks is None:
                 outcome = self._admit_group(g, num_seqs, copies, pool_empty)
@@ -308,17 +328,31 @@ class Scheduler:
                     outcome = Refused(outcome.needed_extent_slots)
             if isinstance(outcome, Refused):
                 if pool_empty:
-                    self._reject(self.waiting.popleft(), "needs more KV slots than the whole pool")
+                    self._reject(self._take_waiting(passed), "needs more KV slots than the whole pool")
                     continue
-                return outcome.needed_extent_slots
-            self.waiting.popleft()
+                if not self.skip_unplaced:
+                    return outcome.needed_extent_slots
+                refused_extent = refused_extent or outcome.needed_extent_slots
+                if outcome.needed_extent_slots:
+                    self.refused_extents[g.index] = outcome.needed_extent_slots
+                    smallest_extent = min(smallest_extent, outcome.needed_extent_slots)
+                passed += 1
+                continue
+            self._take_waiting(passed)
             self.log.admitted(g.index, now_s, outcome.cached_tokens)
             self.num_running_seqs += num_seqs
             budget -= outcome.write_tokens
             prefills.append(outcome)
             if not outcome.completes:  # its chunk spent the budget (or the pool has no room for more)
-                return 0
-        return 0
+                return refused_extent
+        return refused_extent
+
+    def _take_waiting(self, i: int) -> Group:
+        """Mutates. Remove and return the i-th waiting group."""
+        g = self.waiting[i]
+        del self.waiting[i]
+        self.refused_extents.pop(g.index, None)
+        return g
 
     def _add_sequences(self, g: Group, num_seqs: int) -> None:
         """Mutates. A group's sequences get their ids and tokens at its first admission."""

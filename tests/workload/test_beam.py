@@ -57,3 +57,36 @@ def test_lineages_coalesce():
 def test_rejects_non_beam_requests_and_bad_steps(width, step):
     with pytest.raises(ValueError):
         beam_step(_beam_request(width), step, seed=0)
+
+
+def test_branch_frac_one_is_the_default_process():
+    request = _beam_request(4)
+    assert all(beam_step(request, s, 7, 1.0) == beam_step(request, s, 7) for s in range(64))
+
+
+@pytest.mark.parametrize("frac", [0.0, 0.3])
+def test_steps_that_do_not_branch_extend_every_beam(frac):
+    """Outside branch points no beam forks or is freed; with frac 0 no step after the first branches,
+    and the branch points of a smaller frac are a subset of those of a larger one (one draw per step)."""
+    request = _beam_request(4)
+    steps = [beam_step(request, s, 5, frac) for s in range(1, 64)]
+    still = [r.parents == (0, 1, 2, 3) and r.freed == () for r in steps]
+    full = [beam_step(request, s, 5) for s in range(1, 64)]
+    assert sum(still) >= (63 if frac == 0.0 else 63 * (1 - frac) / 2)
+    for r, f, same in zip(steps, full, still, strict=True):
+        assert same or r == f  # a branch point is the default process's step
+
+
+def _coalesce_step(frac, width=4, steps=64):
+    """The step at which the final beams' lineages meet (0 when only the prompt is shared)."""
+    request = _beam_request(width, output=steps)
+    lineage = set(range(width))
+    for step in range(steps - 1, 0, -1):
+        lineage = {beam_step(request, step, 5, frac).parents[b] for b in lineage}
+        if len(lineage) == 1:
+            return step
+    return 0
+
+
+def test_fewer_branch_points_push_the_common_ancestor_back():
+    assert _coalesce_step(0.0) == 0 < _coalesce_step(0.3) < _coalesce_step(1.0)

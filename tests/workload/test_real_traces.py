@@ -16,6 +16,7 @@ from workbench.workload.describe import prefix_sharing
 # registry name -> (workload spec, requests after the default filtering, notes that must appear)
 EXPECTED = {
     "azure-llm-2023-conv": ("azure", 19_366, []),
+    "azure-llm-2023-code": ("azure", 8_819, []),
     "burstgpt1-head400": ("burstgpt", 383, ["dropped 17 failed rows"]),
     "burstgpt3-head400": ("burstgpt", 399, ["dropped 1 failed rows", "134 sessions"]),
     "mooncake-fast25-conversation": ("mooncake", 8_940, []),
@@ -49,6 +50,14 @@ def test_azure_readme_stats(real_trace):
     assert np.mean([r.prompt_tokens for r in requests]) == pytest.approx(1154.7, abs=0.05)
     assert np.mean([r.output_tokens for r in requests]) == pytest.approx(211.1, abs=0.05)
     assert requests[-1].arrival_s == pytest.approx(3501.7, abs=0.05)
+
+
+def test_azure_code_stats(real_trace):
+    real_trace("azure-llm-2023-code")
+    requests = build_workload(RunConfig(workload="azure:azure-llm-2023-code"))
+    assert np.mean([r.prompt_tokens for r in requests]) == pytest.approx(2047.8, abs=0.05)
+    assert np.mean([r.output_tokens for r in requests]) == pytest.approx(27.9, abs=0.05)
+    assert requests[-1].arrival_s == pytest.approx(3435.9, abs=0.05)
 
 
 def test_sharegpt_filtered_is_the_vllm_paper_workload(real_trace):

@@ -104,6 +104,7 @@ WORKLOAD_LABELS = {
     "alpaca-like": "Alpaca-like",
     "mooncake:mooncake-fast25-conversation": "Mooncake conversation",
     "azure:azure-llm-2023-conv": "Azure LLM inference 2023, conversation",
+    "azure:azure-llm-2023-code": "Azure LLM inference 2023, code",
 }
 
 

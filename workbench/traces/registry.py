@@ -53,6 +53,13 @@ TRACES: dict[str, TraceEntry] = {
             "Azure/AzurePublicDataset data/AzureLLMInferenceTrace_conv.csv (Splitwise, ISCA'24)",
         ),
         TraceEntry(
+            "azure-llm-2023-code", "azure-llm-2023-code", "AzureLLMInferenceTrace_code.csv", "azure",
+            "54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6", 320_117, 8_819, "CC-BY-4.0",
+            f"{_RAW}/Azure/AzurePublicDataset/790921015d50dd6aae7f7e47f39ba0e235ad6b08/data/"
+            "AzureLLMInferenceTrace_code.csv",
+            "Azure/AzurePublicDataset data/AzureLLMInferenceTrace_code.csv (Splitwise, ISCA'24)",
+        ),
+        TraceEntry(
             "burstgpt1-head400", "burstgpt1-head400", "BurstGPT_1_head400.csv", "burstgpt",
             "7865fda5dac50938a84dfccb06c405e2f5202969ecfbd671c8399de00f4335f0", 16_840, 400, "CC-BY-4.0",
             f"{_RAW}/GitM-Labs/runtime/458dabfd8b873a98338d3d84959b04d0afe4c47d/benchmarks/traffic_replay/"

@@ -12,6 +12,13 @@ A request with `beam_width` W > 1 runs for `output_tokens` decode steps; all bea
 - the answer is survivor 0 of the last step.
 Scores are memoryless (independent of earlier steps), so `beam_step` is a pure function that needs no
 beam state; ancestry still coalesces as in real beam search, which is what makes the sharing real.
+
+`branch_frac` < 1 (`--beam-branch-frac`) makes only that fraction of steps >= 1 *branch* points (drawn
+from (seed, request_id, step)); at the other steps every beam extends itself with its own best
+candidate: no fork, no free. This is a language model that is sure of the next token at most steps,
+so that each beam's own best continuation outscores the others' second choices; ancestry then
+coalesces more slowly and beams share fewer blocks (notebook 06 compares it with the vLLM paper's
+Fig. 15). The default 1 re-ranks at every step.
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ class BeamStep:
     freed: tuple[int, ...]  # beams of the previous step that no survivor extends (their blocks are released)
 
 
-def beam_step(request: Request, step: int, seed: int) -> BeamStep:
+BRANCH_SALT = np.uint64(0xB5A9C3D1E7F20B17)  # keys the branch draw apart from the candidates' scores
+
+
+def beam_step(request: Request, step: int, seed: int, branch_frac: float = 1.0) -> BeamStep:
     """Survivors of decode step `step` (0-based) of `request`'s beam search; pure, as the module says."""
     width = request.beam_width
     if width < 2:
@@ -43,6 +53,12 @@ def beam_step(request: Request, step: int, seed: int) -> BeamStep:
         base = mix64(base + np.uint64(request.request_id))
         base = mix64(base + np.uint64(step))
         score = mix64(base + np.arange(live * width, dtype=np.uint64))  # [live * width], candidate b*W+c
+    if step > 0 and branch_frac < 1.0:
+        draw = float(mix64(base ^ BRANCH_SALT)[0] >> np.uint64(11)) / 2.0**53  # uniform in [0, 1)
+        if draw >= branch_frac:  # not a branch point: beam b keeps its own best candidate
+            own = score.reshape(live, width)  # [beams, candidates]
+            tokens = (own.max(axis=1) % np.uint64(VOCAB_SIZE)).astype(np.int64).tolist()
+            return BeamStep(tuple(range(width)), tuple(tokens), ())
     best = np.lexsort((np.arange(live * width), ~score))[:width]  # score descending, ties by (b, c)
     parents = (best // width).tolist()
     tokens = (score[best] % np.uint64(VOCAB_SIZE)).astype(np.int64).tolist()
