@@ -1,10 +1,12 @@
 """Step-duration models (docs/engine.md): how long one engine iteration takes on the modeled GPU.
 
 `roofline`: max(bytes / (bw × eff_bw), flops / (peak × eff_flops × gemm_shape_frac(tokens)))
-+ step_overhead, with bytes = weights once + KV read by attention + KV written + copy-on-write and
-swap traffic, and flops = 2 × params × tokens + attention flops. `measured`: the attention part is
++ per-block attention cost + swap time + step_overhead, with bytes = weights once + KV read by
+attention + KV written + copy-on-write traffic, flops = 2 × params × tokens + attention flops, and a
+swap = bytes over the host link + a fixed cost per copy. `measured`: the attention part is
 the real kernel's wall time for one layer, scaled to the full model, and the rest is modeled as above.
-The constants come from a clock profile (workbench.clock_profiles, docs/clock-profiles.md).
+The constants come from a clock profile (workbench.clock_profiles, docs/clock-profiles.md); the
+per-block attention cost and the per-copy swap cost are zero except where a profile measured them.
 
 Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
 new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
@@ -49,7 +51,8 @@ class RooflineClock:
 
     def __init__(self, model: ModelPreset, gpu: GpuPreset, kv_bytes_per_token: int, block_size: int, *,
                  eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
-                 map_s_per_page: float = 0.0, overlap_map: bool = False) -> None:
+                 map_s_per_page: float = 0.0, overlap_map: bool = False, host_link_gbps: float = HOST_LINK_GB_S,
+                 swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0) -> None:
         # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
         # a step that has both costs the two in sequence, each with its own weight pass and overhead
         self.separate_prefill = separate_prefill
@@ -61,7 +64,14 @@ class RooflineClock:
         self.attn_flops_per_key = 4.0 * model.num_layers * model.num_heads * model.head_dim
         self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw
         self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops  # large GEMMs; scaled by gemm_shape_frac
-        self.link_bytes_per_s = HOST_LINK_GB_S * 1e9
+        self.link_bytes_per_s = host_link_gbps * 1e9
+        # a swapped block is one host<->device copy per layer for its keys and one for its values
+        # (vLLM's swap_blocks issues a cudaMemcpyAsync per block and cache tensor), each with a fixed cost
+        self.swap_fixed_s_per_block = 2 * model.num_layers * swap_s_per_transfer
+        # decode attention visits each KV block once per query head and layer (vLLM 0.1's paged kernel:
+        # one thread block per head and sequence, its warps loop over the blocks), each visit with a
+        # fixed cost on top of the bytes (block-table load, branches; docs/clock-profiles.md)
+        self.attn_s_per_block_read = attn_s_per_block * model.num_layers * model.num_heads
         self.step_overhead_s = step_overhead_s
         self.map_s_per_page = map_s_per_page
         self.overlap_map = overlap_map
@@ -70,23 +80,25 @@ class RooflineClock:
         """Duration of the step a `workbench.step_cost.StepCost` describes; see `step_s`."""
         if not (self.separate_prefill and cost.num_prefill_tokens and cost.num_decode_tokens):
             return self.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
-                               cost.swapped_blocks, measured_attention_s, cost.mapped_pages)
+                               cost.swapped_blocks, measured_attention_s, cost.mapped_pages, cost.decode_blocks)
         ctx = cost.decode_ctx_tokens
         # a measured attention time covers both phases, and page mapping both: charged to the decode iteration
         decode_s = self.step_s(cost.num_decode_tokens, ctx, ctx, cost.copied_blocks, cost.swapped_blocks,
-                               measured_attention_s, cost.mapped_pages)
+                               measured_attention_s, cost.mapped_pages, cost.decode_blocks)
         prefill_s = self.step_s(cost.num_prefill_tokens, cost.kv_read_tokens - ctx, cost.attn_query_ctx - ctx, 0, 0,
                                 None if measured_attention_s is None else 0.0)
         return decode_s + prefill_s
 
     def step_s(self, num_tokens: int, kv_read_tokens: int, attn_query_ctx: int, copied_blocks: int,
-               swapped_blocks: int, measured_attention_s: float | None = None, mapped_pages: int = 0) -> float:
+               swapped_blocks: int, measured_attention_s: float | None = None, mapped_pages: int = 0,
+               decode_blocks: int = 0) -> float:
         """Duration of a step, all counts over the full model:
         `num_tokens` through the linear layers (prefill + decode); `kv_read_tokens` KV rows read by
         attention, summed over sequences; `attn_query_ctx` keys attended, summed over query tokens;
         `copied_blocks` copy-on-write copies; `swapped_blocks` moved over the host link.
         With `measured_attention_s` (full-model attention wall time) the attention terms are replaced
-        by the measurement and the rest stays modeled. `mapped_pages`: pages mapped on demand."""
+        by the measurement and the rest stays modeled. `mapped_pages`: pages mapped on demand;
+        `decode_blocks`: KV blocks the decoding sequences' attention reads, summed over sequences."""
         written = num_tokens * self.kv_bytes_per_token + 2.0 * copied_blocks * self.block_bytes
         linear_flops = 2.0 * self.params * num_tokens
         flops_per_s = self.flops_per_s * gemm_shape_frac(num_tokens)
@@ -94,10 +106,12 @@ class RooflineClock:
             compute_s = max((self.weight_bytes + written + kv_read_tokens * self.kv_bytes_per_token)
                             / self.bytes_per_s,
                             (linear_flops + attn_query_ctx * self.attn_flops_per_key) / flops_per_s)
+            compute_s += decode_blocks * self.attn_s_per_block_read  # a measured kernel includes its own
         else:
             compute_s = max((self.weight_bytes + written) / self.bytes_per_s,
                             linear_flops / flops_per_s) + measured_attention_s
         map_s = mapped_pages * self.map_s_per_page
         compute_s = max(compute_s, map_s) if self.overlap_map else compute_s + map_s
-        swap_s = swapped_blocks * self.block_bytes / self.link_bytes_per_s
+        swap_s = (swapped_blocks * self.block_bytes / self.link_bytes_per_s
+                  + swapped_blocks * self.swap_fixed_s_per_block)
         return compute_s + swap_s + self.step_overhead_s

@@ -116,7 +116,8 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
         group_size = res.model.num_heads // res.model.num_kv_heads
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
                               head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
-    clock = make_clock(cfg, res, strategy.block_size, *page_map_cost(strategy))
+    clock = make_clock(cfg, res, strategy.block_size, *page_map_cost(strategy),
+                       paged_kernel=strategy.kernel_mode == "paged")
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
     log = _simulate(sched, runner, clock, log=StepLog(), measured=cfg.clock == "measured",

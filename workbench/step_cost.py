@@ -27,6 +27,7 @@ class StepCost(NamedTuple):
     copied_blocks: int
     swapped_blocks: int  # moved either way
     mapped_pages: int = 0  # physical pages mapped on demand (virtual-memory strategies; 0 for the others)
+    decode_blocks: int = 0  # KV blocks the decoding sequences' attention reads, summed over sequences
 
     @property
     def num_tokens(self) -> int:
@@ -76,4 +77,4 @@ class CostMeter:
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         # positional: built once per step, and keywords cost a NamedTuple half its construction time
         return StepCost(num_prefill, num_decode, kv_read, attn_ctx, self._decode_ctx, unshared, num_running,
-                        copied_blocks, swapped_blocks, mapped_pages)
+                        copied_blocks, swapped_blocks, mapped_pages, self._unshared_blocks)

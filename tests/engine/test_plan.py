@@ -87,6 +87,8 @@ def test_step_cost_equals_a_recomputation_from_the_plan(strategy, workload):
         prefill_ctx = sum((p.stop * (p.stop + 1) - p.start * (p.start + 1)) // 2 for p in plan.prefills)
         assert cost.attn_query_ctx == int(decode_len.sum()) + prefill_ctx
         assert cost.num_prefill_tokens == sum(p.write_tokens for p in plan.prefills)
+        # the blocks the decode kernel visits (the clock's per-block attention cost)
+        assert cost.decode_blocks == sum(cdiv(int(n), bs) for n in decode_len)
         if k.decode_desc is not None:
             unshared = sum(cdiv(int(n), bs) * bs for n in decode_len)
             unshared += sum(p.group.num_seqs * cdiv(p.stop, bs) * bs for p in plan.prefills)

@@ -18,8 +18,8 @@ import itertools
 from workbench.clock_profiles import PROFILES
 from workbench.config import RunConfig
 from workbench.engine import run
+from workbench.experiments import builtin_dir
 from workbench.paper.rows import load_values
-from workbench.paths import REPO_ROOT
 from workbench.sweep import load_spec
 
 PROFILE = "vllm-sosp23-a100"
@@ -41,7 +41,7 @@ def candidate(**constants):
 def targets() -> list[tuple[str, RunConfig, float]]:
     """(setting, the paged point of the Fig. 13 experiment, the paper's batch)."""
     entry = load_values()["fig13"]
-    spec = load_spec(REPO_ROOT / "experiments" / entry["experiment"])
+    spec = load_spec(builtin_dir() / entry["experiment"])
     out = []
     for setting, systems in entry["rows"].items():
         kind = "sharegpt" if setting.startswith("sharegpt") else "alpaca"
