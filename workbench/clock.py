@@ -2,7 +2,8 @@
 
 `roofline`: max(bytes / (bw × eff_bw), flops / (peak × eff_flops × gemm_shape_frac(tokens)))
 + step_overhead, with bytes = weights once + KV read by attention + KV written + copy-on-write and
-swap traffic, and flops = 2 × params × tokens + attention flops. `measured`: the attention part is
+swap traffic, and flops = 2 × params × tokens + attention flops (a sliding-window layer reads and attends
+min(context, W) keys: `step_cost` averages the attention totals over layers). `measured`: the attention part is
 the real kernel's wall time for one layer, scaled to the full model, and the rest is modeled as above.
 The constants come from a clock profile (workbench.clock_profiles, docs/clock-profiles.md).
 

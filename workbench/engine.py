@@ -102,7 +102,7 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
                       max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=res.max_num_batched_tokens,
                       watermark_frac=cfg.watermark_frac, swap=cfg.preemption == "swap", seed=cfg.seed,
                       kernel_every=None if backend == "none" else cfg.kernel_every,
-                      chunked_prefill=cfg.chunked_prefill)
+                      chunked_prefill=cfg.chunked_prefill, attention_windows=res.model.window_layer_fracs())
     runner = None
     if backend != "none":
         from workbench.engine_kernels import KernelRunner
