@@ -20,7 +20,6 @@ held slots plus the cached and free ones are the capacity (`group_snapshots` and
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,6 +99,8 @@ class HybridPaged:
         self.wants_token_ids = self.prefix is not None
         self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]: holders, over all groups
         self._free = BlockStack(self.num_blocks)
+        # [num_blocks]: the group each block was last taken for (a held or cached block's group)
+        self._group_of_block = np.zeros(self.num_blocks, dtype=np.int64)
         self._length: dict[int, int] = {}
         self._final: dict[int, int] = {}
 
@@ -131,8 +132,8 @@ class HybridPaged:
             self.prefix.claim(claimed, self._refcount)
             for e in claimed:
                 self._refcount[e] += n
-        for g, hit in zip(self.groups, hits, strict=True):
-            fresh = self._take((num_logical - num_hit) * g.units).reshape(num_logical - num_hit, g.units)
+        for gi, (g, hit) in enumerate(zip(self.groups, hits, strict=True)):
+            fresh = self._take((num_logical - num_hit) * g.units, gi).reshape(num_logical - num_hit, g.units)
             self._refcount[fresh.ravel()] = n
             skip = num_hit - len(hit)  # hit blocks before the first query's window: not held
             entries = [None] * skip + hit + list(fresh)  # int32 [units] each; shared by the group's sequences
@@ -162,28 +163,27 @@ class HybridPaged:
         return need <= self.num_allocatable_blocks() + freed
 
     def _count_append(self, seq_ids: list[int]) -> tuple[int, int]:
-        """Pure. (blocks `append` takes, blocks its window releases first: free, or cached)."""
+        """Pure. (blocks `append` takes, blocks its window releases first: free, or cached). An entry's
+        units share their holders, so unit 0 stands for the entry."""
         self._check_batch(seq_ids)
-        delta: Counter[int] = Counter()  # refcount changes along the batch
+        refcount, length_of = self._refcount, self._length
+        leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
         need = freed = 0
         for g in self.groups:
             for seq_id in seq_ids:
-                length = self._length[seq_id]
-                table, first = g.entries[seq_id], g.first_live[seq_id]
-                for entry in table[first:min(g.dead_before(length), len(table))]:
-                    for b in entry.tolist():
-                        delta[b] -= 1
-                        freed += int(self._refcount[b] + delta[b] == 0)
+                table = g.entries[seq_id]
+                for i in range(g.first_live[seq_id], min(g.dead_before(length_of[seq_id]), len(table))):
+                    b = int(table[i][0])
+                    leaving[b] = leaving.get(b, 0) + 1
+                    freed += g.units if refcount[b] == leaving[b] else 0
             for seq_id in seq_ids:
-                length = self._length[seq_id]
-                if length % self.block_size == 0:
+                if length_of[seq_id] % self.block_size == 0:
                     need += g.units
                     continue
-                last = g.entries[seq_id][-1]
-                if self._refcount[last[0]] + delta[int(last[0])] > 1:  # shared: copy, unless the last holder
+                b = int(g.entries[seq_id][-1][0])
+                if refcount[b] - leaving.get(b, 0) > 1:  # shared: copy, unless the last holder
                     need += g.units
-                    for b in last.tolist():
-                        delta[b] -= 1
+                    leaving[b] = leaving.get(b, 0) + 1
         return need, freed
 
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> HybridAppendResult:
@@ -206,11 +206,11 @@ class HybridPaged:
             for k, seq_id in enumerate(seq_ids):
                 length, table = self._length[seq_id], g.entries[seq_id]
                 if length % bs == 0:
-                    fresh = self._take(g.units)
+                    fresh = self._take(g.units, gi)
                     self._refcount[fresh] = 1
                     table.append(fresh)
                 elif self._refcount[table[-1][0]] > 1:
-                    fresh = self._take(g.units)
+                    fresh = self._take(g.units, gi)
                     self._refcount[fresh] = 1
                     self._refcount[table[-1]] -= 1
                     copies.append(np.stack([table[-1], fresh], axis=1))
@@ -263,14 +263,17 @@ class HybridPaged:
         if back:
             self._free.push(np.concatenate(back))
 
-    def _take(self, k: int) -> np.ndarray:
-        """Mutates. k blocks for new content, int32 [k]; the caller sets their refcounts. Free blocks go
-        first; cached entries are evicted (every unit, the surplus to the free stack) only when short."""
+    def _take(self, k: int, group: int) -> np.ndarray:
+        """Mutates. k blocks for new content of `group`, int32 [k]; the caller sets their refcounts. Free
+        blocks go first; cached entries are evicted (every unit, the surplus to the free stack) only when
+        short."""
         while self._free.size < k and self.prefix is not None:
             entry = self.prefix.evict_one()
             self.prefix_evicted_blocks += entry.shape[0]
             self._free.push(entry)
-        return self._free.pop(k)
+        taken = self._free.pop(k)
+        self._group_of_block[taken] = group
+        return taken
 
     def group_slot_mapping(self, group: int, seq_id: int, start: int, stop: int) -> np.ndarray:
         """Slots (unit 0) of positions [start, stop) in one group's table, int64 [stop - start]."""
@@ -309,6 +312,11 @@ class HybridPaged:
         """Holders of each pool block over every group's tables, int32 [num_blocks] (read only)."""
         return self._refcount
 
+    def group_of_block(self) -> np.ndarray:
+        """The group each block was last taken for, int64 [num_blocks] (read only; meaningful for held and
+        cached blocks)."""
+        return self._group_of_block
+
     def free_block_ids(self) -> np.ndarray:
         """The free stack (a copy), int32 [num_free]."""
         return self._free.ids()
@@ -317,24 +325,26 @@ class HybridPaged:
 
     def group_snapshots(self) -> list[GroupSnapshot]:
         """Pure. Each group's held slots split as in `paged`: an unwritten slot of a held block is reserved
-        if some holder will write it, else internal fragmentation. O(held entries)."""
+        if some holder will write it, else internal fragmentation. Only a sequence's last block can be
+        partly written (holders of a shared block see the same fill), so every other held block is all
+        token: O(pool) vectorized for the held count, then O(sequences)."""
         bs = self.block_size
+        held_blocks = np.bincount(self._group_of_block[self._refcount > 0], minlength=len(self.groups))
+        logical = sum(self._length.values())
         out = []
-        for g in self.groups:
-            fill: dict[int, int] = {}  # unit-0 block -> written slots (the same for every holder)
-            reach: dict[int, int] = {}  # unit-0 block -> slots the furthest-reaching holder will write
+        for gi, g in enumerate(self.groups):
+            fill: dict[int, int] = {}  # last block (unit 0) -> written slots (the same for every holder)
+            reach: dict[int, int] = {}  # last block -> slots the furthest-reaching holder will write
             for seq_id, table in g.entries.items():
-                length, final = self._length[seq_id], self._final[seq_id]
-                for i in range(g.first_live[seq_id], len(table)):
-                    b = int(table[i][0])
-                    fill[b] = min(length - i * bs, bs)
-                    reach[b] = max(reach.get(b, 0), min(final - i * bs, bs))
-            token = sum(fill.values())
+                i = len(table) - 1  # always held: a window never releases the block being written
+                b = int(table[i][0])
+                fill[b] = self._length[seq_id] - i * bs
+                reach[b] = max(reach.get(b, 0), min(self._final[seq_id] - i * bs, bs))
+            held = int(held_blocks[gi]) // g.units * bs
+            token = held - bs * len(fill) + sum(fill.values())
             reserved = sum(reach[b] - fill[b] for b in fill)
-            held = len(fill) * bs
             out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
-                                     (held - token - reserved) * g.units, held * g.units,
-                                     g.units * sum(self._length.values())))
+                                     (held - token - reserved) * g.units, held * g.units, g.units * logical))
         return out
 
     def snapshot(self, refused_extent_slots: int = 0) -> HybridSnapshot:

@@ -31,6 +31,8 @@ def check_hybrid(pool) -> None:
             owner[held] = gi
             assert length <= pool.final_len(seq_id) <= pool.max_model_len, f"seq {seq_id}: length bounds"
     assert np.array_equal(holders, pool.refcount), "refcounts differ from the tables"
+    held = owner >= 0
+    assert np.array_equal(pool.group_of_block()[held], owner[held]), "a held block's group is recorded wrong"
     _check_shared_fills(pool)
     free = pool.free_block_ids()
     assert np.unique(free).shape[0] == free.shape[0], "a block twice on the free stack"
