@@ -2,8 +2,9 @@
 
 `roofline`: max(bytes / (bw × eff_bw), flops / (peak × eff_flops × gemm_shape_frac(tokens)))
 + per-block attention cost + swap time + step_overhead, with bytes = weights once + KV read by
-attention + KV written + copy-on-write traffic, flops = 2 × params × tokens + attention flops, and a
-swap = bytes over the host link + a fixed cost per copy. `measured`: the attention part is
+attention + KV written + copy-on-write traffic, flops = 2 × params × tokens + attention flops (a
+sliding-window layer reads and attends min(context, W) keys: `step_cost` averages the attention totals
+over layers), and a swap = bytes over the host link + a fixed cost per copy. `measured`: the attention part is
 the real kernel's wall time for one layer, scaled to the full model, and the rest is modeled as above.
 The constants come from a clock profile (workbench.clock_profiles, docs/clock-profiles.md); the
 per-block attention cost and the per-copy swap cost are zero except where a profile measured them.

@@ -103,7 +103,7 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
                       watermark_frac=cfg.watermark_frac, swap=cfg.preemption == "swap", seed=cfg.seed,
                       kernel_every=None if backend == "none" else cfg.kernel_every,
                       chunked_prefill=cfg.chunked_prefill, admission=cfg.admission,
-                      beam_branch_frac=cfg.beam_branch_frac)
+                      beam_branch_frac=cfg.beam_branch_frac, attention_windows=res.model.window_layer_fracs())
     runner = None
     if backend != "none":
         from workbench.engine_kernels import KernelRunner

@@ -90,6 +90,12 @@ class ModelPreset:
             return self.layer_groups
         return (LayerGroup(self.num_layers),)
 
+    def window_layer_fracs(self) -> tuple[tuple[int, float], ...]:
+        """(window tokens, fraction of the layers) of each sliding-window group: what the clock charges
+        min(context, W) keys (`step_cost`), whatever the allocation (`--hybrid`)."""
+        return tuple((g.window_tokens, g.num_layers / self.num_layers) for g in self.layer_groups
+                     if g.window_tokens is not None)
+
     def group_kv_bytes_per_token(self, group: LayerGroup, kv_dtype: str = "fp16") -> int:
         return 2 * group.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
 

@@ -52,7 +52,7 @@ class Scheduler:
     def __init__(self, strategy: Strategy, requests: list[Request], tokens: TokenStore, *, max_model_len: int,
                  max_num_seqs: int, max_num_batched_tokens: int, watermark_frac: float, swap: bool, seed: int,
                  kernel_every: int | None = None, chunked_prefill: bool = False, admission: str = "fcfs",
-                 beam_branch_frac: float = 1.0) -> None:
+                 beam_branch_frac: float = 1.0, attention_windows: tuple[tuple[int, float], ...] = ()) -> None:
         self.strategy = strategy
         self.requests = requests
         self.tokens = tokens
@@ -76,7 +76,7 @@ class Scheduler:
         self.next_seq_id = 0
         self.step = 0  # completed steps
         self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
-        self.meter = CostMeter(self.block_size)
+        self.meter = CostMeter(self.block_size, attention_windows)  # (window, layer fraction): step_cost
         self.mapped_pages_seen = mapped_pages(strategy)  # pages mapped before this step (forks map between steps)
         self.beams = BeamForks(strategy, tokens, seed, self._new_seq_id, beam_branch_frac)
         self.has_beams = any(r.beam_width > 1 for r in requests)

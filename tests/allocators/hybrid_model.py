@@ -1,7 +1,8 @@
 """A miniature engine for hybrid pools: the `alloc_model` idea, one table per layer group.
 
 The fake pool stores token ids. Each group's writes go through its own slot mapping (unit 0, as the
-engine's kernel layer); `verify()` reads every live position of every group back through
+engine's kernel layer), after the prefix hit only, as the engine writes: a hit's blocks must already
+hold the prompt's tokens. `verify()` reads every live position of every group back through
 `group_slot_mapping` and `describe_group`, and `reference_partition()` recomputes each group's
 token / reserved / internal split from those mappings alone.
 """
@@ -24,8 +25,9 @@ class HybridPoolModel:
     def admit(self, seq_ids: list[int], prompt: np.ndarray, final_len: int):
         result = self.s.admit(seq_ids, SeqSpec(prompt.astype(np.int32), final_len))
         if result.admitted:
+            start = result.cached_tokens
             for g in range(len(self.s.groups)):
-                self.device[self.s.group_slot_mapping(g, seq_ids[0], 0, prompt.shape[0])] = prompt
+                self.device[self.s.group_slot_mapping(g, seq_ids[0], start, prompt.shape[0])] = prompt[start:]
             for seq_id in seq_ids:
                 self.tokens[seq_id] = prompt.tolist()
                 self.final[seq_id] = final_len
@@ -33,7 +35,7 @@ class HybridPoolModel:
 
     def append(self, seq_ids: list[int], rng: np.random.Generator) -> None:
         new = rng.integers(0, 1000, len(seq_ids))
-        result = self.s.append(seq_ids)
+        result = self.s.append(seq_ids, new.astype(np.int32) if self.s.wants_token_ids else None)
         for src, dst in result.copies.tolist():
             self.device[dst * self.bs:(dst + 1) * self.bs] = self.device[src * self.bs:(src + 1) * self.bs]
         for slots in result.group_slots:  # [num_seqs] per group

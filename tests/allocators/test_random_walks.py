@@ -206,8 +206,18 @@ HYBRID_GEOMETRIES = (
     ((40, 1),),
     ((5, 3), (24, 1), (None, 2)),
 )
-HYBRID_CONFIGS = [(name, bs, geometry) for name in registry.hybrid_names() for bs in BLOCK_SIZES[:3]
-                  for geometry in HYBRID_GEOMETRIES]
+
+
+def _hybrid_options(reg: registry.Registration, every_choice: bool) -> list[dict]:
+    """Option sets walked on a hybrid geometry: every choice on the preset's own geometry, else defaults."""
+    if every_choice:
+        return [options for bs, options in walk_configs(reg) if bs == BLOCK_SIZES[0]]
+    return [{o: registry.option_default(o) for o in reg.options}]
+
+
+HYBRID_CONFIGS = [(name, bs, geometry, options) for name in registry.hybrid_names() for bs in BLOCK_SIZES[:3]
+                  for geometry in HYBRID_GEOMETRIES
+                  for options in _hybrid_options(registry.get(name), geometry is HYBRID_GEOMETRIES[0])]
 
 
 def _check_hybrid(model: HybridPoolModel) -> None:
@@ -217,24 +227,32 @@ def _check_hybrid(model: HybridPoolModel) -> None:
     assert [(g.token_slots, g.reserved_slots, g.internal_frag_slots, g.held_slots)
             for g in groups] == model.reference_partition()
     snap = s.snapshot()
-    assert sum(g.held_slots for g in groups) + snap.free_slots == s.capacity_slots
+    assert sum(g.held_slots for g in groups) + snap.cached_slots + snap.free_slots == s.capacity_slots
     assert snap.token_slots == sum(g.token_slots for g in groups)
+    assert snap.num_free_blocks * s.block_size == snap.free_slots + snap.cached_slots
     model.verify()
 
 
-def hybrid_walk(name: str, block_size: int, geometry: tuple, seed: int, num_ops: int = 200) -> None:
-    """Admit, append, fork and free at random on a hybrid pool, checking every group after each step."""
+def hybrid_walk(name: str, block_size: int, geometry: tuple, seed: int, num_ops: int = 200,
+                options: dict | None = None) -> None:
+    """Admit, append, fork and free at random on a hybrid pool, checking every group after each step.
+    Prompts share prefixes and continue freed sequences, so a prefix cache hits (window blocks too)."""
     rng = np.random.default_rng(seed)
     capacity, max_len = _sizes(block_size)
     s = registry.create_hybrid(name, capacity_slots=capacity * 2, block_size=block_size, max_model_len=max_len,
-                               groups=geometry)
+                               groups=geometry, **(options or {}))
     model = HybridPoolModel(s)
+    prefixes = [rng.integers(0, 1000, max_len) for _ in range(3)]
+    seen: list[np.ndarray] = []  # token ids of freed sequences
     next_id = 0
     for _ in range(num_ops):
         op = rng.choice(["admit", "append", "append", "append", "append", "fork", "free"])
         live = list(model.tokens)
         if op == "admit":
-            prompt = rng.integers(0, 1000, int(rng.integers(1, max_len // 3)))
+            if seen and rng.random() < 0.4:
+                prompt = _continuation(rng, seen[int(rng.integers(len(seen)))], max_len // 2)
+            else:
+                prompt = _prompt(rng, prefixes, max_len // 3)
             final = int(rng.integers(prompt.shape[0], max_len + 1))
             ids = list(range(next_id, next_id + int(rng.integers(1, 4))))
             before = s.snapshot()
@@ -258,16 +276,19 @@ def hybrid_walk(name: str, block_size: int, geometry: tuple, seed: int, num_ops:
             model.fork(live[int(rng.integers(len(live)))], next_id)
             next_id += 1
         elif op == "free" and live:
-            model.free(live[int(rng.integers(len(live)))])
+            seq_id = live[int(rng.integers(len(live)))]
+            seen.append(np.array(model.tokens[seq_id]))
+            model.free(seq_id)
         _check_hybrid(model)
     for seq_id in list(model.tokens):
         model.free(seq_id)
         _check_hybrid(model)
-    assert s.snapshot().free_slots == s.capacity_slots
+    snap = s.snapshot()
+    assert snap.free_slots + snap.cached_slots == s.capacity_slots
 
 
-@pytest.mark.parametrize("name,block_size,geometry", HYBRID_CONFIGS)
+@pytest.mark.parametrize("name,block_size,geometry,options", HYBRID_CONFIGS)
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
-def test_hybrid_random_walk_keeps_every_invariant_per_group(name, block_size, geometry, seed):
-    hybrid_walk(name, block_size, geometry, seed)
+def test_hybrid_random_walk_keeps_every_invariant_per_group(name, block_size, geometry, options, seed):
+    hybrid_walk(name, block_size, geometry, seed, options=options)

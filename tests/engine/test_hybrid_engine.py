@@ -3,6 +3,8 @@ checked against the float64 reference in the loop, and `--hybrid on` fits more s
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from workbench import engine
@@ -43,10 +45,46 @@ def test_the_pool_is_the_same_bytes_in_unit_slots():
     assert not isinstance(off, HybridPaged) and off.capacity_slots == 1200
 
 
-def test_prefix_caching_on_a_hybrid_model_needs_hybrid_off():
+@pytest.mark.parametrize("name", [r.name for r in registry.registrations()
+                                  if r.block_sized and r.name not in registry.hybrid_names()])
+def test_a_prefix_index_without_a_hybrid_form_needs_hybrid_off(name):
     with pytest.raises(ValueError, match="--hybrid off"):
-        engine.check_config(_config(strategy="paged-prefix", kv_slots=4000))
-    engine.check_config(_config(strategy="paged-prefix", kv_slots=4000, hybrid="off"))
+        engine.check_config(_config(strategy=name, kv_slots=4000))
+    engine.check_config(_config(strategy=name, kv_slots=4000, hybrid="off"))
+
+
+def _prefix_config(**kw) -> RunConfig:
+    """Shared system prompts of 300 tokens: past gpt-oss's 128-token window, so a window group's hit holds
+    only the blocks its first query reads."""
+    return _config(**{**dict(strategy="paged-prefix", workload="system-prompt:k=2,system=300,lengths=alpaca",
+                             num_requests=10, rate=4.0, kv_slots=4000), **kw})
+
+
+@pytest.mark.parametrize("name", [r.name for r in registry.registrations()
+                                  if r.prefix_cache and r.name in registry.hybrid_names()])
+def test_prefix_hits_on_a_hybrid_pool_verify_against_the_reference(name):
+    summary = engine.run(_prefix_config(strategy=name, verify_every=1))
+    assert summary["prefix_hit_rate"] > 0.3
+    assert summary["verify_max_rel_err"] <= 1e-2
+    assert summary["num_finished"] == 10
+
+
+def test_a_wrong_hit_length_fails_verification(monkeypatch):
+    """Claiming one block more than the pool holds leaves that block's KV unwritten: the kernels read
+    stale memory and the reference in the loop catches it."""
+    from workbench.engine_kernels import VerificationError
+
+    admit = HybridPaged.admit
+
+    def overclaim(self, seq_ids, spec):
+        result = admit(self, seq_ids, spec)
+        if result.cached_tokens:
+            return dataclasses.replace(result, cached_tokens=result.cached_tokens + self.block_size)
+        return result
+
+    monkeypatch.setattr(HybridPaged, "admit", overclaim)
+    with pytest.raises(VerificationError):
+        engine.run(_prefix_config(verify_every=1))
 
 
 def test_contiguous_baselines_reserve_every_layer():
@@ -78,3 +116,20 @@ def test_a_hybrid_run_writes_its_groups_to_config_json(tmp_path):
     assert resolved["layer_groups"] == [[128, 1], [None, 1]]
     assert resolved["model"]["layer_groups"] == [{"num_layers": 12, "window_tokens": 128},
                                                  {"num_layers": 12, "window_tokens": None}]
+
+
+def test_a_window_hit_missing_its_first_block_fails_verification(monkeypatch):
+    """A window group holding one block fewer than its first query reads (an off-by-one in vLLM's rule)
+    reads a placeholder block: the reference in the loop catches it."""
+    from workbench.allocators.hybrid_prefix import HybridPrefixCache
+    from workbench.engine_kernels import VerificationError
+
+    find_hit = HybridPrefixCache.find_hit
+
+    def short_window(self, keys, max_blocks):
+        hit, held = find_hit(self, keys, max_blocks)
+        return hit, [h[1:] if g.window_tokens else h for g, h in zip(self.groups, held, strict=True)]
+
+    monkeypatch.setattr(HybridPrefixCache, "find_hit", short_window)
+    with pytest.raises(VerificationError):
+        engine.run(_prefix_config(verify_every=1))

@@ -308,7 +308,7 @@ def test_prefix_policies_lines_are_the_summary_beside_the_infinite_cache_bound(b
 def test_hybrid_lines_are_the_summary(built):
     _, summary = built["hybrid"]
     fig, axes = figure(built, "hybrid")
-    for ax, key in zip(axes, ("mean_batch_size", "throughput_tok_s"), strict=True):
+    for ax, key in zip(axes[2:], ("mean_batch_size", "throughput_tok_s"), strict=True):
         lines = {line.get_label(): line for line in ax.get_lines()}
         assert set(lines) == {"--hybrid on", "--hybrid off"}
         for hybrid in ("on", "off"):
@@ -318,4 +318,28 @@ def test_hybrid_lines_are_the_summary(built):
     on = summary[summary["hybrid"] == "on"].sort_values("kv_gib")["mean_batch_size"].to_numpy()
     off = summary[summary["hybrid"] == "off"].sort_values("kv_gib")["mean_batch_size"].to_numpy()
     assert (on > off).all(), "window layers free blocks: the same pool holds more sequences"
+    plt.close(fig)
+
+
+def test_hybrid_memory_panels_are_the_allocator(built):
+    """Top row: per group, the KV the allocator holds for one request; a window group stops growing at
+    its window, the full group grows with the context, and `--hybrid off` holds the whole model's."""
+    from workbench.figures.hybrid import MEMORY_CONTEXTS, MEMORY_MODELS
+    from workbench.presets import MODELS
+
+    fig, axes = figure(built, "hybrid")
+    for ax, name in zip(axes[:2], MEMORY_MODELS, strict=True):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        model = MODELS[name]
+        window = next(g for g in model.layer_groups if g.window_tokens is not None)
+        full = next(g for g in model.layer_groups if g.window_tokens is None)
+        w = lines[f"on: {window.num_layers} layers, window {window.window_tokens}"].get_ydata()
+        f = lines[f"on: {full.num_layers} layers, full"].get_ydata()
+        on, off = lines["on: total"].get_ydata(), lines["off: every layer full"].get_ydata()
+        np.testing.assert_array_equal(lines["on: total"].get_xdata(), MEMORY_CONTEXTS)
+        assert np.all(w == w[0]), "every context here reaches the window: the window group holds one window"
+        np.testing.assert_allclose(f / f[0], np.array(MEMORY_CONTEXTS) / MEMORY_CONTEXTS[0])
+        np.testing.assert_allclose(on, w + f)
+        np.testing.assert_allclose(off * full.num_layers / model.num_layers, f)  # same bytes per layer-token
+        assert (on <= off).all() and on[-1] < off[-1]  # equal while the context fits in the window
     plt.close(fig)

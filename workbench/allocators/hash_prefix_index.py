@@ -38,6 +38,12 @@ class HashPrefixIndex:
             hits.append(blocks if type(blocks) is int else blocks[0])  # the earliest copy, as vLLM
         return np.array(hits, dtype=np.int32)
 
+    def block_of(self, key: int) -> int:
+        """Pure. The earliest block registered under `key`, or -1: one key alone, for a sliding-window
+        group's search from the right (docs/hybrid.md)."""
+        blocks = self._blocks_of_key.get(key)
+        return -1 if blocks is None else (blocks if type(blocks) is int else blocks[0])
+
     def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray,
                parent_blocks: np.ndarray) -> None:
         # a chain key names its whole prefix already: parent keys serve only a depth-ordered policy

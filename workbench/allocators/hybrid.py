@@ -10,27 +10,32 @@ its blocks at a decode step, while full-attention groups keep everything.
 
 Sharing: a group admitted together (parallel sampling) and a fork share entries by reference count
 within each group, with copy-on-write of a shared last block as in `paged`. Blocks are never
-shared across groups: each group's KV is different memory. No prefix cache and no swap here (a
-preempted sequence is recomputed); docs/hybrid.md gives the rule a prefix cache would follow.
+shared across groups: each group's KV is different memory. With a prefix index (`paged-prefix`),
+`hybrid_prefix` finds hits by vLLM v1's rule and entries whose holders left stay cached (window
+releases included) until evicted. No swap here (a preempted sequence is recomputed).
 
 Accounting: the §3 parts of each group, in pool slots, sum to the group's held slots; the groups'
-held slots plus the free ones are the capacity (`group_snapshots` and `snapshot`).
+held slots plus the cached and free ones are the capacity (`group_snapshots` and `snapshot`).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from workbench.allocators.base import AdmitResult, AppendResult, PagedDescriptor, SeqSpec, Snapshot, SwapResult
 from workbench.allocators.block_stack import BlockStack
+from workbench.allocators.hash_prefix_index import HashPrefixIndex
+from workbench.allocators.hybrid_integrity import check_hybrid
+from workbench.allocators.hybrid_prefix import HybridPrefixCache
 from workbench.allocators.hybrid_tables import GroupTables
+from workbench.allocators.prefix_hash import block_keys
 from workbench.intmath import cdiv
 
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 id per kernel-table entry (released entries stay as placeholders)
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +73,12 @@ class HybridAppendResult(AppendResult):
 class HybridPaged:
     kernel_mode = "paged"
     supports_swap = False
-    wants_token_ids = False
 
     def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int,
-                 groups: tuple[tuple[int | None, int], ...], name: str = "paged", swap_slots: int = 0) -> None:
-        """`groups`: (window_tokens or None, units) per layer group. `swap_slots` is accepted and unused."""
+                 groups: tuple[tuple[int | None, int], ...], name: str = "paged", swap_slots: int = 0,
+                 prefix_index: HashPrefixIndex | None = None) -> None:
+        """`groups`: (window_tokens or None, units) per layer group. `swap_slots` is accepted and unused.
+        `prefix_index`: None for no prefix caching."""
         del swap_slots  # no swap: the engine preempts by recompute
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -88,83 +94,111 @@ class HybridPaged:
         self.groups = [GroupTables(window, units, block_size) for window, units in groups]
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
-        self.prefix_evicted_blocks = 0  # no prefix cache on a hybrid pool (docs/hybrid.md)
+        self.prefix_evicted_blocks = 0  # pool blocks (every unit of an evicted entry)
+        self.prefix = None if prefix_index is None else HybridPrefixCache(prefix_index, block_size, self.groups)
+        self.wants_token_ids = self.prefix is not None
         self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]: holders, over all groups
         self._free = BlockStack(self.num_blocks)
+        # [num_blocks]: the group each block was last taken for (a held or cached block's group)
+        self._group_of_block = np.zeros(self.num_blocks, dtype=np.int64)
         self._length: dict[int, int] = {}
         self._final: dict[int, int] = {}
 
     # -- protocol ---------------------------------------------------------------------------------
 
     def num_allocatable_blocks(self) -> int:
-        return self._free.size
+        """Free blocks plus evictable cached ones."""
+        return self._free.size + (0 if self.prefix is None else self.prefix.cached_blocks)
 
     def blocks_for_tokens(self, num_tokens: int) -> int:
         """Pool blocks a new sequence of `num_tokens` takes at admission (every group holds the prompt)."""
         return cdiv(num_tokens, self.block_size) * sum(g.units for g in self.groups)
 
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
-        """Mutates on success. Every group gets the whole prompt (its extend kernel reads it); a window
-        group drops what it no longer needs at the sequence's first decode step."""
+        """Mutates on success. Every group gets the prompt after the prefix hit (its extend kernel reads
+        it) and, of the hit, the blocks the first computed query reads (all of them in a full group); a
+        window group drops what it no longer needs at the sequence's first decode step."""
         self._check_new(seq_ids, spec)
-        need = self.blocks_for_tokens(spec.num_tokens)
-        if need > self._free.size:
-            return AdmitResult(False, reason=f"needs {need} blocks, {self._free.size} allocatable")
+        keys, num_hit, hits = self._lookup(spec)
         num_logical = cdiv(spec.num_tokens, self.block_size)
-        for g in self.groups:
-            fresh = self._free.pop(num_logical * g.units).reshape(num_logical, g.units)
-            self._refcount[fresh.ravel()] = len(seq_ids)
-            entries = list(fresh)  # int32 [units] each; shared (not copied) by the group's sequences
+        revived = sum(e.shape[0] for entries in hits for e in entries if self._refcount[e[0]] == 0)
+        need = (num_logical - num_hit) * sum(g.units for g in self.groups)
+        allocatable = self.num_allocatable_blocks() - revived  # revived hits leave the cache
+        if need > allocatable:
+            return AdmitResult(False, reason=f"needs {need} blocks, {allocatable} allocatable")
+        n = len(seq_ids)
+        if self.prefix is not None:  # claimed before any eviction, so taking fresh blocks cannot evict them
+            claimed = [e for entries in hits for e in entries]
+            self.prefix.claim(claimed, self._refcount)
+            for e in claimed:
+                self._refcount[e] += n
+        for gi, (g, hit) in enumerate(zip(self.groups, hits, strict=True)):
+            fresh = self._take((num_logical - num_hit) * g.units, gi).reshape(num_logical - num_hit, g.units)
+            self._refcount[fresh.ravel()] = n
+            skip = num_hit - len(hit)  # hit blocks before the first query's window: not held
+            entries = [None] * skip + hit + list(fresh)  # int32 [units] each; shared by the group's sequences
             for seq_id in seq_ids:
                 g.entries[seq_id] = list(entries)
-                g.first_live[seq_id] = 0
+                g.first_live[seq_id] = skip
         for seq_id in seq_ids:
             self._length[seq_id] = spec.num_tokens
             self._final[seq_id] = spec.final_len
-        return AdmitResult(True)
+        if self.prefix is not None:  # the hit's blocks are registered already
+            self.prefix.register_prompt(seq_ids, spec.token_ids, keys, num_hit)
+            self.prefix_query_tokens += spec.num_tokens
+            self.prefix_hit_tokens += num_hit * self.block_size
+        return AdmitResult(True, cached_tokens=num_hit * self.block_size)
+
+    def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, int, list[list[np.ndarray]]]:
+        """Pure. The prompt's chain keys (uint64 [num_full_blocks]), the hit in logical blocks (at least
+        one prompt token is left to compute) and per group the hit entries its sequences hold."""
+        if self.prefix is None:
+            return _NO_KEYS, 0, [[] for _ in self.groups]
+        keys = block_keys(spec.token_ids, self.block_size)
+        num_hit, hits = self.prefix.find_hit(keys, (spec.num_tokens - 1) // self.block_size)
+        return keys, num_hit, hits
 
     def can_append(self, seq_ids: list[int]) -> bool:
         need, freed = self._count_append(seq_ids)
-        return need <= self._free.size + freed
+        return need <= self.num_allocatable_blocks() + freed
 
     def _count_append(self, seq_ids: list[int]) -> tuple[int, int]:
-        """Pure. (blocks `append` takes, blocks its window releases free first)."""
+        """Pure. (blocks `append` takes, blocks its window releases first: free, or cached). An entry's
+        units share their holders, so unit 0 stands for the entry."""
         self._check_batch(seq_ids)
-        delta: Counter[int] = Counter()  # refcount changes along the batch
+        refcount, length_of = self._refcount, self._length
+        leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
         need = freed = 0
         for g in self.groups:
             for seq_id in seq_ids:
-                length = self._length[seq_id]
-                table, first = g.entries[seq_id], g.first_live[seq_id]
-                for entry in table[first:min(g.dead_before(length), len(table))]:
-                    for b in entry.tolist():
-                        delta[b] -= 1
-                        freed += int(self._refcount[b] + delta[b] == 0)
+                table = g.entries[seq_id]
+                for i in range(g.first_live[seq_id], min(g.dead_before(length_of[seq_id]), len(table))):
+                    b = int(table[i][0])
+                    leaving[b] = leaving.get(b, 0) + 1
+                    freed += g.units if refcount[b] == leaving[b] else 0
             for seq_id in seq_ids:
-                length = self._length[seq_id]
-                if length % self.block_size == 0:
+                if length_of[seq_id] % self.block_size == 0:
                     need += g.units
                     continue
-                last = g.entries[seq_id][-1]
-                if self._refcount[last[0]] + delta[int(last[0])] > 1:  # shared: copy, unless the last holder
+                b = int(g.entries[seq_id][-1][0])
+                if refcount[b] - leaving.get(b, 0) > 1:  # shared: copy, unless the last holder
                     need += g.units
-                    for b in last.tolist():
-                        delta[b] -= 1
+                    leaving[b] = leaving.get(b, 0) + 1
         return need, freed
 
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> HybridAppendResult:
         """Mutates. Window groups first release the blocks the new tokens' queries cannot read; then each
         group gives each sequence one slot (a new block, or a private copy of a shared last block unless
-        it is its last holder). Raises RuntimeError, changing nothing, when the pool cannot."""
-        del token_ids  # no prefix cache
+        it is its last holder). Raises RuntimeError, changing nothing, when the pool cannot. With a prefix
+        cache, a block this fills is registered in every group (`token_ids` int32 [num_seqs]; None: the
+        sequences register nothing more)."""
         need, freed = self._count_append(seq_ids)
-        if need > self._free.size + freed:
-            raise RuntimeError(f"out of blocks: append needs {need}, {self._free.size + freed} allocatable")
+        if need > self.num_allocatable_blocks() + freed:
+            raise RuntimeError(f"out of blocks: append needs {need}, {self.num_allocatable_blocks() + freed} "
+                               "allocatable")
         for g in self.groups:
             for seq_id in seq_ids:
-                released = g.release_dead(seq_id, self._length[seq_id])
-                if released:
-                    self._drop(np.concatenate(released))
+                self._drop(g.release_dead(seq_id, self._length[seq_id]))
         bs = self.block_size
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
@@ -172,11 +206,11 @@ class HybridPaged:
             for k, seq_id in enumerate(seq_ids):
                 length, table = self._length[seq_id], g.entries[seq_id]
                 if length % bs == 0:
-                    fresh = self._free.pop(g.units)
+                    fresh = self._take(g.units, gi)
                     self._refcount[fresh] = 1
                     table.append(fresh)
                 elif self._refcount[table[-1][0]] > 1:
-                    fresh = self._free.pop(g.units)
+                    fresh = self._take(g.units, gi)
                     self._refcount[fresh] = 1
                     self._refcount[table[-1]] -= 1
                     copies.append(np.stack([table[-1], fresh], axis=1))
@@ -184,6 +218,8 @@ class HybridPaged:
                 slots[gi, k] = int(table[-1][0]) * bs + length % bs
         for seq_id in seq_ids:
             self._length[seq_id] += 1
+        if self.prefix is not None:
+            self.prefix.register_filled(seq_ids, token_ids)
         pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
         return HybridAppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
 
@@ -197,21 +233,47 @@ class HybridPaged:
             self._refcount[g.held_blocks(child_id)] += 1
         self._length[child_id] = self._length[parent_id]
         self._final[child_id] = self._final[parent_id]
+        if self.prefix is not None:
+            self.prefix.fork(parent_id, child_id)
         return AdmitResult(True)
 
     def free(self, seq_id: int) -> None:
-        """Mutates. Blocks no other sequence holds go back to the free stack."""
+        """Mutates. Blocks no other sequence holds go back to the free stack (or the prefix cache), each
+        group's tail first (vLLM v1 frees group by group, each in reverse)."""
         if seq_id not in self._length:
             raise ValueError(f"sequence {seq_id} is not live")
         for g in self.groups:
-            self._drop(g.held_blocks(seq_id))
+            self._drop(g.live(seq_id))
             del g.entries[seq_id], g.first_live[seq_id]
         del self._length[seq_id], self._final[seq_id]
+        if self.prefix is not None:
+            self.prefix.drop(seq_id)
 
-    def _drop(self, blocks: np.ndarray) -> None:
-        """Mutates. One holder fewer for each block (distinct ids); those at 0 become free."""
+    def _drop(self, entries: list[np.ndarray]) -> None:
+        """Mutates. One holder fewer for each entry (distinct, in table order); an entry at 0 holders
+        goes to the prefix cache when registered there, else to the free stack."""
+        if not entries:
+            return
+        blocks = np.concatenate(entries)
         self._refcount[blocks] -= 1
-        self._free.push(blocks[self._refcount[blocks] == 0])
+        if self.prefix is None:
+            self._free.push(blocks[self._refcount[blocks] == 0])
+            return
+        back = self.prefix.release([e for e in entries if self._refcount[e[0]] == 0])
+        if back:
+            self._free.push(np.concatenate(back))
+
+    def _take(self, k: int, group: int) -> np.ndarray:
+        """Mutates. k blocks for new content of `group`, int32 [k]; the caller sets their refcounts. Free
+        blocks go first; cached entries are evicted (every unit, the surplus to the free stack) only when
+        short."""
+        while self._free.size < k and self.prefix is not None:
+            entry = self.prefix.evict_one()
+            self.prefix_evicted_blocks += entry.shape[0]
+            self._free.push(entry)
+        taken = self._free.pop(k)
+        self._group_of_block[taken] = group
+        return taken
 
     def group_slot_mapping(self, group: int, seq_id: int, start: int, stop: int) -> np.ndarray:
         """Slots (unit 0) of positions [start, stop) in one group's table, int64 [stop - start]."""
@@ -242,28 +304,47 @@ class HybridPaged:
     def length(self, seq_id: int) -> int:
         return self._length[seq_id]
 
+    def final_len(self, seq_id: int) -> int:
+        return self._final[seq_id]
+
+    @property
+    def refcount(self) -> np.ndarray:
+        """Holders of each pool block over every group's tables, int32 [num_blocks] (read only)."""
+        return self._refcount
+
+    def group_of_block(self) -> np.ndarray:
+        """The group each block was last taken for, int64 [num_blocks] (read only; meaningful for held and
+        cached blocks)."""
+        return self._group_of_block
+
+    def free_block_ids(self) -> np.ndarray:
+        """The free stack (a copy), int32 [num_free]."""
+        return self._free.ids()
+
     # -- accounting -------------------------------------------------------------------------------
 
     def group_snapshots(self) -> list[GroupSnapshot]:
         """Pure. Each group's held slots split as in `paged`: an unwritten slot of a held block is reserved
-        if some holder will write it, else internal fragmentation. O(held entries)."""
+        if some holder will write it, else internal fragmentation. Only a sequence's last block can be
+        partly written (holders of a shared block see the same fill), so every other held block is all
+        token: O(pool) vectorized for the held count, then O(sequences)."""
         bs = self.block_size
+        held_blocks = np.bincount(self._group_of_block[self._refcount > 0], minlength=len(self.groups))
+        logical = sum(self._length.values())
         out = []
-        for g in self.groups:
-            fill: dict[int, int] = {}  # unit-0 block -> written slots (the same for every holder)
-            reach: dict[int, int] = {}  # unit-0 block -> slots the furthest-reaching holder will write
+        for gi, g in enumerate(self.groups):
+            fill: dict[int, int] = {}  # last block (unit 0) -> written slots (the same for every holder)
+            reach: dict[int, int] = {}  # last block -> slots the furthest-reaching holder will write
             for seq_id, table in g.entries.items():
-                length, final = self._length[seq_id], self._final[seq_id]
-                for i in range(g.first_live[seq_id], len(table)):
-                    b = int(table[i][0])
-                    fill[b] = min(length - i * bs, bs)
-                    reach[b] = max(reach.get(b, 0), min(final - i * bs, bs))
-            token = sum(fill.values())
+                i = len(table) - 1  # always held: a window never releases the block being written
+                b = int(table[i][0])
+                fill[b] = self._length[seq_id] - i * bs
+                reach[b] = max(reach.get(b, 0), min(self._final[seq_id] - i * bs, bs))
+            held = int(held_blocks[gi]) // g.units * bs
+            token = held - bs * len(fill) + sum(fill.values())
             reserved = sum(reach[b] - fill[b] for b in fill)
-            held = len(fill) * bs
             out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
-                                     (held - token - reserved) * g.units, held * g.units,
-                                     g.units * sum(self._length.values())))
+                                     (held - token - reserved) * g.units, held * g.units, g.units * logical))
         return out
 
     def snapshot(self, refused_extent_slots: int = 0) -> HybridSnapshot:
@@ -271,15 +352,16 @@ class HybridPaged:
         del refused_extent_slots
         groups = self.group_snapshots()
         free = self._free.size * self.block_size
+        cached = 0 if self.prefix is None else self.prefix.cached_blocks * self.block_size
         entries = sum(g.num_entries(s) for g in self.groups for s in g.entries)
         return HybridSnapshot(
             capacity_slots=self.capacity_slots, token_slots=sum(g.token_slots for g in groups),
             reserved_slots=sum(g.reserved_slots for g in groups),
-            internal_frag_slots=sum(g.internal_frag_slots for g in groups), cached_slots=0,
+            internal_frag_slots=sum(g.internal_frag_slots for g in groups), cached_slots=cached,
             external_frag_slots=0, free_slots=free,
             logical_token_slots=sum(g.logical_token_slots for g in groups),
             block_table_bytes=_BLOCK_TABLE_ENTRY_BYTES * entries, largest_free_extent_slots=free,
-            num_free_blocks=self._free.size, groups=tuple(groups))
+            num_free_blocks=self.num_allocatable_blocks(), groups=tuple(groups))
 
     # -- swap: not supported ------------------------------------------------------------------------
 
@@ -306,16 +388,6 @@ class HybridPaged:
         if len(set(seq_ids)) != len(seq_ids) or any(s in self._length for s in seq_ids):
             raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
 
-    def _check_shared_fills(self) -> None:
-        """Every holder of an entry sees the same written slots in it (writers into shared blocks copy)."""
-        bs = self.block_size
-        for gi, g in enumerate(self.groups):
-            fill: dict[int, int] = {}
-            for seq_id, table in g.entries.items():
-                for i in range(g.first_live[seq_id], len(table)):
-                    seen = fill.setdefault(int(table[i][0]), min(self._length[seq_id] - i * bs, bs))
-                    assert seen == min(self._length[seq_id] - i * bs, bs), f"group {gi}: a shared block's fill differs"
-
     def _check_batch(self, seq_ids: list[int]) -> None:
         if len(set(seq_ids)) != len(seq_ids):
             raise ValueError("a sequence id repeats in the batch")
@@ -324,27 +396,5 @@ class HybridPaged:
                 raise ValueError(f"sequence {s} is not live")
 
     def check_integrity(self) -> None:
-        """Raise AssertionError naming the first broken invariant."""
-        holders = np.zeros(self.num_blocks, dtype=np.int64)  # [num_blocks]
-        owner = np.full(self.num_blocks, -1, dtype=np.int64)  # [num_blocks]: the group holding each block
-        for gi, g in enumerate(self.groups):
-            for seq_id, table in g.entries.items():
-                length = self._length[seq_id]
-                assert len(table) == cdiv(length, self.block_size), f"group {gi} seq {seq_id}: table length"
-                first = g.first_live[seq_id]
-                # released at appends, each before a token was added: never past what length − 1 allows
-                assert first <= g.dead_before(length - 1), f"group {gi} seq {seq_id}: a live block released"
-                assert all(e is None for e in table[:first]), f"group {gi} seq {seq_id}: released run broken"
-                held = g.held_blocks(seq_id)
-                assert held.shape[0] == (len(table) - first) * g.units, f"group {gi} seq {seq_id}: entry shape"
-                assert np.unique(held).shape[0] == held.shape[0], f"group {gi} seq {seq_id}: a block twice"
-                holders[held] += 1
-                assert np.all((owner[held] == -1) | (owner[held] == gi)), "a block in two groups' tables"
-                owner[held] = gi
-                assert length <= self._final[seq_id] <= self.max_model_len, f"seq {seq_id}: length bounds"
-        assert np.array_equal(holders, self._refcount), "refcounts differ from the tables"
-        self._check_shared_fills()
-        free = self._free.ids()
-        assert np.unique(free).shape[0] == free.shape[0], "a block twice on the free stack"
-        assert not np.any(self._refcount[free]), "a held block is on the free stack"
-        assert free.shape[0] + np.count_nonzero(self._refcount) == self.num_blocks, "a block is lost"
+        """Raise AssertionError naming the first broken invariant (`hybrid_integrity`)."""
+        check_hybrid(self)

@@ -24,3 +24,9 @@ class PagedPrefixStrategy(PagedStrategy):
                  eviction: str = "lru") -> None:
         super().__init__(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
                          swap_slots=swap_slots, prefix_index=HashPrefixIndex(make_policy(eviction)))
+
+    @staticmethod
+    def hybrid_prefix_index(eviction: str = "lru") -> HashPrefixIndex:
+        """The index of this strategy's per-layer-group form (`registry.create_hybrid`, docs/hybrid.md): a
+        flat hash index also answers a sliding-window group's lookups of one key at a time."""
+        return HashPrefixIndex(make_policy(eviction))

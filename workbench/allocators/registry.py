@@ -131,22 +131,31 @@ def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_le
 
 
 def create_hybrid(name: str, *, capacity_slots: int, block_size: int = 16, max_model_len: int,
-                  groups: tuple[tuple[int | None, int], ...]) -> Strategy:
+                  groups: tuple[tuple[int | None, int], ...], **options: Any) -> Strategy:
     """The per-layer-group form of a paged-family strategy (`allocators.hybrid`): `groups` are
-    (window_tokens or None, units) and `capacity_slots` counts unit slots. A prefix-caching or
-    contiguous registration has no hybrid form (docs/hybrid.md): a ValueError says so."""
+    (window_tokens or None, units) and `capacity_slots` counts unit slots. A prefix cache needs its
+    strategy class to name the index of its hybrid form (`hybrid_prefix_index(**options)`); a contiguous
+    registration, or a prefix cache without one, has no hybrid form (docs/hybrid.md): a ValueError says so."""
     reg = get(name)
-    if not reg.block_sized or reg.prefix_cache:
+    if name not in hybrid_names():
         raise ValueError(f"strategy {name!r} has no per-layer-group form; use --hybrid off "
-                         f"(hybrid allocation covers paged strategies without a prefix cache)")
+                         f"(hybrid allocation covers: {', '.join(hybrid_names())})")
     from workbench.allocators.hybrid import HybridPaged
+    index = _factory(reg).hybrid_prefix_index(**options) if reg.prefix_cache else None
     return HybridPaged(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
-                       groups=groups, name=name)
+                       groups=groups, name=name, prefix_index=index)
 
 
 def hybrid_names() -> list[str]:
-    """Registered strategies that have a per-layer-group form."""
-    return [r.name for r in _REGISTRY.values() if r.block_sized and not r.prefix_cache]
+    """Registered strategies that have a per-layer-group form: the paged family, prefix caches whose
+    index serves a sliding-window group's lookups."""
+    return [r.name for r in _REGISTRY.values()
+            if r.block_sized and (not r.prefix_cache or hasattr(_factory(r), "hybrid_prefix_index"))]
+
+
+def _factory(reg: Registration) -> Any:
+    module, cls = reg.factory.split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
@@ -155,7 +164,8 @@ def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
     if resolved.layer_groups and reg.block_sized:
         units = sum(u for _, u in resolved.layer_groups)
         return create_hybrid(cfg.strategy, capacity_slots=resolved.capacity_slots * units, block_size=cfg.block_size,
-                             max_model_len=resolved.model.max_model_len, groups=resolved.layer_groups)
+                             max_model_len=resolved.model.max_model_len, groups=resolved.layer_groups,
+                             **({option: getattr(cfg, option) for option in reg.options} if reg.prefix_cache else {}))
     geometry = KVGeometry.of(resolved.model, cfg.kv_dtype) if reg.kv_geometry else None
     return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
                   max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots, geometry=geometry,
@@ -167,9 +177,10 @@ def check_options(cfg: RunConfig) -> None:
     not take: `--fit best` with `paged` would otherwise be silently meaningless."""
     reg = get(cfg.strategy)
     if cfg.hybrid == "on" and reg.block_sized and model_from_name(cfg.model).is_hybrid:
-        if reg.prefix_cache:
+        if cfg.strategy not in hybrid_names():
             raise ValueError(f"strategy {cfg.strategy!r} has no per-layer-group form for the hybrid model "
-                             f"{cfg.model!r} (docs/hybrid.md); use --hybrid off")
+                             f"{cfg.model!r}: its prefix index cannot serve a sliding-window group's lookups "
+                             f"(docs/hybrid.md); use --hybrid off")
         if cfg.n > 1:
             raise ValueError("--n > 1 with --hybrid on: a preempted parallel-sampling group re-appends past its "
                              "window before its prompt KV is rewritten; use --hybrid off")

@@ -1,0 +1,55 @@
+"""`check_integrity` of the hybrid pool (`allocators.hybrid`): every invariant recomputed from its tables.
+
+It reads the pool's parts without importing its class, so `hybrid` can import it (no import cycle).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.intmath import cdiv
+
+
+def check_hybrid(pool) -> None:
+    """Raise AssertionError naming the first broken invariant of `pool` (a `HybridPaged`). Pure."""
+    holders = np.zeros(pool.num_blocks, dtype=np.int64)  # [num_blocks]
+    owner = np.full(pool.num_blocks, -1, dtype=np.int64)  # [num_blocks]: the group holding each block
+    for gi, g in enumerate(pool.groups):
+        for seq_id, table in g.entries.items():
+            length = pool.length(seq_id)
+            assert len(table) == cdiv(length, pool.block_size), f"group {gi} seq {seq_id}: table length"
+            first = g.first_live[seq_id]
+            # released at appends, each before a token was added (or never held after a prefix hit, before
+            # the first computed query's window): never past what length − 1 allows
+            assert first <= g.dead_before(length - 1), f"group {gi} seq {seq_id}: a live block released"
+            assert all(e is None for e in table[:first]), f"group {gi} seq {seq_id}: released run broken"
+            held = g.held_blocks(seq_id)
+            assert held.shape[0] == (len(table) - first) * g.units, f"group {gi} seq {seq_id}: entry shape"
+            assert np.unique(held).shape[0] == held.shape[0], f"group {gi} seq {seq_id}: a block twice"
+            holders[held] += 1
+            assert np.all((owner[held] == -1) | (owner[held] == gi)), "a block in two groups' tables"
+            owner[held] = gi
+            assert length <= pool.final_len(seq_id) <= pool.max_model_len, f"seq {seq_id}: length bounds"
+    assert np.array_equal(holders, pool.refcount), "refcounts differ from the tables"
+    held = owner >= 0
+    assert np.array_equal(pool.group_of_block()[held], owner[held]), "a held block's group is recorded wrong"
+    _check_shared_fills(pool)
+    free = pool.free_block_ids()
+    assert np.unique(free).shape[0] == free.shape[0], "a block twice on the free stack"
+    assert not np.any(pool.refcount[free]), "a held block is on the free stack"
+    cached = 0 if pool.prefix is None else pool.prefix.cached_blocks
+    assert free.shape[0] + np.count_nonzero(pool.refcount) + cached == pool.num_blocks, "a block is lost"
+    if pool.prefix is not None:
+        pool.prefix.check_integrity(pool.refcount, free, owner)
+
+
+def _check_shared_fills(pool) -> None:
+    """Every holder of an entry sees the same written slots in it (writers into shared blocks copy)."""
+    bs = pool.block_size
+    for gi, g in enumerate(pool.groups):
+        fill: dict[int, int] = {}
+        for seq_id, table in g.entries.items():
+            length = pool.length(seq_id)
+            for i in range(g.first_live[seq_id], len(table)):
+                seen = fill.setdefault(int(table[i][0]), min(length - i * bs, bs))
+                assert seen == min(length - i * bs, bs), f"group {gi}: a shared block's fill differs"
