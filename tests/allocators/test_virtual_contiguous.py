@@ -115,6 +115,22 @@ def test_reuse_cache_keeps_pages_mapped_for_the_next_request():
     s.check_integrity()
 
 
+@pytest.mark.parametrize("page_reuse", ["off", "on"])
+def test_unmapped_pages_are_logged_as_virtual_slot_ranges(page_reuse):
+    s = _vc(64 * 4, max_model_len=256, page_kib=128, geometry=KVGeometry(1, 2048), page_reuse=page_reuse)
+    s.admit([0], _spec(150, 150))  # extent 0: pages 0..2, slots [0, 192)
+    assert s.mapped_virtual_pages().tolist() == [0, 1, 2] and s.drain_unmapped().shape == (0, 2)
+    s.free(0)
+    if page_reuse == "off":  # unmapped at once
+        assert s.drain_unmapped().tolist() == [[0, 192]] and s.mapped_virtual_pages().tolist() == []
+        return
+    assert s.drain_unmapped().shape == (0, 2)  # kept mapped
+    s.admit([1], _spec(70, 200))  # reuses pages 0 and 1 of extent 0
+    s.admit([2], _spec(64 * 2, 130))  # extent 1 (virtual pages 4, 5): the free page + extent 0's page 2
+    assert s.drain_unmapped().tolist() == [[128, 192]]
+    assert s.mapped_virtual_pages().tolist() == [0, 1, 4, 5] and s.drain_unmapped().shape == (0, 2)
+
+
 def test_without_reuse_a_freed_extent_unmaps_its_pages():
     s = _vc(64 * 4, max_model_len=256, page_kib=128, geometry=KVGeometry(1, 2048))
     s.admit([0], _spec(150, 150))

@@ -88,6 +88,21 @@ class VirtualContiguous:
         """Pages mapped since the start (each into all layer K/V buffers), for the step cost."""
         return self._pages.mapped_total
 
+    def drain_unmapped(self) -> np.ndarray:
+        """Mutates (forgets what it returns). int64 [k, 2]: the virtual slot ranges [start, stop) whose
+        pages were unmapped since the last call, in order, for the step plan to release in the KV pool."""
+        p = self.page_tokens
+        ranges = [(e * self.extent_slots + first * p, e * self.extent_slots + (first + n) * p)
+                  for e, first, n in self._pages.drain_unmapped()]
+        return np.array(ranges, dtype=np.int64).reshape(-1, 2)
+
+    def mapped_virtual_pages(self) -> np.ndarray:
+        """Pure. int64 [m], ascending: the virtual pages (slot // page_tokens) backed by physical memory."""
+        mapped = self._pages.mapped
+        extents = np.repeat(np.arange(mapped.shape[0], dtype=np.int64), mapped)
+        first = np.repeat(np.cumsum(mapped) - mapped, mapped)
+        return extents * (self.extent_slots // self.page_tokens) + np.arange(extents.shape[0]) - first
+
     # ---- admission and growth ----------------------------------------------------------------
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
         """Mutates on success: one extent per sequence and pages for the prompt, all or nothing."""
