@@ -1,11 +1,14 @@
-"""The bookkeeping of KV pools in CUDA virtual memory, on any machine: a recording driver stands in for CUDA."""
+"""The bookkeeping of KV pools in CUDA virtual memory, on any machine: a recording driver stands in for CUDA,
+and the emulated pool of the CPU backends maps, poisons and remaps pages."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from workbench.kvpool_vmm import VirtualBuffer, pages_of_rows, pages_within_rows, round_up
+from workbench import kernels
+from workbench.kvpool import KVContent, content_terms, prefix_sums
+from workbench.kvpool_vmm import VirtualBuffer, VirtualKVPool, pages_of_rows, pages_within_rows, round_up
 
 MIB = 1 << 20
 
@@ -99,3 +102,31 @@ def test_the_cuda_driver_describes_device_pages_without_a_device():
     assert driver.prop.location.type == cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
     assert driver.access.location.id == 0
     assert driver.access.flags == cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+
+
+HEADS, HEAD_DIM, PAGE_ROWS = 2, 16, 32
+
+
+def _decode(pool, start: int, length: int) -> np.ndarray:
+    q = np.random.default_rng(0).standard_normal((1, 2 * HEADS, HEAD_DIM)).astype(np.float32)
+    return kernels.contiguous_decode(q, pool.k, pool.v, np.array([start], dtype=np.int32),
+                                     np.array([length], dtype=np.int32), backend="numba", kv_dtype=pool.kv_dtype)
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16", "fp8"])
+def test_the_emulated_pool_maps_on_write_and_a_released_page_reads_as_nan(kv_dtype):
+    pool = VirtualKVPool(4 * PAGE_ROWS, 0, HEADS, HEAD_DIM, kv_dtype, "numba", page_rows=PAGE_ROWS)
+    content = KVContent(HEADS, HEAD_DIM, kv_dtype)
+    tokens = np.arange(40, dtype=np.int32)
+    k, v = content.rows(prefix_sums(content_terms(tokens, np.arange(40))))
+    assert pool.vmm.mapped_pages().tolist() == []
+    pool.write(np.arange(40, dtype=np.int64), k, v)
+    assert pool.vmm.mapped_pages().tolist() == [0, 1]  # rows 0..39 in pages of 32 rows
+    assert np.isfinite(_decode(pool, 0, 40)).all()
+    pool.release(np.array([[32, 64]]))  # the second page only
+    assert pool.vmm.mapped_pages().tolist() == [0]
+    assert np.isfinite(_decode(pool, 0, 32)).all() and np.isnan(_decode(pool, 0, 40)).all()
+    pool.release(np.array([[0, 16], [0, 32]]))  # a range short of a page unmaps nothing
+    assert pool.vmm.mapped_pages().tolist() == []
+    pool.write(np.arange(8, dtype=np.int64), k[:8], v[:8])  # mapped again, zeroed, written
+    assert pool.vmm.mapped_pages().tolist() == [0] and np.isfinite(_decode(pool, 0, 8)).all()

@@ -13,7 +13,6 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench import presets
 from workbench.clock_profiles import PROFILE_NAMES, check_profile
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
@@ -93,9 +92,11 @@ class RunConfig:
                              "(the most requests on the device at once)", gt=0, le=MAX_SLOTS)
     page_reuse: str = _f("off", "virtual-contiguous: keep a finished request's pages mapped for the next request "
                                 "in its extent (reclaimed when free pages run out): on | off", choices=("off", "on"))
-    map_us_per_page: float = _f(presets.VMM_MAP_US_PER_PAGE, "virtual-contiguous: microseconds to map one physical "
-                                "page into one layer's K or V buffer (cuMemMap + cuMemSetAccess; default: 2 MiB "
-                                "pages on an A100, see docs/strategies.md)", ge=0, le=1e6)
+    map_us_per_page: float | None = _f(None, "virtual-contiguous: microseconds to map one physical page into one "
+                                       "layer's K or V buffer (default: cuMemMap 2 + cuMemSetAccess 38 = 40, "
+                                       "vAttention's Table 3 at 2 MiB, arXiv 2405.04437v3; sizes it does not "
+                                       "measure take the nearest measured size's, see docs/strategies.md)",
+                                       ge=0, le=1e6)
     overlap_map: str = _f("off", "virtual-contiguous: map pages on a background thread, overlapping the step's "
                                  "compute (vAttention's latency hiding): on | off", choices=("off", "on"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")

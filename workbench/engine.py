@@ -20,7 +20,7 @@ import pandas as pd
 
 from workbench import __version__
 from workbench.allocators import registry
-from workbench.allocators.base import Strategy, page_map_cost, virtual_slots
+from workbench.allocators.base import Strategy, page_map_cost, page_slots, virtual_slots
 from workbench.allocators.hybrid import GROUP_PARTS, HybridSnapshot
 from workbench.clock import RooflineClock
 from workbench.clock_profiles import make_clock
@@ -108,11 +108,12 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     if backend != "none":
         from workbench.engine_kernels import KernelRunner
         from workbench.kvpool import KVPool
-        pool_class = KVPool
-        if backend == "cupy" and virtual_slots(strategy) != strategy.capacity_slots:
-            from workbench.kvpool_vmm import VirtualKVPool as pool_class  # pages mapped on demand
+        pool_class, paging = KVPool, {}
+        if page_slots(strategy):  # pages mapped on demand: CUDA virtual memory, emulated on the CPU
+            from workbench.kvpool_vmm import VirtualKVPool as pool_class
+            paging = {"page_rows": page_slots(strategy)}
         pool = pool_class(virtual_slots(strategy), res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
-                      backend)
+                          backend, **paging)
         group_size = res.model.num_heads // res.model.num_kv_heads
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
                               head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)

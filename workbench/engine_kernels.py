@@ -77,6 +77,8 @@ class KernelRunner:
             self.acc[child] = self.acc[parent]
         if len(plan.swap_out):
             pool.swap_out(plan.swap_out, bs)
+        if len(plan.unmapped):  # after the swap-outs read them, before anything maps pages again
+            pool.release(plan.unmapped)
         if len(plan.swap_in):
             pool.swap_in(plan.swap_in, bs)
         if len(plan.copies):

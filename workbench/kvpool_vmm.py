@@ -11,7 +11,9 @@ by the hardware.
 
 The bookkeeping (which pages a set of rows touches, which are mapped) is plain Python over a
 `Driver`; `CudaDriver` is the only code that calls CUDA, one call per method, so everything else is
-tested on any machine with a recording driver.
+tested on any machine with a recording driver. On the CPU backends `EmulatedDriver` stands in: the
+reserved range is host memory, mapping zeroes a page and unmapping fills it with NaN bytes, so a kernel
+reading a released page computes NaN and fails verification, as it would fault on the GPU.
 """
 
 from __future__ import annotations
@@ -141,23 +143,79 @@ class CudaDriver:
     def free(self, address: int, size_bytes: int) -> None:
         self._call(self.cu.cuMemAddressFree(address, size_bytes))
 
+    def view(self, address: int, shape: tuple[int, ...], dtype: np.dtype, owner):
+        """A CuPy array over a reserved range; `owner` keeps the range alive."""
+        import cupy
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(address, nbytes, owner), 0))
+
+
+class EmulatedDriver:
+    """`Driver` over host memory with pages of `page_bytes`, for the CPU backends. `view` is the array
+    over a reserved range. Untouched host memory stays uncommitted (NumPy zeros), so a large reserved
+    range costs the pages written, as on the GPU."""
+
+    _SPAN = 1 << 48  # address space of one reservation: its base is a multiple of this
+
+    def __init__(self, page_bytes: int) -> None:
+        self.page_bytes = page_bytes
+        self.ranges: dict[int, np.ndarray] = {}  # base address -> uint8 [size_bytes]
+        self.next_handle = 0
+
+    def granularity(self) -> int:
+        return self.page_bytes
+
+    def reserve(self, size_bytes: int) -> int:
+        base = (len(self.ranges) + 1) * self._SPAN
+        self.ranges[base] = np.zeros(size_bytes, dtype=np.uint8)
+        return base
+
+    def create(self, size_bytes: int) -> int:
+        self.next_handle += 1
+        return self.next_handle
+
+    def map(self, address: int, size_bytes: int, handle: int) -> None:
+        self._bytes(address, size_bytes)[:] = 0
+
+    def set_access(self, address: int, size_bytes: int) -> None:
+        pass  # host memory is always accessible; `unmap` poisons what may no longer be read
+
+    def unmap(self, address: int, size_bytes: int) -> None:
+        self._bytes(address, size_bytes)[:] = 0xFF  # NaN in every storage dtype (fp32, fp16, bf16, fp8 e4m3)
+
+    def release(self, handle: int) -> None:
+        pass
+
+    def free(self, address: int, size_bytes: int) -> None:
+        del self.ranges[address]
+
+    def view(self, address: int, shape: tuple[int, ...], dtype: np.dtype, owner) -> np.ndarray:
+        del owner  # the range lives as long as this driver
+        return self.ranges[address][:int(np.prod(shape)) * dtype.itemsize].view(dtype).reshape(shape)
+
+    def _bytes(self, address: int, size_bytes: int) -> np.ndarray:
+        base = address - address % self._SPAN
+        return self.ranges[base][address - base:address - base + size_bytes]
+
 
 class VirtualKVArrays:
-    """K and V of one layer, [num_slots, num_kv_heads, head_dim] each, in virtual memory on the GPU.
+    """K and V of one layer, [num_slots, num_kv_heads, head_dim] each, in virtual memory: on the GPU
+    (the default driver) or emulated in host memory (`EmulatedDriver`).
 
     `ensure_rows` maps the pages that rows are about to be written into; `release_rows` unmaps the
-    pages lying wholly inside a released range of rows. `k` and `v` are CuPy arrays over the ranges."""
+    pages lying wholly inside a released range of rows. `k` and `v` are the driver's arrays (CuPy on
+    the GPU, NumPy emulated) over the ranges."""
 
     def __init__(self, num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str,
-                 driver: Driver | None = None) -> None:
-        import cupy
+                 driver: CudaDriver | EmulatedDriver | None = None) -> None:
         dtype = np.dtype(STORAGE_DTYPES[kv_dtype])
         self.row_bytes = num_kv_heads * head_dim * dtype.itemsize
-        driver = driver or CudaDriver(cupy.cuda.Device().id)
+        if driver is None:
+            import cupy
+            driver = CudaDriver(cupy.cuda.Device().id)
         self.buffers = [VirtualBuffer(num_slots * self.row_bytes, driver) for _ in range(2)]
         shape = (num_slots, num_kv_heads, head_dim)
-        self.k, self.v = (cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(
-            cupy.cuda.UnownedMemory(b.address, b.size_bytes, self), 0)) for b in self.buffers)
+        self.k, self.v = (driver.view(b.address, shape, dtype, self) for b in self.buffers)
 
     def ensure_rows(self, rows: np.ndarray) -> int:
         """Mutates. Map every page these rows touch in K and V; returns the pages mapped (K and V)."""
@@ -172,20 +230,38 @@ class VirtualKVArrays:
     def mapped_bytes(self) -> int:
         return sum(len(b.handles) * b.page_bytes for b in self.buffers)
 
+    def mapped_pages(self) -> np.ndarray:
+        """int64 [m], ascending: the pages mapped in K (V maps the same ones)."""
+        return np.array(sorted(self.buffers[0].handles), dtype=np.int64)
+
     def close(self) -> None:
         for b in self.buffers:
             b.close()
 
 
 class VirtualKVPool(KVPool):
-    """`KVPool` whose device K/V live in CUDA virtual memory (backend `cupy`): the pages a write, a copy
-    or a swap-in lands in are mapped first. Pages stay mapped once written, for the run (the strategy's
-    accounting, not the driver, decides capacity; a reused extent finds its pages mapped, as with
-    vAttention's reuse cache)."""
+    """`KVPool` whose device K/V live in virtual memory: CUDA's on backend `cupy`, emulated with pages
+    of `page_rows` rows on the CPU backends. The pages a write, a copy or a swap-in lands in are mapped
+    first; `release` unmaps the pages of the slot ranges the strategy unmapped (the step plan's
+    `unmapped`), so the mapped pages follow the strategy's, page reuse included (with `--page-reuse on`
+    a released extent's pages stay mapped until the strategy reclaims them)."""
+
+    def __init__(self, *args, page_rows: int, **kwargs) -> None:
+        self.page_rows = page_rows  # read by _device_arrays, which the base constructor calls
+        super().__init__(*args, **kwargs)
 
     def _device_arrays(self, num_slots: int, num_kv_heads: int, head_dim: int):
-        self.vmm = VirtualKVArrays(num_slots, num_kv_heads, head_dim, self.kv_dtype)
+        driver = None  # CUDA on the device
+        if self.backend != "cupy":
+            row_bytes = num_kv_heads * head_dim * np.dtype(STORAGE_DTYPES[self.kv_dtype]).itemsize
+            driver = EmulatedDriver(self.page_rows * row_bytes)
+        self.vmm = VirtualKVArrays(num_slots, num_kv_heads, head_dim, self.kv_dtype, driver)
         return self.vmm.k, self.vmm.v
+
+    def release(self, ranges: np.ndarray) -> None:
+        """Unmap the pages lying wholly inside each slot range [start, stop) of int64 `ranges` [k, 2]."""
+        for start, stop in np.asarray(ranges, dtype=np.int64).tolist():
+            self.vmm.release_rows(start, stop)
 
     def write(self, slots: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
         self.vmm.ensure_rows(slots[slots >= 0])

@@ -19,6 +19,7 @@ from workbench.step_cost import StepCost
 
 NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
 NO_SLOTS = np.zeros(0, dtype=np.int64)
+NO_RANGES = np.zeros((0, 2), dtype=np.int64)
 Descriptor = PagedDescriptor | ContiguousDescriptor
 
 
@@ -97,3 +98,6 @@ class StepPlan(NamedTuple):
     snapshot: Snapshot  # the §3 accounting once the step's allocations are made
     cost: StepCost
     kernel: KernelInputs | None  # None when no kernel runs in this simulation
+    # int64 [k, 2] slot ranges [start, stop) whose physical pages the strategy unmapped since the last
+    # plan (strategies mapping pages on demand): released in the pool after the swap-outs, before the rest
+    unmapped: np.ndarray = NO_RANGES

@@ -20,10 +20,22 @@ DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 MODEL_LIMITS = {"num_layers": 2**16, "num_heads": 2**16, "num_kv_heads": 2**16, "head_dim": 2**16,
                 "max_model_len": 2**31 - 1, "params_b": 1e6}
 
-# CUDA virtual memory: mapping one 2 MiB physical page into a reserved range on an A100 costs cuMemMap
-# 1.45 us + cuMemSetAccess 36.0 us (means over 4,096 pages, one thread: the sample output of the bench_vmm
-# microbenchmark's README). cuMemCreate is left out: physical handles can be created ahead of time.
-VMM_MAP_US_PER_PAGE = 37.0
+# CUDA virtual memory: what mapping one physical page into one layer's K or V buffer costs in vAttention
+# (Prabhu et al., ASPLOS '25, arXiv 2405.04437v3, Table 3, µs per call at 2 MB pages: cuMemAddressReserve 2,
+# cuMemCreate 29, cuMemMap 2, cuMemSetAccess 38, cuMemUnmap 34, cuMemRelease 23, cuMemAddressFree 1).
+# vAttention creates its physical pages once, up front (`reserve_physical_pages` -> `cuMemCreate`), and maps
+# each page a step needs with cuMemMap + cuMemSetAccess (`map_cuda_pages` in microsoft/vattention's
+# vattention/cudaInternal.h); an unmapped page goes back to its free list, not to cuMemRelease. So a
+# mapping costs 2 + 38 µs. The table's 64 KB to 256 KB columns (vAttention's own driver calls) are not in
+# this table yet: page sizes without a measurement take the nearest measured size's figure (docs/strategies.md).
+VMM_MAP_US_BY_PAGE_KIB = {2048: 2.0 + 38.0}
+
+
+def vmm_map_us_per_page(page_kib: int) -> float:
+    """µs to map one page of `page_kib` KiB into one buffer: the measurement at the nearest measured page
+    size (nearest in log2 of the size; the larger size on a tie)."""
+    nearest = min(VMM_MAP_US_BY_PAGE_KIB, key=lambda kib: (abs(math.log2(kib / page_kib)), -kib))
+    return VMM_MAP_US_BY_PAGE_KIB[nearest]
 
 
 @dataclass(frozen=True)

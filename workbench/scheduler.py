@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.allocators.base import SeqSpec, Strategy, mapped_pages
+from workbench.allocators.base import SeqSpec, Strategy, drain_unmapped, mapped_pages
 from workbench.beam_forks import BeamForks
 from workbench.groups import Group, GroupState
 from workbench.intmath import cdiv
@@ -212,7 +212,7 @@ class Scheduler:
                         prefills=tuple(prefills), decode_slots=decode_slots, swap_out=swap_out_arr,
                         swap_in=swap_in_arr, copies=copies_arr, forks=tuple(forks), preemptions=preemptions,
                         refused_extent_slots=refused_extent, snapshot=strategy.snapshot(refused_extent), cost=cost,
-                        kernel=kernel)
+                        kernel=kernel, unmapped=drain_unmapped(strategy))
 
     def complete(self, plan: StepPlan, now_s: float) -> int:
         """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished

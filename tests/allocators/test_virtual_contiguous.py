@@ -9,9 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_random_walks import random_walk
 
+from workbench import presets
 from workbench.allocators.base import SeqSpec
 from workbench.allocators.virtual_contiguous import VirtualContiguous
 from workbench.allocators.virtual_pages import KVGeometry
+from workbench.config import RunConfig
 
 LLAMA3 = KVGeometry.of("llama-3-8b", "fp16")  # 32 layers, 8 kv heads × 128 × 2 bytes = 2 KiB per row
 
@@ -113,6 +115,22 @@ def test_reuse_cache_keeps_pages_mapped_for_the_next_request():
     s.check_integrity()
 
 
+@pytest.mark.parametrize("page_reuse", ["off", "on"])
+def test_unmapped_pages_are_logged_as_virtual_slot_ranges(page_reuse):
+    s = _vc(64 * 4, max_model_len=256, page_kib=128, geometry=KVGeometry(1, 2048), page_reuse=page_reuse)
+    s.admit([0], _spec(150, 150))  # extent 0: pages 0..2, slots [0, 192)
+    assert s.mapped_virtual_pages().tolist() == [0, 1, 2] and s.drain_unmapped().shape == (0, 2)
+    s.free(0)
+    if page_reuse == "off":  # unmapped at once
+        assert s.drain_unmapped().tolist() == [[0, 192]] and s.mapped_virtual_pages().tolist() == []
+        return
+    assert s.drain_unmapped().shape == (0, 2)  # kept mapped
+    s.admit([1], _spec(70, 200))  # reuses pages 0 and 1 of extent 0
+    s.admit([2], _spec(64 * 2, 130))  # extent 1 (virtual pages 4, 5): the free page + extent 0's page 2
+    assert s.drain_unmapped().tolist() == [[128, 192]]
+    assert s.mapped_virtual_pages().tolist() == [0, 1, 4, 5] and s.drain_unmapped().shape == (0, 2)
+
+
 def test_without_reuse_a_freed_extent_unmaps_its_pages():
     s = _vc(64 * 4, max_model_len=256, page_kib=128, geometry=KVGeometry(1, 2048))
     s.admit([0], _spec(150, 150))
@@ -151,6 +169,25 @@ def test_swap_round_trip_reads_back_every_token():
 def test_map_cost_covers_every_layer_buffer():
     s = _vc(100_000, map_us_per_page=37.0, overlap_map="on")
     assert s.map_s_per_page == pytest.approx(37e-6 * 64) and s.overlap_map
+
+
+@pytest.mark.parametrize("page_kib", [2048, 64, 256])
+def test_the_default_map_cost_is_vattentions_measured_map_plus_set_access(page_kib):
+    # arXiv 2405.04437v3, Table 3 at 2 MB pages: cuMemMap 2 µs + cuMemSetAccess 38 µs per page and buffer
+    # (physical pages are created up front); the table's smaller sizes are not in presets yet: 2 MiB's
+    assert presets.VMM_MAP_US_BY_PAGE_KIB == {2048: 40.0}
+    assert RunConfig().map_us_per_page is None  # the run's default comes from --page-kib
+    s = _vc(100_000, page_kib=page_kib)
+    assert s.map_s_per_page == pytest.approx(40e-6 * 64)  # 32 layers × K and V
+
+
+def test_a_page_size_without_a_measurement_takes_the_nearest_measured_size(monkeypatch):
+    monkeypatch.setattr(presets, "VMM_MAP_US_BY_PAGE_KIB", {64: 10.0, 2048: 40.0})
+    # nearest in log2 of the size: 128 KiB is 1 doubling from 64 KiB, 4 from 2 MiB
+    assert [presets.vmm_map_us_per_page(kib) for kib in (4, 64, 128, 256, 512, 2048, 8192)] == \
+        [10.0, 10.0, 10.0, 10.0, 40.0, 40.0, 40.0]
+    monkeypatch.setattr(presets, "VMM_MAP_US_BY_PAGE_KIB", {64: 10.0, 256: 20.0})
+    assert presets.vmm_map_us_per_page(128) == 20.0  # a tie goes to the larger size
 
 
 def test_bad_geometry_and_sizes_are_refused():

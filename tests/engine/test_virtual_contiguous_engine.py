@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from tests.engine.conftest import simulate_checked, small_config
+from tests.engine.conftest import checked_strategy, simulate_checked, small_config
 from workbench import columns as C
+from workbench.engine import simulate
+from workbench.engine_kernels import KernelRunner
+from workbench.workload import build_workload
 
 # 4 KiB pages hold 32 tokens of the small model's 128-byte fp32 rows
 VC = dict(strategy="virtual-contiguous", page_kib=4)
@@ -49,3 +53,28 @@ def test_the_reuse_cache_shows_as_cached_slots():
     steps = result.steps
     assert (steps["cached_slots"] > 0).any() and (steps["external_frag_slots"] == 0).all()
     assert result.summary["mem_cached_frac"] > 0
+
+
+@pytest.mark.parametrize("page_reuse", ["off", "on"])
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_the_pools_mapped_pages_are_the_strategys_after_every_step(monkeypatch, page_reuse, mode):
+    # the tiny pool of the preemption test: pages are released by finishing, preempted and swapped
+    # requests and, with reuse on, reclaimed from released extents when free pages run out
+    cfg = small_config(**VC, kv_slots=512, max_model_len=256, preemption=mode, swap_gib=1 / 1024,
+                       page_reuse=page_reuse, workload="fixed:prompt=60,output=120", num_requests=10, rate=100.0,
+                       max_num_batched_tokens=512)
+    strategy = checked_strategy(cfg)
+    released = []
+    run = KernelRunner.run
+
+    def run_then_compare(runner, plan):
+        attention_s = run(runner, plan)
+        np.testing.assert_array_equal(runner.pool.vmm.mapped_pages(), strategy.mapped_virtual_pages(),
+                                      err_msg=f"step {plan.step}")
+        released.append(int((plan.unmapped[:, 1] - plan.unmapped[:, 0]).sum()))
+        return attention_s
+
+    monkeypatch.setattr(KernelRunner, "run", run_then_compare)
+    result = simulate(cfg, build_workload(cfg), strategy)
+    assert result.summary["num_finished"] == 10 and result.summary["num_preemptions"] > 0
+    assert sum(released) > 0 and result.summary["verify_max_rel_err"] <= 1e-5

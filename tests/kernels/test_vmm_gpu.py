@@ -1,5 +1,6 @@
 """KV in CUDA virtual memory on a GPU: pages mapped on demand, the decode kernel over a virtual extent,
-the same bits as over a plain contiguous pool, then unmapped.
+the same bits as over a plain contiguous pool, then unmapped; a released extent's pages unmapped by the
+pool and mapped again by the next write into it.
 
 Marked `gpu`; skipped when CuPy is not installed or sees no device.
 """
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from workbench import kernels
-from workbench.kvpool import KVContent, content_terms, prefix_sums
+from workbench.kvpool import KVContent, KVPool, content_terms, prefix_sums
 
 cp = pytest.importorskip("cupy")
 try:
@@ -20,7 +21,7 @@ except Exception:  # a broken driver install means no GPU here
 if not _gpu:
     pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
 
-from workbench.kvpool_vmm import VirtualKVArrays  # noqa: E402  (imports cupy)
+from workbench.kvpool_vmm import VirtualKVArrays, VirtualKVPool  # noqa: E402  (imports cupy)
 
 pytestmark = pytest.mark.gpu
 HEADS, HEAD_DIM, EXTENT_SLOTS = 8, 128, 4096  # fp16 rows of 2 KiB: 1,024 per 2 MiB page
@@ -54,5 +55,47 @@ def test_decode_over_mapped_pages_matches_a_contiguous_pool_bit_for_bit(kv_dtype
         cp.cuda.Device().synchronize()
         assert vmm.release_rows(0, 4 * EXTENT_SLOTS) == 2 * touched
         assert vmm.mapped_bytes() == 0
+    finally:
+        vmm.close()
+
+
+def test_a_released_extent_is_unmapped_and_maps_again_on_the_next_write():
+    rng = np.random.default_rng(5)
+    pool = VirtualKVPool(4 * EXTENT_SLOTS, 0, HEADS, HEAD_DIM, "fp16", "cupy", page_rows=1024)
+    plain = KVPool(4 * EXTENT_SLOTS, 0, HEADS, HEAD_DIM, "fp16", "cupy")
+    content = KVContent(HEADS, HEAD_DIM, "fp16")
+    vmm = pool.vmm
+    page = vmm.buffers[0].page_bytes
+
+    def pages_of(extent: int, length: int) -> set[int]:
+        """The pages rows [0, length) of the extent touch."""
+        first = extent * EXTENT_SLOTS * vmm.row_bytes // page
+        return set(range(first, -(-(extent * EXTENT_SLOTS + length) * vmm.row_bytes // page)))
+
+    def fill(extent: int, length: int) -> None:
+        tokens = rng.integers(0, 1000, length).astype(np.int32)
+        k, v = content.rows(prefix_sums(content_terms(tokens, np.arange(length))))
+        slots = extent * EXTENT_SLOTS + np.arange(length, dtype=np.int64)
+        pool.write(slots, k, v)
+        plain.write(slots, k, v)
+
+    try:
+        assert EXTENT_SLOTS * vmm.row_bytes % page == 0  # extents are whole pages: a release unmaps all of one
+        fill(0, 1500)
+        fill(1, 3000)
+        assert set(vmm.mapped_pages().tolist()) == pages_of(0, 1500) | pages_of(1, 3000)
+        cp.cuda.Device().synchronize()
+        pool.release(np.array([[0, EXTENT_SLOTS]]))  # extent 0's request ended: its pages are unmapped
+        assert set(vmm.mapped_pages().tolist()) == pages_of(1, 3000)
+        assert vmm.mapped_bytes() == 2 * len(pages_of(1, 3000)) * page
+        fill(0, 700)  # the next request in extent 0: its page is mapped again
+        assert set(vmm.mapped_pages().tolist()) == pages_of(0, 700) | pages_of(1, 3000)
+        q = cp.asarray(rng.standard_normal((2, 4 * HEADS, HEAD_DIM)).astype(np.float32))
+        start = cp.asarray(np.array([0, EXTENT_SLOTS], dtype=np.int32))
+        kv_len = cp.asarray(np.array([700, 3000], dtype=np.int32))
+        out = kernels.contiguous_decode(q, pool.k, pool.v, start, kv_len, backend="cupy", kv_dtype="fp16")
+        ref = kernels.contiguous_decode(q, plain.k, plain.v, start, kv_len, backend="cupy", kv_dtype="fp16")
+        np.testing.assert_array_equal(cp.asnumpy(out), cp.asnumpy(ref))
+        cp.cuda.Device().synchronize()
     finally:
         vmm.close()

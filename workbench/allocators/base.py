@@ -233,12 +233,28 @@ class Strategy(Protocol):
 
 # Optional attributes of strategies that map physical pages on demand behind virtual memory
 # (`virtual-contiguous`): `virtual_slots`, the slot space the kernel addresses (larger than the
-# physical capacity); `mapped_pages`, pages mapped so far; `map_s_per_page` and `overlap_map`, the
-# modeled cost of one mapping and whether it overlaps compute. The helpers give every other strategy's
-# neutral value, so the engine and the scheduler need no strategy names.
+# physical capacity); `page_tokens`, the slots of one page; `mapped_pages`, pages mapped so far;
+# `drain_unmapped()`, the slot ranges unmapped since its last call; `map_s_per_page` and `overlap_map`,
+# the modeled cost of one mapping and whether it overlaps compute. The helpers give every other
+# strategy's neutral value, so the engine and the scheduler need no strategy names.
 def virtual_slots(strategy: Strategy) -> int:
     """Slots of the KV pool the kernel addresses."""
     return getattr(strategy, "virtual_slots", strategy.capacity_slots)
+
+
+_NO_RANGES = np.zeros((0, 2), dtype=np.int64)
+
+
+def page_slots(strategy: Strategy) -> int:
+    """Slots of one physical page mapped on demand (0 for strategies that map nothing)."""
+    return getattr(strategy, "page_tokens", 0)
+
+
+def drain_unmapped(strategy: Strategy) -> np.ndarray:
+    """Mutates the strategy's log. int64 [k, 2]: slot ranges [start, stop) whose physical pages it
+    unmapped since the last call (none for strategies that map nothing)."""
+    drain = getattr(strategy, "drain_unmapped", None)
+    return _NO_RANGES if drain is None else drain()
 
 
 def mapped_pages(strategy: Strategy) -> int:

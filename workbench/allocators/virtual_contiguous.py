@@ -32,7 +32,7 @@ from workbench.allocators.contiguous import _copy_pairs, _fits, _place_all
 from workbench.allocators.extents import RunPlacer
 from workbench.allocators.virtual_pages import DEFAULT_GEOMETRY_MODEL, KVGeometry, PagePool
 from workbench.intmath import cdiv
-from workbench.presets import VMM_MAP_US_PER_PAGE
+from workbench.presets import vmm_map_us_per_page
 
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
 _EXTENT_DESCRIPTOR_BYTES = 8  # int32 kv_start + int32 kv_len per sequence
@@ -48,9 +48,11 @@ class VirtualContiguous:
 
     def __init__(self, *, capacity_slots: int, max_model_len: int, block_size: int = 1, swap_slots: int = 0,
                  page_kib: int = 2048, max_batch: int = 256, page_reuse: str = "off",
-                 map_us_per_page: float = VMM_MAP_US_PER_PAGE,
+                 map_us_per_page: float | None = None,
                  overlap_map: str = "off", geometry: KVGeometry | None = None) -> None:
         del block_size  # the page size comes from page_kib and the geometry
+        if map_us_per_page is None:  # vAttention's measurement for this page size (workbench.presets)
+            map_us_per_page = vmm_map_us_per_page(page_kib)
         if max_model_len < 1 or max_batch < 1 or swap_slots < 0 or map_us_per_page < 0:
             raise ValueError(f"need max_model_len ({max_model_len}) >= 1, max_batch ({max_batch}) >= 1, "
                              f"swap_slots ({swap_slots}) >= 0, map_us_per_page ({map_us_per_page}) >= 0")
@@ -85,6 +87,21 @@ class VirtualContiguous:
     def mapped_pages(self) -> int:
         """Pages mapped since the start (each into all layer K/V buffers), for the step cost."""
         return self._pages.mapped_total
+
+    def drain_unmapped(self) -> np.ndarray:
+        """Mutates (forgets what it returns). int64 [k, 2]: the virtual slot ranges [start, stop) whose
+        pages were unmapped since the last call, in order, for the step plan to release in the KV pool."""
+        p = self.page_tokens
+        ranges = [(e * self.extent_slots + first * p, e * self.extent_slots + (first + n) * p)
+                  for e, first, n in self._pages.drain_unmapped()]
+        return np.array(ranges, dtype=np.int64).reshape(-1, 2)
+
+    def mapped_virtual_pages(self) -> np.ndarray:
+        """Pure. int64 [m], ascending: the virtual pages (slot // page_tokens) backed by physical memory."""
+        mapped = self._pages.mapped
+        extents = np.repeat(np.arange(mapped.shape[0], dtype=np.int64), mapped)
+        first = np.repeat(np.cumsum(mapped) - mapped, mapped)
+        return extents * (self.extent_slots // self.page_tokens) + np.arange(extents.shape[0]) - first
 
     # ---- admission and growth ----------------------------------------------------------------
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:

@@ -12,7 +12,8 @@ not counted in the pool, like a pool's tail smaller than a block.
 business, `workbench.kvpool_vmm`): free pages, and with the reuse cache on, pages that stay mapped in a
 released extent (vAttention keeps a finished request's pages mapped for the next request that gets
 the same extent, saving the mapping calls); those are evictable and reclaimed, last extent first,
-when free pages run out.
+when free pages run out. It also logs every unmapping (a release without reuse, a reclaim), which the
+step plan carries to the KV pool so that the pool's mapped pages follow the strategy's.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class PagePool:
         self.mapped = np.zeros(num_extents, dtype=np.int64)  # [num_extents] pages mapped into each extent
         self.used = np.zeros(num_extents, dtype=np.int64)  # [num_extents] pages its sequence's tokens occupy
         self.held = np.zeros(num_extents, dtype=bool)  # [num_extents] extent owned by a sequence
+        self.unmapped: list[tuple[int, int, int]] = []  # (extent, first page, pages) unmapped since the last drain
 
     def available(self) -> int:
         """Pages a sequence can still get: free plus reclaimable cached ones."""
@@ -126,8 +128,15 @@ class PagePool:
         else:
             self.cached_pages -= int(self.mapped[extent] - self.used[extent])
             self.free_pages += int(self.mapped[extent])
+            if self.mapped[extent]:
+                self.unmapped.append((extent, 0, int(self.mapped[extent])))
             self.mapped[extent] = 0
         self.used[extent] = 0
+
+    def drain_unmapped(self) -> list[tuple[int, int, int]]:
+        """(extent, first page, pages) of every unmapping since the last drain, in order; forgets them."""
+        unmapped, self.unmapped = self.unmapped, []
+        return unmapped
 
     def _map(self, extents: np.ndarray) -> None:
         """Map one page into the end of each of these extents, int64 [k] (repeats allowed). The caller
@@ -145,6 +154,7 @@ class PagePool:
                 return
             drop = min(count, int(self.mapped[extent] - self.used[extent]))
             self.mapped[extent] -= drop
+            self.unmapped.append((extent, int(self.mapped[extent]), drop))
             self.cached_pages -= drop
             self.free_pages += drop
             count -= drop
