@@ -6,6 +6,9 @@ swap traffic, and flops = 2 × params × tokens + attention flops. `measured`: t
 the real kernel's wall time for one layer, scaled to the full model, and the rest is modeled as above.
 The constants come from a clock profile (workbench.clock_profiles, docs/clock-profiles.md).
 
+A prefix cache's host tier loads its promoted blocks over the GPU's host link (`host_link_gb_s`):
+after the compute, or with `--overlap-load` only where the load outlasts it (docs/engine.md).
+
 Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
 new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
 ahead while the GPU computes), only where it outlasts the compute.
@@ -49,7 +52,7 @@ class RooflineClock:
 
     def __init__(self, model: ModelPreset, gpu: GpuPreset, kv_bytes_per_token: int, block_size: int, *,
                  eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
-                 map_s_per_page: float = 0.0, overlap_map: bool = False) -> None:
+                 map_s_per_page: float = 0.0, overlap_map: bool = False, overlap_load: bool = False) -> None:
         # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
         # a step that has both costs the two in sequence, each with its own weight pass and overhead
         self.separate_prefill = separate_prefill
@@ -65,9 +68,19 @@ class RooflineClock:
         self.step_overhead_s = step_overhead_s
         self.map_s_per_page = map_s_per_page
         self.overlap_map = overlap_map
+        self.load_s_per_block = self.block_bytes / (gpu.host_link_gb_s * 1e9)
+        self.overlap_load = overlap_load
 
     def cost_s(self, cost, measured_attention_s: float | None = None) -> float:
-        """Duration of the step a `workbench.step_cost.StepCost` describes; see `step_s`."""
+        """Duration of the step a `workbench.step_cost.StepCost` describes; see `step_s`. Host-tier
+        loads are added to it, or with `overlap_load` hidden behind it up to its length."""
+        step_s = self._compute_cost_s(cost, measured_attention_s)
+        if not cost.loaded_blocks:
+            return step_s
+        load_s = cost.loaded_blocks * self.load_s_per_block
+        return max(step_s, load_s) if self.overlap_load else step_s + load_s
+
+    def _compute_cost_s(self, cost, measured_attention_s: float | None) -> float:
         if not (self.separate_prefill and cost.num_prefill_tokens and cost.num_decode_tokens):
             return self.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
                                cost.swapped_blocks, measured_attention_s, cost.mapped_pages)

@@ -52,7 +52,8 @@ def check_profile(cfg) -> None:
         raise ValueError(f"clock_profile {profile.name} was fitted on gpu {profile.gpu}, not {cfg.gpu}")
 
 
-def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_map: bool = False) -> RooflineClock:
+def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_map: bool = False,
+               overlap_load: bool = False) -> RooflineClock:
     """The run's clock: the profile's constants where it fixes them, the flags elsewhere; page mapping
     costs come from the strategy (`allocators.base.page_map_cost`)."""
     profile = PROFILES[cfg.clock_profile]
@@ -64,4 +65,4 @@ def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_m
     return RooflineClock(res.model, res.gpu, res.kv_bytes_per_token, block_size, eff_bw=pick("eff_bw"),
                          eff_flops=pick("eff_flops"), step_overhead_s=pick("step_overhead_s"),
                          separate_prefill=profile.separate_prefill, map_s_per_page=map_s_per_page,
-                         overlap_map=overlap_map)
+                         overlap_map=overlap_map, overlap_load=overlap_load)

@@ -97,3 +97,7 @@ class StepPlan(NamedTuple):
     snapshot: Snapshot  # the §3 accounting once the step's allocations are made
     cost: StepCost
     kernel: KernelInputs | None  # None when no kernel runs in this simulation
+    # a prefix cache's host tier (allocators.host_tier), executed after the swap-outs and before the
+    # swap-ins: demotes first (each reads its device block before anything of the step writes it), then promotes
+    demote: np.ndarray = NO_PAIRS  # int32 [k, 2] (device block, host-tier block)
+    promote: np.ndarray = NO_PAIRS  # int32 [k, 2] (host-tier block, device block)

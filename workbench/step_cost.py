@@ -27,6 +27,7 @@ class StepCost(NamedTuple):
     copied_blocks: int
     swapped_blocks: int  # moved either way
     mapped_pages: int = 0  # physical pages mapped on demand (virtual-memory strategies; 0 for the others)
+    loaded_blocks: int = 0  # prefix blocks promoted from a host tier (host -> device over the host link)
 
     @property
     def num_tokens(self) -> int:
