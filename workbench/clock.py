@@ -9,6 +9,9 @@ the real kernel's wall time for one layer, scaled to the full model, and the res
 The constants come from a clock profile (workbench.clock_profiles, docs/clock-profiles.md); the
 per-block attention cost and the per-copy swap cost are zero except where a profile measured them.
 
+A prefix cache's host tier loads its promoted blocks over the same host link as swaps:
+after the compute, or with `--overlap-load` only where the load outlasts it (docs/engine.md).
+
 Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
 new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
 ahead while the GPU computes), only where it outlasts the compute.
@@ -21,8 +24,10 @@ import math
 
 from workbench.presets import GpuPreset, ModelPreset
 
-# Host<->device link for swaps: PCIe 4.0 x16 moves ~25 GB/s in practice (32 GB/s theoretical).
-HOST_LINK_GB_S = 25.0
+# Host<->device copies (swaps, host-tier loads) reach about 25 of PCIe 4.0 x16's 32 GB/s per direction
+# with pinned memory; the same fraction of the GPU preset's datasheet link (`host_link_gb_s`) is used
+# unless a clock profile measured the link itself.
+HOST_LINK_EFF = 25.0 / 32.0
 
 # A GEMM with few rows (the step's tokens) under-fills the GPU: its output tiles do not cover the
 # SMs in whole waves (tile and wave quantization, NVIDIA's "Matrix Multiplication Background User's
@@ -52,8 +57,8 @@ class RooflineClock:
 
     def __init__(self, model: ModelPreset, gpu: GpuPreset, kv_bytes_per_token: int, block_size: int, *,
                  eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
-                 map_s_per_page: float = 0.0, overlap_map: bool = False, host_link_gbps: float = HOST_LINK_GB_S,
-                 swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0) -> None:
+                 map_s_per_page: float = 0.0, overlap_map: bool = False, host_link_gbps: float | None = None,
+                 swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0, overlap_load: bool = False) -> None:
         # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
         # a step that has both costs the two in sequence, each with its own weight pass and overhead
         self.separate_prefill = separate_prefill
@@ -65,7 +70,8 @@ class RooflineClock:
         self.attn_flops_per_key = 4.0 * model.num_layers * model.num_heads * model.head_dim
         self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw
         self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops  # large GEMMs; scaled by gemm_shape_frac
-        self.link_bytes_per_s = host_link_gbps * 1e9
+        link_gb_s = gpu.host_link_gb_s * HOST_LINK_EFF if host_link_gbps is None else host_link_gbps
+        self.link_bytes_per_s = link_gb_s * 1e9
         # a swapped block is one host<->device copy per layer for its keys and one for its values
         # (vLLM's swap_blocks issues a cudaMemcpyAsync per block and cache tensor), each with a fixed cost
         self.swap_fixed_s_per_block = 2 * model.num_layers * swap_s_per_transfer
@@ -76,9 +82,19 @@ class RooflineClock:
         self.step_overhead_s = step_overhead_s
         self.map_s_per_page = map_s_per_page
         self.overlap_map = overlap_map
+        self.load_s_per_block = self.block_bytes / self.link_bytes_per_s
+        self.overlap_load = overlap_load
 
     def cost_s(self, cost, measured_attention_s: float | None = None) -> float:
-        """Duration of the step a `workbench.step_cost.StepCost` describes; see `step_s`."""
+        """Duration of the step a `workbench.step_cost.StepCost` describes; see `step_s`. Host-tier
+        loads are added to it, or with `overlap_load` hidden behind it up to its length."""
+        step_s = self._compute_cost_s(cost, measured_attention_s)
+        if not cost.loaded_blocks:
+            return step_s
+        load_s = cost.loaded_blocks * self.load_s_per_block
+        return max(step_s, load_s) if self.overlap_load else step_s + load_s
+
+    def _compute_cost_s(self, cost, measured_attention_s: float | None) -> float:
         if not (self.separate_prefill and cost.num_prefill_tokens and cost.num_decode_tokens):
             return self.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
                                cost.swapped_blocks, measured_attention_s, cost.mapped_pages, cost.decode_blocks)

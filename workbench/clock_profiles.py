@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from workbench.clock import HOST_LINK_GB_S, RooflineClock
+from workbench.clock import RooflineClock
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ClockProfile:
     eff_flops: float | None = None
     step_overhead_s: float | None = None
     separate_prefill: bool = False  # prompts and decodes in separate iterations (RooflineClock)
-    host_link_gbps: float = HOST_LINK_GB_S  # GB/s host<->device, one direction, as swaps achieve it
+    host_link_gbps: float | None = None  # GB/s host<->device, one direction, as copies achieve it (None: the GPU's)
     swap_s_per_transfer: float = 0.0  # fixed cost of one host<->device copy (one block of one layer's K or V)
     attn_s_per_block: float = 0.0  # decode attention's fixed cost per KV block, query head and layer
 
@@ -61,7 +61,7 @@ def check_profile(cfg) -> None:
 
 
 def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_map: bool = False, *,
-               paged_kernel: bool) -> RooflineClock:
+               paged_kernel: bool, overlap_load: bool = False) -> RooflineClock:
     """The run's clock: the profile's constants where it fixes them, the flags elsewhere; page mapping
     costs come from the strategy (`allocators.base.page_map_cost`). The per-block attention cost is
     the paged kernel's (`paged_kernel`: the strategy's kernel addresses blocks); a contiguous kernel
@@ -77,4 +77,5 @@ def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_m
                          separate_prefill=profile.separate_prefill, map_s_per_page=map_s_per_page,
                          overlap_map=overlap_map, host_link_gbps=profile.host_link_gbps,
                          swap_s_per_transfer=profile.swap_s_per_transfer,
-                         attn_s_per_block=profile.attn_s_per_block if paged_kernel else 0.0)
+                         attn_s_per_block=profile.attn_s_per_block if paged_kernel else 0.0,
+                         overlap_load=overlap_load)

@@ -78,6 +78,11 @@ class RunConfig:
                   choices=("first", "best", "buddy"))
     eviction: str = _f("lru", "eviction order of a prefix cache: lru | fifo | lfu | depth (deepest first)",
                        choices=("lru", "fifo", "lfu", "depth"))
+    # `walk`: the values the generic random walks of the allocators try (tests/allocators)
+    host_cache_gib: float = _f(0.0, "host tier of a prefix cache in GiB (2^30 bytes): evicted prefix blocks are "
+                                    "demoted to host memory and promoted back on a hit (0 = none)", ge=0, le=2**20,
+                               walk=(0.0, 0.3))
+    overlap_load: bool = _f(False, "host-tier loads of a prefix cache overlap the step's compute (else they add to it)")
     hybrid: str = _f("on", "per-layer-group allocation for models with sliding-window layers (paged strategies "
                           "without a prefix cache): on | off (off: every layer is full attention)",
                      choices=("on", "off"))
@@ -254,10 +259,16 @@ def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
     total = blocks * ALLOCATOR_BYTES_PER_BLOCK
     if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
         row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
-        total += 2 * (res.capacity_slots + res.swap_slots) * row_bytes
+        total += 2 * (res.capacity_slots + res.swap_slots + _host_tier_slots(cfg, res)) * row_bytes
     elif cfg.kernel == "cupy":
-        total += 2 * res.swap_slots * res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
+        total += (2 * (res.swap_slots + _host_tier_slots(cfg, res)) * res.kernel_heads * res.model.head_dim
+                  * STORAGE_ITEMSIZE[cfg.kv_dtype])
     return total
+
+
+def _host_tier_slots(cfg: RunConfig, res: Resolved) -> int:
+    """Token slots of a prefix cache's host tier (the kernel runner keeps its K and V in host memory)."""
+    return int(cfg.host_cache_gib * GIB // res.kv_bytes_per_token)
 
 
 def available_memory_bytes() -> int | None:

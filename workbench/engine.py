@@ -20,11 +20,12 @@ import pandas as pd
 
 from workbench import __version__
 from workbench.allocators import registry
-from workbench.allocators.base import Strategy, page_map_cost, page_slots, virtual_slots
+from workbench.allocators.base import Strategy, host_tier_blocks, page_map_cost, page_slots, virtual_slots
 from workbench.allocators.hybrid import GROUP_PARTS, HybridSnapshot
 from workbench.clock import RooflineClock
 from workbench.clock_profiles import make_clock
 from workbench.config import Resolved, RunConfig
+from workbench.host_tier_outputs import host_tier_columns, host_tier_totals
 from workbench.paths import REPO_ROOT
 from workbench.plan import StepPlan
 from workbench.results import StepLog, summarize, write_outputs
@@ -113,12 +114,13 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
             from workbench.kvpool_vmm import VirtualKVPool as pool_class
             paging = {"page_rows": page_slots(strategy)}
         pool = pool_class(virtual_slots(strategy), res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
-                          backend, **paging)
+                          backend, tier_slots=host_tier_blocks(strategy) * strategy.block_size, **paging)
         group_size = res.model.num_heads // res.model.num_kv_heads
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
                               head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
     clock = make_clock(cfg, res, strategy.block_size, *page_map_cost(strategy),
-                       paged_kernel=strategy.kernel_mode == "paged")
+                       paged_kernel=strategy.kernel_mode == "paged",
+                       overlap_load=getattr(strategy, "overlap_load", False))
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
     log = _simulate(sched, runner, clock, log=StepLog(), measured=cfg.clock == "measured",
@@ -129,6 +131,7 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     extra = {
         "prefix_query_tokens": strategy.prefix_query_tokens, "prefix_hit_tokens": strategy.prefix_hit_tokens,
         "prefix_evicted_blocks": strategy.prefix_evicted_blocks,
+        **host_tier_totals(strategy, res.kv_bytes_per_token),
         "kernel_backend": backend,
         "kernel_time_s": runner.kernel_time_s if runner else 0.0,
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
@@ -149,6 +152,7 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
         from tqdm import tqdm
         bar = tqdm(total=len(sched.requests), unit="req", desc="requests")
     perf = time.perf_counter
+    host_tier = getattr(sched.strategy, "host_tier", None)
     now_s = 0.0
     step = 0
     while True:
@@ -179,6 +183,8 @@ def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, m
         finished = sched.complete(plan, now_s)
         # the steps table stays deterministic: a wall time enters it only under the measured clock
         _record(log, plan, step, now_s, dt_s, attention_s if measured else None, sched.num_waiting(), sched.paged)
+        if host_tier is not None:
+            log.record_groups(host_tier_columns(host_tier, sched.block_size))
         if isinstance(plan.snapshot, HybridSnapshot):
             log.record_groups({f"group{i}_{part}": getattr(g, part) for i, g in enumerate(plan.snapshot.groups)
                                for part in GROUP_PARTS})

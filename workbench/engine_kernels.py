@@ -79,6 +79,10 @@ class KernelRunner:
             pool.swap_out(plan.swap_out, bs)
         if len(plan.unmapped):  # after the swap-outs read them, before anything maps pages again
             pool.release(plan.unmapped)
+        if len(plan.demote):  # before anything of the step writes the device blocks it reads
+            pool.demote(plan.demote, bs)
+        if len(plan.promote):
+            pool.promote(plan.promote, bs)
         if len(plan.swap_in):
             pool.swap_in(plan.swap_in, bs)
         if len(plan.copies):

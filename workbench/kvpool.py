@@ -95,7 +95,7 @@ class KVPool:
     Every method mutates the arrays through the cache kernels of `backend`."""
 
     def __init__(self, num_slots: int, host_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str,
-                 backend: str) -> None:
+                 backend: str, tier_slots: int = 0) -> None:
         self.backend = backend
         self.kv_dtype = kv_dtype
         dtype = STORAGE_DTYPES[kv_dtype]
@@ -107,6 +107,10 @@ class KVPool:
         host_shape = (max(host_slots, 1), num_kv_heads, head_dim)
         self.host_k = np.zeros(host_shape, dtype=dtype)  # [host_slots, num_kv_heads, head_dim]
         self.host_v = np.zeros(host_shape, dtype=dtype)
+        # a prefix cache's host tier (allocators.host_tier), host memory like the swap pool
+        tier_shape = (max(tier_slots, 1), num_kv_heads, head_dim)
+        self.tier_k = np.zeros(tier_shape, dtype=dtype)  # [tier_slots, num_kv_heads, head_dim]
+        self.tier_v = np.zeros(tier_shape, dtype=dtype)
 
     def _device_arrays(self, num_slots: int, num_kv_heads: int, head_dim: int):
         """K and V, zeroed (NumPy's zeros are committed by the OS only where written, so a large virtual
@@ -132,4 +136,14 @@ class KVPool:
 
     def swap_in(self, moves: np.ndarray, block_size: int) -> None:
         kernels.block_swap(self.host_k, self.host_v, self.k, self.v, np.ascontiguousarray(moves, dtype=np.int32),
+                           block_size, backend=self.backend)
+
+    def demote(self, moves: np.ndarray, block_size: int) -> None:
+        """Copy device blocks into host-tier blocks: `moves` int32 [k, 2] (device block, tier block)."""
+        kernels.block_swap(self.k, self.v, self.tier_k, self.tier_v, np.ascontiguousarray(moves, dtype=np.int32),
+                           block_size, backend=self.backend)
+
+    def promote(self, moves: np.ndarray, block_size: int) -> None:
+        """Copy host-tier blocks into device blocks: `moves` int32 [k, 2] (tier block, device block)."""
+        kernels.block_swap(self.tier_k, self.tier_v, self.k, self.v, np.ascontiguousarray(moves, dtype=np.int32),
                            block_size, backend=self.backend)

@@ -101,3 +101,7 @@ class StepPlan(NamedTuple):
     # int64 [k, 2] slot ranges [start, stop) whose physical pages the strategy unmapped since the last
     # plan (strategies mapping pages on demand): released in the pool after the swap-outs, before the rest
     unmapped: np.ndarray = NO_RANGES
+    # a prefix cache's host tier (allocators.host_tier), executed after the swap-outs and before the
+    # swap-ins: demotes first (each reads its device block before anything of the step writes it), then promotes
+    demote: np.ndarray = NO_PAIRS  # int32 [k, 2] (device block, host-tier block)
+    promote: np.ndarray = NO_PAIRS  # int32 [k, 2] (host-tier block, device block)

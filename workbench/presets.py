@@ -126,6 +126,7 @@ class GpuPreset:
     memory_gib: float
     hbm_gb_s: float  # GB/s, 1e9 bytes per second
     peak_tflops: float  # dense fp16/bf16 TFLOP/s
+    host_link_gb_s: float = 32.0  # GB/s host->device, one direction of the GPU's host interconnect
 
 
 MODELS: dict[str, ModelPreset] = {
@@ -165,10 +166,14 @@ MODELS: dict[str, ModelPreset] = {
 GPUS: dict[str, GpuPreset] = {
     g.name: g
     for g in [
-        GpuPreset("a100-40gb", 40, 1555, 312),
-        GpuPreset("a100-80gb", 80, 2039, 312),
-        GpuPreset("h100-sxm", 80, 3350, 989),
-        GpuPreset("h200", 141, 4800, 989),
+        # host link: one direction of PCIe, the datasheets' bidirectional figure halved. A100 40/80 GB
+        # (SXM and PCIe): "PCIe Gen4: 64 GB/s" (NVIDIA A100 Tensor Core GPU datasheet, 2021); H100 SXM:
+        # "PCIe Gen5: 128 GB/s" (NVIDIA H100 Tensor Core GPU datasheet, 2023); H200: "PCIe Gen5:
+        # 128 GB/s" (NVIDIA H200 Tensor Core GPU product brief, 2024)
+        GpuPreset("a100-40gb", 40, 1555, 312, 32.0),
+        GpuPreset("a100-80gb", 80, 2039, 312, 32.0),
+        GpuPreset("h100-sxm", 80, 3350, 989, 64.0),
+        GpuPreset("h200", 141, 4800, 989, 64.0),
     ]
 }
 

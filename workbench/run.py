@@ -87,6 +87,11 @@ def format_summary(summary: dict) -> str:
         ("verify max rel err", summary["verify_max_rel_err"]),
         ("wall time (s)", summary["sim_wall_s"]),
     ]
+    if summary["host_bytes_demoted"]:  # a prefix cache's host tier was used
+        rows.insert(rows.index(("prefix hit rate", summary["prefix_hit_rate"])) + 1,
+                    ("host tier: hit rate, GB loaded / demoted",
+                     f"{summary['prefix_hit_rate_host']:.4g}, {summary['host_bytes_loaded'] / 1e9:.4g} / "
+                     f"{summary['host_bytes_demoted'] / 1e9:.4g}"))
     width = max(len(name) for name, _ in rows)
 
     def fmt(value) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.allocators.base import SeqSpec, Strategy, drain_unmapped, mapped_pages
+from workbench.allocators.base import SeqSpec, Strategy, drain_unmapped, mapped_pages, take_host_moves
 from workbench.beam_forks import BeamForks
 from workbench.groups import Group, GroupState
 from workbench.intmath import cdiv
@@ -204,6 +204,10 @@ class Scheduler:
         cost = self.meter.cost(len(ids), prefills, started, len(copies_arr), len(swap_out_arr) + len(swap_in_arr),
                                mapped - self.mapped_pages_seen)
         self.mapped_pages_seen = mapped
+        host_moves = take_host_moves(strategy)  # a prefix cache's host tier: this step's demotes and promotes
+        demote, promote = (NO_PAIRS, NO_PAIRS) if host_moves is None else host_moves
+        if len(promote):
+            cost = cost._replace(loaded_blocks=len(promote))
         kernel = None
         if self.kernel_every is not None:
             kernel = kernel_inputs(strategy, self.step % self.kernel_every == 0, ids, decode_seq_ids, positions,
@@ -212,7 +216,7 @@ class Scheduler:
                         prefills=tuple(prefills), decode_slots=decode_slots, swap_out=swap_out_arr,
                         swap_in=swap_in_arr, copies=copies_arr, forks=tuple(forks), preemptions=preemptions,
                         refused_extent_slots=refused_extent, snapshot=strategy.snapshot(refused_extent), cost=cost,
-                        kernel=kernel, unmapped=drain_unmapped(strategy))
+                        kernel=kernel, unmapped=drain_unmapped(strategy), demote=demote, promote=promote)
 
     def complete(self, plan: StepPlan, now_s: float) -> int:
         """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished

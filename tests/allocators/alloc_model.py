@@ -1,7 +1,8 @@
 """A miniature engine for allocator tests: it executes what a strategy returns on a fake KV pool.
 
 The pool stores token ids instead of K/V rows. Every write, copy-on-write pair, admission copy and
-swap move is executed exactly as the engine would, and `verify()` reads each sequence back through
+swap move, and a host tier's demotes and promotes (into a model host tier), is executed exactly as the
+engine would, and `verify()` reads each sequence back through
 `slot_mapping` and `describe`: a wrong block table, a missed copy or a prefix hit onto the wrong
 block shows up as a wrong token. `reference_partition()` recomputes the six-way split of held memory
 from the sequences' slot mappings alone, independently of the strategy's counters.
@@ -11,7 +12,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec, virtual_slots
+from workbench.allocators.base import (
+    ContiguousDescriptor,
+    PagedDescriptor,
+    SeqSpec,
+    host_tier_blocks,
+    take_host_moves,
+    virtual_slots,
+)
+from workbench.host_tier_outputs import host_tier_columns
+
+_DEMOTED, _PROMOTED = -2, -3  # what a block holds once its content moved to the other tier
 
 
 class PoolModel:
@@ -25,6 +36,9 @@ class PoolModel:
         self.placed_len: dict[int, int] = {}  # tokens a sequence held when its extent was last placed
         self.swapped: set[int] = set()
         self.cow_copies = 0
+        tier_blocks = host_tier_blocks(strategy)  # a prefix cache's host tier, 0 for none
+        self.tier = np.full(tier_blocks * self.bs, -1, dtype=np.int64) if tier_blocks else None
+        self.tier_used: set[int] = set()  # host-tier blocks holding a demoted block, from the moves alone
 
     # -- operations, each executed like the engine would ------------------------------------------
 
@@ -32,7 +46,9 @@ class PoolModel:
         """Admit a group; with `num_new_tokens` (chunked prefill) it holds the hit plus that many tokens
         and the rest of the prompt comes through `extend`."""
         spec = SeqSpec(prompt.astype(np.int32), final_len, num_new_tokens)
+        held = self._held_blocks()
         result = self.s.admit(seq_ids, spec)
+        self._host_moves(held)
         if not result.admitted:
             return result
         first = seq_ids[0]
@@ -53,7 +69,9 @@ class PoolModel:
     def extend(self, seq_ids: list[int], new: np.ndarray):
         """The group's next prompt tokens (chunked prefill), written through the first sequence's slots
         and delivered to the others by the returned copies, as the engine's contract allows."""
+        held = self._held_blocks()
         result = self.s.extend(seq_ids, new.astype(np.int32))
+        self._host_moves(held)
         if not result.admitted:
             return result
         length = len(self.tokens[seq_ids[0]])
@@ -69,7 +87,9 @@ class PoolModel:
 
     def append_tokens(self, seq_ids: list[int], new: np.ndarray) -> None:
         """Append these token ids (int32 [len(seq_ids)]), telling a strategy that wants them."""
+        held = self._held_blocks()
         result = self.s.append(seq_ids, new) if self.s.wants_token_ids else self.s.append(seq_ids)
+        self._host_moves(held)
         self._copy(result.copies)
         self.cow_copies += result.copies.shape[0]
         assert np.unique(result.slots).shape[0] == len(seq_ids), "two sequences write one slot"
@@ -99,11 +119,49 @@ class PoolModel:
         self.swapped.update(seq_ids)
 
     def swap_in(self, seq_ids: list[int]) -> None:
+        held = self._held_blocks()
         moves = self.s.swap_in(seq_ids).moves
+        self._host_moves(held)
         for src, dst in moves.tolist():
             self.device[dst * self.bs:(dst + 1) * self.bs] = self.host[src * self.bs:(src + 1) * self.bs]
         self.swapped.difference_update(seq_ids)
         self.placed_len.update((i, len(self.tokens[i])) for i in seq_ids)
+
+    def _held_blocks(self) -> set[int]:
+        """Device blocks the on-device sequences hold (with a host tier only: none may be demoted)."""
+        if self.tier is None:
+            return set()
+        bs = self.bs
+        return {int(slot) // bs for i in self.on_device()
+                for slot in self.s.slot_mapping(i, 0, len(self.tokens[i]))[::bs].tolist()}
+
+    def _host_moves(self, held: set[int]) -> None:
+        """Execute the host tier's moves of the operation just made, demotes first as the engine does
+        (one operation is one step here); the source of each move is poisoned after it."""
+        moves = take_host_moves(self.s)
+        if moves is None:
+            return
+        bs, device, tier = self.bs, self.device, self.tier
+        demotes, promotes = moves
+        for dev, host in demotes.tolist():
+            assert dev not in held, f"block {dev}, held by a live sequence, was demoted"
+            tier[host * bs:(host + 1) * bs] = device[dev * bs:(dev + 1) * bs]
+            device[dev * bs:(dev + 1) * bs] = _DEMOTED
+            self.tier_used.add(host)
+        for host, dev in promotes.tolist():
+            assert host in self.tier_used, f"host block {host} promoted, but it holds nothing"
+            device[dev * bs:(dev + 1) * bs] = tier[host * bs:(host + 1) * bs]
+            tier[host * bs:(host + 1) * bs] = _PROMOTED
+            self.tier_used.remove(host)
+
+    def host_tier_slots(self) -> tuple[int, int, int] | None:
+        """(host used, host free, host capacity) slots as the engine's step row reports them; None
+        without a host tier."""
+        tier = getattr(self.s, "host_tier", None)
+        if tier is None:
+            return None
+        row = host_tier_columns(tier, self.bs)
+        return row["host_token_slots"], row["host_free_slots"], tier.num_blocks * self.bs
 
     def _copy(self, pairs: np.ndarray) -> None:
         for src, dst in pairs.tolist():

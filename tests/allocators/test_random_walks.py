@@ -4,12 +4,16 @@ After every operation: `check_integrity()`, the exact six-way identity (Snapshot
 otherwise), the token / reserved / internal split recomputed from slot mappings alone, and every
 live sequence reading back its own tokens through the pool (so copies, swaps and prefix hits are
 executed and checked, not just counted). When everything is freed, free + cached == capacity.
+A prefix cache's host tier (an option with `walk` values) is walked too: its demotes and promotes
+are executed on a model host pool, a promoted prefix must read back its tokens, no block a live
+sequence holds is ever demoted, and host used + host free == host capacity after every operation.
 Half of the admissions are chunked (chunked prefill): the group holds its first chunk and `extend`
 brings the rest of its prompt in random chunks, while it is neither appended to, forked nor swapped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -20,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.allocators import registry
+from workbench.config import RunConfig
 from workbench.presets import MODELS
 
 BLOCK_SIZES = (1, 3, 16, 256)  # paged kernel mode; contiguous strategies have one slot per block
@@ -27,13 +32,16 @@ BLOCK_SIZES = (1, 3, 16, 256)  # paged kernel mode; contiguous strategies have o
 
 def walk_configs(reg: registry.Registration) -> list[tuple[int, dict]]:
     """(block size, options) to walk for a registration: every block size if it is block-sized, and
-    every combination of its declared options' choices (an unrestricted option keeps its default)."""
+    every combination of its declared options' choices (an unrestricted option takes the values its
+    field names under `walk`, else keeps its default)."""
     block_sizes = BLOCK_SIZES if reg.block_sized else (1,)
-    choices = [registry.option_choices(o) or (registry.option_default(o),) for o in reg.options]
+    choices = [registry.option_choices(o) or _WALK_VALUES.get(o) or (registry.option_default(o),)
+               for o in reg.options]
     return [(bs, dict(zip(reg.options, combo, strict=True))) for bs in block_sizes
             for combo in itertools.product(*choices)]
 
 
+_WALK_VALUES = {f.name: f.metadata["walk"] for f in dataclasses.fields(RunConfig) if "walk" in f.metadata}
 CONFIGS = [(reg.name, bs, options) for reg in registry.registrations() for bs, options in walk_configs(reg)]
 
 
@@ -70,6 +78,10 @@ def _check(model: PoolModel) -> None:
     assert snap.token_slots <= snap.logical_token_slots
     assert snap.external_frag_slots == 0  # counted only at a refusal
     assert snap.num_free_blocks * s.block_size == snap.free_slots + snap.cached_slots
+    host = model.host_tier_slots()
+    if host is not None:
+        used, free, capacity = host
+        assert used + free == capacity and used == len(model.tier_used) * s.block_size
     model.verify()
 
 

@@ -36,8 +36,9 @@ SPECS = {
                          "kv_slots": [3072] * 4 + [1024, 4096]}]},
     "fragmentation_timeline": {"base": TINY, "axes": {"strategy": ["contiguous-max", "paged"]}},
     "prefix_policies": {"base": {**TINY, "workload": "system-prompt:k=2,system=128"},
-                        "axes": {"strategy": ["paged-prefix", "radix"], "eviction": ["lru", "depth"],
-                                 "kv_slots": [1024, 4096]}},
+                        "axes": {"strategy": ["paged-prefix", "radix"], "kv_slots": [1024, 4096]},
+                        # 2^-12 GiB = 16 blocks of the tiny model (1 KiB per token, block 16)
+                        "zip": [{"eviction": ["lru", "depth", "lru"], "host_cache_gib": [0.0, 0.0, 2**-12]}]},
     "block_size": {"base": {**TINY, "kernel_every": 2, "kernel_heads": 1},
                    "axes": {"workload": ["sharegpt-like", "alpaca-like"]},
                    "zip": [{"strategy": ["paged", "paged", "virtual-contiguous", "virtual-contiguous"],
@@ -292,16 +293,21 @@ def test_prefix_policies_lines_are_the_summary_beside_the_infinite_cache_bound(b
     _, summary = built["prefix_policies"]
     fig, (hits, speed) = figure(built, "prefix_policies")
     lines = {line.get_label(): line for line in hits.get_lines()}
-    for (strategy, eviction), part in summary.groupby(["strategy", "eviction"]):
+    keys = ["strategy", "eviction", "host_cache_gib"]
+    for (strategy, eviction, gib), part in summary.groupby(keys):
         part = part.sort_values("kv_slots")
-        drawn = lines[f"{style.strategy_label(strategy)}, {eviction}"]
-        np.testing.assert_allclose(drawn.get_ydata(), part["prefix_hit_rate"].to_numpy(dtype=float) * 100)
+        label = f"{style.strategy_label(strategy)}, {eviction}" + (f" + {gib:g} GiB host tier" if gib else "")
+        hit_rate = part["prefix_hit_rate"] + part["prefix_hit_rate_host"]  # the host's is 0 without a tier
+        np.testing.assert_allclose(lines[label].get_ydata(), hit_rate.to_numpy(dtype=float) * 100)
+    tiered = summary[summary["host_cache_gib"] > 0]
+    assert (tiered["prefix_hit_rate_host"] > 0).any(), "the tiny sweep's host tier serves some hits"
     bound = [line for label, line in lines.items() if label.startswith("infinite cache")]
     assert len(bound) == 1 and bound[0].get_ydata()[0] == pytest.approx(infinite_cache_bound(summary.iloc[0]) * 100)
-    # a bound for runs without preemption (a recomputed request hits its own blocks again)
+    # a bound for runs without preemption (a recomputed request hits its own blocks again), both tiers' hits
     calm = summary[summary["num_preemptions"] == 0]
-    assert len(calm) and (calm["prefix_hit_rate"] * 100 <= bound[0].get_ydata()[0] + 1e-9).all()
-    assert len(speed.get_lines()) == summary.groupby(["strategy", "eviction"]).ngroups
+    calm_hits = (calm["prefix_hit_rate"] + calm["prefix_hit_rate_host"]) * 100
+    assert len(calm) and (calm_hits <= bound[0].get_ydata()[0] + 1e-9).all()
+    assert len(speed.get_lines()) == summary.groupby(keys).ngroups
     plt.close(fig)
 
 

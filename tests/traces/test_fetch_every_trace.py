@@ -45,6 +45,12 @@ def _fixture_bytes(name: str) -> tuple[bytes, bytes]:
     if name == "mooncake-fast25-conversation":
         data = (FIXTURES / "mooncake_conversation_cut.jsonl").read_bytes()
         return data, b"".join(data.splitlines(keepends=True)[:250])  # the cut's 250 lines before 45 min
+    if name == "mooncake-fast25-conversation-full":
+        data = (FIXTURES / "mooncake_conversation_cut.jsonl").read_bytes()
+        return data, data
+    if name == "mooncake-fast25-synthetic":
+        data = (FIXTURES / "mooncake_synthetic_head100.jsonl").read_bytes()
+        return data, data
     if name == "lmsys-apex-lengths":
         data = (FIXTURES / "lmsys_05_cut.jsonl").read_bytes()
         rows = [json.loads(line) for line in data.splitlines()]
@@ -118,10 +124,10 @@ def test_fetch_the_full_shared_files(name, cache, server, monkeypatch):
     folder = shared_traces_dir()
     if folder is None:
         pytest.skip("serves ../shared/traces, which is not here (set WORKBENCH_SHARED_TRACES)")
-    if not (folder / TRACES[name].folder).is_dir():
-        pytest.skip(f"../shared/traces has no {TRACES[name].folder}")
-    published, exact = _shared_upstream(name, folder)
     entry = TRACES[name]
+    if not (folder / entry.folder).is_dir():
+        pytest.skip(f"{name} is not among the shared traces (its own folder {entry.folder} is not there)")
+    published, exact = _shared_upstream(name, folder)
     if exact:
         assert _sha(published) == entry.download_sha256
     _serve(monkeypatch, server, name, published, b"", keep_checksum=True)

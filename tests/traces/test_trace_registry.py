@@ -162,7 +162,7 @@ def test_registry_matches_the_shared_files(name):
         pytest.skip("compares the registry with ../shared/traces, which is not here (set WORKBENCH_SHARED_TRACES)")
     entry = TRACES[name]
     if not (folder / entry.folder).is_dir():
-        pytest.skip(f"../shared/traces has no {entry.folder}")
+        pytest.skip(f"{name} is not among the shared traces (its own folder {entry.folder} is not there)")
     path = folder / entry.folder / entry.file_name
     data = path.read_bytes()
     assert len(data) == entry.size_bytes

@@ -265,3 +265,18 @@ def mapped_pages(strategy: Strategy) -> int:
 def page_map_cost(strategy: Strategy) -> tuple[float, bool]:
     """(seconds to map one of the strategy's pages, whether mapping overlaps the step's compute)."""
     return getattr(strategy, "map_s_per_page", 0.0), getattr(strategy, "overlap_map", False)
+
+
+# Optional attribute of prefix caches with a host tier (`allocators.host_tier`): `host_tier`, a HostTier
+# or None, and `overlap_load`, whether its host->device loads overlap the step's compute.
+def host_tier_blocks(strategy: Strategy) -> int:
+    """Blocks of the strategy's host tier (0: none)."""
+    tier = getattr(strategy, "host_tier", None)
+    return 0 if tier is None else tier.num_blocks
+
+
+def take_host_moves(strategy: Strategy) -> tuple[np.ndarray, np.ndarray] | None:
+    """Mutates. The step's host-tier moves (demotes (device, host), promotes (host, device), int32
+    [k, 2] each), ending the host tier's step; None without a host tier."""
+    tier = getattr(strategy, "host_tier", None)
+    return None if tier is None else tier.take_moves()

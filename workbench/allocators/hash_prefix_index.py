@@ -83,14 +83,19 @@ class HashPrefixIndex:
         return blocks[~registered]
 
     def evict(self, k: int) -> np.ndarray:
+        return self.evict_keyed(k)[0]
+
+    def evict_keyed(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k > len(self._policy):
             raise RuntimeError(f"cannot evict {k} blocks: {len(self._policy)} evictable")
         evicted = np.empty(k, dtype=np.int32)
+        keys = np.empty(k, dtype=np.uint64)
         for i in range(k):
             block = self._policy.pop_victim()
+            keys[i] = self._key_of_block[block]
             self._unregister(block)
             evicted[i] = block
-        return evicted
+        return evicted, keys
 
     def _unregister(self, block: int) -> None:
         key = self._key_of_block.pop(block)

@@ -9,6 +9,8 @@ Prefix caching is composed, not subclassed: given a `PrefixIndex` (`prefix_index
 looks a prompt's chain keys up in it at admission, registers the full blocks it fills (prompt and
 decode, keys from `prefix_chains`), hands blocks that reach refcount 0 to it (registered ones stay
 cached, evictable) and evicts through it when the free stack is empty. Without one it is `paged`.
+With a `HostTier` (`host_tier`) too, evicted blocks are demoted to host memory and a prompt's chain
+continues past its device hits into the host tier, whose blocks are promoted (`allocators.host_tier`).
 
 State lives in numpy arrays (refcounts, a free-block stack, per-sequence columns and a 2-D block
 table); a decode step is two compiled passes over the batch (`paged_loops`), so its cost grows with
@@ -35,6 +37,7 @@ import numpy as np
 
 from workbench.allocators.base import AdmitResult, AppendResult, PagedDescriptor, SeqSpec, Snapshot, SwapResult
 from workbench.allocators.block_stack import BlockStack
+from workbench.allocators.host_tier import HostTier
 from workbench.allocators.paged_integrity import check_paged
 from workbench.allocators.paged_tables import BlockTables
 from workbench.allocators.prefix_chains import SeqChains
@@ -52,7 +55,7 @@ class PagedStrategy:
     supports_swap = True
 
     def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
-                 prefix_index: PrefixIndex | None = None) -> None:
+                 prefix_index: PrefixIndex | None = None, host_tier: HostTier | None = None) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if capacity_slots < block_size:
@@ -64,7 +67,8 @@ class PagedStrategy:
         self.capacity_slots = self.num_blocks * block_size
         self.max_model_len = max_model_len
         self.prefix_query_tokens = 0
-        self.prefix_hit_tokens = 0
+        self.prefix_hit_tokens = 0  # device hits
+        self.prefix_hit_tokens_host = 0  # host-tier hits (promoted)
         self.prefix_evicted_blocks = 0
         self.swapped_out_blocks = 0  # blocks moved device→host so far
         self.swapped_in_blocks = 0
@@ -79,6 +83,7 @@ class PagedStrategy:
         self.prefix = prefix_index  # None: no prefix caching
         self.wants_token_ids = prefix_index is not None
         self._chains = SeqChains(block_size) if prefix_index is not None else None
+        self.host_tier = host_tier  # None: evicted prefix blocks are dropped
 
     # -- prefix caching (identity without an index) --------------------------------------------
 
@@ -91,10 +96,17 @@ class PagedStrategy:
         max_hit = (spec.num_tokens - 1) // self.block_size  # leave the last prompt token to compute
         return self.prefix.lookup(keys, max_hit), keys
 
+    def _host_lookup(self, spec: SeqSpec, keys: np.ndarray, num_dev: int) -> int:
+        """Pure. How many full blocks after the `num_dev` device hits the host tier holds (0 without one)."""
+        if self.host_tier is None:
+            return 0
+        return self.host_tier.lookup(keys[num_dev:(spec.num_tokens - 1) // self.block_size])
+
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
-                     num_hit: int, num_held: int) -> None:
+                     num_hit: int, num_held: int, num_host: int = 0) -> None:
         """Mutates the prefix index, the chains and counters after a successful admission; only the
-        `num_held` tokens held (a chunked admission's first chunk) fill blocks now."""
+        `num_held` tokens held (a chunked admission's first chunk) fill blocks now. The `num_host`
+        blocks after the `num_hit` device hits were promoted: they are registered like new ones."""
         if self.prefix is None:
             return
         keys = keys[:num_held // self.block_size]
@@ -108,6 +120,7 @@ class PagedStrategy:
                            self.tables.seqs.capacity_rows)
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
+        self.prefix_hit_tokens_host += num_host * self.block_size
 
     def _num_cached_blocks(self) -> int:
         return 0 if self.prefix is None else self.prefix.num_evictable()
@@ -129,7 +142,11 @@ class PagedStrategy:
             raise RuntimeError(f"out of blocks: need {k}, {self.num_allocatable_blocks()} allocatable")
         taken = self._free.pop(self._free.size)
         self.prefix_evicted_blocks += k - taken.shape[0]
-        return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
+        if self.host_tier is None:
+            return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
+        evicted, keys = self.prefix.evict_keyed(k - taken.shape[0])
+        self.host_tier.demote(keys, evicted)  # copied out before the step's writes reuse them
+        return np.concatenate([taken, evicted])
 
     def _release(self, blocks: np.ndarray) -> None:
         """Mutates. Blocks whose refcount reached 0, in table order (a sequence's head first)."""
@@ -148,7 +165,8 @@ class PagedStrategy:
         bs = self.block_size
         hits, keys = self._lookup(spec)
         num_hit = hits.shape[0]
-        num_tokens = spec.num_held(num_hit * bs)
+        num_host = self._host_lookup(spec, keys, num_hit)  # promoted into the first fresh blocks
+        num_tokens = spec.num_held((num_hit + num_host) * bs)
         num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
         need = num_blocks - num_hit
@@ -156,16 +174,20 @@ class PagedStrategy:
         if need > allocatable:
             return AdmitResult(False, reason=f"needs {need} blocks, {allocatable} allocatable")
         n = len(seq_ids)
+        # out of the host tier before taking device blocks, whose evictions demote into it
+        host_blocks = self.host_tier.take(keys[num_hit:num_hit + num_host]) if num_host else None
         fresh = self._take_after_claiming(hits, n, need)
+        if num_host:
+            self.host_tier.promote(host_blocks, fresh[:num_host])
         self._refcount[fresh] = n
         blocks = np.concatenate([hits, fresh]) if num_hit else fresh
         for seq_id in seq_ids:
             self.tables.add(seq_id, blocks, num_tokens, spec.final_len)
-        self._written_slots += num_tokens - num_hit * bs + revived * bs
+        self._written_slots += num_tokens - num_hit * bs + revived * bs  # promoted blocks arrive written
         self._logical_slots += n * num_tokens
         self._table_entries += n * num_blocks
-        self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens)
-        return AdmitResult(True, cached_tokens=num_hit * bs)
+        self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens, num_host)
+        return AdmitResult(True, cached_tokens=(num_hit + num_host) * bs)
 
     def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
         """Mutates on success. The group's shared table grows: its partial last block, held by the
@@ -386,6 +408,8 @@ class PagedStrategy:
                     table_entries=self._table_entries)
         if self.prefix is not None:
             self.prefix.check_integrity(self._refcount, free)
+        if self.host_tier is not None:
+            self.host_tier.check_integrity()
 
 
 def _check_distinct(rows: np.ndarray) -> None:

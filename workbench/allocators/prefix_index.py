@@ -54,6 +54,11 @@ class PrefixIndex(Protocol):
         (the caller reuses them); raises RuntimeError if fewer than k are evictable."""
         ...
 
+    def evict_keyed(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Mutates. `evict`, also returning the evicted blocks' keys, uint64 [k] (a host tier keeps
+        their KV under them)."""
+        ...
+
     def num_evictable(self) -> int:
         """Registered blocks held by no sequence (the strategy's cached blocks). Pure."""
         ...

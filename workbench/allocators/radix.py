@@ -9,14 +9,19 @@ path; eviction takes unlocked leaves in the order of `--eviction` (`radix_prefix
 from __future__ import annotations
 
 from workbench.allocators.eviction import make_policy
+from workbench.allocators.host_tier import host_tier_for
 from workbench.allocators.paged import PagedStrategy
 from workbench.allocators.radix_prefix_index import RadixPrefixIndex
+from workbench.allocators.virtual_pages import KVGeometry
 
 
 class RadixStrategy(PagedStrategy):
     name = "radix"
 
     def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
-                 eviction: str = "lru") -> None:
+                 eviction: str = "lru", host_cache_gib: float = 0.0, overlap_load: bool = False,
+                 geometry: KVGeometry | None = None) -> None:
         super().__init__(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
-                         swap_slots=swap_slots, prefix_index=RadixPrefixIndex(make_policy(eviction)))
+                         swap_slots=swap_slots, prefix_index=RadixPrefixIndex(make_policy(eviction)),
+                         host_tier=host_tier_for(host_cache_gib, block_size, geometry))
+        self.overlap_load = overlap_load  # the clock's: host-tier loads overlap compute (allocators.base)

@@ -141,14 +141,19 @@ class RadixPrefixIndex:
             block = parent
 
     def evict(self, k: int) -> np.ndarray:
+        return self.evict_keyed(k)[0]
+
+    def evict_keyed(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k > len(self._evictable):
             raise RuntimeError(f"cannot evict {k} blocks: {len(self._evictable)} evictable")
         evicted = np.empty(k, dtype=np.int32)
+        keys = np.empty(k, dtype=np.uint64)
         for i in range(k):
             block = self._policy.pop_victim()  # an evictable leaf
+            keys[i] = self._key_of_block[block]
             self._unregister(block)
             evicted[i] = block
-        return evicted
+        return evicted, keys
 
     def _unregister(self, block: int) -> None:
         del self._block_of_key[self._key_of_block.pop(block)]

@@ -3,7 +3,9 @@
 Left: token-level prefix-cache hit rate of every (strategy with a prefix cache, `--eviction`) pair
 against the KV pool's capacity, beside the workload's infinite-cache bound (dashed: what a cache
 that never evicts would serve, with one prompt token always computed; `workload.describe`, computed
-from the workload's segments, not from a run). Right: output-token throughput at the same points.
+from the workload's segments, not from a run). Points with a host tier (`host_cache_gib` > 0) are
+drawn as their own curves, hit rate = device + host hits, with hollow markers. Right: output-token
+throughput at the same points.
 """
 
 from __future__ import annotations
@@ -34,12 +36,18 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     del sweep_dir
     rows = summary[summary["strategy"].map(style.has_prefix_cache).astype(bool)]
     fig, (hits, speed) = style.new_figure(1, 2, width_in=style.PAGE_WIDTH_IN, height_in=2.6)
-    for (strategy, eviction), part in rows.groupby(["strategy", "eviction"], sort=False):
+    host_gib = rows["host_cache_gib"] if "host_cache_gib" in rows else pd.Series(0.0, index=rows.index)
+    for (strategy, eviction, gib), part in rows.groupby(["strategy", "eviction", host_gib], sort=False):
         part = part.sort_values("kv_slots")
         x = part["kv_slots"].to_numpy() / 1000
+        label = f"{style.strategy_label(strategy)}, {eviction}"
         kw = dict(marker=style.strategy_marker(strategy), color=style.strategy_color(strategy),
-                  linestyle=POLICY_LINESTYLES.get(eviction, "-"), label=f"{style.strategy_label(strategy)}, {eviction}")
-        hits.plot(x, part["prefix_hit_rate"].to_numpy(dtype=float) * 100, **kw)
+                  linestyle=POLICY_LINESTYLES.get(eviction, "-"), label=label)
+        hit_rate = part["prefix_hit_rate"].to_numpy(dtype=float)
+        if gib > 0:  # a host tier: its hits count too
+            hit_rate = hit_rate + part["prefix_hit_rate_host"].to_numpy(dtype=float)
+            kw.update(linewidth=2.2, markerfacecolor="white", label=f"{label} + {gib:g} GiB host tier")
+        hits.plot(x, hit_rate * 100, **kw)
         speed.plot(x, part["throughput_tok_s"].to_numpy(dtype=float), **kw)
     bound = infinite_cache_bound(rows.iloc[0]) * 100
     hits.axhline(bound, color="black", linestyle="--", linewidth=0.8, label=f"infinite cache ({bound:.1f}%)")
@@ -54,7 +62,8 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     hits.set_title(style.workload_label(str(rows["workload"].iloc[0])))
     speed.set_ylabel("Throughput (output tokens/s)")
     speed.set_title("Throughput")
-    hits.legend(fontsize="x-small")
+    # the throughput panel's lower half is empty: the legend goes there, off the hit-rate curves
+    speed.legend(*hits.get_legend_handles_labels(), fontsize="x-small", loc="lower right")
     return fig
 
 

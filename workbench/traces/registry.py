@@ -85,6 +85,22 @@ TRACES: dict[str, TraceEntry] = {
             upstream_size_bytes=3_029_533,
         ),
         TraceEntry(
+            "mooncake-fast25-conversation-full", "mooncake-fast25-conversation-full", "conversation_trace.jsonl",
+            "mooncake", "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df", 3_029_533, 12_031,
+            "Apache-2.0",
+            f"{_RAW}/kvcache-ai/Mooncake/3cca71daccf2a7afb8fe3f0295358f70e3a69fdb/FAST25-release/traces/"
+            "conversation_trace.jsonl",
+            "kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl (Mooncake, FAST'25), all 59 minutes",
+        ),
+        TraceEntry(
+            "mooncake-fast25-synthetic", "mooncake-fast25-synthetic", "synthetic_trace.jsonl",
+            "mooncake", "bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131", 1_136_313, 3_993,
+            "Apache-2.0",
+            f"{_RAW}/kvcache-ai/Mooncake/3cca71daccf2a7afb8fe3f0295358f70e3a69fdb/FAST25-release/traces/"
+            "synthetic_trace.jsonl",
+            "kvcache-ai/Mooncake FAST25-release/traces/synthetic_trace.jsonl (Mooncake, FAST'25)",
+        ),
+        TraceEntry(
             "sharegpt-vllm-sosp23-lengths", "sharegpt-vllm-sosp23-lengths", "sharegpt_opt_text_completion_length.csv",
             "lengths", "b633f085cdb152147ff3a0fce1b52ba4bfada3c357c93cae1da8b9a621489cc8", 685_891, 84_226,
             "none stated (ShareGPT; only integer lengths)",
