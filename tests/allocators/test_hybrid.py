@@ -7,6 +7,7 @@ import pytest
 
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
+from workbench.config import RunConfig
 from workbench.intmath import cdiv
 
 
@@ -51,3 +52,16 @@ def test_strategies_without_a_hybrid_form_are_refused(name):
 
 def test_the_paged_family_has_a_hybrid_form():
     assert "paged" in registry.hybrid_names()
+
+
+@pytest.mark.parametrize("name", [r.name for r in registry.registrations()
+                                  if r.name in registry.hybrid_names() and "host_cache_gib" in r.options])
+def test_a_host_tier_on_a_hybrid_pool_is_refused_and_its_default_runs(name):
+    """The host tier serves the one-table prefix cache: asked for on a hybrid model, one line says so;
+    left at its default, the hybrid form is built from the run's options."""
+    with pytest.raises(ValueError, match="--host-cache-gib with --hybrid on"):
+        registry.check_options(RunConfig(strategy=name, model="gpt-oss-20b", host_cache_gib=1.0))
+    cfg = RunConfig(strategy=name, model="gpt-oss-20b", max_model_len=2048, kv_slots=4096, eviction="fifo")
+    registry.check_options(cfg)
+    strategy = registry.create_from_config(cfg, cfg.resolve())
+    assert strategy.num_allocatable_blocks() > 0

@@ -167,7 +167,7 @@ def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
         units = sum(u for _, u in resolved.layer_groups)
         return create_hybrid(cfg.strategy, capacity_slots=resolved.capacity_slots * units, block_size=cfg.block_size,
                              max_model_len=resolved.model.max_model_len, groups=resolved.layer_groups,
-                             **({option: getattr(cfg, option) for option in reg.options} if reg.prefix_cache else {}))
+                             **({"eviction": cfg.eviction} if reg.prefix_cache else {}))
     geometry = KVGeometry.of(resolved.model, cfg.kv_dtype) if reg.kv_geometry else None
     return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
                   max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots, geometry=geometry,
@@ -189,6 +189,9 @@ def check_options(cfg: RunConfig) -> None:
         if cfg.chunked_prefill:
             raise ValueError("--chunked-prefill with --hybrid on: the per-layer-group pool has no chunked "
                              "admission (extend) yet; use --hybrid off")
+        if getattr(cfg, "host_cache_gib", 0.0) > 0:
+            raise ValueError("--host-cache-gib with --hybrid on: the host tier serves the one-table prefix cache "
+                             "only; use --hybrid off")
     for option in _declared_options():
         if option not in reg.options and getattr(cfg, option) != option_default(option):
             takers = [r.name for r in _REGISTRY.values() if option in r.options]
