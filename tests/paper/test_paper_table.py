@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import skip_without_traces_of
 from workbench.paper import rows as R
 from workbench.paper.__main__ import EXPERIMENTS_DIR, experiment_names, run_experiments, scaled
 from workbench.paths import REPO_ROOT
@@ -37,6 +38,7 @@ def reduced_table(tmp_path_factory):
     values = R.load_values()
     out = tmp_path_factory.mktemp("paper")
     names = experiment_names(values)
+    skip_without_traces_of(*(EXPERIMENTS_DIR / name for name in names))
     # the shared-prefix points need ~300 requests before a queue builds; the rest ~100
     prefix = values["prefix"]["experiment"]
     tables = run_experiments([n for n in names if n != prefix], out, executor=InlineExecutor(), frac=0.04,
