@@ -59,9 +59,12 @@ def test_the_paged_family_has_a_hybrid_form():
 def test_a_host_tier_on_a_hybrid_pool_is_refused_and_its_default_runs(name):
     """The host tier serves the one-table prefix cache: asked for on a hybrid model, one line says so;
     left at its default, the hybrid form is built from the run's options."""
-    with pytest.raises(ValueError, match="--host-cache-gib with --hybrid on"):
+    with pytest.raises(ValueError, match="--host-cache-gib 1.0 with --hybrid on"):
         registry.check_options(RunConfig(strategy=name, model="gpt-oss-20b", host_cache_gib=1.0))
     cfg = RunConfig(strategy=name, model="gpt-oss-20b", max_model_len=2048, kv_slots=4096, eviction="fifo")
     registry.check_options(cfg)
     strategy = registry.create_from_config(cfg, cfg.resolve())
     assert strategy.num_allocatable_blocks() > 0
+    with pytest.raises(ValueError, match="--host-cache-gib 1.0 with --hybrid on"):
+        registry.create_hybrid(name, capacity_slots=64, block_size=16, max_model_len=32, groups=((8, 1),),
+                               host_cache_gib=1.0)

@@ -222,8 +222,10 @@ HYBRID_GEOMETRIES = (
 
 def _hybrid_options(reg: registry.Registration, every_choice: bool) -> list[dict]:
     """Option sets walked on a hybrid geometry: every choice on the preset's own geometry, else defaults."""
-    if every_choice:
-        return [options for bs, options in walk_configs(reg) if bs == BLOCK_SIZES[0]]
+    if every_choice:  # the choices of the options its hybrid form takes (registry.hybrid_options)
+        return [options for bs, options in walk_configs(reg) if bs == BLOCK_SIZES[0]
+                and all(v == registry.option_default(o) for o, v in options.items()
+                        if o not in registry.hybrid_options(reg))]
     return [{o: registry.option_default(o) for o in reg.options}]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,9 +144,27 @@ def create_hybrid(name: str, *, capacity_slots: int, block_size: int = 16, max_m
         raise ValueError(f"strategy {name!r} has no per-layer-group form; use --hybrid off "
                          f"(hybrid allocation covers: {', '.join(hybrid_names())})")
     from workbench.allocators.hybrid import HybridPaged
-    index = _factory(reg).hybrid_prefix_index(**options) if reg.prefix_cache else None
+    taken = hybrid_options(reg)
+    for option, value in options.items():
+        if option not in taken and value != option_default(option):
+            raise ValueError(_not_hybrid(option, value, name))
+    index = _factory(reg).hybrid_prefix_index(**{o: options[o] for o in taken if o in options}) \
+        if reg.prefix_cache else None
     return HybridPaged(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
                        groups=groups, name=name, prefix_index=index)
+
+
+def hybrid_options(reg: Registration) -> tuple[str, ...]:
+    """The declared options a strategy's per-layer-group form takes: those its prefix index's
+    `hybrid_prefix_index` names (a host tier, for one, serves only the one-table form)."""
+    if not reg.prefix_cache:
+        return ()
+    return tuple(p for p in inspect.signature(_factory(reg).hybrid_prefix_index).parameters if p in reg.options)
+
+
+def _not_hybrid(option: str, value: Any, name: str) -> str:
+    return (f"--{option.replace('_', '-')} {value} with --hybrid on: the per-layer-group form of {name!r} "
+            f"does not take it (docs/hybrid.md); use --hybrid off")
 
 
 def hybrid_names() -> list[str]:
@@ -167,7 +186,7 @@ def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
         units = sum(u for _, u in resolved.layer_groups)
         return create_hybrid(cfg.strategy, capacity_slots=resolved.capacity_slots * units, block_size=cfg.block_size,
                              max_model_len=resolved.model.max_model_len, groups=resolved.layer_groups,
-                             **({"eviction": cfg.eviction} if reg.prefix_cache else {}))
+                             **({option: getattr(cfg, option) for option in reg.options} if reg.prefix_cache else {}))
     geometry = KVGeometry.of(resolved.model, cfg.kv_dtype) if reg.kv_geometry else None
     return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
                   max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots, geometry=geometry,
@@ -189,9 +208,9 @@ def check_options(cfg: RunConfig) -> None:
         if cfg.chunked_prefill:
             raise ValueError("--chunked-prefill with --hybrid on: the per-layer-group pool has no chunked "
                              "admission (extend) yet; use --hybrid off")
-        if getattr(cfg, "host_cache_gib", 0.0) > 0:
-            raise ValueError("--host-cache-gib with --hybrid on: the host tier serves the one-table prefix cache "
-                             "only; use --hybrid off")
+        for option in reg.options:
+            if option not in hybrid_options(reg) and getattr(cfg, option) != option_default(option):
+                raise ValueError(_not_hybrid(option, getattr(cfg, option), cfg.strategy))
     for option in _declared_options():
         if option not in reg.options and getattr(cfg, option) != option_default(option):
             takers = [r.name for r in _REGISTRY.values() if option in r.options]
