@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.paths import shared_traces_dir
 from workbench.traces import TRACES, locate
 
 
@@ -28,3 +29,15 @@ def skip_without_traces_of(*experiment_yamls: Path) -> None:
     missing = [name for name in TRACES if f":{name}" in text and locate(name) is None]
     if missing:
         pytest.skip(f"needs the full traces {', '.join(missing)}: python -m workbench.traces fetch NAME")
+
+
+def shared_folder_of(name: str, purpose: str) -> Path:
+    """The shared traces folder holding trace `name`; the test is skipped with one line when the
+    folder (../shared/traces) or the trace's own sub-folder is not there."""
+    folder = shared_traces_dir()
+    if folder is None:
+        pytest.skip(f"{purpose} ../shared/traces, which is not here (set WORKBENCH_SHARED_TRACES)")
+    entry = TRACES[name]
+    if not (folder / entry.folder).is_dir():
+        pytest.skip(f"{name} is not among the shared traces (its own folder {entry.folder} is not there)")
+    return folder

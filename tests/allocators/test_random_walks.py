@@ -30,6 +30,19 @@ from workbench.presets import MODELS
 BLOCK_SIZES = (1, 3, 16, 256)  # paged kernel mode; contiguous strategies have one slot per block
 
 
+
+def _append_or_refuse(s, model, batch: list[int], rng) -> bool:
+    """Append one token to each of `batch` when the pool can; otherwise show that the refused append
+    raises and leaves the pool as it was. True when appended."""
+    if s.can_append(batch):
+        model.append(batch, rng)
+        return True
+    before = s.snapshot()
+    with pytest.raises(RuntimeError):
+        s.append(batch)
+    assert s.snapshot() == before, "a failed append changed the pool"
+    return False
+
 def walk_configs(reg: registry.Registration) -> list[tuple[int, dict]]:
     """(block size, options) to walk for a registration: every block size if it is block-sized, and
     every combination of its declared options' choices (an unrestricted option takes the values its
@@ -151,13 +164,7 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
             batch = [i for i in on_device if len(model.tokens[i]) < model.final[i] and rng.random() < 0.7]
             if not batch:
                 continue
-            if s.can_append(batch):
-                model.append(batch, rng)
-            else:
-                before = s.snapshot()
-                with pytest.raises(RuntimeError):
-                    s.append(batch)
-                assert s.snapshot() == before, "a failed append changed the pool"
+            if not _append_or_refuse(s, model, batch, rng):
                 victim = next(g for g in reversed(groups) if g[0] not in model.swapped)
                 if s.supports_swap and victim[0] not in pending and s.can_swap_out(victim):
                     model.swap_out(victim)
@@ -278,13 +285,7 @@ def hybrid_walk(name: str, block_size: int, geometry: tuple, seed: int, num_ops:
             batch = [i for i in live if len(model.tokens[i]) < model.final[i] and rng.random() < 0.8]
             if not batch:
                 continue
-            if s.can_append(batch):
-                model.append(batch, rng)
-            else:
-                before = s.snapshot()
-                with pytest.raises(RuntimeError):
-                    s.append(batch)
-                assert s.snapshot() == before, "a failed append changed the pool"
+            if not _append_or_refuse(s, model, batch, rng):
                 model.free(batch[-1])
         elif op == "fork" and live:
             model.fork(live[int(rng.integers(len(live)))], next_id)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import shared_folder_of
 from workbench.config import RunConfig
-from workbench.paths import shared_traces_dir
 from workbench.traces import TRACES, fetch
 from workbench.traces import registry as registry_module
 from workbench.traces.derive import MOONCAKE_HEAD_MS
@@ -121,12 +121,8 @@ def _shared_upstream(name: str, folder: Path) -> tuple[bytes, bool]:
 
 @pytest.mark.parametrize("name", sorted(TRACES))
 def test_fetch_the_full_shared_files(name, cache, server, monkeypatch):
-    folder = shared_traces_dir()
-    if folder is None:
-        pytest.skip("serves ../shared/traces, which is not here (set WORKBENCH_SHARED_TRACES)")
+    folder = shared_folder_of(name, "serves")
     entry = TRACES[name]
-    if not (folder / entry.folder).is_dir():
-        pytest.skip(f"{name} is not among the shared traces (its own folder {entry.folder} is not there)")
     published, exact = _shared_upstream(name, folder)
     if exact:
         assert _sha(published) == entry.download_sha256

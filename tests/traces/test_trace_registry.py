@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 
+from tests.conftest import shared_folder_of
 from workbench.config import RunConfig
 from workbench.errors import TraceError, WorkloadError
 from workbench.paths import shared_traces_dir
@@ -157,12 +158,8 @@ def test_shared_folder_from_the_environment(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(TRACES))
 def test_registry_matches_the_shared_files(name):
-    folder = shared_traces_dir()
-    if folder is None:
-        pytest.skip("compares the registry with ../shared/traces, which is not here (set WORKBENCH_SHARED_TRACES)")
+    folder = shared_folder_of(name, "compares the registry with")
     entry = TRACES[name]
-    if not (folder / entry.folder).is_dir():
-        pytest.skip(f"{name} is not among the shared traces (its own folder {entry.folder} is not there)")
     path = folder / entry.folder / entry.file_name
     data = path.read_bytes()
     assert len(data) == entry.size_bytes
