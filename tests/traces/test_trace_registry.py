@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import pickle
+import subprocess
 
 import pytest
 
@@ -16,6 +17,8 @@ from workbench.traces import TRACES, TraceEntry, fetch, resolve
 from workbench.traces import registry as registry_module
 from workbench.traces.__main__ import main
 from workbench.traces.derive import DERIVATIONS, pickle_lengths_csv
+from workbench.traces.registry import UNKNOWN_SIZE_CAP_BYTES
+from workbench.traces.store import git_blob_sha1_of
 from workbench.workload import build_workload
 
 TINY = b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n"
@@ -97,7 +100,12 @@ def test_a_pickle_that_names_a_global_is_refused_without_running_it():
 def test_every_entry_has_a_published_source_and_known_derivation():
     for entry in TRACES.values():
         assert entry.url.startswith("https://raw.githubusercontent.com/"), entry.name
-        assert entry.licence and entry.size_bytes > 0 and len(entry.sha256) == 64
+        assert entry.licence and entry.rows > 0
+        if entry.git_blob_sha1 is not None:  # pinned by the upstream tree's blob id: size and sha256 unknown
+            assert len(entry.git_blob_sha1) == 40 and entry.sha256 is None and entry.derive is None
+            assert entry.size_bytes is None and entry.download_size_bytes == UNKNOWN_SIZE_CAP_BYTES
+            continue
+        assert entry.size_bytes > 0 and len(entry.sha256) == 64
         if entry.derive is None:
             assert entry.upstream_sha256 is None and entry.download_sha256 == entry.sha256
         else:
@@ -162,15 +170,18 @@ def test_registry_matches_the_shared_files(name):
     entry = TRACES[name]
     path = folder / entry.folder / entry.file_name
     data = path.read_bytes()
-    assert len(data) == entry.size_bytes
-    assert hashlib.sha256(data).hexdigest() == entry.sha256
+    if entry.git_blob_sha1 is not None:
+        assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == entry.git_blob_sha1
+    else:
+        assert len(data) == entry.size_bytes
+        assert hashlib.sha256(data).hexdigest() == entry.sha256
     if entry.file_name.endswith(".json"):
         assert data.count(b'"instruction"') == entry.rows
     else:
         header = 0 if entry.file_name.endswith(".jsonl") else 1
         assert len(data.decode().splitlines()) - header == entry.rows
     readme = (folder / entry.folder / "README.md").read_text()
-    assert entry.sha256 in readme
+    assert (entry.sha256 or entry.git_blob_sha1) in readme
     commit = entry.url.split("/")[5]  # https://raw.githubusercontent.com/OWNER/REPO/COMMIT/PATH
     assert commit in readme, f"{name}: the README does not name commit {commit}"
 
@@ -189,3 +200,51 @@ def test_an_unusable_cache_is_one_line_from_the_run_cli(tmp_path, monkeypatch, t
     assert err.count("\n") == 1 and "is unusable (Not a directory" in err
     assert "set $WORKBENCH_TRACE_CACHE to a writable folder)" in err
     assert not (tmp_path / "out").exists() and blocker.read_text() == "not a folder"
+
+
+@pytest.fixture
+def blob_pinned(monkeypatch, server):
+    """A registry entry pinned by git blob id only (size and sha256 unknown), served from loopback."""
+    www, base = server
+    (www / "pinned.csv").write_bytes(TINY)
+    blob_id = subprocess.run(["git", "hash-object", "--stdin"], input=TINY, capture_output=True, check=True)
+    entry = TraceEntry("pinned", "pinned", "pinned.csv", "burstgpt", None, None, 1, "CC-BY-4.0",
+                       f"{base}/pinned.csv", "test bytes", git_blob_sha1=blob_id.stdout.decode().strip())
+    monkeypatch.setitem(registry_module.TRACES, "pinned", entry)
+    return entry
+
+
+def test_git_blob_ids_are_what_git_prints(tmp_path):
+    for data in (b"", b"hello\n", TINY, bytes(range(256)) * 5000):
+        path = tmp_path / "f"
+        path.write_bytes(data)
+        expected = subprocess.run(["git", "hash-object", str(path)], capture_output=True, check=True)
+        assert git_blob_sha1_of(path) == expected.stdout.decode().strip()
+
+
+def test_a_blob_pinned_trace_is_fetched_verified_and_reused(cache, blob_pinned, server):
+    path = fetch("pinned", progress=False)
+    assert path.read_bytes() == TINY
+    (server[0] / "pinned.csv").unlink()  # a second resolve must not download: the cached copy verifies
+    assert resolve("pinned") == path
+    path.write_bytes(TINY + b"7,ChatGPT,1,1,2,Conversation log\n")  # a changed cache copy is not trusted
+    with pytest.raises(TraceError, match="cannot download"):
+        resolve("pinned")
+
+
+def test_a_blob_pinned_download_with_other_bytes_is_refused_and_leaves_nothing(cache, blob_pinned, server):
+    (server[0] / "pinned.csv").write_bytes(TINY.replace(b"472", b"473"))
+    with pytest.raises(TraceError, match="expected git blob id " + blob_pinned.git_blob_sha1):
+        fetch("pinned", progress=False)
+    assert _files(cache) == []
+
+
+def test_an_entry_needs_exactly_one_pin():
+    fields = ("x", "x", "x.csv", "burstgpt")
+    with pytest.raises(ValueError, match="exactly one of sha256 and git_blob_sha1"):
+        TraceEntry(*fields, None, None, 1, "MIT", "https://example.org/x.csv", "s")
+    with pytest.raises(ValueError, match="exactly one of sha256 and git_blob_sha1"):
+        TraceEntry(*fields, "0" * 64, 1, 1, "MIT", "https://example.org/x.csv", "s", git_blob_sha1="0" * 40)
+    with pytest.raises(ValueError, match="a derived file needs the sha256"):
+        TraceEntry(*fields, None, None, 1, "MIT", "https://example.org/x.csv", "s", derive="lmsys-drop-text",
+                   git_blob_sha1="0" * 40)

@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         for entry in TRACES.values():
             here = "cache" if cached_path(entry).is_file() else "shared" if shared_path(entry) else "-"
             how = "derive" if entry.derive else "as-is"
-            print(f"{entry.name:<36} {entry.format or '-':<9} {entry.rows:>7,} {entry.size_bytes / 1e6:>7.2f}MB  "
+            size = f"{entry.size_bytes / 1e6:>7.2f}MB" if entry.size_bytes else f"{'?':>7}MB"
+            print(f"{entry.name:<36} {entry.format or '-':<9} {entry.rows:>7,} {size}  "
                   f"{here:<6} {how:<8} {entry.licence}")
         print("every trace can be fetched: python -m workbench.traces fetch NAME "
               "(as-is: the published file; derive: derived from it and verified)")

@@ -4,6 +4,11 @@ Every entry has a public `url`: the upstream file at a pinned commit. Most files
 published; for the others (`derive` is set) the fetch downloads the upstream file, checks it against
 `upstream_sha256`, applies the named derivation of `workbench.traces.derive` (convert a pickle, drop
 columns, keep the first 45 minutes, count tokens) and checks the result against `sha256`.
+
+An entry whose published file could not be read where the entry was written is pinned instead by its
+git blob id (`git_blob_sha1`: SHA-1 of b"blob <size>\\0" + bytes, what `git hash-object` prints and what
+the upstream repository's tree records at the pinned commit); its size is then unknown, and a download
+may bring at most `UNKNOWN_SIZE_CAP_BYTES`.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 from workbench.errors import TraceError
 
 _RAW = "https://raw.githubusercontent.com"
+UNKNOWN_SIZE_CAP_BYTES = 64 << 20  # the most a download of a file of unknown size may bring
 
 
 @dataclass(frozen=True)
@@ -21,8 +27,8 @@ class TraceEntry:
     folder: str  # sub-folder of the shared traces folder (and of the cache)
     file_name: str
     format: str | None  # the workload reader for it; None when no reader takes the file
-    sha256: str  # of the file the readers take
-    size_bytes: int
+    sha256: str | None  # of the file the readers take; None when pinned by `git_blob_sha1` instead
+    size_bytes: int | None  # None: unknown (pinned by git blob id)
     rows: int
     licence: str
     url: str  # the published upstream file, at a pinned commit
@@ -30,16 +36,24 @@ class TraceEntry:
     derive: str | None = None  # derivation applied to the upstream bytes; None = used as published
     upstream_sha256: str | None = None  # of the upstream file when it differs from the one used
     upstream_size_bytes: int | None = None
+    git_blob_sha1: str | None = None  # the pin of a file used as published whose sha256 is not known
+
+    def __post_init__(self) -> None:
+        if (self.sha256 is None) == (self.git_blob_sha1 is None):
+            raise ValueError(f"trace {self.name!r}: give exactly one of sha256 and git_blob_sha1")
+        if self.git_blob_sha1 is not None and self.derive is not None:
+            raise ValueError(f"trace {self.name!r}: a derived file needs the sha256 of what it derives")
 
     @property
-    def download_sha256(self) -> str:
-        """What the downloaded bytes must hash to before anything is derived from them."""
+    def download_sha256(self) -> str | None:
+        """What the downloaded bytes must hash to before anything is derived from them (None: pinned by
+        git blob id)."""
         return self.upstream_sha256 or self.sha256
 
     @property
     def download_size_bytes(self) -> int:
-        """The most bytes a download of `url` may bring: the published file's size."""
-        return self.upstream_size_bytes or self.size_bytes
+        """The most bytes a download of `url` may bring: the published file's size where it is known."""
+        return self.upstream_size_bytes or self.size_bytes or UNKNOWN_SIZE_CAP_BYTES
 
 
 TRACES: dict[str, TraceEntry] = {
@@ -99,6 +113,15 @@ TRACES: dict[str, TraceEntry] = {
             f"{_RAW}/kvcache-ai/Mooncake/3cca71daccf2a7afb8fe3f0295358f70e3a69fdb/FAST25-release/traces/"
             "synthetic_trace.jsonl",
             "kvcache-ai/Mooncake FAST25-release/traces/synthetic_trace.jsonl (Mooncake, FAST'25)",
+        ),
+        TraceEntry(
+            "mooncake-fast25-toolagent", "mooncake-fast25-toolagent", "toolagent_trace.jsonl", "mooncake",
+            None, None, 23_608, "Apache-2.0",
+            f"{_RAW}/kvcache-ai/Mooncake/3cca71daccf2a7afb8fe3f0295358f70e3a69fdb/FAST25-release/traces/"
+            "toolagent_trace.jsonl",
+            "kvcache-ai/Mooncake FAST25-release/traces/toolagent_trace.jsonl (Mooncake, FAST'25): tool and agent "
+            "requests; 23,608 rows as the upstream FAST25-release/README.md states",
+            git_blob_sha1="b765599d1e0828b37f68d481563c385d3c11de54",
         ),
         TraceEntry(
             "sharegpt-vllm-sosp23-lengths", "sharegpt-vllm-sosp23-lengths", "sharegpt_opt_text_completion_length.csv",

@@ -101,7 +101,11 @@ def fetch(name: str, url: str | None = None, timeout_s: float = 60.0, progress: 
 def _is_verified(path: Path, entry: TraceEntry) -> bool:
     """True when `path` holds the registry's bytes; an unreadable cache counts as empty."""
     try:
-        return path.is_file() and sha256_of(path) == entry.sha256
+        if not path.is_file():
+            return False
+        if entry.sha256 is None:
+            return git_blob_sha1_of(path) == entry.git_blob_sha1
+        return sha256_of(path) == entry.sha256
     except OSError:
         return False
 
@@ -127,7 +131,11 @@ def _download(entry: TraceEntry, url: str, timeout_s: float, progress: bool) -> 
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         raise TraceError(f"cannot download trace {entry.name!r} from {url}: {exc}; nothing was written") from None
     data = buffer.getvalue()
-    if _sha256(data) != entry.download_sha256:
+    if entry.download_sha256 is None:
+        if _git_blob_sha1(data) != entry.git_blob_sha1:
+            raise TraceError(f"checksum mismatch for trace {entry.name!r} from {url}: expected git blob id "
+                             f"{entry.git_blob_sha1}, got {_git_blob_sha1(data)}; nothing was written")
+    elif _sha256(data) != entry.download_sha256:
         raise TraceError(f"checksum mismatch for trace {entry.name!r} from {url}: expected sha256 "
                          f"{entry.download_sha256}, got {_sha256(data)}; nothing was written")
     return data
@@ -135,6 +143,20 @@ def _download(entry: TraceEntry, url: str, timeout_s: float, progress: bool) -> 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _git_blob_sha1(data: bytes) -> str:
+    """Git's object id of a file with these bytes (`git hash-object`)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def git_blob_sha1_of(path: Path) -> str:
+    """Git's object id of the file at `path`, read in chunks."""
+    digest = hashlib.sha1(b"blob %d\0" % path.stat().st_size, usedforsecurity=False)
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def sha256_of(path: Path) -> str:
