@@ -17,30 +17,23 @@ writes on the KV pool.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.allocators.base import SeqSpec, Strategy, drain_unmapped, mapped_pages, take_host_moves
+from workbench.allocators.base import Strategy, drain_unmapped, mapped_pages, take_host_moves
 from workbench.beam_forks import BeamForks
+from workbench.group_admission import Refused, admit_group
 from workbench.groups import Group, GroupState
 from workbench.intmath import cdiv
 from workbench.kernel_inputs import kernel_inputs
 from workbench.plan import NO_PAIRS, NO_SLOTS, Prefill, StepPlan
-from workbench.prefill_chunks import PrefillChunks, append_recomputed
+from workbench.prefill_chunks import PrefillChunks
 from workbench.request_log import RequestLog
 from workbench.step_cost import CostMeter
 from workbench.tokens import TokenStore
 from workbench.workload.request import Request
 
 MAX_PASS_KEY = 2**63  # larger than any block count or extent: nothing refused yet
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The head-of-queue group did not fit; `needed_extent_slots` > 0 for a contiguous extent."""
-
-    needed_extent_slots: int
 
 
 class Scheduler:
@@ -325,7 +318,7 @@ class Scheduler:
                     continue
             self._add_sequences(g, num_seqs)
             if self.chunks is None:
-                outcome = self._admit_group(g, num_seqs, copies, pool_empty)
+                outcome = admit_group(self.strategy, self.tokens, g, num_seqs, copies, pool_empty)
             else:
                 outcome = self.chunks.admit(g, budget, copies)
                 if not isinstance(outcome, Prefill):
@@ -364,45 +357,6 @@ class Scheduler:
             g.seq_ids = list(range(self.next_seq_id, self.next_seq_id + num_seqs))
             self.next_seq_id += num_seqs
             self.tokens.add(g.seq_ids, g.request)
-
-    def _admit_group(self, g: Group, num_seqs: int, copies: list[np.ndarray], pool_empty: bool) -> Prefill | Refused:
-        """Allocate the group's prompt (plus what it generated before a recompute); on refusal the
-        strategy is unchanged."""
-        req = g.request
-        recomputed = g.generated
-        if num_seqs == 1 and recomputed:
-            token_ids = self.tokens.logical(g.seq_ids[0], req.prompt_tokens + recomputed)
-        else:
-            token_ids = req.prompt_token_ids()
-        if num_seqs > 1 and recomputed and self.paged and not pool_empty:
-            # the appends below must not fail once the prompt is admitted (its blocks may be registered
-            # in a prefix cache before their KV is written): check an upper bound of the blocks first —
-            # the shared prompt, then per sequence its own tokens plus a copy of the shared last block.
-            # An empty pool always has room: the group held these blocks before it was preempted.
-            bs = self.block_size
-            needed = cdiv(req.prompt_tokens, bs) + num_seqs * (cdiv(recomputed, bs) + 1)
-            if self.strategy.num_allocatable_blocks() < needed:
-                return Refused(0)
-        result = self.strategy.admit(g.seq_ids, SeqSpec(token_ids, g.final_len))
-        if not result.admitted:
-            return Refused(result.needed_extent_slots)
-        if result.copies is not None and len(result.copies):
-            copies.append(result.copies)
-        g.kv_len = len(token_ids)
-        write_tokens = len(token_ids) - result.cached_tokens
-        if num_seqs > 1 and recomputed:
-            # each sample's own generated tokens follow the shared prompt: one append per position
-            for j in range(recomputed):
-                if not self.paged and not self.strategy.can_append(g.seq_ids):
-                    # memory mapped on demand (virtual-contiguous) ran out before the samples' own tokens:
-                    # undo the admission (nothing is written yet, no prefix cache holds these slots)
-                    self._free_group(g)
-                    return Refused(0)
-                append_recomputed(self.strategy, self.tokens, g, j, copies)
-            g.kv_len += recomputed
-            write_tokens += recomputed * num_seqs
-        g.state = GroupState.STARTING
-        return Prefill(g, result.cached_tokens, write_tokens, result.cached_tokens, g.kv_len, True)
 
     # ---- preemption and swapping -------------------------------------------------------------
     def _preempt(self, g: Group) -> np.ndarray | None:
