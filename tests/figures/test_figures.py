@@ -35,8 +35,9 @@ SPECS = {
                          "workload": ["alpaca-like"] * 4 + ["system-prompt:k=2,system=128"] * 2,
                          "kv_slots": [3072] * 4 + [1024, 4096]}]},
     "fragmentation_timeline": {"base": TINY, "axes": {"strategy": ["contiguous-max", "paged"]}},
-    "prefix_policies": {"base": {**TINY, "workload": "system-prompt:k=2,system=128"},
-                        "axes": {"strategy": ["paged-prefix", "radix"], "kv_slots": [1024, 4096]},
+    "prefix_policies": {"base": TINY,
+                        "axes": {"workload": ["system-prompt:k=2,system=128", "system-prompt:k=4,system=256"],
+                                 "strategy": ["paged-prefix", "radix"], "kv_slots": [1024, 4096]},
                         # 2^-12 GiB = 16 blocks of the tiny model (1 KiB per token, block 16)
                         "zip": [{"eviction": ["lru", "depth", "lru"], "host_cache_gib": [0.0, 0.0, 2**-12]}]},
     "block_size": {"base": {**TINY, "kernel_every": 2, "kernel_heads": 1},
@@ -291,23 +292,32 @@ def test_prefix_policies_lines_are_the_summary_beside_the_infinite_cache_bound(b
     from workbench.figures.prefix_policies import infinite_cache_bound
 
     _, summary = built["prefix_policies"]
-    fig, (hits, speed) = figure(built, "prefix_policies")
-    lines = {line.get_label(): line for line in hits.get_lines()}
+    fig, axes = figure(built, "prefix_policies")
+    workloads = list(dict.fromkeys(summary["workload"]))
+    assert len(axes) == 2 * len(workloads) == 4  # a row (hit rate, throughput) per workload, in sweep order
     keys = ["strategy", "eviction", "host_cache_gib"]
-    for (strategy, eviction, gib), part in summary.groupby(keys):
-        part = part.sort_values("kv_slots")
-        label = f"{style.strategy_label(strategy)}, {eviction}" + (f" + {gib:g} GiB host tier" if gib else "")
-        hit_rate = part["prefix_hit_rate"] + part["prefix_hit_rate_host"]  # the host's is 0 without a tier
-        np.testing.assert_allclose(lines[label].get_ydata(), hit_rate.to_numpy(dtype=float) * 100)
-    tiered = summary[summary["host_cache_gib"] > 0]
-    assert (tiered["prefix_hit_rate_host"] > 0).any(), "the tiny sweep's host tier serves some hits"
-    bound = [line for label, line in lines.items() if label.startswith("infinite cache")]
-    assert len(bound) == 1 and bound[0].get_ydata()[0] == pytest.approx(infinite_cache_bound(summary.iloc[0]) * 100)
-    # a bound for runs without preemption (a recomputed request hits its own blocks again), both tiers' hits
-    calm = summary[summary["num_preemptions"] == 0]
-    calm_hits = (calm["prefix_hit_rate"] + calm["prefix_hit_rate_host"]) * 100
-    assert len(calm) and (calm_hits <= bound[0].get_ydata()[0] + 1e-9).all()
-    assert len(speed.get_lines()) == summary.groupby(keys).ngroups
+    bounds = []
+    for workload, hits, speed in zip(workloads, axes[0::2], axes[1::2], strict=True):
+        rows = summary[summary["workload"] == workload]
+        assert hits.get_title() == style.workload_label(workload)
+        lines = {line.get_label(): line for line in hits.get_lines()}
+        for (strategy, eviction, gib), part in rows.groupby(keys):
+            part = part.sort_values("kv_slots")
+            label = f"{style.strategy_label(strategy)}, {eviction}" + (f" + {gib:g} GiB host tier" if gib else "")
+            hit_rate = part["prefix_hit_rate"] + part["prefix_hit_rate_host"]  # the host's is 0 without a tier
+            np.testing.assert_allclose(lines[label].get_ydata(), hit_rate.to_numpy(dtype=float) * 100)
+        tiered = rows[rows["host_cache_gib"] > 0]
+        assert (tiered["prefix_hit_rate_host"] > 0).any(), "the tiny sweep's host tier serves some hits"
+        bound = [line for label, line in lines.items() if label.startswith("infinite cache")]
+        assert len(bound) == 1
+        assert bound[0].get_ydata()[0] == pytest.approx(infinite_cache_bound(rows.iloc[0]) * 100)
+        bounds.append(bound[0].get_ydata()[0])
+        # a bound for runs without preemption (a recomputed request hits its own blocks again), both tiers' hits
+        calm = rows[rows["num_preemptions"] == 0]
+        calm_hits = (calm["prefix_hit_rate"] + calm["prefix_hit_rate_host"]) * 100
+        assert len(calm) and (calm_hits <= bound[0].get_ydata()[0] + 1e-9).all()
+        assert len(speed.get_lines()) == rows.groupby(keys).ngroups
+    assert bounds[0] != bounds[1], "each row is drawn against its own workload's bound"
     plt.close(fig)
 
 

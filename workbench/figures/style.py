@@ -103,6 +103,9 @@ WORKLOAD_LABELS = {
     "sharegpt-like": "ShareGPT-like",
     "alpaca-like": "Alpaca-like",
     "mooncake:mooncake-fast25-conversation": "Mooncake conversation",
+    "mooncake:mooncake-fast25-conversation-full": "Mooncake conversation (all 12,031 requests)",
+    "mooncake:mooncake-fast25-synthetic": "Mooncake synthetic (all 3,993 requests)",
+    "mooncake:mooncake-fast25-toolagent": "Mooncake tool and agent (all 23,608 requests)",
     "azure:azure-llm-2023-conv": "Azure LLM inference 2023, conversation",
     "azure:azure-llm-2023-code": "Azure LLM inference 2023, code",
 }
