@@ -95,3 +95,19 @@ def test_mooncake_prefix_sharing_matches_its_readme(real_trace):
     real_trace("mooncake-fast25-conversation")
     requests = build_workload(RunConfig(workload="mooncake:mooncake-fast25-conversation"))
     assert prefix_sharing(requests, 16).hit_frac == pytest.approx(0.361, abs=0.01)
+
+
+# The upstream FAST25-release/README.md table: requests, mean input and output length (rounded).
+MOONCAKE_README = {"mooncake-fast25-conversation-full": (12_031, 12_035, 343),
+                   "mooncake-fast25-toolagent": (23_608, 8_596, 182),
+                   "mooncake-fast25-synthetic": (3_993, 15_325, 149)}
+
+
+@pytest.mark.parametrize("name", sorted(MOONCAKE_README))
+def test_mooncake_traces_match_the_upstream_readme(real_trace, name):
+    real_trace(name)
+    requests = build_workload(RunConfig(workload=f"mooncake:{name}", max_model_len=1_000_000))
+    count, mean_input, mean_output = MOONCAKE_README[name]
+    assert len(requests) == count
+    assert round(np.mean([r.prompt_tokens for r in requests])) == mean_input
+    assert round(np.mean([r.output_tokens for r in requests])) == mean_output
