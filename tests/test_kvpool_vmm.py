@@ -68,7 +68,7 @@ def test_a_release_unmaps_only_pages_wholly_inside_the_rows():
     assert list(pages_within_rows(10, 20, 2048, 2 * MIB)) == []
 
 
-def test_a_page_is_created_mapped_and_opened_once_then_unmapped_and_released():
+def test_a_page_is_mapped_once_its_allocation_reused_after_an_unmap_and_released_at_close():
     driver = RecordingDriver()
     buf = VirtualBuffer(5 * MIB, driver)
     assert buf.size_bytes == 6 * MIB and driver.calls == [("reserve", 6 * MIB)]
@@ -80,10 +80,14 @@ def test_a_page_is_created_mapped_and_opened_once_then_unmapped_and_released():
                                 ("map", base, 2 * MIB, 102), ("access", base, 2 * MIB)]
     driver.calls.clear()
     assert buf.unmap_pages([0, 1]) == 1
-    assert driver.calls == [("unmap", base, 2 * MIB), ("release", 102)]
+    assert driver.calls == [("unmap", base, 2 * MIB)]  # the allocation stays, for the next page mapped
+    driver.calls.clear()
+    assert buf.map_pages([1]) == 1  # the spare allocation, no cuMemCreate: what the clock charges
+    assert driver.calls == [("map", base + 2 * MIB, 2 * MIB, 102), ("access", base + 2 * MIB, 2 * MIB)]
+    assert buf.unmap_pages([1, 2]) == 2 and buf.spare == [102, 101]
     driver.calls.clear()
     buf.close()
-    assert driver.calls == [("unmap", base + 4 * MIB, 2 * MIB), ("release", 101), ("free", base, 6 * MIB)]
+    assert driver.calls == [("release", 101), ("release", 102), ("free", base, 6 * MIB)]
 
 
 def test_a_page_outside_the_reservation_is_refused():

@@ -4,10 +4,13 @@ For `virtual-contiguous` on the `cupy` backend, each of K and V is one reserved 
 `virtual_slots` rows (`cuMemAddressReserve`), seen by the kernels as a plain CuPy array
 ([virtual_slots, num_kv_heads, head_dim], through `UnownedMemory`). Rows are backed by physical pages
 of the driver's granularity (`cuMemGetAllocationGranularity`, 2 MiB on current GPUs): a page is
-created, mapped and made accessible (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`) before the first
-row in it is written, and unmapped and released (`cuMemUnmap`, `cuMemRelease`) by `release_slots`.
-Reading an unmapped page is an illegal address, so the kernels reading only written rows is checked
-by the hardware.
+mapped and made accessible (`cuMemMap`, `cuMemSetAccess`) before the first row in it is written, and
+unmapped (`cuMemUnmap`) by `release_rows`. As in vAttention, physical allocations are not given back
+on unmap: an unmapped page's allocation waits on a free list for the next page to map, so mapping
+costs `cuMemCreate` only while the pool grows past its high-water mark, and `cuMemRelease` runs at
+`close` (the clock charges a mapping cuMemMap + cuMemSetAccess: `workbench.presets`). Reading an
+unmapped page is an illegal address, so the kernels reading only written rows is checked by the
+hardware.
 
 The bookkeeping (which pages a set of rows touches, which are mapped) is plain Python over a
 `Driver`; `CudaDriver` is the only code that calls CUDA, one call per method, so everything else is
@@ -68,14 +71,16 @@ class VirtualBuffer:
         self.size_bytes = round_up(size_bytes, self.page_bytes)
         self.address = driver.reserve(self.size_bytes)
         self.handles: dict[int, int] = {}  # mapped page -> its physical allocation
+        self.spare: list[int] = []  # physical allocations unmapped and kept for reuse (vAttention's free list)
 
     def map_pages(self, pages) -> int:
-        """Mutates. Back these pages with physical memory (those not mapped yet); returns how many were mapped."""
+        """Mutates. Back these pages with physical memory (those not mapped yet), reusing spare
+        allocations before creating any; returns how many were mapped."""
         new = [p for p in dict.fromkeys(int(p) for p in pages) if p not in self.handles]
         for page in new:
             if not 0 <= page < self.size_bytes // self.page_bytes:
                 raise ValueError(f"page {page} outside the reserved {self.size_bytes} bytes")
-            handle = self.driver.create(self.page_bytes)
+            handle = self.spare.pop() if self.spare else self.driver.create(self.page_bytes)
             address = self.address + page * self.page_bytes
             self.driver.map(address, self.page_bytes, handle)
             self.driver.set_access(address, self.page_bytes)
@@ -83,16 +88,19 @@ class VirtualBuffer:
         return len(new)
 
     def unmap_pages(self, pages) -> int:
-        """Mutates. Unmap and release these pages (those mapped); returns how many were unmapped."""
+        """Mutates. Unmap these pages (those mapped), keeping their allocations as spares; returns how
+        many were unmapped."""
         gone = [p for p in dict.fromkeys(int(p) for p in pages) if p in self.handles]
         for page in gone:
             self.driver.unmap(self.address + page * self.page_bytes, self.page_bytes)
-            self.driver.release(self.handles.pop(page))
+            self.spare.append(self.handles.pop(page))
         return len(gone)
 
     def close(self) -> None:
-        """Mutates. Unmap everything and give the virtual range back."""
+        """Mutates. Unmap everything, release every physical allocation and give the virtual range back."""
         self.unmap_pages(list(self.handles))
+        while self.spare:
+            self.driver.release(self.spare.pop())
         self.driver.free(self.address, self.size_bytes)
 
 
