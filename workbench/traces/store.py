@@ -120,7 +120,8 @@ def _download(entry: TraceEntry, url: str, timeout_s: float, progress: bool) -> 
             if announced is not None and int(announced) > cap_bytes:
                 raise TraceError(f"trace {entry.name!r} at {url} is {int(announced):,} bytes, more than the "
                                  f"registry's {cap_bytes:,}; nothing was written")
-            with tqdm(total=cap_bytes, unit="B", unit_scale=True, desc=entry.name, file=sys.stderr,
+            total = None if entry.size_bytes is None else cap_bytes  # unknown size: a count, not a bar
+            with tqdm(total=total, unit="B", unit_scale=True, desc=entry.name, file=sys.stderr,
                       disable=None if progress else True, leave=False) as bar:
                 while chunk := response.read(_CHUNK_BYTES):
                     buffer.write(chunk)
