@@ -60,10 +60,9 @@ def check_config(cfg: RunConfig) -> Resolved:
     """Everything that can be said against a config before running it; raises ValueError."""
     if cfg.strategy not in registry.names():
         raise ValueError(f"unknown strategy {cfg.strategy!r}; valid: {', '.join(registry.names())}")
-    registry.check_options(cfg)
     resolved = cfg.resolve()
     check_workload(cfg)
-    registry.create_from_config(cfg, resolved)  # a strategy's own limits (e.g. a pool smaller than one page)
+    registry.check_strategy(cfg, resolved)
     if cfg.kernel == "cupy":
         from workbench.kernels import available_backends
         if "cupy" not in available_backends():

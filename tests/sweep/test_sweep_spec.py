@@ -197,3 +197,15 @@ def test_experiments_by_path_or_by_builtin_name(tmp_path, monkeypatch):
         assert find_experiment(arg) == builtin_dir() / "fig_sharing.yaml"
     with pytest.raises(SpecError, match="no_such.yaml: cannot read"):
         load_spec(find_experiment("no_such.yaml"))
+
+
+def test_a_pool_the_strategy_refuses_fails_before_anything_runs(tmp_path):
+    # 2,048 slots of the tiny fuzz model are less than one 2 MiB page per K/V buffer
+    message = error_of(tmp_path, "base: {model: 'custom:layers=2,kv_heads=2,heads=4,head_dim=8,max_model_len=512',"
+                                 " kv_slots: 2048}\naxes: {strategy: [paged, virtual-contiguous]}\n")
+    assert "point 1 (strategy=virtual-contiguous)" in message and "hold no whole page of 2048 KiB" in message
+
+
+def test_an_option_the_strategy_does_not_take_fails_before_anything_runs(tmp_path):
+    message = error_of(tmp_path, "base: {fit: best}\naxes: {strategy: [contiguous-max, paged]}\n")
+    assert "point 1 (strategy=paged)" in message and "--fit best does not apply to strategy 'paged'" in message

@@ -218,5 +218,12 @@ def check_options(cfg: RunConfig) -> None:
                              f"{cfg.strategy!r}; it is taken by: {', '.join(takers)}")
 
 
+def check_strategy(cfg: RunConfig, resolved: Resolved) -> None:
+    """Raise ValueError if the run's strategy refuses its options or its pool (e.g. a pool smaller than
+    one page): the options checked, then the strategy built on the resolved pool and dropped."""
+    check_options(cfg)
+    create_from_config(cfg, resolved)
+
+
 def _declared_options() -> list[str]:
     return sorted({o for r in _REGISTRY.values() for o in r.options})

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from workbench import presets
+from workbench.allocators.registry import check_strategy
 from workbench.allocators.registry import names as strategy_names
 from workbench.config import RunConfig
 from workbench.workload import check_workload
@@ -82,15 +83,20 @@ class SweepSpec:
         points: list[Point] = []
         seen: dict[str, int] = {}
         workloads_checked: set[tuple[Any, ...]] = set()
+        strategies_checked: set[str] = set()
         for index, combo in enumerate(itertools.product(*dims)):
             varied = {k: v for part in combo for k, v in part.items()}
             try:
                 config = RunConfig(**{**self.base, **varied})
-                config.resolve()  # impossible size combinations fail here, not in a worker mid-sweep
+                resolved = config.resolve()  # impossible size combinations fail here, not in a worker mid-sweep
                 workload_key = (config.workload, config.model, config.max_model_len, config.rate)
                 if workload_key not in workloads_checked:  # what check_workload reads; the seed is irrelevant
                     check_workload(config)
                     workloads_checked.add(workload_key)
+                strategy_key = _strategy_key(config)
+                if strategy_key not in strategies_checked:  # options and pool the strategy refuses
+                    check_strategy(config, resolved)
+                    strategies_checked.add(strategy_key)
             except ValueError as exc:
                 raise SpecError(f"{self.source}: point {index} ({describe(varied)}): {exc}") from None
             point_id = config_id(config)
@@ -104,6 +110,16 @@ class SweepSpec:
     def config_hash(self) -> str:
         """A hash of every point's resolved configuration, in expansion order (figure provenance)."""
         return _short_hash(json.dumps([p.point_id for p in self.points()]))
+
+
+_NOT_READ_BY_STRATEGIES = ("seed", "workload", "rate", "num_requests", "duration")
+
+
+def _strategy_key(config: RunConfig) -> str:
+    """The configuration without the fields a strategy's construction never reads, so that points
+    differing only in those are checked once."""
+    fields = {k: v for k, v in config.to_dict().items() if k not in _NOT_READ_BY_STRATEGIES}
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
 
 
 def config_id(config: RunConfig) -> str:
