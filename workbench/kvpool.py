@@ -131,19 +131,19 @@ class KVPool:
                            backend=self.backend)
 
     def swap_out(self, moves: np.ndarray, block_size: int) -> None:
-        kernels.block_swap(self.k, self.v, self.host_k, self.host_v, np.ascontiguousarray(moves, dtype=np.int32),
-                           block_size, backend=self.backend)
+        self._move_blocks((self.k, self.v), (self.host_k, self.host_v), moves, block_size)
 
     def swap_in(self, moves: np.ndarray, block_size: int) -> None:
-        kernels.block_swap(self.host_k, self.host_v, self.k, self.v, np.ascontiguousarray(moves, dtype=np.int32),
-                           block_size, backend=self.backend)
+        self._move_blocks((self.host_k, self.host_v), (self.k, self.v), moves, block_size)
 
     def demote(self, moves: np.ndarray, block_size: int) -> None:
         """Copy device blocks into host-tier blocks: `moves` int32 [k, 2] (device block, tier block)."""
-        kernels.block_swap(self.k, self.v, self.tier_k, self.tier_v, np.ascontiguousarray(moves, dtype=np.int32),
-                           block_size, backend=self.backend)
+        self._move_blocks((self.k, self.v), (self.tier_k, self.tier_v), moves, block_size)
 
     def promote(self, moves: np.ndarray, block_size: int) -> None:
         """Copy host-tier blocks into device blocks: `moves` int32 [k, 2] (tier block, device block)."""
-        kernels.block_swap(self.tier_k, self.tier_v, self.k, self.v, np.ascontiguousarray(moves, dtype=np.int32),
-                           block_size, backend=self.backend)
+        self._move_blocks((self.tier_k, self.tier_v), (self.k, self.v), moves, block_size)
+
+    def _move_blocks(self, src, dst, moves: np.ndarray, block_size: int) -> None:
+        """Copy (K, V) blocks of `src` into `dst`: `moves` int32 [k, 2] (source block, destination block)."""
+        kernels.block_swap(*src, *dst, np.ascontiguousarray(moves, dtype=np.int32), block_size, backend=self.backend)
