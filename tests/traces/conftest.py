@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import threading
 
@@ -32,3 +33,8 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_TRACE_CACHE", str(path))
     monkeypatch.setattr("workbench.traces.store.shared_traces_dir", lambda: None)
     return path
+
+
+def git_blob_id(data: bytes) -> str:
+    """Git's object id of a file with these bytes, written out independently of the store's."""
+    return hashlib.sha1(f"blob {len(data)}".encode() + b"\x00" + data).hexdigest()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import shared_folder_of
+from tests.traces.conftest import git_blob_id
 from workbench.config import RunConfig
 from workbench.traces import TRACES, fetch
 from workbench.traces import registry as registry_module
@@ -31,11 +32,6 @@ PAIRS = [(21, 518), (8, 66), (19, 936)]
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def git_blob_id(data: bytes) -> str:
-    """Git's object id of a file with these bytes, written out independently of the store's."""
-    return hashlib.sha1(f"blob {len(data)}".encode() + b"\x00" + data).hexdigest()
 
 
 def _fixture_bytes(name: str) -> tuple[bytes, bytes]:

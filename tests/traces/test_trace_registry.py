@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from tests.conftest import shared_folder_of
+from tests.traces.conftest import git_blob_id
 from workbench.config import RunConfig
 from workbench.errors import TraceError, WorkloadError
 from workbench.paths import shared_traces_dir
@@ -171,7 +172,7 @@ def test_registry_matches_the_shared_files(name):
     path = folder / entry.folder / entry.file_name
     data = path.read_bytes()
     if entry.git_blob_sha1 is not None:
-        assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == entry.git_blob_sha1
+        assert git_blob_id(data) == entry.git_blob_sha1
     else:
         assert len(data) == entry.size_bytes
         assert hashlib.sha256(data).hexdigest() == entry.sha256

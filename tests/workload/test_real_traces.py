@@ -44,20 +44,18 @@ def test_failed_rows_kept_gives_the_readme_row_count(real_trace):
     assert len(build_workload(RunConfig(workload="lengths:alpaca-5000-subset:failed=keep"))) == 5_000
 
 
-def test_azure_readme_stats(real_trace):
-    real_trace("azure-llm-2023-conv")
-    requests = build_workload(RunConfig(workload="azure:azure-llm-2023-conv"))
-    assert np.mean([r.prompt_tokens for r in requests]) == pytest.approx(1154.7, abs=0.05)
-    assert np.mean([r.output_tokens for r in requests]) == pytest.approx(211.1, abs=0.05)
-    assert requests[-1].arrival_s == pytest.approx(3501.7, abs=0.05)
+# Mean prompt and output tokens and the last arrival (s) of each Azure trace, as its README gives them.
+AZURE_README = {"azure-llm-2023-conv": (1154.7, 211.1, 3501.7), "azure-llm-2023-code": (2047.8, 27.9, 3435.9)}
 
 
-def test_azure_code_stats(real_trace):
-    real_trace("azure-llm-2023-code")
-    requests = build_workload(RunConfig(workload="azure:azure-llm-2023-code"))
-    assert np.mean([r.prompt_tokens for r in requests]) == pytest.approx(2047.8, abs=0.05)
-    assert np.mean([r.output_tokens for r in requests]) == pytest.approx(27.9, abs=0.05)
-    assert requests[-1].arrival_s == pytest.approx(3435.9, abs=0.05)
+@pytest.mark.parametrize("name", sorted(AZURE_README))
+def test_azure_readme_stats(real_trace, name):
+    real_trace(name)
+    requests = build_workload(RunConfig(workload=f"azure:{name}"))
+    mean_prompt, mean_output, last_arrival_s = AZURE_README[name]
+    assert np.mean([r.prompt_tokens for r in requests]) == pytest.approx(mean_prompt, abs=0.05)
+    assert np.mean([r.output_tokens for r in requests]) == pytest.approx(mean_output, abs=0.05)
+    assert requests[-1].arrival_s == pytest.approx(last_arrival_s, abs=0.05)
 
 
 def test_sharegpt_filtered_is_the_vllm_paper_workload(real_trace):

@@ -100,18 +100,16 @@ def fetch(name: str, url: str | None = None, timeout_s: float = 60.0, progress: 
 
 def _is_verified(path: Path, entry: TraceEntry) -> bool:
     """True when `path` holds the registry's bytes; an unreadable cache counts as empty."""
+    kind, expected = _pin(entry.sha256, entry)
     try:
-        if not path.is_file():
-            return False
-        if entry.sha256 is None:
-            return git_blob_sha1_of(path) == entry.git_blob_sha1
-        return sha256_of(path) == entry.sha256
+        return path.is_file() and _file_digest(kind, path) == expected
     except OSError:
         return False
 
 
 def _download(entry: TraceEntry, url: str, timeout_s: float, progress: bool) -> bytes:
-    """The published file's bytes, refused when larger than the registry says or when its sha256 differs."""
+    """The published file's bytes, refused when larger than the registry says or when its sha256 (or git
+    blob id) differs."""
     cap_bytes = entry.download_size_bytes
     buffer = io.BytesIO()
     try:
@@ -132,14 +130,17 @@ def _download(entry: TraceEntry, url: str, timeout_s: float, progress: bool) -> 
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         raise TraceError(f"cannot download trace {entry.name!r} from {url}: {exc}; nothing was written") from None
     data = buffer.getvalue()
-    if entry.download_sha256 is None:
-        if _git_blob_sha1(data) != entry.git_blob_sha1:
-            raise TraceError(f"checksum mismatch for trace {entry.name!r} from {url}: expected git blob id "
-                             f"{entry.git_blob_sha1}, got {_git_blob_sha1(data)}; nothing was written")
-    elif _sha256(data) != entry.download_sha256:
-        raise TraceError(f"checksum mismatch for trace {entry.name!r} from {url}: expected sha256 "
-                         f"{entry.download_sha256}, got {_sha256(data)}; nothing was written")
+    kind, expected = _pin(entry.download_sha256, entry)
+    got = _sha256(data) if kind == "sha256" else _git_blob_sha1(data)
+    if got != expected:
+        raise TraceError(f"checksum mismatch for trace {entry.name!r} from {url}: expected {kind} {expected}, "
+                         f"got {got}; nothing was written")
     return data
+
+
+def _pin(sha256: str | None, entry: TraceEntry) -> tuple[str, str]:
+    """(kind, hex) that bytes must hash to: `sha256` when the registry knows it, else the entry's git blob id."""
+    return ("sha256", sha256) if sha256 is not None else ("git blob id", entry.git_blob_sha1)
 
 
 def _sha256(data: bytes) -> str:
@@ -153,15 +154,20 @@ def _git_blob_sha1(data: bytes) -> str:
 
 def git_blob_sha1_of(path: Path) -> str:
     """Git's object id of the file at `path`, read in chunks."""
-    digest = hashlib.sha1(b"blob %d\0" % path.stat().st_size, usedforsecurity=False)
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return _digest_file(hashlib.sha1(b"blob %d\0" % path.stat().st_size, usedforsecurity=False), path)
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+    return _digest_file(hashlib.sha256(), path)
+
+
+def _file_digest(kind: str, path: Path) -> str:
+    """The file's "sha256" or "git blob id"."""
+    return sha256_of(path) if kind == "sha256" else git_blob_sha1_of(path)
+
+
+def _digest_file(digest, path: Path) -> str:
+    """`digest` (a hashlib object) fed the file's bytes in chunks, as hex."""
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
