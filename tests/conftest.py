@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from workbench.paths import shared_traces_dir
 from workbench.traces import TRACES, locate
+
+REPO = Path(__file__).parents[1]
 
 
 @pytest.fixture
@@ -41,3 +44,13 @@ def shared_folder_of(name: str, purpose: str) -> Path:
     if not (folder / entry.folder).is_dir():
         pytest.skip(f"{name} is not among the shared traces (its own folder {entry.folder} is not there)")
     return folder
+
+
+def numba_env_for_target(cpu_name: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of a subprocess that compiles the Numba kernels for CPU target `cpu_name`, with a
+    cache of its own: beside the suite's (kept between runs, keyed on the sources like it) or a fresh one."""
+    base = os.environ.get("NUMBA_CACHE_DIR")
+    cache = f"{base}-{cpu_name}" if base else str(tmp_path / f"numba-{cpu_name}")
+    env = {**os.environ, "NUMBA_CPU_NAME": cpu_name, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(REPO)}
+    env.pop("NUMBA_CPU_FEATURES", None)  # Numba's choice for the named CPU
+    return env

@@ -7,7 +7,13 @@ import pytest
 from numba import njit
 
 from workbench.kernels.numba_attention import exp_nonpositive
-from workbench.kernels.numba_convert import HOST_HAS_F16C, bf16_to_float, half_bits_to_float, half_fpext, half_to_float
+from workbench.kernels.numba_convert import (
+    TARGET_HAS_F16C,
+    bf16_to_float,
+    half_bits_to_float,
+    half_fpext,
+    half_to_float,
+)
 
 ALL_BITS = np.arange(1 << 16, dtype=np.uint16)  # [65536]
 
@@ -38,7 +44,7 @@ def _convert_all_fpext(bits):
 
 def _half_routes():
     routes = [("kernel", lambda b: _convert_all(b, False)), ("bits", _convert_all_bit_route)]
-    if HOST_HAS_F16C:
+    if TARGET_HAS_F16C:
         routes.append(("fpext", _convert_all_fpext))
     return routes
 

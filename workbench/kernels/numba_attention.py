@@ -62,11 +62,13 @@ def tile_slots(paged, seq, pos0, num_tokens, kv_indptr, kv_indices, block_size, 
             slots[t] = np.int64(kv_start[seq]) + pos0 + t
 
 
-@njit(parallel=True, cache=True)
-def attention_partials(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, window, chunks,
-                       part_tokens, parts):
-    """Run every (query chunk, KV partition) work item; fills parts = (part_out [num_parts, total_q,
-    num_heads, head_dim], part_m, part_l [num_parts, total_q, num_heads]) and mutates nothing else.
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
+def attend_items(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, window, chunks,
+                 part_tokens, parts, first_item, item_stride):
+    """Run work items first_item, first_item + item_stride, ... of every (query chunk, KV partition) item;
+    fills their share of parts = (part_out [num_parts, total_q, num_heads, head_dim], part_m, part_l
+    [num_parts, total_q, num_heads]) and mutates nothing else. Releases the GIL: threads given different
+    `first_item` with the same stride run side by side (numba_backend.py).
 
     pools = (k_rows, v_rows, k_bits, v_bits): fp32 pools as float32 [num_slots * num_kv_heads, head_dim]
     rows, 16-bit pools as uint16 [num_slots, num_kv_heads, head_dim]; the unused pair is a
@@ -74,17 +76,20 @@ def attention_partials(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table,
     kv_start, kv_len); chunks = (chunk_seq, chunk_q_begin, chunk_q_end). Partition p of a sequence
     covers positions p*part_tokens .. (p+1)*part_tokens-1. window > 0: a query at position p reads
     only positions p − window + 1 .. p (0: every position up to p).
+
+    `attend_item` is inlined, so this function is the kernel's only compiled copy. (A prange body calling a
+    separately compiled function links a second copy into its own module, optimized again there; a process
+    then runs whichever copy it loaded first, and under fastmath the two can round differently. Inlined
+    into a prange body instead, the inner loops do not vectorize.)
     """
     num_parts = parts[0].shape[0]
-    for item in prange(chunks[0].shape[0] * num_parts):
+    for item in range(first_item, chunks[0].shape[0] * num_parts, item_stride):
         chunk, part = item // num_parts, item % num_parts
         attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, window,
                     chunks[0][chunk], chunks[1][chunk], chunks[2][chunk], part, part_tokens, parts)
 
 
-# A separate (non-parallel) function: compiled on its own, its inner loops vectorize, which they do
-# not when written inline in the prange body.
-@njit(cache=True, fastmath=FASTMATH)
+@njit(inline="always", cache=True, fastmath=FASTMATH)
 def attend_item(q, qo_indptr, pools, num_kv_heads, kv_code, paged, table, block_size, scale, window, seq, q_begin,
                 q_end, part, part_tokens, parts):
     """Queries q_begin..q_end-1 of `seq`, all heads, over one KV partition. Mutates parts only.

@@ -10,9 +10,13 @@ Outputs are allocated NaN-filled, so an element a kernel fails to write never pa
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 
-from workbench.kernels.numba_attention import TILE_TOKENS, attend_item, attention_partials, merge_partials
+from workbench.kernels.numba_attention import TILE_TOKENS, attend_items, merge_partials
 from workbench.kernels.numba_cache import copy_blocks, scatter_rows, scatter_rows_fp8
 from workbench.kernels.numba_convert import KV_CODE
 
@@ -85,19 +89,40 @@ def _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, 
     args = (q, qo_indptr, _kernel_pools(k_pool, v_pool, kv_dtype), num_kv_heads, KV_CODE[kv_dtype], paged,
             (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale), np.int64(window))
     parts = (part_out, part_m, part_l)
-    if len(chunk_seq):
-        # attention_partials carries its own copy of attend_item, optimized again inside its module; the
-        # process runs whichever definition of the symbol it loaded first. Loading attend_item's own code
-        # first (a work item past the end of every sequence returns at once and writes nothing) makes a
-        # cached attention_partials run the same instructions as a freshly compiled one, which under
-        # fastmath decides the summation order and so the bits of the output.
-        attend_item(*args, chunk_seq[0], chunk_q_begin[0], chunk_q_end[0], num_parts, part_tokens, parts)
-    attention_partials(*args, (chunk_seq, chunk_q_begin, chunk_q_end), part_tokens, parts)
+    _attend_in_threads(args, (chunk_seq, chunk_q_begin, chunk_q_end), part_tokens, parts)
     if num_parts == 1:
         return part_out[0]
     out = np.full(q.shape, np.nan, dtype=np.float32)  # [total_q, num_heads, head_dim]
     merge_partials(qo_indptr, kv_len, part_tokens, part_out, part_m, part_l, out)
     return out
+
+
+def _attend_in_threads(args, chunks, part_tokens, parts) -> None:
+    """Every work item, on numba.get_num_threads() threads: thread i runs items i, i + threads, ... (so
+    long and short sequences spread evenly). Each item writes only its own outputs, so the bits do not
+    depend on the thread count or on which thread ran what."""
+    num_items = len(chunks[0]) * parts[0].shape[0]
+    threads = min(numba.get_num_threads(), num_items)
+    if threads <= 1:
+        attend_items(*args, chunks, part_tokens, parts, 0, 1)
+        return
+    run = lambda first: attend_items(*args, chunks, part_tokens, parts, first, threads)
+    list(_thread_pool().map(run, range(threads)))  # list(): wait for all, re-raise the first error
+
+
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    """One pool per process, as large as Numba's thread limit (get_num_threads never exceeds it)."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS,
+                                        thread_name_prefix="numba-attention"))
+    return _POOL[0]
+
+
+# A forked child (sweep workers) inherits the pool object but none of its threads: it must make its own.
+os.register_at_fork(after_in_child=_POOL.clear)
 
 
 def _paged_len(kv_indptr, kv_last_page_len, block_size):
