@@ -11,6 +11,7 @@ Same positional signatures as the other backends (docs/kernels.md); NumPy in, Nu
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -81,6 +82,15 @@ def build_library(entry: Path, depends: tuple[Path, ...] = ()) -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:  # concurrent processes wait for one build, not race it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_file():
+            _compile(entry, target)
+    return target
+
+
+def _compile(entry: Path, target: Path) -> None:
+    include = shim_include_dir()
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     includes = [f"-I{kernels_dir()}", f"-I{entry.parent}", f"-I{include}"]
@@ -90,7 +100,6 @@ def build_library(entry: Path, depends: tuple[Path, ...] = ()) -> Path:
         os.unlink(tmp)
         raise ShimBuildError(f"building the CUDA CPU shim failed:\n$ {' '.join(command)}\n{result.stderr}")
     os.replace(tmp, target)
-    return target
 
 
 @cache
