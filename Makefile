@@ -11,7 +11,7 @@ NUMBA_SOURCES_HASH := $(shell grep -rl --include='*.py' numba workbench | sort |
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba/$(NUMBA_SOURCES_HASH)
 export MPLBACKEND ?= Agg
 
-.PHONY: demo test lint bench gpu-check figures paper notebooks lab clean
+.PHONY: demo test test-all lint bench gpu-check figures paper notebooks lab clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +31,16 @@ demo: $(STAMP_RUN)
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .
 
+# `make test`: every code path, on every core, in minutes; `make test-all` adds the exhaustive variants
+# marked `slow` (all 2^32 fp8 patterns, full-size notebooks and experiments, long random walks)
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=15
 test: $(STAMP_DEV)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -m "not slow"
+
+test-all: $(STAMP_DEV)
+	$(BIN)/ruff check .
+	$(PYTEST)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python benchmarks/bench_workload.py

@@ -54,3 +54,24 @@ def numba_env_for_target(cpu_name: str, tmp_path: Path) -> dict[str, str]:
     env = {**os.environ, "NUMBA_CPU_NAME": cpu_name, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(REPO)}
     env.pop("NUMBA_CPU_FEATURES", None)  # Numba's choice for the named CPU
     return env
+
+
+def strategy_workload_grid(strategies: list[str], workloads: list[str], per_strategy: int = 2) -> list:
+    """(strategy, workload) pytest params over the whole grid. In the quick run each strategy meets
+    `per_strategy` workloads, rotating so that every workload is met by several strategies; the rest of
+    the grid (the same paths, other pairings) is marked slow and runs in the full run."""
+    params = []
+    for i, strategy in enumerate(strategies):
+        quick = {workloads[(i + k) % len(workloads)] for k in range(per_strategy)}
+        params += [pytest.param(strategy, w, id=f"{strategy}-{w}", marks=() if w in quick else pytest.mark.slow)
+                   for w in workloads]
+    return params
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that share a module-scoped fixture (built figures, a built wheel, a compiled probe) go to one
+    xdist worker (`--dist loadgroup`), so the fixture is built once rather than once per worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -119,6 +119,8 @@ def main() -> None:
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--compare", metavar="OLD_JSON", help="list what the recorded outputs change of OLD_JSON")
     parser.add_argument("--print", action="store_true", help="print the outputs computed here as JSON")
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=sorted(WORKLOADS),
+                        help="with --print: these workloads only")
     parser.add_argument("strategies", nargs="*", help="default: every registered strategy")
     args = parser.parse_args()
     if args.compare:
@@ -130,7 +132,7 @@ def main() -> None:
     import numba
     numba.set_num_threads(1)
     if args.print:
-        print(json.dumps({s: {w: outputs(s, w) for w in WORKLOADS} for s in args.strategies or registry.names()}))
+        print(json.dumps({s: {w: outputs(s, w) for w in args.workloads} for s in args.strategies or registry.names()}))
         return
     golden = load()
     for strategy in args.strategies or registry.names():

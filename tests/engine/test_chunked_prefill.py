@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import strategy_workload_grid
 from tests.engine.conftest import checked_strategy, small_config
 from tests.engine.test_engine_strategies import check_run
 from workbench.allocators import registry
@@ -36,8 +37,7 @@ def _request(request_id: int, arrival_s: float, prompt: int, output: int) -> Req
     return Request(request_id, arrival_s, prompt, output, (Segment(1000 + request_id, prompt),))
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
-@pytest.mark.parametrize("strategy", registry.names())
+@pytest.mark.parametrize(("strategy", "workload"), strategy_workload_grid(registry.names(), sorted(WORKLOADS)))
 def test_every_strategy_prefills_in_chunks_with_verified_kernels(strategy, workload):
     cfg = chunked_config(strategy=strategy, **WORKLOADS[workload])
     requests = build_workload(cfg)

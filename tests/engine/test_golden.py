@@ -43,16 +43,25 @@ def test_outputs_match_the_recorded_ones(strategy, workload):
     assert not numerics_problems(got)
 
 
-@pytest.mark.parametrize("cpu_name", ["x86-64"])
-def test_golden_outputs_under_another_numba_cpu_target(cpu_name, tmp_path):
+# (Numba CPU target, workloads): every case in the full run; the quick run takes an fp32 run with
+# preemption and an fp16 run with shared blocks, for every strategy
+OTHER_TARGETS = [
+    pytest.param("x86-64", ("chat", "parallel-n4"), id="x86-64-quick"),
+    pytest.param("x86-64", tuple(sorted(WORKLOADS)), id="x86-64", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("cpu_name", "workloads"), OTHER_TARGETS)
+def test_golden_outputs_under_another_numba_cpu_target(cpu_name, workloads, tmp_path):
     """Kernels compiled for the x86-64 baseline (another vector width, another summation order) change the
     kernel numerics' last bits at most: memory, scheduling and timing tables stay identical."""
-    done = subprocess.run([sys.executable, "-m", "tests.engine.golden", "--print"], cwd=REPO,
+    command = [sys.executable, "-m", "tests.engine.golden", "--print", "--workloads", *workloads]
+    done = subprocess.run(command, cwd=REPO,
                           env=numba_env_for_target(cpu_name, tmp_path),
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout)
-    assert sorted(got) == sorted(GOLDEN)
+    assert sorted(got) == sorted(GOLDEN) and all(sorted(cases) == sorted(workloads) for cases in got.values())
     for strategy, cases in got.items():
         for workload, case in cases.items():
             assert exact_part(case) == exact_part(_expected(strategy, workload)), f"{strategy}/{workload}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import struct
@@ -13,7 +14,15 @@ pytest.importorskip("cuda.bindings.nvrtc")
 
 from workbench.kernels import nvrtc, source  # noqa: E402
 
-ARCHS = ["sm_80", "sm_90"]
+# (arch, head dims compiled): every launcher variant for sm_90 (H100/H200) and sm_80 (A100) in the full run;
+# the quick run compiles sm_90's at the smallest and the largest head dim (registers grow with it)
+TARGETS = [
+    pytest.param(("sm_90", (min(source.HEAD_DIMS), max(source.HEAD_DIMS))), id="sm_90-quick"),
+    pytest.param(("sm_90", source.HEAD_DIMS), id="sm_90", marks=pytest.mark.slow),
+    pytest.param(("sm_80", source.HEAD_DIMS), id="sm_80", marks=pytest.mark.slow),
+]
+# one worker compiles each arch once for every test of this module
+pytestmark = pytest.mark.xdist_group("nvrtc")
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if os.path.isfile(p)), None)
 
 
@@ -22,20 +31,29 @@ def test_nvrtc_is_the_cuda_13_0_series():
     assert nvrtc.nvrtc_version() == (13, 0)
 
 
-@pytest.fixture(scope="module")
-def compiled_by_arch() -> dict[str, list[nvrtc.CompiledModule]]:
-    """Both sources for both archs; NVRTC releases the GIL, so the four compilations run side by side."""
-    attention = [*source.all_attention_kernel_names(), source.MERGE_KERNEL_NAME]
-    jobs = [(arch, src, names) for arch in ARCHS
-            for src, names in ((source.ATTENTION_CU, attention), (source.CACHE_OPS_CU, source.cache_kernel_names()))]
+def attention_names(head_dims: tuple[int, ...]) -> list[str]:
+    """The launcher's attention variants at these head dims, and the merge kernel."""
+    dims = [str(d) for d in head_dims]
+    return [n for n in source.all_attention_kernel_names()
+            if any(f", {d}," in n for d in dims)] + [source.MERGE_KERNEL_NAME]
+
+
+@functools.cache
+def compiled_for(arch: str, head_dims: tuple[int, ...]) -> list[nvrtc.CompiledModule]:
+    """Both sources for one arch; NVRTC releases the GIL, so the two compilations run side by side."""
+    jobs = [(source.ATTENTION_CU, attention_names(head_dims)), (source.CACHE_OPS_CU, source.cache_kernel_names())]
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        modules = list(pool.map(lambda job: nvrtc.compile_cubin(job[1], job[2], job[0]), jobs))
-    return {arch: [m for m in modules if m.arch == arch] for arch in ARCHS}
+        return list(pool.map(lambda job: nvrtc.compile_cubin(job[0], job[1], arch), jobs))
 
 
-@pytest.fixture(params=ARCHS)
-def compiled(request, compiled_by_arch) -> list[nvrtc.CompiledModule]:
-    return compiled_by_arch[request.param]
+@pytest.fixture(params=TARGETS)
+def target(request) -> tuple[str, tuple[int, ...]]:
+    return request.param
+
+
+@pytest.fixture
+def compiled(target) -> list[nvrtc.CompiledModule]:
+    return compiled_for(*target)
 
 
 def test_every_variant_compiles_without_spills(compiled):
@@ -51,11 +69,18 @@ def test_every_variant_compiles_without_spills(compiled):
             assert 0 < report.registers <= 255
 
 
-def test_every_launcher_variant_is_instantiated(compiled):
-    """2 addressings x 4 dtypes x 5 head dims x 4 row tiles + the merge; 2 cache ops x 2 word sizes + the fp8
-    write from 3 model dtypes."""
+def test_the_launcher_knows_every_variant():
+    """2 addressings x 4 dtypes x 5 head dims x 4 row tiles; 2 cache ops x 2 word sizes + the fp8 write from
+    3 model dtypes."""
+    assert len(set(source.all_attention_kernel_names())) == 2 * 4 * 5 * 4
+    assert len(attention_names(source.HEAD_DIMS)) == 2 * 4 * 5 * 4 + 1
+    assert len(attention_names((64, 256))) == 2 * 4 * 2 * 4 + 1
+    assert len(set(source.cache_kernel_names())) == 4 + 3
+
+
+def test_every_requested_variant_is_instantiated(target, compiled):
     attention, cache_ops = compiled
-    assert len(attention.lowered_names) == 2 * 4 * 5 * 4 + 1
+    assert len(attention.lowered_names) == len(attention_names(target[1]))
     assert len(cache_ops.lowered_names) == 4 + 3
     assert len(set(attention.lowered_names.values())) == len(attention.lowered_names)
 

@@ -58,7 +58,13 @@ def _experiments_run_by(book) -> list[Path]:
             if path.name in source or ("run_experiments(" in source and path.name.startswith("paper_"))]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# Small as it is, the paper notebook reruns every experiment of the paper table (tests/paper runs them
+# too, on a reduced table): it executes in the full run only.
+SLOW_NOTEBOOKS = {"06-reproducing-the-paper"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS else p
+                                  for p in NOTEBOOKS], ids=lambda p: p.stem)
 def test_executes(path, tmp_path, monkeypatch):
     # the kernel of this environment, even when a user-level `python3` kernelspec points elsewhere
     venv_jupyter = Path(sys.prefix) / "share" / "jupyter"
