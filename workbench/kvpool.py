@@ -119,6 +119,11 @@ class KVPool:
         dtype = STORAGE_DTYPES[self.kv_dtype]
         return self.xp.zeros(shape, dtype=dtype), self.xp.zeros(shape, dtype=dtype)
 
+    def close(self) -> None:
+        """Mutates. Give back device memory held beyond the arrays' own (a virtual memory pool's mappings and
+        ranges); nothing for plain arrays. The pool is not used afterwards; the engine calls this when a run
+        ends, failed runs included."""
+
     def write(self, slots: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
         """Scatter rows [T, H, D] (storage dtype, or for an fp8 pool the model's fp16 rows, which the write
         quantizes with scale 1; host memory) into int64 `slots` [T]."""
