@@ -14,7 +14,7 @@ import numpy as np
 
 from workbench import kernels
 from workbench.kernels import fp8
-from workbench.workload.request import mix64
+from workbench.splitmix import mix64
 
 _TABLE_ROWS = 4096  # entries per content table; a row picks two of them (4096^2 combinations)
 _TABLE_SEED = 0x5EED_C0DE  # content is a property of tokens, not of a run: one fixed seed
