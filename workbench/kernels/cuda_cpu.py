@@ -155,9 +155,10 @@ def _data_ptr(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
-def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, partition_tokens=None,
-              max_q_per_seq=None, window=0):
-    """Extend attention (decode when every sequence has one query) through the shim → float32 [total_q, H, D].
+def prepare_attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None,
+                      partition_tokens=None, max_q_per_seq=None, window=0):
+    """Extend attention (decode when every sequence has one query) through the shim, planned: returns a call
+    that runs the launches and returns float32 [total_q, H, D].
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
     `partition_tokens` forces a split-K partition size instead of the launcher heuristic.
@@ -170,12 +171,15 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
         np, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, _data_ptr, PLAN_SMS, paged=paged, contiguous=contiguous,
         partition_tokens=partition_tokens, max_q_per_seq=max_q_per_seq, window=window,
     )
-    run(launches)
-    return out
+    return cuda_launches.launch_call(run, launches, out)
 
 
-paged_decode, contiguous_decode, paged_extend, contiguous_extend = cuda_launches.attention_entry_points(
-    attention, np)
+attention = cuda_launches.launched_now(prepare_attention)
+prepare_paged_decode, prepare_contiguous_decode, prepare_paged_extend, prepare_contiguous_extend = \
+    cuda_launches.attention_entry_points(prepare_attention, np)
+paged_decode, contiguous_decode, paged_extend, contiguous_extend = map(
+    cuda_launches.launched_now,
+    (prepare_paged_decode, prepare_contiguous_decode, prepare_paged_extend, prepare_contiguous_extend))
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
