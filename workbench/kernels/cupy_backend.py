@@ -32,6 +32,12 @@ def _kernel(source_name: str, name_expression: str) -> cp.RawKernel:
     return module.get_function(name_expression)
 
 
+def compile_kernel(source_name: str, name_expression: str) -> None:
+    """Compile one kernel now (or load it from CuPy's disk cache), as its first launch would: the GPU
+    check's warm-up step (benchmarks/gpu_warmup.py) fills the disk cache before the timed tests."""
+    _kernel(source_name, name_expression)
+
+
 @cache
 def num_sms(device_id: int) -> int:
     return int(cp.cuda.Device(device_id).attributes["MultiProcessorCount"])
