@@ -25,7 +25,12 @@ from workbench.kernels.source import SHIM_ENTRY, cuda_include_dirs, kernels_dir,
 from workbench.paths import REPO_ROOT
 
 CXX = os.environ.get("CXX", "g++")
-CXX_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-pthread")
+# -fsanitize=bounds: an index past a __shared__ array (or any sized array) aborts naming the file and line,
+# where it would otherwise read a neighbour (cuda_cpu_shim.h)
+CXX_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fsanitize=bounds", "-fno-sanitize-recover=bounds")
+# The order of a block's threads between barriers (cuda_cpu_shim.h): codes of kvw_set_thread_order
+THREAD_ORDERS = {"index": 0, "reversed": 1, "shuffled": 2}
+DEFAULT_ORDER_SEED = 0x5EED0F7EAD
 KV_DTYPE_CODES = {"fp32": 0, "fp16": 1, "bf16": 2}
 # The shim plans launches for this many SMs (an H200's), whatever CPU it runs on: results do not
 # depend on the machine's core count, and the shim runs the grids the GPU would run.
@@ -103,7 +108,19 @@ def _library() -> ctypes.CDLL:
         ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
     ]
     lib.kvw_launch.restype = ctypes.c_int
+    lib.kvw_set_thread_order.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
+    lib.kvw_set_thread_order.restype = None
     return lib
+
+
+def set_thread_order(order: str, seed: int = DEFAULT_ORDER_SEED) -> None:
+    """The order a block's threads run in between barriers for the launches that follow: "shuffled" (the
+    default: a permutation drawn from `seed`, the block and the barriers passed), "reversed" or "index".
+    A correct kernel gives the same bits in every order; one that reads another thread's write without a
+    barrier does not."""
+    if order not in THREAD_ORDERS:
+        raise ValueError(f"order must be one of {sorted(THREAD_ORDERS)}, got {order!r}")
+    _library().kvw_set_thread_order(THREAD_ORDERS[order], seed)
 
 
 def has_kernel(name_expression: str) -> bool:
