@@ -45,7 +45,7 @@ def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_s
     """Output buffer (float32 [total_q, H, D], NaN-poisoned) and the launches that fill it.
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
-    The plan needs the longest KV length and, unless `max_q_per_seq` is given, the most queries of one
+    The plan needs every sequence's KV length and, unless `max_q_per_seq` is given, the most queries of one
     sequence: small reads of device arrays. `data_ptr(array)` is the array's address (alignment check);
     `blocks_per_sm(kernel_name)`, when given, is the kernel's real occupancy (split-K sizing).
     `window` > 0: each query reads only its last `window` positions (0 = full attention).
@@ -70,10 +70,13 @@ def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_s
     rows = launch.plan_rows(num_heads, num_kv_heads, max_q_per_seq)
     kernel_name = attention_kernel_name(addressing, kv_dtype, head_dim, rows)
     occupancy = launch.DEFAULT_BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm(kernel_name)
-    # a block reads its rows' span: the whole prefix, or with a window at most window + max_q_per_seq - 1 positions
-    span_tokens = int(kv_lens.max()) if window == 0 else min(int(kv_lens.max()), window + max_q_per_seq - 1)
-    plan = launch.plan_attention(num_seqs, num_heads, num_kv_heads, max_q_per_seq, span_tokens, num_sms,
-                                 partition_tokens, blocks_per_sm=occupancy)
+    # a block reads its rows' span: the whole prefix, or with a window at most window + max_q_per_seq - 1
+    # positions; split-K is sized over every sequence's span (a small device-to-host copy on the GPU)
+    span_tokens = np.asarray(kv_lens.get() if hasattr(kv_lens, "get") else kv_lens, dtype=np.int64)
+    if window:
+        span_tokens = np.minimum(span_tokens, window + max_q_per_seq - 1)
+    plan = launch.plan_attention(num_heads, num_kv_heads, max_q_per_seq, span_tokens, num_sms, partition_tokens,
+                                 blocks_per_sm=occupancy)
     launch.check_pool_alignment(head_dim, k_pool.itemsize, k_pool=data_ptr(k_pool), v_pool=data_ptr(v_pool))
     if plan.num_partitions > 1:
         part_out = xp.empty((total_q, num_heads, plan.num_partitions, head_dim), dtype=np.float32)
