@@ -2,7 +2,7 @@
 
 The kernels are compiled with NVRTC for sm_90 with the ptxas report (registers, spills); the CUBIN
 is disassembled with `cuobjdump -sass`. The main loop is the innermost backward branch whose body
-holds the vector K/V loads (LDG.E.128, or LDG.E.64 for fp8's 8-byte vectors; the page-table reads
+holds the vector K/V loads (LDG.E.128, or LDG.E.64 for 8-byte vectors; the page-table reads
 are 32-bit); its bytes per trip are those loads × their width × 32 lanes, so instructions per KV byte is what one
 warp issues per byte it streams. A static count: branches inside the body count once, which is
 what a full tile (the common case) executes, give or take the masked tail.

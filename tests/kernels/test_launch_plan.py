@@ -100,7 +100,7 @@ def test_forced_partitions_and_bad_values():
 @pytest.mark.parametrize(
     "head_dim, itemsize, expected",
     [(64, 4, 16), (80, 4, 16), (80, 2, 16), (96, 2, 16), (256, 2, 16), (6, 2, 4), (3, 4, 4), (3, 2, 2), (2, 4, 8),
-     (128, 1, 8), (80, 1, 8), (6, 1, 1)],  # fp8: at most 8 elements per vector
+     (128, 1, 16), (80, 1, 16), (6, 1, 1)],  # fp8: up to 16 codes per vector
 )
 def test_vector_width_is_the_widest_that_divides_a_row(head_dim, itemsize, expected):
     assert launch.vector_bytes(head_dim, itemsize) == expected

@@ -143,10 +143,11 @@ def copy_chunks(words: int) -> int:
 
 
 def vector_bytes(head_dim: int, itemsize: int) -> int:
-    """Width of the attention kernel's K/V loads (kv_common.cuh RowVec): the widest of 16/8/4 bytes, at most
-    8 elements, dividing a row."""
+    """Width of the attention kernel's K/V loads (kv_common.cuh RowVec): the widest of 16/8/4 bytes dividing a
+    row, at most 8 elements of a 2- or 4-byte type (fp8: up to 16 codes)."""
     row_bytes = head_dim * itemsize
-    return next((b for b in (16, 8, 4) if row_bytes % b == 0 and b <= 8 * itemsize), itemsize)
+    max_bytes = 16 if itemsize == 1 else min(8 * itemsize, 16)
+    return next((b for b in (16, 8, 4) if row_bytes % b == 0 and b <= max_bytes), itemsize)
 
 
 def check_pool_alignment(head_dim: int, itemsize: int, **pool_pointers: int) -> None:
