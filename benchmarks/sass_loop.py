@@ -2,10 +2,14 @@
 
 The kernels are compiled with NVRTC for sm_90 with the ptxas report (registers, spills); the CUBIN
 is disassembled with `cuobjdump -sass`. The main loop is the innermost backward branch whose body
-holds the vector K/V loads (LDG.E.128, or LDG.E.64 for fp8's 8-byte vectors; the page-table reads
+holds the vector K/V loads (LDG.E.128, or LDG.E.64 for 8-byte vectors; the page-table reads
 are 32-bit); its bytes per trip are those loads × their width × 32 lanes, so instructions per KV byte is what one
 warp issues per byte it streams. A static count: branches inside the body count once, which is
 what a full tile (the common case) executes, give or take the masked tail.
+
+Per *unique* KV byte: when a block spreads its rows over several warps that walk the same positions
+(ROWS / min(ROWS, MAX_WARP_ROWS) of them, read from attention.cu), each byte is loaded and converted by
+every one of them, so the block issues that many times the per-byte cost for each byte it needs.
 """
 
 from __future__ import annotations
@@ -33,10 +37,23 @@ class LoopCost:
     spill_bytes: int
     loop_instructions: int
     kv_bytes_per_trip: int
+    warps_per_kv_byte: int  # warps of a block that load the same KV bytes
 
     @property
     def instructions_per_kv_byte(self) -> float:
         return self.loop_instructions / self.kv_bytes_per_trip if self.kv_bytes_per_trip else float("nan")
+
+    @property
+    def instructions_per_unique_kv_byte(self) -> float:
+        return self.instructions_per_kv_byte * self.warps_per_kv_byte
+
+
+def warps_per_kv_byte(expression: str, attention_source: str) -> int:
+    """Warps of one block that walk the same KV positions: ROWS (the expression's last template argument)
+    over the rows one warp keeps (attention.cu's MAX_WARP_ROWS, capped at ROWS)."""
+    rows = int(expression.rsplit(",", 1)[1].strip(" >"))
+    found = re.search(r"constexpr int MAX_WARP_ROWS = (\d+);", attention_source)
+    return rows // min(rows, int(found[1])) if found else 1
 
 
 def find_tool(name: str) -> str | None:
@@ -100,13 +117,14 @@ def loop_costs(expressions: list[str], arch: str = "sm_90", nvcc: str | None = N
         sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, check=True,
                               env=env).stdout
     functions = split_functions(sass)
+    attention_text = source.read_source(source.ATTENTION_CU)
     costs = []
     for expression in expressions:
         mangled = module.lowered_names[expression]
         report = module.resources[mangled]
         count, kv_bytes = main_loop(functions.get(mangled, []))
         costs.append(LoopCost(expression, report.registers, report.spill_store_bytes + report.spill_load_bytes,
-                              count, kv_bytes))
+                              count, kv_bytes, warps_per_kv_byte(expression, attention_text)))
     return costs
 
 
@@ -118,7 +136,9 @@ def print_table(expressions: list[str], nvcc: str | None = None) -> None:
     compiler = f"nvcc {nvcc}" if nvcc else f"NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}"
     print(f"SASS of the attention main loop ({compiler}, sm_90, {' '.join(nvrtc.CODEGEN_OPTIONS)}); "
           f"kernels from {source.kernels_dir()}")
-    print(f"{'kernel':<46} {'regs':>5} {'spill_B':>7} {'loop_instr':>10} {'KV_B/trip':>9} {'instr/KV_B':>10}")
+    print(f"{'kernel':<46} {'regs':>5} {'spill_B':>7} {'loop_instr':>10} {'KV_B/trip':>9} {'instr/KV_B':>10} "
+          f"{'warps/B':>7} {'instr/uniq_B':>12}")
     for c in loop_costs(expressions, nvcc=nvcc):
         print(f"{c.kernel:<46} {c.registers:>5} {c.spill_bytes:>7} {c.loop_instructions:>10} "
-              f"{c.kv_bytes_per_trip:>9} {c.instructions_per_kv_byte:>10.3f}")
+              f"{c.kv_bytes_per_trip:>9} {c.instructions_per_kv_byte:>10.3f} {c.warps_per_kv_byte:>7} "
+              f"{c.instructions_per_unique_kv_byte:>12.3f}")

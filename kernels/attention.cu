@@ -13,7 +13,8 @@
 // vector loads, SLOTS = 32 / GROUP rows side by side, and a tile is STEPS such steps. Each tile is
 // three passes, so the loads of a whole tile are in flight together: (1) the slots of every token
 // (page table reads, positions past the end clamped to the last visible one), (2) every K and V
-// vector, raw, (3) convert, score, one max and one rescale for the tile, accumulate. The running
+// vector, raw, (3) convert, score, one max and one rescale for the tile, accumulate. In the run of
+// full tiles, (1) of the next tile is issued right after (2), so its page-table reads overlap (3). The running
 // max m is warp-uniform (the tile max is reduced over the warp); sums l and accumulators acc are
 // per row slot and simply added at the end. Warps sharing rows merge through shared memory, KV
 // partitions (split-K, flash-decoding style) through merge_partitions.
@@ -142,13 +143,19 @@ __device__ __forceinline__ void attention_block(
   // row's limit or before a real row's window start, so positions are clamped for loading and masked
   // per row; full tiles skip both. (Positions are never below `begin`: nothing is clamped downwards.)
   // (The lambda is inlined at both calls, so each copy is compiled with MASKED a constant.)
-  const auto tile = [&](const int base, const bool MASKED) {
-    long long row_at[L::STEPS];  // (1) element offset of each step's K/V row
+  // (1) the element offset of each step's K/V row in the tile at `base`; positions past the partition are
+  // clamped to its last one (masked tiles, and the prefetch of the tile after the last full one).
+  const auto tile_rows = [&](const int base, long long (&row_at)[L::STEPS], const bool CLAMP) {
 #pragma unroll
     for (int s = 0; s < L::STEPS; ++s) {
       const int pos = base + s * L::SLOTS + slot;
-      row_at[s] = table.slot(MASKED ? imin(pos, end - 1) : pos) * slot_stride + head_offset;
+      row_at[s] = table.slot(CLAMP ? imin(pos, end - 1) : pos) * slot_stride + head_offset;
     }
+  };
+  // One tile whose rows `row_at` holds. PREFETCH: once its loads are issued, `row_at` becomes the next
+  // tile's rows, so the page-table reads of the next tile are in flight during this tile's math instead
+  // of delaying its loads.
+  const auto tile = [&](const int base, const bool MASKED, long long (&row_at)[L::STEPS], const bool PREFETCH) {
     Vec<T, V::ELEMS> k_raw[L::STEPS][L::VECS], v_raw[L::STEPS][L::VECS];  // (2) every load of the tile
 #pragma unroll
     for (int s = 0; s < L::STEPS; ++s)
@@ -158,13 +165,14 @@ __device__ __forceinline__ void attention_block(
         k_raw[s][i] = load_vec<T, V::ELEMS>(k_pool + row_at[s] + vec * V::ELEMS);
         v_raw[s][i] = load_vec<T, V::ELEMS>(v_pool + row_at[s] + vec * V::ELEMS);
       }
+    if (PREFETCH) tile_rows(base + L::TOKEN_WARPS * L::TILE, row_at, true);
     float score[L::STEPS][L::WARP_ROWS];  // (3) scores, reduced over the lane group
 #pragma unroll
     for (int s = 0; s < L::STEPS; ++s) {
       float k[L::ELEMS];
 #pragma unroll
       for (int i = 0; i < L::VECS; ++i)
-        vec_to_float<T, V::ELEMS>(k_raw[s][i], k + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
+        vec_to_float(k_raw[s][i], k + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
 #pragma unroll
       for (int r = 0; r < L::WARP_ROWS; ++r) {
         score[s][r] = 0.f;
@@ -215,7 +223,7 @@ __device__ __forceinline__ void attention_block(
       float v[L::ELEMS];
 #pragma unroll
       for (int i = 0; i < L::VECS; ++i)
-        vec_to_float<T, V::ELEMS>(v_raw[s][i], v + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
+        vec_to_float(v_raw[s][i], v + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
 #pragma unroll
       for (int r = 0; r < L::WARP_ROWS; ++r)
 #pragma unroll
@@ -225,10 +233,23 @@ __device__ __forceinline__ void attention_block(
   // Masked tiles that start before some real row's window start, then full tiles (every real row of
   // the warp sees all of them), then the masked rest. The loop bounds are warp-uniform, so every lane
   // reaches every shuffle.
+  long long row_at[L::STEPS];
   int base = begin + token_warp * L::TILE;
-  for (; base < max_lower && base < end; base += L::TOKEN_WARPS * L::TILE) tile(base, true);
-  for (; base + L::TILE <= min_limit; base += L::TOKEN_WARPS * L::TILE) tile(base, false);
-  for (; base < end; base += L::TOKEN_WARPS * L::TILE) tile(base, true);
+  for (; base < max_lower && base < end; base += L::TOKEN_WARPS * L::TILE) {
+    tile_rows(base, row_at, true);
+    tile(base, true, row_at, false);
+  }
+  // Only a page table has reads worth starting early; contiguous rows are arithmetic.
+  constexpr bool PREFETCH = Addressing::READS_TABLE;
+  if (PREFETCH && base + L::TILE <= min_limit) tile_rows(base, row_at, false);
+  for (; base + L::TILE <= min_limit; base += L::TOKEN_WARPS * L::TILE) {
+    if (!PREFETCH) tile_rows(base, row_at, false);
+    tile(base, false, row_at, PREFETCH);
+  }
+  for (; base < end; base += L::TOKEN_WARPS * L::TILE) {
+    tile_rows(base, row_at, true);
+    tile(base, true, row_at, false);
+  }
 
   // Add up the row slots of each warp (they share m): afterwards lanes 0..GROUP-1 hold the warp's state.
 #pragma unroll

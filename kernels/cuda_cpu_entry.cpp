@@ -89,6 +89,12 @@ const Registry& registry() {
 
 extern "C" int kvw_has_kernel(const char* name) { return registry().count(name) ? 1 : 0; }
 
+// The order a block's threads run in between barriers for the launches that follow: 0 index order,
+// 1 reversed, 2 a shuffle drawn from `seed` (the default); see cuda_cpu_shim.h.
+extern "C" void kvw_set_thread_order(int order, unsigned long long seed) {
+  cuda_cpu::set_thread_order(cuda_cpu::Order(order), seed);
+}
+
 // Runs kernel `name` over grid[3] x block[3]; returns 0, or -1 with a message in `error`.
 extern "C" int kvw_launch(const char* name, const unsigned* grid, const unsigned* block, void** args,
                           const int* arg_bytes, int num_args, int os_threads, char* error, int error_bytes) {

@@ -7,15 +7,25 @@
 // `static thread_local`, which is per block because a block's fibers all live on one OS thread and
 // that thread runs one block at a time (shared memory is not cleared between blocks, as on a GPU).
 //
-// Barriers: `__syncthreads()` waits for every thread of the block at the same call site; the
-// full-warp shuffles (`__shfl_xor_sync`, `__shfl_sync`, `__shfl_down_sync`, full mask, width 32)
-// wait for the 32 lanes of the warp at the same call site and then exchange values. Threads that
-// wait at different call sites, or wait while others have exited, abort the process with a message
-// naming the threads and sites: such code deadlocks or is undefined on a GPU.
+// Barriers: `__syncthreads()` waits for every thread of the block at the same call site. Between
+// barriers the block's threads run in a chosen order (`set_thread_order`): index order, reversed, or
+// (the default) a seeded shuffle drawn anew for every block and after every barrier, so code that
+// reads another thread's write without a barrier in between sees a stale value in some order instead
+// of passing because the writer happens to run first. The full-warp shuffles (`__shfl_xor_sync`,
+// `__shfl_sync`, `__shfl_down_sync`, full mask, width 32) exchange values and nothing else: a lane
+// continues as soon as its source lane has reached the same shuffle, possibly before other lanes of
+// its warp have (a shuffle is no memory fence on a GPU either; `__syncwarp` would be). Lanes pair their
+// n-th shuffles, which must be at the same call site; a lane runs at most SHUFFLE_SLACK shuffles ahead
+// of the slowest lane of its warp. Threads that wait at different call sites, wait while others have
+// exited, or pass a different number of shuffles than their warp-mates by a barrier or the end abort
+// the process with a message naming the threads and sites: such code deadlocks or is undefined on a GPU.
+//
+// Build it with -fsanitize=bounds (workbench/kernels/cuda_cpu.py does): an index past a `__shared__`
+// array (or any array of known size) then aborts with its file and line instead of reading a neighbour.
 //
 // Supported subset: the above plus the intrinsics defined below (`__launch_bounds__` is accepted
-// and ignored); no atomics, no dynamic shared
-// memory, no cooperative groups, no inline PTX.
+// and ignored); no atomics, no dynamic shared memory, no `__syncwarp`, no cooperative groups, no
+// inline PTX.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -48,24 +58,48 @@ namespace cuda_cpu {
 
 constexpr int WARP = 32;
 constexpr size_t STACK_BYTES = 64 * 1024;  // per fiber; kernels keep their arrays small
+// Shuffles a lane may complete ahead of the slowest lane of its warp: a lane's value of shuffle n is kept
+// until every warp-mate has completed it, in a ring of this many entries.
+constexpr int SHUFFLE_SLACK = 2;
 
+// Warp: at a shuffle, waiting to deposit its value (a warp-mate lags SHUFFLE_SLACK behind) or for its
+// source lane's value of the same shuffle.
 enum class Wait : uint8_t { Running, Block, Warp, Done };
 
 struct Fiber {
   void* sp = nullptr;  // saved stack pointer while switched out
   uint3 thread_idx{};
   Wait wait = Wait::Running;
-  const char* file = "";  // call site of the barrier the fiber waits at
+  const char* file = "";  // call site of the barrier or shuffle the fiber waits at
   int line = 0;
-  int shfl_src = -1;  // lane whose value this lane receives, -1 = its own
+  uint64_t shuffles = 0;    // shuffles whose value this lane has deposited
+  bool deposited = false;   // at a shuffle: its value is deposited, its result not yet taken
+  int shfl_src = -1;        // lane whose value this lane receives, -1 = its own
   uint64_t shfl_value = 0, shfl_result = 0;
+  uint64_t ring_value[SHUFFLE_SLACK] = {};  // the values (and sites) of its last shuffles, by index % slack
+  const char* ring_file[SHUFFLE_SLACK] = {};
+  int ring_line[SHUFFLE_SLACK] = {};
+
+  uint64_t completed_shuffles() const { return shuffles - (deposited ? 1 : 0); }
 };
+
+// The order a block's runnable threads run in between barriers (set_thread_order).
+enum class Order : int { Index = 0, Reversed = 1, Shuffled = 2 };
+inline std::atomic<int> thread_order{int(Order::Shuffled)};
+inline std::atomic<uint64_t> thread_order_seed{0x5EED0F7EADu};
+
+// Sets the order for the launches that follow (not for one running now).
+inline void set_thread_order(Order order, uint64_t seed) {
+  thread_order = int(order);
+  thread_order_seed = seed;
+}
 
 // The blocks run by one OS thread: its fibers, their stacks, and the scheduler's saved context.
 struct Executor {
   dim3 grid, block;
   uint3 block_idx{};
   std::vector<Fiber> fibers;
+  std::vector<int> order;  // fiber indices in the order they run until the next barrier
   char* stacks = nullptr;
   size_t stack_stride = 0;
   void* scheduler_sp = nullptr;
@@ -163,7 +197,10 @@ inline void describe_wait(const Fiber& f, char* text, size_t size) {
   }
 }
 
-[[noreturn]] inline void describe_mismatch(const Executor& ex, const Fiber& a, const Fiber& b, const char* what) {
+// Aborts naming both threads, the lower thread index first (whichever of them the scheduler found first).
+[[noreturn]] inline void describe_mismatch(const Executor& ex, const Fiber& x, const Fiber& y, const char* what) {
+  const Fiber& a = &x < &y ? x : y;
+  const Fiber& b = &x < &y ? y : x;
   char wait_a[512], wait_b[512];
   describe_wait(a, wait_a, sizeof wait_a);
   describe_wait(b, wait_b, sizeof wait_b);
@@ -172,52 +209,125 @@ inline void describe_wait(const Fiber& f, char* text, size_t size) {
        b.thread_idx.y, b.thread_idx.z, wait_b);
 }
 
-// Releases every warp whose lanes all wait at the same shuffle, exchanging their values.
-// Returns whether any warp was released.
-inline bool release_warps(Executor& ex) {
-  const int n = int(ex.fibers.size());
-  bool released = false;
-  for (int w0 = 0; w0 < n; w0 += WARP) {
-    Fiber* lanes = &ex.fibers[w0];
-    bool all_at_shuffle = true;
-    for (int i = 0; i < WARP; ++i) all_at_shuffle &= lanes[i].wait == Wait::Warp;
-    if (!all_at_shuffle) continue;
-    for (int i = 1; i < WARP; ++i)
-      if (lanes[i].line != lanes[0].line || std::strcmp(lanes[i].file, lanes[0].file) != 0)
-        describe_mismatch(ex, lanes[0], lanes[i], "divergent warp shuffle");
-    for (int i = 0; i < WARP; ++i) {
-      const int src = lanes[i].shfl_src < 0 ? i : lanes[i].shfl_src;
-      lanes[i].shfl_result = lanes[src].shfl_value;
-    }
-    for (int i = 0; i < WARP; ++i) lanes[i].wait = Wait::Running;
-    released = true;
-  }
-  return released;
+inline Fiber* warp_of(Executor& ex, const Fiber& f) {
+  return &ex.fibers[size_t(&f - ex.fibers.data()) / WARP * WARP];
 }
 
-// Called when no fiber can run and no warp could be released. Returns false when every fiber has
-// exited; releases the block-wide barrier when every thread waits at the same one; aborts on any
-// other state, naming two threads that disagree (a divergent barrier, or a shuffle missing lanes).
+// The warp-mate that keeps lane f from depositing its shuffle n (one that has not completed shuffle
+// n - SHUFFLE_SLACK, whose ring entry f would overwrite), or nullptr.
+inline Fiber* lagging_lane(Executor& ex, const Fiber& f, uint64_t n) {
+  Fiber* lanes = warp_of(ex, f);
+  for (int i = 0; i < WARP; ++i)
+    if (lanes[i].completed_shuffles() + SHUFFLE_SLACK <= n) return &lanes[i];
+  return nullptr;
+}
+
+// Moves lane f (waiting at a shuffle) on as far as it can: deposits its value once no warp-mate lags,
+// then takes its source's value once the source has deposited the same shuffle, from the same call site.
+// Returns whether f has its result and may run on.
+inline bool advance_shuffle(Executor& ex, Fiber& f) {
+  Fiber* lanes = warp_of(ex, f);
+  const uint64_t n = f.completed_shuffles();  // this shuffle's index among the lane's shuffles
+  const int entry = int(n % SHUFFLE_SLACK);
+  if (!f.deposited) {
+    if (lagging_lane(ex, f, n)) return false;
+    f.ring_value[entry] = f.shfl_value;
+    f.ring_file[entry] = f.file;
+    f.ring_line[entry] = f.line;
+    f.shuffles = n + 1;
+    f.deposited = true;
+  }
+  const Fiber& src = f.shfl_src < 0 ? f : lanes[f.shfl_src];
+  if (src.shuffles <= n) return false;
+  if (src.ring_line[entry] != f.line || std::strcmp(src.ring_file[entry], f.file) != 0) {
+    Fiber at_src = src;  // the source as it stood at this shuffle, for the message
+    at_src.wait = Wait::Warp;
+    at_src.file = src.ring_file[entry];
+    at_src.line = src.ring_line[entry];
+    const Fiber& a = &src < &f ? at_src : f;
+    const Fiber& b = &src < &f ? f : at_src;
+    char wait_a[512], wait_b[512];
+    describe_wait(a, wait_a, sizeof wait_a);
+    describe_wait(b, wait_b, sizeof wait_b);
+    fail("divergent warp shuffle in block (%u,%u,%u): thread (%u,%u,%u) %s, but thread (%u,%u,%u) %s",
+         ex.block_idx.x, ex.block_idx.y, ex.block_idx.z, a.thread_idx.x, a.thread_idx.y, a.thread_idx.z, wait_a,
+         b.thread_idx.x, b.thread_idx.y, b.thread_idx.z, wait_b);
+  }
+  f.shfl_result = src.ring_value[entry];
+  f.deposited = false;
+  f.wait = Wait::Running;
+  return true;
+}
+
+// Aborts unless every lane of every warp has completed the same number of shuffles (`where`: the barrier
+// or the end of the block they all reached): a lane that skipped a full-warp shuffle.
+inline void check_shuffle_counts(const Executor& ex, const char* where) {
+  for (size_t w0 = 0; w0 < ex.fibers.size(); w0 += WARP)
+    for (size_t i = w0 + 1; i < w0 + WARP; ++i)
+      if (ex.fibers[i].shuffles != ex.fibers[w0].shuffles) {
+        const Fiber &a = ex.fibers[w0], &b = ex.fibers[i];
+        fail("divergent warp shuffle in block (%u,%u,%u): thread (%u,%u,%u) passed %llu shuffles, but thread "
+             "(%u,%u,%u) passed %llu before %s", ex.block_idx.x, ex.block_idx.y, ex.block_idx.z, a.thread_idx.x,
+             a.thread_idx.y, a.thread_idx.z, (unsigned long long)a.shuffles, b.thread_idx.x, b.thread_idx.y,
+             b.thread_idx.z, (unsigned long long)b.shuffles, where);
+      }
+}
+
+// Called when no fiber can run. Returns false when every fiber has exited; releases the block-wide
+// barrier when every thread waits at the same one; aborts on any other state, naming two threads that
+// disagree (a divergent barrier, or a shuffle whose partner never comes).
 inline bool release_block(Executor& ex) {
+  for (Fiber& f : ex.fibers) {
+    if (f.wait != Wait::Warp) continue;
+    const Fiber* blocker = !f.deposited    ? lagging_lane(ex, f, f.completed_shuffles())
+                           : f.shfl_src < 0 ? &f
+                                            : &warp_of(ex, f)[f.shfl_src];
+    if (!blocker || blocker == &f) fail("internal: a warp shuffle that can complete was not released");
+    describe_mismatch(ex, f, *blocker, "divergent warp shuffle");
+  }
   const Fiber* first = nullptr;  // the first thread still waiting somewhere
   for (const Fiber& f : ex.fibers)
     if (f.wait != Wait::Done) {
       first = &f;
       break;
     }
-  if (!first) return false;
-  // A stuck shuffle is a disagreement within its warp; a stuck __syncthreads one within the block.
-  const bool at_shuffle = first->wait == Wait::Warp;
-  const size_t begin = at_shuffle ? size_t(first - ex.fibers.data()) / WARP * WARP : 0;
-  const size_t end = at_shuffle ? begin + WARP : ex.fibers.size();
-  for (size_t i = begin; i < end; ++i) {
-    const Fiber& f = ex.fibers[i];
-    const bool same = f.wait == first->wait && f.line == first->line && std::strcmp(f.file, first->file) == 0;
-    if (!same) describe_mismatch(ex, *first, f, at_shuffle ? "divergent warp shuffle" : "divergent __syncthreads");
+  if (!first) {
+    check_shuffle_counts(ex, "the end of the block");
+    return false;
   }
-  if (at_shuffle) fail("internal: a complete warp shuffle was not released");
+  for (const Fiber& f : ex.fibers) {
+    const bool same = f.wait == first->wait && f.line == first->line && std::strcmp(f.file, first->file) == 0;
+    if (!same) describe_mismatch(ex, *first, f, "divergent __syncthreads");
+  }
+  char where[512];
+  std::snprintf(where, sizeof where, "__syncthreads %s:%d", first->file, first->line);
+  check_shuffle_counts(ex, where);
   for (Fiber& f : ex.fibers) f.wait = Wait::Running;
   return true;
+}
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The order the fibers run in until the next barrier: index order, reversed, or a shuffle drawn from
+// (seed, block, barriers passed), so a launch runs the same schedule every time.
+inline void arrange(Executor& ex, uint64_t barriers) {
+  const int n = int(ex.fibers.size());
+  ex.order.resize(n);
+  for (int i = 0; i < n; ++i) ex.order[i] = i;
+  const Order order = Order(thread_order.load());
+  if (order == Order::Reversed) std::reverse(ex.order.begin(), ex.order.end());
+  if (order != Order::Shuffled) return;
+  const uint64_t block = ex.block_idx.x + uint64_t(ex.grid.x) * (ex.block_idx.y + uint64_t(ex.grid.y) * ex.block_idx.z);
+  uint64_t state = splitmix64(thread_order_seed.load() ^ splitmix64(block ^ splitmix64(barriers)));
+  for (int i = n - 1; i > 0; --i) {  // Fisher-Yates
+    state = splitmix64(state);
+    std::swap(ex.order[i], ex.order[int(state % uint64_t(i + 1))]);
+  }
 }
 
 inline void run_block(Executor& ex) {
@@ -228,15 +338,22 @@ inline void run_block(Executor& ex) {
     f.thread_idx = uint3{unsigned(i % bx), unsigned(i / bx % by), unsigned(i / (bx * by))};
     f.sp = initial_stack(ex.stacks + (i + 1) * ex.stack_stride);
   }
+  uint64_t barriers = 0;
+  arrange(ex, barriers);
   for (;;) {
-    for (Fiber& f : ex.fibers) {
+    bool progressed = false;
+    for (const int i : ex.order) {
+      Fiber& f = ex.fibers[i];
+      if (f.wait == Wait::Warp) advance_shuffle(ex, f);
       if (f.wait != Wait::Running) continue;
       current_fiber = &f;
       cuda_cpu_switch_stack(&ex.scheduler_sp, f.sp);
+      progressed = true;
     }
     current_fiber = nullptr;
-    if (release_warps(ex)) continue;
+    if (progressed) continue;
     if (!release_block(ex)) return;
+    arrange(ex, ++barriers);
   }
 }
 
@@ -301,12 +418,14 @@ T shuffle(unsigned mask, T value, int src_lane, int width, const char* file, int
   if (mask != 0xffffffffu || width != WARP)
     fail("%s:%d: only full-warp shuffles (mask 0xffffffff, width 32) are supported", file, line);
   Fiber& f = self();
+  f.shfl_value = 0;
   std::memcpy(&f.shfl_value, &value, sizeof(T));
   f.shfl_src = src_lane;
   f.file = file;
   f.line = line;
   f.wait = Wait::Warp;
-  yield_to_scheduler();
+  // on at once when the source lane is already there: nothing waits for the rest of the warp
+  if (!advance_shuffle(*current_executor, f)) yield_to_scheduler();
   T result;
   std::memcpy(&result, &f.shfl_result, sizeof(T));
   return result;

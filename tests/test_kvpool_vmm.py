@@ -3,12 +3,24 @@ and the emulated pool of the CPU backends maps, poisons and remaps pages."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
 from workbench import kernels
 from workbench.kvpool import KVContent, content_terms, prefix_sums
-from workbench.kvpool_vmm import VirtualBuffer, VirtualKVPool, pages_of_rows, pages_within_rows, round_up
+from workbench.kvpool_vmm import (
+    VirtualBuffer,
+    VirtualKVArrays,
+    VirtualKVPool,
+    check_gpu_page,
+    current_device,
+    pages_of_rows,
+    pages_within_rows,
+    round_up,
+)
 
 MIB = 1 << 20
 
@@ -24,9 +36,12 @@ class RecordingDriver:
     def granularity(self) -> int:
         return self.page
 
+    def synchronize(self) -> None:
+        self.calls.append(("sync",))
+
     def reserve(self, size_bytes: int) -> int:
         self.calls.append(("reserve", size_bytes))
-        return 1 << 40
+        return (1 + sum(c[0] == "reserve" for c in self.calls)) << 40
 
     def create(self, size_bytes: int) -> int:
         self.next_handle += 1
@@ -47,6 +62,10 @@ class RecordingDriver:
 
     def free(self, address: int, size_bytes: int) -> None:
         self.calls.append(("free", address, size_bytes))
+
+    def view(self, address: int, shape, dtype, owner):
+        """Stands in for a CuPy array over the range: like one, it keeps `owner` alive."""
+        return types.SimpleNamespace(address=address, shape=shape, dtype=dtype, owner=owner)
 
 
 def test_round_up_to_the_granularity():
@@ -80,7 +99,7 @@ def test_a_page_is_mapped_once_its_allocation_reused_after_an_unmap_and_released
                                 ("map", base, 2 * MIB, 102), ("access", base, 2 * MIB)]
     driver.calls.clear()
     assert buf.unmap_pages([0, 1]) == 1
-    assert driver.calls == [("unmap", base, 2 * MIB)]  # the allocation stays, for the next page mapped
+    assert driver.calls == [("sync",), ("unmap", base, 2 * MIB)]  # the allocation stays, for the next page mapped
     driver.calls.clear()
     assert buf.map_pages([1]) == 1  # the spare allocation, no cuMemCreate: what the clock charges
     assert driver.calls == [("map", base + 2 * MIB, 2 * MIB, 102), ("access", base + 2 * MIB, 2 * MIB)]
@@ -88,6 +107,111 @@ def test_a_page_is_mapped_once_its_allocation_reused_after_an_unmap_and_released
     driver.calls.clear()
     buf.close()
     assert driver.calls == [("release", 101), ("release", 102), ("free", base, 6 * MIB)]
+
+
+def test_unmapping_waits_for_the_device_once_and_only_when_something_is_unmapped():
+    """A write or copy kernel queued by an earlier step may still run when the strategy frees its page."""
+    driver = RecordingDriver()
+    buf = VirtualBuffer(8 * MIB, driver)
+    buf.map_pages([0, 1, 3])
+    driver.calls.clear()
+    assert buf.unmap_pages([2]) == 0 and driver.calls == []  # nothing mapped there: no wait
+    assert buf.unmap_pages([0, 1, 3]) == 3
+    assert [c[0] for c in driver.calls] == ["sync", "unmap", "unmap", "unmap"]
+    buf.map_pages([2])
+    driver.calls.clear()
+    buf.close()  # closing unmaps what is still mapped: the same wait first
+    assert [c[0] for c in driver.calls] == ["sync", "unmap", "release", "release", "release", "free"]
+
+
+def test_pages_are_whole_granules_of_the_driver():
+    driver = RecordingDriver()
+    buf = VirtualBuffer(16 * MIB, driver, page_bytes=4 * MIB)
+    buf.map_pages([1])
+    page1 = buf.address + 4 * MIB
+    assert driver.calls[-2:] == [("map", page1, 4 * MIB, 101), ("access", page1, 4 * MIB)]
+    for page_bytes in (MIB, 3 * MIB, 0):
+        with pytest.raises(ValueError, match="not a multiple of the driver's mapping granularity"):
+            VirtualBuffer(16 * MIB, driver, page_bytes=page_bytes)
+
+
+def test_a_page_kib_below_the_gpu_granularity_is_refused_in_one_line():
+    check_gpu_page(2 * MIB, 1024, 2048, 2 * MIB)  # Llama-3-8B fp16 rows, --page-kib 2048: one granule
+    check_gpu_page(4 * MIB, 2048, 2048, 2 * MIB)
+    with pytest.raises(ValueError) as raised:
+        check_gpu_page(64 * 1024, 32, 2048, 2 * MIB)  # vAttention's 64 KiB pages need its driver extension
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("--page-kib") and "64 KiB" in message and "2048 KiB" in message
+
+
+class FakeCu:
+    """`cuda.bindings.driver` as far as the context check uses it, in a chosen state."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_NO_DEVICE = 100
+
+    def __init__(self, init=0, context=0x1234, device=0) -> None:
+        self.init, self.context, self.device = init, context, device
+
+    def cuInit(self, flags):
+        return (self.init,)
+
+    def cuCtxGetCurrent(self):
+        return (0, self.context)
+
+    def cuCtxGetDevice(self):
+        return (0, self.device)
+
+
+def test_the_context_check_needs_cuinit_and_a_current_context():
+    assert current_device(FakeCu(device=2)) == 2
+    with pytest.raises(RuntimeError, match="cuInit failed: 100"):
+        current_device(FakeCu(init=FakeCu.CUresult.CUDA_ERROR_NO_DEVICE))
+    with pytest.raises(RuntimeError, match="no current CUDA context"):
+        current_device(FakeCu(context=0))
+
+
+def test_a_dropped_pool_is_released_once_its_last_array_goes_without_a_garbage_collection():
+    driver = RecordingDriver()
+    arrays = VirtualKVArrays(4096, 8, 128, "fp16", driver)  # 2 KiB rows: 4 pages per buffer
+    arrays.ensure_rows(np.arange(1500))
+    k = arrays.k
+    del arrays  # k still holds the range: nothing is given back
+    assert not any(c[0] in ("unmap", "free") for c in driver.calls)
+    del k  # no reference cycle: the finalizer runs now, not at some later collection
+    assert [c for c in driver.calls if c[0] == "free"] == [("free", 2 << 40, 8 * MIB), ("free", 3 << 40, 8 * MIB)]
+    assert sum(c[0] == "release" for c in driver.calls) == 4  # two pages each in K and V
+
+
+def test_close_releases_everything_once():
+    driver = RecordingDriver()
+    arrays = VirtualKVArrays(4096, 8, 128, "fp16", driver)
+    arrays.ensure_rows(np.array([0]))
+    arrays.close()
+    arrays.close()
+    assert arrays.closed and sum(c[0] == "free" for c in driver.calls) == 2
+    assert sum(c[0] == "release" for c in driver.calls) == 2
+
+
+def test_the_cuda_driver_views_a_range_on_its_own_device(monkeypatch):
+    """CuPy is told the device: looking it up on a range with nothing mapped fails."""
+    pytest.importorskip("cuda.bindings.driver")
+    from workbench.kvpool_vmm import CudaDriver
+
+    made = {}
+
+    def unowned(address, nbytes, owner, device_id=None):
+        made.update(address=address, nbytes=nbytes, owner=owner, device_id=device_id)
+        return "memory"
+
+    cuda = types.SimpleNamespace(UnownedMemory=unowned, MemoryPointer=lambda memory, offset: (memory, offset))
+    fake = types.SimpleNamespace(cuda=cuda, ndarray=lambda shape, dtype, pointer: (shape, dtype, pointer))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    owner = object()
+    view = CudaDriver(device=3).view(1 << 40, (4, 2, 8), np.dtype(np.float16), owner)
+    assert view == ((4, 2, 8), np.dtype(np.float16), ("memory", 0))
+    assert made == dict(address=1 << 40, nbytes=128, owner=owner, device_id=3)
 
 
 def test_a_page_outside_the_reservation_is_refused():

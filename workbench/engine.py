@@ -122,8 +122,12 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
                        overlap_load=getattr(strategy, "overlap_load", False))
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
-    log = _simulate(sched, runner, clock, log=StepLog(), measured=cfg.clock == "measured",
-                    attention_scale=attention_scale, progress=progress, timers=timers)
+    try:
+        log = _simulate(sched, runner, clock, log=StepLog(), measured=cfg.clock == "measured",
+                        attention_scale=attention_scale, progress=progress, timers=timers)
+    finally:  # a GPU run's virtual memory goes back now, not when the process ends
+        if runner is not None:
+            runner.pool.close()
 
     steps = log.to_frame()
     req_table = sched.log.to_frame(requests)

@@ -30,6 +30,13 @@ _SEQ_MUL, _POS_MUL, _STEP_MUL = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2
                                  np.uint64(0x165667B19E3779F9))
 
 
+def _run_prepared(dec, ext_in):
+    """Runs a step's prepared attention calls: (decode (q, out) or None, extend (q, qo_indptr, out) or None)."""
+    dec_out = None if dec is None else (dec[0], dec[1]())
+    ext_out = None if ext_in is None else (ext_in[0], ext_in[1], ext_in[2]())
+    return dec_out, ext_out
+
+
 class VerificationError(AssertionError):
     """The kernel's output differs from the reference recomputed from the logical tokens."""
 
@@ -102,13 +109,8 @@ class KernelRunner:
             dec = self._decode_launch(dec_ids, kernel.decode_positions, decode_desc, plan.step, window) \
                 if len(dec_ids) else None
             ext_in = self._extend_launch(extend, extend_desc, plan.step, window) if extend else None
-            # only the kernels are timed: descriptors, queries and transfers are ready before t0
-            self._sync()
-            t0 = time.perf_counter()
-            dec_out = None if dec is None else (dec[0], dec[1]())
-            ext_out = None if ext_in is None else (ext_in[0], ext_in[1], ext_in[2]())
-            self._sync()
-            elapsed = time.perf_counter() - t0
+            # only the kernels are timed: checks, plans, queries and transfers are done before
+            (dec_out, ext_out), elapsed = self._timed(_run_prepared, dec, ext_in)
             self.kernel_time_s += elapsed
             weighted_s += layer_frac * elapsed  # a group's kernel stands for its share of the layers
             if self.verify_every and plan.step % self.verify_every == 0:
@@ -161,8 +163,8 @@ class KernelRunner:
 
     def _launch(self, desc, q: np.ndarray, qo_indptr: np.ndarray | None, window: int):
         """The attention call for one batch (decode when `qo_indptr` is None, else extend; `window` 0 or a
-        sliding window), ready to run: host->device conversions happen here, outside the timed region.
-        Counts the KV bytes read."""
+        sliding window), ready to run: host->device conversions, input checks and launch plans happen here,
+        outside the timed region. Counts the KV bytes read."""
         pool, xp, backend, kv_dtype = self.pool, self.pool.xp, self.backend, self.kv_dtype
         qd = xp.asarray(q)
         qo = None if qo_indptr is None else xp.asarray(qo_indptr)
@@ -171,17 +173,20 @@ class KernelRunner:
                     xp.asarray(desc.kv_last_page_len), desc.block_size)
             kv_len = kernels.paged_kv_len(desc.kv_indptr, desc.kv_last_page_len, desc.block_size)
             if qo is None:
-                call = lambda: kernels.paged_decode(qd, *args, backend=backend, kv_dtype=kv_dtype, window=window)
+                call = kernels.prepare(kernels.paged_decode, qd, *args, backend=backend, kv_dtype=kv_dtype,
+                                       window=window)
             else:
-                call = lambda: kernels.paged_extend(qd, qo, *args, backend=backend, kv_dtype=kv_dtype, window=window)
+                call = kernels.prepare(kernels.paged_extend, qd, qo, *args, backend=backend, kv_dtype=kv_dtype,
+                                       window=window)
         else:
             args = (pool.k, pool.v, xp.asarray(desc.kv_start), xp.asarray(desc.kv_len))
             kv_len = desc.kv_len
             if qo is None:
-                call = lambda: kernels.contiguous_decode(qd, *args, backend=backend, kv_dtype=kv_dtype, window=window)
+                call = kernels.prepare(kernels.contiguous_decode, qd, *args, backend=backend, kv_dtype=kv_dtype,
+                                       window=window)
             else:
-                call = lambda: kernels.contiguous_extend(qd, qo, *args, backend=backend, kv_dtype=kv_dtype,
-                                                         window=window)
+                call = kernels.prepare(kernels.contiguous_extend, qd, qo, *args, backend=backend, kv_dtype=kv_dtype,
+                                       window=window)
         if window:  # a windowed query reads at most `window` rows
             kv_len = np.minimum(kv_len, window)
         self.kernel_bytes += kernels.kv_bytes_read(kv_len, pool.k.shape[1], self.head_dim, kv_dtype)
@@ -199,9 +204,21 @@ class KernelRunner:
         q = self._queries(q_seq, q_pos, step)
         return q, qo_indptr, self._launch(desc, q, qo_indptr, window)
 
-    def _sync(self) -> None:
-        if self.backend == "cupy":
-            self.pool.xp.cuda.Device().synchronize()
+    def _timed(self, fn, *args):
+        """(fn(*args), seconds it took): between CUDA events around it on the GPU (device time of the kernels
+        it queues, after everything queued before has finished), wall time on the CPU backends."""
+        if self.backend != "cupy":
+            t0 = time.perf_counter()
+            result = fn(*args)
+            return result, time.perf_counter() - t0
+        cuda = self.pool.xp.cuda
+        cuda.Device().synchronize()  # the step's writes and copies are not the attention's time
+        start, stop = cuda.Event(), cuda.Event()
+        start.record()
+        result = fn(*args)
+        stop.record()
+        stop.synchronize()
+        return result, cuda.get_elapsed_time(start, stop) / 1e3  # ms -> s
 
     # ---- verification ------------------------------------------------------------------------
     def _reference_rows(self, seq_id: int, length: int) -> tuple[np.ndarray, np.ndarray]:

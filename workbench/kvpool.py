@@ -14,7 +14,7 @@ import numpy as np
 
 from workbench import kernels
 from workbench.kernels import fp8
-from workbench.workload.request import mix64
+from workbench.splitmix import mix64
 
 _TABLE_ROWS = 4096  # entries per content table; a row picks two of them (4096^2 combinations)
 _TABLE_SEED = 0x5EED_C0DE  # content is a property of tokens, not of a run: one fixed seed
@@ -118,6 +118,11 @@ class KVPool:
         shape = (num_slots, num_kv_heads, head_dim)
         dtype = STORAGE_DTYPES[self.kv_dtype]
         return self.xp.zeros(shape, dtype=dtype), self.xp.zeros(shape, dtype=dtype)
+
+    def close(self) -> None:
+        """Mutates. Give back device memory held beyond the arrays' own (a virtual memory pool's mappings and
+        ranges); nothing for plain arrays. The pool is not used afterwards; the engine calls this when a run
+        ends, failed runs included."""
 
     def write(self, slots: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray) -> None:
         """Scatter rows [T, H, D] (storage dtype, or for an fp8 pool the model's fp16 rows, which the write

@@ -3,14 +3,22 @@
 For `virtual-contiguous` on the `cupy` backend, each of K and V is one reserved virtual range of
 `virtual_slots` rows (`cuMemAddressReserve`), seen by the kernels as a plain CuPy array
 ([virtual_slots, num_kv_heads, head_dim], through `UnownedMemory`). Rows are backed by physical pages
-of the driver's granularity (`cuMemGetAllocationGranularity`, 2 MiB on current GPUs): a page is
-mapped and made accessible (`cuMemMap`, `cuMemSetAccess`) before the first row in it is written, and
-unmapped (`cuMemUnmap`) by `release_rows`. As in vAttention, physical allocations are not given back
-on unmap: an unmapped page's allocation waits on a free list for the next page to map, so mapping
-costs `cuMemCreate` only while the pool grows past its high-water mark, and `cuMemRelease` runs at
-`close` (the clock charges a mapping cuMemMap + cuMemSetAccess: `workbench.presets`). Reading an
-unmapped page is an illegal address, so the kernels reading only written rows is checked by the
-hardware.
+of the strategy's page size, which must be a multiple of the driver's granularity
+(`cuMemGetAllocationGranularity`, 2 MiB on current GPUs; a smaller `--page-kib` is refused on the
+GPU, not rounded up silently): a page is mapped and made accessible (`cuMemMap`, `cuMemSetAccess`)
+before the first row in it is written, and unmapped (`cuMemUnmap`) by `release_rows`, after the
+device has finished every kernel queued so far (a write or copy of an earlier step may still be
+running when the strategy frees the page; PyTorch's expandable segments synchronise the same way).
+As in vAttention, physical allocations are not given back on unmap: an unmapped page's allocation
+waits on a free list for the next page to map, so mapping costs `cuMemCreate` only while the pool
+grows past its high-water mark, and `cuMemRelease` runs at `close` (the clock charges a mapping
+cuMemMap + cuMemSetAccess: `workbench.presets`). Reading an unmapped page is an illegal address, so
+the kernels reading only written rows is checked by the hardware.
+
+Lifetime: `close()` (the engine calls it when a run ends, failed runs included) unmaps and releases
+everything and gives the ranges back; a pool that is dropped without it is closed by a finalizer
+once its last array is gone. The arrays keep a small `Reservation` alive, never the pool itself, so
+no reference cycle delays that until a garbage collection.
 
 The bookkeeping (which pages a set of rows touches, which are mapped) is plain Python over a
 `Driver`; `CudaDriver` is the only code that calls CUDA, one call per method, so everything else is
@@ -21,6 +29,7 @@ reading a released page computes NaN and fails verification, as it would fault o
 
 from __future__ import annotations
 
+import weakref
 from typing import Protocol
 
 import numpy as np
@@ -53,6 +62,7 @@ class Driver(Protocol):
     """The CUDA virtual memory calls, one per method (addresses and handles are ints)."""
 
     def granularity(self) -> int: ...
+    def synchronize(self) -> None: ...
     def reserve(self, size_bytes: int) -> int: ...
     def create(self, size_bytes: int) -> int: ...
     def map(self, address: int, size_bytes: int, handle: int) -> None: ...
@@ -63,11 +73,18 @@ class Driver(Protocol):
 
 
 class VirtualBuffer:
-    """One reserved virtual range with pages mapped on demand. Mutating methods say so."""
+    """One reserved virtual range with pages mapped on demand. Mutating methods say so.
 
-    def __init__(self, size_bytes: int, driver: Driver) -> None:
+    `page_bytes` (default: the driver's granularity) must be a multiple of the granularity, the only
+    sizes cuMemMap takes."""
+
+    def __init__(self, size_bytes: int, driver: Driver, page_bytes: int | None = None) -> None:
         self.driver = driver
-        self.page_bytes = driver.granularity()
+        granularity = driver.granularity()
+        self.page_bytes = granularity if page_bytes is None else page_bytes
+        if self.page_bytes <= 0 or self.page_bytes % granularity:
+            raise ValueError(f"a page of {self.page_bytes} bytes is not a multiple of the driver's mapping "
+                             f"granularity of {granularity} bytes")
         self.size_bytes = round_up(size_bytes, self.page_bytes)
         self.address = driver.reserve(self.size_bytes)
         self.handles: dict[int, int] = {}  # mapped page -> its physical allocation
@@ -89,8 +106,10 @@ class VirtualBuffer:
 
     def unmap_pages(self, pages) -> int:
         """Mutates. Unmap these pages (those mapped), keeping their allocations as spares; returns how
-        many were unmapped."""
+        many were unmapped. Waits for the device first: a kernel queued earlier may still touch them."""
         gone = [p for p in dict.fromkeys(int(p) for p in pages) if p in self.handles]
+        if gone:
+            self.driver.synchronize()
         for page in gone:
             self.driver.unmap(self.address + page * self.page_bytes, self.page_bytes)
             self.spare.append(self.handles.pop(page))
@@ -104,12 +123,42 @@ class VirtualBuffer:
         self.driver.free(self.address, self.size_bytes)
 
 
+def current_device(cu) -> int:
+    """The device of the calling thread's current CUDA context, after `cuInit` (what vAttention checks
+    before its first cuMem call): the virtual memory calls act on that context, and with none current
+    they fail with an error that does not say so. `cu` is `cuda.bindings.driver` (or a stand-in)."""
+    for name, result in (("cuInit", cu.cuInit(0)), ("cuCtxGetCurrent", cu.cuCtxGetCurrent())):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{name} failed: {err}")
+    if not int(rest[0]):
+        raise RuntimeError("no current CUDA context on this thread: initialise the device through CuPy first "
+                           "(cupy.cuda.Device(i).use() and a first call such as synchronize())")
+    err, device = cu.cuCtxGetDevice()
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuCtxGetDevice failed: {err}")
+    return int(device)
+
+
 class CudaDriver:
-    """`Driver` over `cuda.bindings.driver` on the current device (a CuPy context must be current)."""
+    """`Driver` over `cuda.bindings.driver` for `device`. Construct it with `current()` on a thread whose
+    current context is the device's (the constructor only builds the descriptors, needing no device)."""
+
+    @classmethod
+    def current(cls, device: int) -> CudaDriver:
+        """The driver for `device`, after checking that the current context belongs to it: CuPy and the
+        driver calls must agree on the device, or the pages land where the arrays do not look."""
+        from cuda.bindings import driver as cu
+        found = current_device(cu)
+        if found != device:
+            raise RuntimeError(f"the current CUDA context is on device {found}, the KV pool's arrays on "
+                               f"device {device}")
+        return cls(device)
 
     def __init__(self, device: int) -> None:
         from cuda.bindings import driver as cu
         self.cu = cu
+        self.device = device
         prop = cu.CUmemAllocationProp()
         prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -129,6 +178,9 @@ class CudaDriver:
     def granularity(self) -> int:
         flag = self.cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
         return int(self._call(self.cu.cuMemGetAllocationGranularity(self.prop, flag)))
+
+    def synchronize(self) -> None:
+        self._call(self.cu.cuCtxSynchronize())  # every stream of the context: a write may be on any
 
     def reserve(self, size_bytes: int) -> int:
         return int(self._call(self.cu.cuMemAddressReserve(size_bytes, 0, 0, 0)))
@@ -152,10 +204,12 @@ class CudaDriver:
         self._call(self.cu.cuMemAddressFree(address, size_bytes))
 
     def view(self, address: int, shape: tuple[int, ...], dtype: np.dtype, owner):
-        """A CuPy array over a reserved range; `owner` keeps the range alive."""
+        """A CuPy array over a reserved range; `owner` keeps the range alive. The device is given, not looked
+        up: CuPy would ask the driver about a range whose pages are not mapped yet."""
         import cupy
         nbytes = int(np.prod(shape)) * dtype.itemsize
-        return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(address, nbytes, owner), 0))
+        memory = cupy.cuda.UnownedMemory(address, nbytes, owner, device_id=self.device)
+        return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
 
 
 class EmulatedDriver:
@@ -168,13 +222,18 @@ class EmulatedDriver:
     def __init__(self, page_bytes: int) -> None:
         self.page_bytes = page_bytes
         self.ranges: dict[int, np.ndarray] = {}  # base address -> uint8 [size_bytes]
+        self.num_reserved = 0  # reservations so far: the next one's base, never one still in use
         self.next_handle = 0
 
     def granularity(self) -> int:
         return self.page_bytes
 
+    def synchronize(self) -> None:
+        pass  # the CPU backends return when their kernels have finished
+
     def reserve(self, size_bytes: int) -> int:
-        base = (len(self.ranges) + 1) * self._SPAN
+        self.num_reserved += 1
+        base = self.num_reserved * self._SPAN
         self.ranges[base] = np.zeros(size_bytes, dtype=np.uint8)
         return base
 
@@ -206,24 +265,50 @@ class EmulatedDriver:
         return self.ranges[base][address - base:address - base + size_bytes]
 
 
+def cuda_driver() -> CudaDriver:
+    """The driver for CuPy's current device, its context made current and checked."""
+    import cupy
+    device = cupy.cuda.Device()
+    device.synchronize()  # a first runtime call: makes the device's primary context current on this thread
+    return CudaDriver.current(device.id)
+
+
+class Reservation:
+    """What the K and V arrays keep alive: the two buffers, and through its finalizer their release.
+    It holds no array, so the arrays, the pool and it form no reference cycle."""
+
+    def __init__(self, buffers: list[VirtualBuffer]) -> None:
+        self.buffers = buffers
+
+
+def _close_buffers(buffers: list[VirtualBuffer]) -> None:
+    for b in buffers:
+        b.close()
+
+
 class VirtualKVArrays:
     """K and V of one layer, [num_slots, num_kv_heads, head_dim] each, in virtual memory: on the GPU
     (the default driver) or emulated in host memory (`EmulatedDriver`).
 
     `ensure_rows` maps the pages that rows are about to be written into; `release_rows` unmaps the
     pages lying wholly inside a released range of rows. `k` and `v` are the driver's arrays (CuPy on
-    the GPU, NumPy emulated) over the ranges."""
+    the GPU, NumPy emulated) over the ranges. Pages are `page_rows` rows (default: the driver's
+    granularity); `close()` gives everything back, and so does a finalizer once this object and both
+    arrays are gone."""
 
     def __init__(self, num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str,
-                 driver: CudaDriver | EmulatedDriver | None = None) -> None:
+                 driver: CudaDriver | EmulatedDriver | None = None, page_rows: int | None = None) -> None:
         dtype = np.dtype(STORAGE_DTYPES[kv_dtype])
         self.row_bytes = num_kv_heads * head_dim * dtype.itemsize
-        if driver is None:
-            import cupy
-            driver = CudaDriver(cupy.cuda.Device().id)
-        self.buffers = [VirtualBuffer(num_slots * self.row_bytes, driver) for _ in range(2)]
+        driver = cuda_driver() if driver is None else driver
+        page_bytes = None if page_rows is None else page_rows * self.row_bytes
+        self.buffers = [VirtualBuffer(num_slots * self.row_bytes, driver, page_bytes) for _ in range(2)]
+        self._reservation = Reservation(self.buffers)
+        self._finalizer = weakref.finalize(self._reservation, _close_buffers, self.buffers)
+        # at interpreter exit the process's memory goes with it; the CUDA context may already be torn down
+        self._finalizer.atexit = False
         shape = (num_slots, num_kv_heads, head_dim)
-        self.k, self.v = (driver.view(b.address, shape, dtype, self) for b in self.buffers)
+        self.k, self.v = (driver.view(b.address, shape, dtype, self._reservation) for b in self.buffers)
 
     def ensure_rows(self, rows: np.ndarray) -> int:
         """Mutates. Map every page these rows touch in K and V; returns the pages mapped (K and V)."""
@@ -242,9 +327,14 @@ class VirtualKVArrays:
         """int64 [m], ascending: the pages mapped in K (V maps the same ones)."""
         return np.array(sorted(self.buffers[0].handles), dtype=np.int64)
 
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
     def close(self) -> None:
-        for b in self.buffers:
-            b.close()
+        """Mutates. Unmap and release every page and give both ranges back (once; later calls do nothing).
+        `k` and `v` must not be used afterwards."""
+        self._finalizer()
 
 
 class VirtualKVPool(KVPool):
@@ -259,12 +349,18 @@ class VirtualKVPool(KVPool):
         super().__init__(*args, **kwargs)
 
     def _device_arrays(self, num_slots: int, num_kv_heads: int, head_dim: int):
-        driver = None  # CUDA on the device
-        if self.backend != "cupy":
-            row_bytes = num_kv_heads * head_dim * np.dtype(STORAGE_DTYPES[self.kv_dtype]).itemsize
-            driver = EmulatedDriver(self.page_rows * row_bytes)
-        self.vmm = VirtualKVArrays(num_slots, num_kv_heads, head_dim, self.kv_dtype, driver)
+        row_bytes = num_kv_heads * head_dim * np.dtype(STORAGE_DTYPES[self.kv_dtype]).itemsize
+        page_bytes = self.page_rows * row_bytes
+        if self.backend == "cupy":
+            driver = cuda_driver()
+            check_gpu_page(page_bytes, self.page_rows, row_bytes, driver.granularity())
+        else:
+            driver = EmulatedDriver(page_bytes)
+        self.vmm = VirtualKVArrays(num_slots, num_kv_heads, head_dim, self.kv_dtype, driver, self.page_rows)
         return self.vmm.k, self.vmm.v
+
+    def close(self) -> None:
+        self.vmm.close()
 
     def release(self, ranges: np.ndarray) -> None:
         """Unmap the pages lying wholly inside each slot range [start, stop) of int64 `ranges` [k, 2]."""
@@ -282,6 +378,16 @@ class VirtualKVPool(KVPool):
     def swap_in(self, moves: np.ndarray, block_size: int) -> None:
         self.vmm.ensure_rows(_block_rows(moves[:, 1], block_size))
         super().swap_in(moves, block_size)
+
+
+def check_gpu_page(page_bytes: int, page_rows: int, row_bytes: int, granularity_bytes: int) -> None:
+    """Raise one line unless a page of the kernel's pool is whole granules: the GPU cannot map less, and
+    rounding the page up would model a different `--page-kib` than the run reports."""
+    if page_bytes % granularity_bytes:
+        raise ValueError(f"--page-kib: a page here is {page_rows} rows x {row_bytes} B = {page_bytes / 1024:g} KiB "
+                         f"per K or V buffer of the kernel's pool, not a multiple of the GPU's mapping granularity "
+                         f"({granularity_bytes // 1024} KiB); raise --page-kib (or --kernel-heads), or run "
+                         f"--kernel numba, which emulates any page size")
 
 
 def _block_rows(blocks: np.ndarray, block_size: int) -> np.ndarray:

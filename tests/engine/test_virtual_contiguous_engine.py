@@ -25,6 +25,33 @@ def test_max_batch_exhausted_makes_requests_wait_and_loses_none():
     assert 0 <= summary["verify_max_rel_err"] <= 1e-5
 
 
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_engine_closes_the_pool_when_a_run_ends_or_fails(monkeypatch, fail):
+    """Every run in one process would otherwise keep its pages and address range until exit."""
+    from workbench.kvpool_vmm import VirtualKVPool
+
+    closed, real_close, real_run = [], VirtualKVPool.close, KernelRunner.run
+
+    def close(pool):
+        closed.append(pool)
+        real_close(pool)
+
+    def run(runner, plan):
+        if fail and plan.step == 3:
+            raise RuntimeError("a kernel failed")
+        return real_run(runner, plan)
+
+    monkeypatch.setattr(VirtualKVPool, "close", close)
+    monkeypatch.setattr(KernelRunner, "run", run)
+    cfg = small_config(**VC, workload="fixed:prompt=40,output=8", num_requests=3, rate=100.0)
+    if fail:
+        with pytest.raises(RuntimeError, match="a kernel failed"):
+            simulate_checked(cfg)
+    else:
+        simulate_checked(cfg)
+    assert len(closed) == 1 and closed[0].vmm.closed
+
+
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_a_tiny_pool_preempts_and_still_verifies(mode):
     # 512 slots are 16 pages of 32 tokens; each request grows to 6 pages

@@ -52,3 +52,29 @@ __global__ void divergent_shuffle(int* out) {
   }
   out[threadIdx.x] = value;
 }
+
+// Planted bug: thread t reads what thread t - 1 wrote with no __syncthreads between them (the reader's
+// index above the writer's). Threads run in index order pass it by luck; any other order reads stale data.
+__global__ void missing_syncthreads(int salt, int* out) {
+  __shared__ int s[64];
+  s[threadIdx.x] = salt + int(threadIdx.x);
+  out[threadIdx.x] = threadIdx.x > 0 ? s[threadIdx.x - 1] : salt - 1;
+}
+
+// Planted bug: a shuffle used as a fence between a shared write and a warp-mate's read (__syncwarp is the
+// fence; a shuffle only exchanges values).
+__global__ void shuffle_as_fence(int salt, int* out) {
+  __shared__ int s[64];
+  const int lane = threadIdx.x % 32, warp_base = threadIdx.x - lane;
+  s[threadIdx.x] = salt + int(threadIdx.x);
+  __shfl_xor_sync(FULL, 0, 1);
+  out[threadIdx.x] = s[warp_base + (lane + 2) % 32];
+}
+
+// Planted bug: the last lane of each row reads one element past its __shared__ row (the next row's first).
+__global__ void shared_past_end(int salt, int* out) {
+  __shared__ int s[2][32];
+  s[threadIdx.x / 32][threadIdx.x % 32] = salt + int(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x / 32][threadIdx.x % 32 + 1];
+}

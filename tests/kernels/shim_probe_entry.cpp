@@ -3,6 +3,10 @@
 
 #include "shim_probe.cu"
 
+extern "C" void probe_set_order(int order, unsigned long long seed) {
+  cuda_cpu::set_thread_order(cuda_cpu::Order(order), seed);
+}
+
 extern "C" void probe_shuffle(int* out, int blocks, int threads, int os_threads) {
   cuda_cpu::launch(dim3(blocks), dim3(threads), os_threads, [&] { shuffle_probe(out); });
 }
@@ -17,5 +21,14 @@ extern "C" void probe_bug(int which, int* out) {
     if (which == 0) divergent_syncthreads(out);
     if (which == 1) exit_before_syncthreads(out);
     if (which == 2) divergent_shuffle(out);
+  });
+}
+
+// which: 0 missing __syncthreads, 1 shuffle used as a fence, 2 shared read past the end; one block of 64
+extern "C" void probe_planted(int which, int salt, int* out) {
+  cuda_cpu::launch(dim3(1), dim3(64), 1, [&] {
+    if (which == 0) missing_syncthreads(salt, out);
+    if (which == 1) shuffle_as_fence(salt, out);
+    if (which == 2) shared_past_end(salt, out);
   });
 }

@@ -1,4 +1,6 @@
-"""The CPU shim itself: shuffle semantics, per-block shared memory, and aborts on planted barrier bugs."""
+"""The CPU shim itself: shuffle semantics, per-block shared memory, aborts on planted barrier bugs, and the
+planted bugs that a GPU would expose but threads run in index order would hide: a missing __syncthreads, a
+shuffle used as a fence, a read past a __shared__ array."""
 
 from __future__ import annotations
 
@@ -34,7 +36,10 @@ def probe(probe_path):
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.probe_shuffle.argtypes = [p, i, i, i]
     lib.probe_reverse.argtypes = [p, p, i, i, i]
-    return lib
+    lib.probe_planted.argtypes = [i, i, p]
+    lib.probe_set_order.argtypes = [i, ctypes.c_ulonglong]
+    yield lib
+    lib.probe_set_order(cuda_cpu.THREAD_ORDERS["shuffled"], cuda_cpu.DEFAULT_ORDER_SEED)
 
 
 def _line_of(function: str, needle: str, occurrence: int = 0) -> int:
@@ -68,12 +73,13 @@ def test_shared_memory_is_per_block_across_os_threads(probe, os_threads):
     np.testing.assert_array_equal(out, data.reshape(blocks, threads)[:, ::-1].reshape(-1))
 
 
-def _run_bug(probe_path: Path, which: int) -> subprocess.CompletedProcess:
+def _run_bug(probe_path: Path, which: int, entry: str = "probe_bug({which}, out_ptr)") -> subprocess.CompletedProcess:
     code = (
         "import ctypes, sys, numpy as np\n"
         f"lib = ctypes.CDLL({str(probe_path)!r})\n"
         "out = np.zeros(64, dtype=np.int32)\n"
-        f"lib.probe_bug({which}, ctypes.c_void_p(out.ctypes.data))\n"
+        "out_ptr = ctypes.c_void_p(out.ctypes.data)\n"
+        f"lib.{entry.format(which=which)}\n"
         "print('returned normally')\n"
     )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -107,11 +113,49 @@ def test_divergent_shuffle_aborts(probe_path):
     even = _line_of("divergent_shuffle", "__shfl_xor_sync", 1)
     odd = _line_of("divergent_shuffle", "__shfl_xor_sync", 0)
     assert result.returncode != 0 and "returned normally" not in result.stdout
-    assert re.search(
-        rf"divergent warp shuffle in block \(0,0,0\): thread \(0,0,0\) waits at a warp shuffle "
-        rf"\S*shim_probe\.cu:{even}, but thread \(1,0,0\) waits at a warp shuffle \S*shim_probe\.cu:{odd}",
+    found = re.search(
+        rf"divergent warp shuffle in block \(0,0,0\): thread \((\d+),0,0\) waits at a warp shuffle "
+        rf"\S*shim_probe\.cu:{even}, but thread \((\d+),0,0\) waits at a warp shuffle \S*shim_probe\.cu:{odd}",
         result.stderr,
-    ), result.stderr
+    )
+    assert found, result.stderr
+    even_lane, odd_lane = int(found[1]), int(found[2])  # a pair of xor-1 partners, whichever met first
+    assert even_lane % 2 == 0 and odd_lane == even_lane + 1
+
+
+def _planted(probe, which: int, order: str, salt: int) -> np.ndarray:
+    """out [64] of planted bug `which` (0 missing __syncthreads, 1 shuffle as a fence) run in `order`; the
+    salt changes what every thread writes, so a stale read (shared memory outlives a launch) shows."""
+    probe.probe_set_order(cuda_cpu.THREAD_ORDERS[order], cuda_cpu.DEFAULT_ORDER_SEED)
+    out = np.full(64, -1, dtype=np.int32)
+    probe.probe_planted(which, salt, out.ctypes.data)
+    return out
+
+
+def test_a_missing_syncthreads_is_caught_once_threads_leave_index_order(probe):
+    """Thread t reads thread t - 1's write with no barrier: index order hides it (the shim's old schedule)."""
+    expected = lambda salt: salt - 1 + np.arange(64)
+    np.testing.assert_array_equal(_planted(probe, 0, "index", 1000), expected(1000))
+    for salt, order in enumerate(["reversed", "shuffled"], start=2000):
+        assert (_planted(probe, 0, order, salt) != expected(salt)).any(), order
+
+
+@pytest.mark.parametrize("order", ["index", "reversed", "shuffled"])
+def test_a_shuffle_used_as_a_fence_is_caught_in_every_order(probe, order):
+    """A lane passes a shuffle once its partner is there, before the rest of its warp has written."""
+    salt = 3000 + cuda_cpu.THREAD_ORDERS[order]
+    lane = np.arange(64) % 32
+    expected = salt + (np.arange(64) - lane) + (lane + 2) % 32
+    assert (_planted(probe, 1, order, salt) != expected).any()
+
+
+def test_a_read_past_a_shared_array_aborts_with_its_line(probe_path):
+    """The shim is built with -fsanitize=bounds: the read would otherwise return the next row's element."""
+    result = _run_bug(probe_path, 2, "probe_planted({which}, 7, out_ptr)")
+    line = _line_of("shared_past_end", "out[threadIdx.x] = s[")
+    assert result.returncode != 0 and "returned normally" not in result.stdout
+    assert re.search(rf"shim_probe\.cu:{line}:\d+: runtime error: index 32 out of bounds for type 'int ?\[32\]'",
+                     result.stderr), result.stderr
 
 
 def test_shim_build_registers_every_kernel_the_gpu_launcher_compiles():

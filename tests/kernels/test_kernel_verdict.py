@@ -70,6 +70,34 @@ def test_group_8_head_dim_128_split_k(partition_tokens):
     assert_attention_close(out, expected, "fp16", indptr)
 
 
+@needs_shim
+@pytest.mark.parametrize("kv_dtype", ["fp16", "fp8"])
+def test_every_thread_order_gives_the_same_bits(kv_dtype):
+    """No thread of the attention or merge kernel reads another's write without a barrier, and no shuffle
+    stands in for one: index order, reversed and two reshuffles of every block's threads agree bit for bit
+    (GQA 8 decode with split-K, and extend)."""
+    rng = np.random.default_rng([len(kv_dtype), 45])
+    lengths = [1, 300, 1000, 65]
+    case = make_case(rng, lengths, 16, 2, 128, 16, kv_dtype, num_q=7)
+    paged = (case.kv_indptr, case.kv_indices, case.kv_last_page_len, 16)
+    decode, extend = np.arange(5, dtype=np.int32), np.array([0, 1, 3, 6, 7], dtype=np.int32)
+
+    def run() -> list[np.ndarray]:
+        return [cuda_cpu.attention(case.q[:indptr[-1]], indptr, case.paged_k, case.paged_v, kv_dtype, 128**-0.5,
+                                   paged=paged, partition_tokens=128) for indptr in (decode, extend)]
+
+    try:
+        outputs = []
+        for order, seed in [("index", 0), ("reversed", 0), ("shuffled", 1), ("shuffled", 2)]:
+            cuda_cpu.set_thread_order(order, seed)
+            outputs.append(run())
+    finally:
+        cuda_cpu.set_thread_order("shuffled")
+    for other in outputs[1:]:
+        for got, first in zip(other, outputs[0], strict=True):
+            np.testing.assert_array_equal(got, first)
+
+
 @pytest.mark.parametrize("backend", ["numba", pytest.param("cuda-cpu", marks=needs_shim)])
 def test_fp8_with_per_tensor_scales(backend):
     """fp8 pools quantized with k_scale 0.25 and v_scale 3: the kernel matches the reference over the same

@@ -10,9 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench import kernels
-from workbench.kvpool import KVContent, KVPool, content_terms, prefix_sums
-
 cp = pytest.importorskip("cupy")
 try:
     _gpu = bool(cp.cuda.is_available())
@@ -21,7 +18,10 @@ except Exception:  # a broken driver install means no GPU here
 if not _gpu:
     pytest.skip("no CUDA device visible to CuPy", allow_module_level=True)
 
-from workbench.kvpool_vmm import VirtualKVArrays, VirtualKVPool  # noqa: E402  (imports cupy)
+# after the skip: a machine without a GPU never imports the rest of the GPU path
+from workbench import kernels  # noqa: E402
+from workbench.kvpool import KVContent, KVPool, content_terms, prefix_sums  # noqa: E402
+from workbench.kvpool_vmm import VirtualKVArrays, VirtualKVPool  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 HEADS, HEAD_DIM, EXTENT_SLOTS = 8, 128, 4096  # fp16 rows of 2 KiB: 1,024 per 2 MiB page

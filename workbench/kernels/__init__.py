@@ -5,13 +5,19 @@ calls the same-named function of the chosen backend module, imported on first us
 "numba" (CPU), "reference" (float64 NumPy), "cuda-cpu" (the CUDA source through the CPU shim),
 "cupy" (GPU). Attention calls return a new array; cache_write, block_copy and block_swap mutate
 the pools they are given and return None.
+
+`prepare(fn, ...)` does an attention call's checks and planning now and returns a call that only runs
+the kernels: what a timer should wrap (the checks read descriptors back to the host; on a GPU that
+is a device-to-host copy, no part of the kernel's time).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import shutil
+from collections.abc import Callable
 
 import numpy as np
 
@@ -20,7 +26,7 @@ from workbench.kernels.reference import rel_err
 
 __all__ = [
     "available_backends", "default_backend", "rel_err", "kv_bytes_read", "paged_kv_len",
-    "paged_decode", "contiguous_decode", "paged_extend", "contiguous_extend",
+    "paged_decode", "contiguous_decode", "paged_extend", "contiguous_extend", "prepare",
     "cache_write", "block_copy", "block_swap",
 ]
 
@@ -70,6 +76,14 @@ def _backend(fn: str, backend: str, arrays):
     return importlib.import_module(BACKEND_MODULES[backend])
 
 
+def _bound(fn: str, backend: str, arrays, *args) -> Callable[[], object]:
+    """The backend's call of attention entry point `fn` with `args`, checked and planned, not yet run: its
+    `prepare_<fn>` where it plans launches (the CUDA executors), else the plain function bound to `args`."""
+    module = _backend(fn, backend, arrays)
+    prepare_fn = getattr(module, f"prepare_{fn}", None)
+    return prepare_fn(*args) if prepare_fn is not None else functools.partial(getattr(module, fn), *args)
+
+
 def paged_kv_len(kv_indptr, kv_last_page_len, block_size: int) -> np.ndarray:
     """Tokens per sequence of a CSR page table, int64 [num_seqs]."""
     nblocks = np.diff(v.host(kv_indptr).astype(np.int64))
@@ -91,13 +105,9 @@ def _window(fn: str, window) -> int:
     return int(window)
 
 
-def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
-                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
-    """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]; with `window` W > 0
-    each sequence attends only to its positions >= kv_len − W.
-
-    fp8 pools (uint8 e4m3 codes) decode to code value × k_scale / v_scale, vLLM's per-tensor scales.
-    """
+def _prepare_paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
+                          backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
+    """`paged_decode` checked and planned; returns the call that runs it."""
     fn = "paged_decode"
     window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
@@ -106,14 +116,13 @@ def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, blo
     v.check_paged(fn, q.shape[0], k_pool.shape[0], kv_indptr, kv_indices, kv_last_page_len, block_size)
     arrays = dict(q=q, k_pool=k_pool, v_pool=v_pool, kv_indptr=kv_indptr, kv_indices=kv_indices,
                   kv_last_page_len=kv_last_page_len)
-    return _backend(fn, backend, arrays).paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
-                                                      int(block_size), kv_dtype, scale, kv_scales, window)
+    return _bound(fn, backend, arrays, q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, int(block_size),
+                  kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None, k_scale=1.0,
-                      v_scale=1.0, window=0):
-    """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim] (`window` as in
-    paged_decode)."""
+def _prepare_contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None,
+                               k_scale=1.0, v_scale=1.0, window=0):
+    """`contiguous_decode` checked and planned; returns the call that runs it."""
     fn = "contiguous_decode"
     window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
@@ -121,18 +130,12 @@ def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_d
     scale = v.check_query(fn, q, k_pool, scale)
     v.check_contiguous(fn, q.shape[0], k_pool.shape[0], kv_start, kv_len)
     arrays = dict(q=q, k_pool=k_pool, v_pool=v_pool, kv_start=kv_start, kv_len=kv_len)
-    return _backend(fn, backend, arrays).contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale,
-                                                           kv_scales, window)
+    return _bound(fn, backend, arrays, q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales, window)
 
 
-def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
-                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
-    """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim].
-
-    Sequence s has Q = qo_indptr[s+1] - qo_indptr[s] new tokens (already in the pool) at its last Q
-    positions; each attends to every position up to and including its own, or with `window` W > 0
-    to the W positions ending at its own ([p − W + 1, p]).
-    """
+def _prepare_paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
+                          backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
+    """`paged_extend` checked and planned; returns the call that runs it."""
     fn = "paged_extend"
     window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
@@ -143,15 +146,13 @@ def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_pa
     v.check_qo_indptr(fn, qo_indptr, q.shape[0], kv_len)
     arrays = dict(q=q, qo_indptr=qo_indptr, k_pool=k_pool, v_pool=v_pool, kv_indptr=kv_indptr,
                   kv_indices=kv_indices, kv_last_page_len=kv_last_page_len)
-    return _backend(fn, backend, arrays).paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices,
-                                                      kv_last_page_len, int(block_size), kv_dtype, scale, kv_scales,
-                                                      window)
+    return _bound(fn, backend, arrays, q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len,
+                  int(block_size), kv_dtype, scale, kv_scales, window)
 
 
-def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None,
-                      k_scale=1.0, v_scale=1.0, window=0):
-    """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim] (`window` as
-    in paged_extend)."""
+def _prepare_contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None,
+                               scale=None, k_scale=1.0, v_scale=1.0, window=0):
+    """`contiguous_extend` checked and planned; returns the call that runs it."""
     fn = "contiguous_extend"
     window = _window(fn, window)
     kv_dtype = v.check_pools(fn, k_pool, v_pool, kv_dtype)
@@ -161,8 +162,60 @@ def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend="n
     lengths = v.check_contiguous(fn, num_seqs, k_pool.shape[0], kv_start, kv_len)
     v.check_qo_indptr(fn, qo_indptr, q.shape[0], lengths)
     arrays = dict(q=q, qo_indptr=qo_indptr, k_pool=k_pool, v_pool=v_pool, kv_start=kv_start, kv_len=kv_len)
-    return _backend(fn, backend, arrays).contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len,
-                                                           kv_dtype, scale, kv_scales, window)
+    return _bound(fn, backend, arrays, q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales,
+                  window)
+
+
+def paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
+                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
+    """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]; with `window` W > 0
+    each sequence attends only to its positions >= kv_len − W.
+
+    fp8 pools (uint8 e4m3 codes) decode to code value × k_scale / v_scale, vLLM's per-tensor scales.
+    """
+    return _prepare_paged_decode(q, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, backend,
+                                 kv_dtype, scale, k_scale, v_scale, window)()
+
+
+def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None, k_scale=1.0,
+                      v_scale=1.0, window=0):
+    """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim] (`window` as in
+    paged_decode)."""
+    return _prepare_contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, backend, kv_dtype, scale, k_scale,
+                                      v_scale, window)()
+
+
+def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
+                 backend="numba", kv_dtype=None, scale=None, k_scale=1.0, v_scale=1.0, window=0):
+    """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim].
+
+    Sequence s has Q = qo_indptr[s+1] - qo_indptr[s] new tokens (already in the pool) at its last Q
+    positions; each attends to every position up to and including its own, or with `window` W > 0
+    to the W positions ending at its own ([p − W + 1, p]).
+    """
+    return _prepare_paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
+                                 backend, kv_dtype, scale, k_scale, v_scale, window)()
+
+
+def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None,
+                      k_scale=1.0, v_scale=1.0, window=0):
+    """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim] (`window` as
+    in paged_extend)."""
+    return _prepare_contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, backend, kv_dtype, scale,
+                                      k_scale, v_scale, window)()
+
+
+_PREPARED = {paged_decode: _prepare_paged_decode, contiguous_decode: _prepare_contiguous_decode,
+             paged_extend: _prepare_paged_extend, contiguous_extend: _prepare_contiguous_extend}
+
+
+def prepare(fn, *args, **kwargs) -> Callable[[], object]:
+    """`fn` (one of the four attention entry points) checked and planned with these arguments, not yet run:
+    calling the result runs the kernels and returns what `fn(*args, **kwargs)` would. Call it once: the
+    CUDA backends allocate the output when preparing."""
+    if fn not in _PREPARED:
+        raise ValueError(f"prepare: fn must be one of {', '.join(f.__name__ for f in _PREPARED)}, got {fn!r}")
+    return _PREPARED[fn](*args, **kwargs)
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping, backend="numba", k_scale=1.0, v_scale=1.0) -> None:

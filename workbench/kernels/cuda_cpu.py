@@ -26,7 +26,12 @@ from workbench.kernels.source import SHIM_ENTRY, cuda_include_dirs, kernels_dir,
 from workbench.paths import REPO_ROOT
 
 CXX = os.environ.get("CXX", "g++")
-CXX_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-pthread")
+# -fsanitize=bounds: an index past a __shared__ array (or any sized array) aborts naming the file and line,
+# where it would otherwise read a neighbour (cuda_cpu_shim.h)
+CXX_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fsanitize=bounds", "-fno-sanitize-recover=bounds")
+# The order of a block's threads between barriers (cuda_cpu_shim.h): codes of kvw_set_thread_order
+THREAD_ORDERS = {"index": 0, "reversed": 1, "shuffled": 2}
+DEFAULT_ORDER_SEED = 0x5EED0F7EAD
 KV_DTYPE_CODES = {"fp32": 0, "fp16": 1, "bf16": 2}
 # The shim plans launches for this many SMs (an H200's), whatever CPU it runs on: results do not
 # depend on the machine's core count, and the shim runs the grids the GPU would run.
@@ -112,7 +117,19 @@ def _library() -> ctypes.CDLL:
         ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
     ]
     lib.kvw_launch.restype = ctypes.c_int
+    lib.kvw_set_thread_order.argtypes = [ctypes.c_int, ctypes.c_ulonglong]
+    lib.kvw_set_thread_order.restype = None
     return lib
+
+
+def set_thread_order(order: str, seed: int = DEFAULT_ORDER_SEED) -> None:
+    """The order a block's threads run in between barriers for the launches that follow: "shuffled" (the
+    default: a permutation drawn from `seed`, the block and the barriers passed), "reversed" or "index".
+    A correct kernel gives the same bits in every order; one that reads another thread's write without a
+    barrier does not."""
+    if order not in THREAD_ORDERS:
+        raise ValueError(f"order must be one of {sorted(THREAD_ORDERS)}, got {order!r}")
+    _library().kvw_set_thread_order(THREAD_ORDERS[order], seed)
 
 
 def has_kernel(name_expression: str) -> bool:
@@ -164,9 +181,10 @@ def _data_ptr(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
-def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, partition_tokens=None,
-              max_q_per_seq=None, window=0):
-    """Extend attention (decode when every sequence has one query) through the shim → float32 [total_q, H, D].
+def prepare_attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None,
+                      partition_tokens=None, max_q_per_seq=None, window=0):
+    """Extend attention (decode when every sequence has one query) through the shim, planned: returns a call
+    that runs the launches and returns float32 [total_q, H, D].
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
     `partition_tokens` forces a split-K partition size instead of the launcher heuristic.
@@ -179,12 +197,15 @@ def attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, cont
         np, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, _data_ptr, PLAN_SMS, paged=paged, contiguous=contiguous,
         partition_tokens=partition_tokens, max_q_per_seq=max_q_per_seq, window=window,
     )
-    run(launches)
-    return out
+    return cuda_launches.launch_call(run, launches, out)
 
 
-paged_decode, contiguous_decode, paged_extend, contiguous_extend = cuda_launches.attention_entry_points(
-    attention, np)
+attention = cuda_launches.launched_now(prepare_attention)
+prepare_paged_decode, prepare_contiguous_decode, prepare_paged_extend, prepare_contiguous_extend = \
+    cuda_launches.attention_entry_points(prepare_attention, np)
+paged_decode, contiguous_decode, paged_extend, contiguous_extend = map(
+    cuda_launches.launched_now,
+    (prepare_paged_decode, prepare_contiguous_decode, prepare_paged_extend, prepare_contiguous_extend))
 
 
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:

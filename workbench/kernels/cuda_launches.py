@@ -45,7 +45,7 @@ def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_s
     """Output buffer (float32 [total_q, H, D], NaN-poisoned) and the launches that fill it.
 
     paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len).
-    The plan needs the longest KV length and, unless `max_q_per_seq` is given, the most queries of one
+    The plan needs every sequence's KV length and, unless `max_q_per_seq` is given, the most queries of one
     sequence: small reads of device arrays. `data_ptr(array)` is the array's address (alignment check);
     `blocks_per_sm(kernel_name)`, when given, is the kernel's real occupancy (split-K sizing).
     `window` > 0: each query reads only its last `window` positions (0 = full attention).
@@ -70,10 +70,13 @@ def attention(xp, q, qo_indptr, k_pool, v_pool, kv_dtype, scale, data_ptr, num_s
     rows = launch.plan_rows(num_heads, num_kv_heads, max_q_per_seq)
     kernel_name = attention_kernel_name(addressing, kv_dtype, head_dim, rows)
     occupancy = launch.DEFAULT_BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm(kernel_name)
-    # a block reads its rows' span: the whole prefix, or with a window at most window + max_q_per_seq - 1 positions
-    span_tokens = int(kv_lens.max()) if window == 0 else min(int(kv_lens.max()), window + max_q_per_seq - 1)
-    plan = launch.plan_attention(num_seqs, num_heads, num_kv_heads, max_q_per_seq, span_tokens, num_sms,
-                                 partition_tokens, blocks_per_sm=occupancy)
+    # a block reads its rows' span: the whole prefix, or with a window at most window + max_q_per_seq - 1
+    # positions; split-K is sized over every sequence's span (a small device-to-host copy on the GPU)
+    span_tokens = np.asarray(kv_lens.get() if hasattr(kv_lens, "get") else kv_lens, dtype=np.int64)
+    if window:
+        span_tokens = np.minimum(span_tokens, window + max_q_per_seq - 1)
+    plan = launch.plan_attention(num_heads, num_kv_heads, max_q_per_seq, span_tokens, num_sms, partition_tokens,
+                                 blocks_per_sm=occupancy)
     launch.check_pool_alignment(head_dim, k_pool.itemsize, k_pool=data_ptr(k_pool), v_pool=data_ptr(v_pool))
     if plan.num_partitions > 1:
         part_out = xp.empty((total_q, num_heads, plan.num_partitions, head_dim), dtype=np.float32)
@@ -139,9 +142,12 @@ def copy_blocks(src_k, src_v, dst_k, dst_v, pairs, block_size, data_ptr) -> list
     )]
 
 
-def attention_entry_points(attention, xp):
-    """The four docs/kernels.md attention entry points of a CUDA executor, over its `attention(q, qo_indptr,
-    k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, max_q_per_seq=None)`.
+def attention_entry_points(prepare_attention, xp):
+    """The four docs/kernels.md attention entry points of a CUDA executor, each prepared: `prepare_paged_decode(...)`
+    takes the entry point's arguments, plans the launches and allocates the output, and returns a call that
+    only launches them and returns the output (the engine times that call alone). `prepare_attention(q,
+    qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None, max_q_per_seq=None, window=0)`
+    is the executor's own, returning such a call.
 
     Decode is extend with one query per sequence; passing `max_q_per_seq=1` saves reading the
     query offsets back to find their widest gap (a device-to-host copy on the GPU). kv_scales =
@@ -149,10 +155,15 @@ def attention_entry_points(attention, xp):
     multiplies the output (attention is linear in V); both are 1.0 for the other dtypes.
     """
 
-    def scaled(out, kv_scales):
-        if kv_scales[1] != 1.0:
+    def scaled(call, kv_scales):
+        if kv_scales[1] == 1.0:
+            return call
+
+        def scaled_call():
+            out = call()
             out *= np.float32(kv_scales[1])
-        return out
+            return out
+        return scaled_call
 
     def decode_indptr(num_seqs: int):
         return xp.arange(num_seqs + 1, dtype=xp.int32)  # one query token per sequence
@@ -161,25 +172,46 @@ def attention_entry_points(attention, xp):
                      kv_scales=(1.0, 1.0), window=0):
         """Decode attention over a CSR page table → float32 [num_seqs, num_heads, head_dim]."""
         paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-        return scaled(attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale * kv_scales[0],
-                                paged=paged, max_q_per_seq=1, window=window), kv_scales)
+        return scaled(prepare_attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale * kv_scales[0],
+                                        paged=paged, max_q_per_seq=1, window=window), kv_scales)
 
     def contiguous_decode(q, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0), window=0):
         """Decode attention over contiguous extents → float32 [num_seqs, num_heads, head_dim]."""
-        return scaled(attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale * kv_scales[0],
-                                contiguous=(kv_start, kv_len), max_q_per_seq=1, window=window), kv_scales)
+        return scaled(prepare_attention(q, decode_indptr(q.shape[0]), k_pool, v_pool, kv_dtype, scale * kv_scales[0],
+                                        contiguous=(kv_start, kv_len), max_q_per_seq=1, window=window), kv_scales)
 
     def paged_extend(q, qo_indptr, k_pool, v_pool, kv_indptr, kv_indices, kv_last_page_len, block_size, kv_dtype,
                      scale, kv_scales=(1.0, 1.0), window=0):
         """Causal extend attention over a CSR page table → float32 [total_q, num_heads, head_dim]."""
         paged = (kv_indptr, kv_indices, kv_last_page_len, block_size)
-        return scaled(attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0], paged=paged,
-                                window=window), kv_scales)
+        return scaled(prepare_attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0], paged=paged,
+                                        window=window), kv_scales)
 
     def contiguous_extend(q, qo_indptr, k_pool, v_pool, kv_start, kv_len, kv_dtype, scale, kv_scales=(1.0, 1.0),
                           window=0):
         """Causal extend attention over contiguous extents → float32 [total_q, num_heads, head_dim]."""
-        return scaled(attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0],
-                                contiguous=(kv_start, kv_len), window=window), kv_scales)
+        return scaled(prepare_attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale * kv_scales[0],
+                                        contiguous=(kv_start, kv_len), window=window), kv_scales)
 
     return paged_decode, contiguous_decode, paged_extend, contiguous_extend
+
+
+def launch_call(run, launches: list[Launch], out):
+    """A call that hands `launches` to the executor's `run` and returns `out`, which they fill."""
+
+    def call():
+        run(launches)
+        return out
+
+    return call
+
+
+def launched_now(prepare):
+    """The entry point that prepares and launches at once: `prepare(...)()`."""
+
+    def call(*args, **kwargs):
+        return prepare(*args, **kwargs)()
+
+    call.__name__ = call.__qualname__ = prepare.__name__
+    call.__doc__ = prepare.__doc__
+    return call

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from workbench.kernels.source import ROW_TILES
 
 ATTN_THREADS = 128  # threads per attention block (kernels/attention.cu)
@@ -16,6 +18,11 @@ MERGE_THREADS = 64  # threads per merge_partitions block
 COPY_THREADS = 128  # threads per write_cache / copy_blocks block
 MIN_PARTITION_TOKENS = 256  # split-K never cuts a sequence into pieces shorter than this
 PARTITION_ALIGN_TOKENS = 64
+MAX_SPLITS = 64  # split-K considers cutting the longest span into at most this many pieces
+# What one more partition costs, in KV positions of a block's loop: the partial result's write and read
+# and the merge launch. A modelled constant (never measured on a GPU): it only breaks near-ties toward
+# fewer pieces.
+SPLIT_COST_TOKENS = 32
 # Resident attention blocks per SM when the launcher cannot ask the device (the CPU shim): what
 # ptxas's ~160 registers per thread allow on an sm_90 SM (65536 registers / (160 x 128 threads)).
 DEFAULT_BLOCKS_PER_SM = 3
@@ -39,33 +46,33 @@ class AttentionPlan:
 
 
 def plan_attention(
-    num_seqs: int,
     num_heads: int,
     num_kv_heads: int,
     max_q_per_seq: int,
-    max_kv_len: int,
+    span_tokens,
     num_sms: int,
     partition_tokens: int | None = None,
     blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
 ) -> AttentionPlan:
     """Rows per block, row chunks and split-K partitions for one decode (max_q_per_seq = 1) or extend launch.
 
-    A block serves up to 8 rows: the whole GQA group in decode (rounded up to a power of two), and
-    several query tokens times the group in extend. Split-K kicks in when the unsplit grid would
-    leave SMs idle (fewer than the `blocks_per_sm` that fit at once, from the kernel's real
-    occupancy) and sequences are long: the longest sequence is cut into the fewest equal partitions
-    (ceiling division, rounded up to PARTITION_ALIGN_TOKENS) that fill the device, so there is no
-    short runt partition, and none shorter than MIN_PARTITION_TOKENS.
-    `partition_tokens` overrides the heuristic (tests use it to exercise the merge on small shapes).
+    `span_tokens` [num_seqs] holds the KV positions each sequence's blocks read (its length, or less under
+    a sliding window). A block serves up to 8 rows: the whole GQA group in decode (rounded up to a power
+    of two), and several query tokens times the group in extend. Split-K is sized by wave efficiency over
+    the real spans (`split_k_tokens`), so one long sequence among short ones is cut up even when the
+    unsplit grid already fills the device. `partition_tokens` overrides the heuristic (tests use it to
+    exercise the merge on small shapes).
     """
+    spans = np.maximum(np.asarray(span_tokens, dtype=np.int64), 1)
+    num_seqs = len(spans)
     rows = plan_rows(num_heads, num_kv_heads, max_q_per_seq)
     row_chunks = math.ceil(max_q_per_seq * (num_heads // num_kv_heads) / rows)
+    max_span = int(spans.max()) if num_seqs else 1
     if partition_tokens is None:
-        partition_tokens = _split_k_tokens(num_seqs * num_kv_heads * row_chunks, max_kv_len,
-                                           blocks_per_sm * num_sms)
+        partition_tokens = split_k_tokens(num_kv_heads * row_chunks, spans, blocks_per_sm * num_sms)
     if partition_tokens < 1:
         raise ValueError(f"partition_tokens must be >= 1, got {partition_tokens}")
-    num_partitions = max(1, math.ceil(max_kv_len / partition_tokens))
+    num_partitions = max(1, math.ceil(max_span / partition_tokens))
     if num_partitions > MAX_GRID_YZ or num_seqs > MAX_GRID_YZ:
         raise ValueError(f"attention grid too large: {num_partitions} partitions x {num_seqs} sequences (max 65535)")
     return AttentionPlan(rows, row_chunks, num_partitions, partition_tokens)
@@ -77,12 +84,38 @@ def plan_rows(num_heads: int, num_kv_heads: int, max_q_per_seq: int) -> int:
     return next((r for r in ROW_TILES if r >= num_rows), ROW_TILES[-1])
 
 
-def _split_k_tokens(base_blocks: int, max_kv_len: int, target_blocks: int) -> int:
-    if base_blocks >= target_blocks or max_kv_len < 2 * MIN_PARTITION_TOKENS:
-        return max(max_kv_len, 1)
-    parts = math.ceil(target_blocks / base_blocks)
-    tokens = math.ceil(math.ceil(max_kv_len / parts) / PARTITION_ALIGN_TOKENS) * PARTITION_ALIGN_TOKENS
-    return max(tokens, MIN_PARTITION_TOKENS)
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def modeled_time_tokens(blocks_per_seq: int, spans: np.ndarray, tokens: int, slots: int) -> int:
+    """Time of an attention launch in KV positions of one block's loop when each sequence's span is cut into
+    pieces of `tokens`: waves of `slots` resident blocks, each wave as long as a full piece (the blocks past
+    a sequence's span exit at once and are not counted), plus SPLIT_COST_TOKENS per extra piece."""
+    pieces = _cdiv(spans, tokens)  # [num_seqs]
+    blocks = blocks_per_seq * int(pieces.sum())
+    waves = _cdiv(blocks, slots)
+    return waves * min(tokens, int(spans.max())) + SPLIT_COST_TOKENS * (int(pieces.max()) - 1)
+
+
+def split_k_tokens(blocks_per_seq: int, spans: np.ndarray, slots: int) -> int:
+    """KV positions per partition: the candidate with the least `modeled_time_tokens` (ties: fewer pieces).
+
+    Candidates cut the longest span into n = 1..MAX_SPLITS equal pieces, rounded up to PARTITION_ALIGN_TOKENS
+    and never shorter than MIN_PARTITION_TOKENS, so the last piece is no runt. `blocks_per_seq`: blocks per
+    sequence and piece (kv heads x row chunks); `slots`: blocks resident on the device at once."""
+    max_span = int(spans.max())
+    best_tokens, best_time = max_span, modeled_time_tokens(blocks_per_seq, spans, max_span, slots)
+    for n in range(2, MAX_SPLITS + 1):
+        tokens = max(MIN_PARTITION_TOKENS, _cdiv(_cdiv(max_span, n), PARTITION_ALIGN_TOKENS) * PARTITION_ALIGN_TOKENS)
+        if tokens >= max_span:
+            continue
+        time = modeled_time_tokens(blocks_per_seq, spans, tokens, slots)
+        if time < best_time:
+            best_tokens, best_time = tokens, time
+        if tokens == MIN_PARTITION_TOKENS:
+            break
+    return best_tokens
 
 
 def occupancy_blocks_per_sm(registers: int, shared_bytes: int, sm_shared_bytes: int, threads: int = ATTN_THREADS,
@@ -110,10 +143,11 @@ def copy_chunks(words: int) -> int:
 
 
 def vector_bytes(head_dim: int, itemsize: int) -> int:
-    """Width of the attention kernel's K/V loads (kv_common.cuh RowVec): the widest of 16/8/4 bytes, at most
-    8 elements, dividing a row."""
+    """Width of the attention kernel's K/V loads (kv_common.cuh RowVec): the widest of 16/8/4 bytes dividing a
+    row, at most 8 elements of a 2- or 4-byte type (fp8: up to 16 codes)."""
     row_bytes = head_dim * itemsize
-    return next((b for b in (16, 8, 4) if row_bytes % b == 0 and b <= 8 * itemsize), itemsize)
+    max_bytes = 16 if itemsize == 1 else min(8 * itemsize, 16)
+    return next((b for b in (16, 8, 4) if row_bytes % b == 0 and b <= max_bytes), itemsize)
 
 
 def check_pool_alignment(head_dim: int, itemsize: int, **pool_pointers: int) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.splitmix import mix64
+
 VOCAB_SIZE = 50_272  # OPT's vocabulary; token ids lie in [0, VOCAB_SIZE)
 
 @dataclass(frozen=True, slots=True)
@@ -71,16 +73,6 @@ def output_keys(request_ids: np.ndarray, samples: np.ndarray | int) -> np.ndarra
     ids = np.asarray(request_ids, dtype=np.uint64)
     tags = np.asarray(samples, dtype=np.uint64) ^ np.uint64(1 << 62)
     return mix64((ids << np.uint64(20)) ^ tags) >> np.uint64(1)
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer, vectorized over uint64 (arithmetic wraps modulo 2^64). The one NumPy
-    splitmix64 of the package; `allocators.prefix_loops` has its compiled twin."""
-    with np.errstate(over="ignore"):  # uint64 scalars warn on the wrap that arrays do silently
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def segment_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
