@@ -52,3 +52,8 @@ class WorkloadError(ValueError):
 class TraceError(RuntimeError):
     """A registry trace that cannot be had: unknown name, no download URL, network failure or a checksum
     mismatch. The message is one line that says what to do."""
+
+
+class UnservableError(ValueError):
+    """The run's configuration can serve no request of its workload, so it would measure nothing; the
+    message names the request tried and why it is refused."""

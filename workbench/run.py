@@ -3,8 +3,9 @@
 The argument parser is generated from RunConfig's fields (their metadata is the help text, with
 units), so a flag exists exactly when a config key does: `--kv-gib` is `kv_gib`. A bad
 configuration, or an `--out` that holds results (without `--force`) or cannot be created, is one
-line on stderr and exit status 2 before anything runs; nothing is written. Ctrl-C or SIGTERM exits
-130, writing nothing; a failing stdout keeps the written result.
+line on stderr and exit status 2 before anything runs; nothing is written. So is a workload none of
+whose requests the configuration could serve (found once the workload is read, before simulating).
+Ctrl-C or SIGTERM exits 130, writing nothing; a failing stdout keeps the written result.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from workbench.clean_exit import OneLineParser, print_error, run_cli
 from workbench.config import RunConfig, describe_bounds
-from workbench.errors import TraceError, WorkloadError
+from workbench.errors import TraceError, UnservableError, WorkloadError
 from workbench.outdir import OutputExistsError, check_target, install, staging_dir
 from workbench.presets import GPUS, MODELS
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_staged = True
         print_error(exc)
         return 2
-    except (WorkloadError, TraceError) as exc:  # workload input problems surface when the run reads it
+    except (WorkloadError, TraceError, UnservableError) as exc:  # found once the run has read its workload
         print_error(exc)
         return 2
     except OSError as exc:  # a full disk or a vanished parent: the staged directory goes, nothing else changed
