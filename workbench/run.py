@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig(**values)
         check_config(cfg)
         if args.out is not None:
-            check_target(args.out, replace=args.force)  # before simulating, not after
+            args.out = check_target(args.out, replace=args.force)  # before simulating, not after
     except ValueError as exc:
         print_error(exc)
         return 2

@@ -41,15 +41,17 @@ def runs_logged(monkeypatch, tmp_path) -> Path:
     return log
 
 
-def test_a_failing_forced_sweep_keeps_the_replaced_points(tmp_path, capsys):
+def test_a_failing_forced_sweep_puts_the_replaced_points_back(tmp_path, capsys):
     out = tmp_path / "out"
     sweep(SPEC, out)
     before = tree(out / "points")
+    summary = (out / "summary.parquet").read_bytes()
     with pytest.raises(SweepError, match="seed 666 is cursed"):
         sweep({"axes": {"seed": [666]}}, out, force=True)
-    kept = [p for p in out.iterdir() if p.name.startswith(".tmp-replaced-")]
-    assert len(kept) == 1 and tree(kept[0] / "points") == before
-    assert f"the replaced sweep is kept in {kept[0]}" in capsys.readouterr().err
+    assert tree(out / "points") == before and (out / "summary.parquet").read_bytes() == summary
+    assert not list(out.glob(".tmp-*"))
+    assert f"{out}: a --force sweep did not finish; 3 of the points it was replacing are back in {out}/points" in \
+        capsys.readouterr().err
 
 
 def test_a_live_lock_refuses_a_second_sweep_and_a_stale_one_is_taken_over(tmp_path):

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> i
             figures.check(spec.figure)  # before the sweep, not after it
         executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)
         out_dir = args.out or DEFAULT_RUNS_DIR / spec.name
-        check_out_dir(out_dir, resume=args.resume, force=args.force)
+        out_dir = check_out_dir(out_dir, resume=args.resume, force=args.force)
     except ValueError as exc:
         print_error(exc)
         return 2
