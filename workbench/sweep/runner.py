@@ -6,8 +6,8 @@ killed at any moment leaves finished points and temporary debris, never half a p
 user has is lost: an OUT that already holds a sweep is refused unless `resume` (keep its valid
 points, run the rest) or `force` (start over; the old points are moved aside and removed only when
 the new sweep has finished; put back if it does not: `workbench.sweep.replaced`). `resume` checks
-every kept point (its four files, a summary that parses, a config
-whose hash is the point id) and moves a broken one to `OUT/broken/` before running it
+every kept point (its four files, a summary whose figures are numbers where numbers belong, a
+config whose hash is the point id) and moves a broken one to `OUT/broken/` before running it
 again. A lock file keeps a second sweep out of the same OUT while one runs. OUT and the entries the
 sweep manages in it are checked before any work: each must be of its kind (a directory, a file).
 """
@@ -30,9 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from workbench.columns import SUMMARY_KEYS
 from workbench.config import RunConfig
+from workbench.errors import shown
 from workbench.outdir import TMP_PREFIX, OutputExistsError, check_target, install, staging_dir
+from workbench.results import summary_problem
 from workbench.sweep.executors import Executor, LocalExecutor
 from workbench.sweep.lock import LOCK_FILE, SweepLock
 from workbench.sweep.replaced import POINTS_DIR, asides, discard, move_aside, put_back
@@ -111,10 +112,11 @@ def point_problem(points_dir: Path, point: Point) -> str | None:
         stored = RunConfig.from_dict(config["config"] if "config" in config else config)
         for table in ("steps.parquet", "requests.parquet"):
             pq.read_metadata(folder / table)
-    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
-        return f"unreadable: {type(exc).__name__}: {exc}"
-    if not isinstance(summary, dict) or not set(SUMMARY_KEYS) <= set(summary):
-        return f"{POINT_SUMMARY_FILE} lacks the summary figures"
+    except (OSError, ValueError, TypeError, KeyError, RecursionError, pa.ArrowException) as exc:
+        return f"unreadable: {type(exc).__name__}: {shown(str(exc))}"
+    problem = summary_problem(summary)
+    if problem is not None:
+        return f"{POINT_SUMMARY_FILE} {problem}"
     if config_id(stored) != point.point_id:
         return "its config.json describes another configuration"
     return None
