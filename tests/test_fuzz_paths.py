@@ -24,6 +24,7 @@ from workbench.sweep import cli as sweep_cli
 from workbench.sweep import parse_spec, run_sweep
 
 PATH_EXAMPLES = 40
+SLOW_PATH_EXAMPLES = 100  # deselect with -m "not slow"
 TINY = ["--model", "custom:layers=2,kv_heads=2,heads=4,head_dim=16,max_model_len=512", "--kv-slots", "2048",
         "--kernel", "none", "--workload", "fixed:prompt=8,output=4", "--num-requests", "3"]
 SPEC = {"name": "paths", "axes": {"seed": [0, 1]}}
@@ -102,13 +103,26 @@ def call(main, argv: list[str]) -> tuple[int, str]:
     return status, err.getvalue()
 
 
-@settings(max_examples=PATH_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(case=st.one_of(st.tuples(st.just("run"), st.sampled_from(KINDS)),
-                      st.tuples(st.just("sweep"), st.sampled_from(KINDS + SWEEP_KINDS))),
-       force=st.booleans())
+CASES = st.one_of(st.tuples(st.just("run"), st.sampled_from(KINDS)),
+                  st.tuples(st.just("sweep"), st.sampled_from(KINDS + SWEEP_KINDS)))
+SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@settings(SETTINGS, max_examples=PATH_EXAMPLES)
+@given(case=CASES, force=st.booleans())
 def test_out_of_any_kind_gives_a_result_where_it_leads_or_one_line_before_any_work(tmp_path_factory, monkeypatch,
                                                                                   case, force):
+    out_of_kind(tmp_path_factory, monkeypatch, case, force)
+
+
+@pytest.mark.slow
+@settings(SETTINGS, max_examples=SLOW_PATH_EXAMPLES)
+@given(case=CASES, force=st.booleans())
+def test_out_of_every_kind_many_times(tmp_path_factory, monkeypatch, case, force):
+    out_of_kind(tmp_path_factory, monkeypatch, case, force)
+
+
+def out_of_kind(tmp_path_factory, monkeypatch, case: tuple[str, str], force: bool) -> None:
     tool, kind = case
     root = tmp_path_factory.mktemp("paths")
     out = make(root, kind, tool)

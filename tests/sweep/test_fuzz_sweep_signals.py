@@ -23,6 +23,7 @@ from workbench.sweep import LocalExecutor, parse_spec, run_sweep
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find processes")
 
 SIGNAL_EXAMPLES = 6  # each starts two or three sweeps of spawned workers: ~5 s apiece on a shared core
+SLOW_SIGNAL_EXAMPLES = 20  # deselect with -m "not slow"
 HERE = Path(__file__).resolve().parent
 NEW = {"name": "signalled", "axes": {"seed": list(range(6))}}
 OLD = {"name": "signalled", "axes": {"seed": [100, 101, 102]}}
@@ -87,12 +88,27 @@ def start(tmp: Path, out: Path, jobs: int, *flags: str, sleep_s: float) -> subpr
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-@settings(max_examples=SIGNAL_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(signum=st.sampled_from([signal.SIGINT, signal.SIGTERM, signal.SIGKILL]), jobs=st.sampled_from([1, 2]),
-       after_points=st.integers(0, 2), force=st.booleans())
+SIGNALLED = dict(signum=st.sampled_from([signal.SIGINT, signal.SIGTERM, signal.SIGKILL]),
+                 jobs=st.sampled_from([1, 2]), after_points=st.integers(0, 2), force=st.booleans())
+SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@settings(SETTINGS, max_examples=SIGNAL_EXAMPLES)
+@given(**SIGNALLED)
 def test_a_signalled_sweep_leaves_no_process_and_resume_completes_it(tmp_path_factory, signum, jobs, after_points,
                                                                       force):
+    signalled_sweep(tmp_path_factory, signum, jobs, after_points, force)
+
+
+@pytest.mark.slow
+@settings(SETTINGS, max_examples=SLOW_SIGNAL_EXAMPLES)
+@given(**SIGNALLED)
+def test_many_signalled_sweeps(tmp_path_factory, signum, jobs, after_points, force):
+    signalled_sweep(tmp_path_factory, signum, jobs, after_points, force)
+
+
+def signalled_sweep(tmp_path_factory, signum: int, jobs: int, after_points: int, force: bool) -> None:
+    """Signal a sweep while it runs (its points are slowed down), then check what is left and resume it."""
     tmp = tmp_path_factory.mktemp("signal")
     (tmp / "driver.py").write_text(DRIVER)
     (tmp / "new.yaml").write_text(yaml.safe_dump(NEW))
