@@ -73,7 +73,10 @@ class LocalExecutor:
                 process.terminate()
             raise
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+            except RuntimeError:  # interrupted while the pool started its manager thread: there is none to join
+                pass
 
 
 class DaskExecutor:
