@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import tempfile
 from pathlib import Path
 
@@ -20,6 +19,8 @@ from hypothesis import strategies as st
 from workbench import columns as C
 from workbench.allocators import registry
 from workbench.engine import run
+from workbench.errors import UnservableError
+from workbench.results import summary_problem
 from workbench.run import main as run_main
 from workbench.sweep import SpecError, load_spec
 from workbench.sweep.__main__ import run as sweep_main
@@ -50,7 +51,9 @@ FLAGS = {
     "workload": st.sampled_from(["alpaca-like", "sharegpt-like", "fixed:prompt=4,output=4",
                                  "system-prompt:k=2,system=16", "multi-turn:turns=2", "fixed:prompt=0",
                                  "fixed:prompt=600,output=10", "nope",
-                                 "alpaca-like:cv=inf", "azure:/no/such/file"]),
+                                 "alpaca-like:cv=inf", "alpaca-like:cv=1e300", "alpaca-like:cv=1e-300",
+                                 "multi-turn:think=1e300", "fixed:prompt=99999999999999999999",
+                                 "azure:/no/such/file"]),
     "rate": FLOATS,
     "num-requests": st.sampled_from(["-1", "0", "1", "7", "30", str(10**8), str(2**63)]),
     "duration": FLOATS,
@@ -109,7 +112,8 @@ def check_run_dir(out: Path, config: dict) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert tuple(summary) == C.SUMMARY_KEYS
     assert summary["num_finished"] + summary["num_rejected"] == summary["num_requests"] > 0
-    assert not any(isinstance(v, float) and math.isinf(v) for v in summary.values()), summary
+    assert summary["num_finished"] > 0, "a run that could serve no request was not refused"
+    assert summary_problem(summary) is None, summary
     stored = json.loads((out / "config.json").read_text())["config"]
     assert {k: v for k, v in stored.items() if k in config} == config
 
@@ -192,7 +196,12 @@ def test_sweep_yaml_values_are_refused_in_one_line_or_every_point_runs(base, axi
             assert tree(root) == before
             return
         event(f"accepted, {len(points)} points")
-        for point in points:  # accepted by validation: then every point must really run
-            out = root / "points" / point.point_id
-            run(point.config, out)
+        for point in points:  # accepted by validation: then every point must really run, or be refused as
+            out = root / "points" / point.point_id  # unservable (that needs its workload, which validation never reads)
+            try:
+                run(point.config, out)
+            except UnservableError:
+                event("a point refused as unservable")
+                assert not out.exists()
+                continue
             check_run_dir(out, {"seed": point.config.seed, "strategy": point.config.strategy})

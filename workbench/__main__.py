@@ -2,6 +2,7 @@
 
 import sys
 
+from workbench.clean_exit import run_cli
 from workbench.run import main
 
-sys.exit(main())
+sys.exit(run_cli(main))

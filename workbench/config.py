@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.clock_profiles import PROFILE_NAMES, check_profile
+from workbench.errors import shown
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
 # Upper bounds that keep every size inside the integer types it lands in: slot and block ids are int32
@@ -49,25 +50,25 @@ def check_field(f: dataclasses.Field, value: Any) -> None:
         return
     if kind == "bool":
         if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
+            raise ValueError(f"{name} must be true or false, got {shown(value)}")
         return
     if kind == "str":
         if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {value!r}")
+            raise ValueError(f"{name} must be a string, got {shown(value)}")
         if meta.get("choices") and value not in meta["choices"]:
-            raise ValueError(f"{name}: {value!r} is not one of {', '.join(meta['choices'])}")
+            raise ValueError(f"{name}: {shown(value)} is not one of {', '.join(meta['choices'])}")
         return
     number = numbers.Real if kind == "float" else numbers.Integral
     if isinstance(value, bool) or not isinstance(value, number):
         expected = "a number" if kind == "float" else "an integer"
-        raise ValueError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
+        raise ValueError(f"{name} must be {expected}, got {type(value).__name__} {shown(value)}")
     if kind == "float" and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value}")
     for key, (sign, holds) in _BOUNDS.items():
         if key in meta and not holds(value, meta[key]):
-            raise ValueError(f"{name} must be {sign} {meta[key]}, got {value}")
+            raise ValueError(f"{name} must be {sign} {meta[key]}, got {shown(value)}")
     if kind == "int" and value > MAX_INT:
-        raise ValueError(f"{name} must be <= {MAX_INT}, got {value}")
+        raise ValueError(f"{name} must be <= {MAX_INT}, got {shown(value)}")
 
 
 @dataclass(frozen=True)

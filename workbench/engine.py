@@ -9,6 +9,7 @@ arrival. Same config and seed give bit-identical tables.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import subprocess
 import time
@@ -25,6 +26,7 @@ from workbench.allocators.hybrid import GROUP_PARTS, HybridSnapshot
 from workbench.clock import RooflineClock
 from workbench.clock_profiles import make_clock
 from workbench.config import Resolved, RunConfig
+from workbench.errors import UnservableError
 from workbench.host_tier_outputs import host_tier_columns, host_tier_totals
 from workbench.paths import REPO_ROOT
 from workbench.plan import StepPlan
@@ -83,6 +85,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     wall0 = time.perf_counter()
     res = check_config(cfg)
     requests = build_workload(cfg)
+    check_servable(cfg, res, requests)
     strategy = registry.create_from_config(cfg, res)
     result = simulate(cfg, requests, strategy, progress=progress, wall0_s=wall0)
     if out_dir is not None:
@@ -98,12 +101,8 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     res = cfg.resolve()
     backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
     tokens = TokenStore()
-    sched = Scheduler(strategy, requests, tokens, max_model_len=res.model.max_model_len,
-                      max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=res.max_num_batched_tokens,
-                      watermark_frac=cfg.watermark_frac, swap=cfg.preemption == "swap", seed=cfg.seed,
-                      kernel_every=None if backend == "none" else cfg.kernel_every,
-                      chunked_prefill=cfg.chunked_prefill, admission=cfg.admission,
-                      beam_branch_frac=cfg.beam_branch_frac, attention_windows=res.model.window_layer_fracs())
+    sched = make_scheduler(cfg, res, strategy, requests, tokens, kernel_every=None if backend == "none"
+                           else cfg.kernel_every)
     runner = None
     if backend != "none":
         from workbench.engine_kernels import KernelRunner
@@ -145,6 +144,44 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     summary = summarize(steps, req_table, capacity_slots=strategy.capacity_slots,
                         generated_tokens=sched.log.generated_tokens, extra=extra)
     return RunResult(steps, req_table, summary)
+
+
+def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: list[Request], tokens: TokenStore,
+                   *, kernel_every: int | None) -> Scheduler:
+    return Scheduler(strategy, requests, tokens, max_model_len=res.model.max_model_len,
+                     max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=res.max_num_batched_tokens,
+                     watermark_frac=cfg.watermark_frac, swap=cfg.preemption == "swap", seed=cfg.seed,
+                     kernel_every=kernel_every, chunked_prefill=cfg.chunked_prefill, admission=cfg.admission,
+                     beam_branch_frac=cfg.beam_branch_frac, attention_windows=res.model.window_layer_fracs())
+
+
+def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> None:
+    """Raise UnservableError when the workload's shortest request (fewest prompt + output tokens) is
+    rejected even alone in an empty pool: then no request of the run can be served, and the run would
+    measure nothing but rejections and write NaN figures. The request is replayed on a fresh strategy by
+    the scheduler itself, so a refusal has the same reason a run would record (max_model_len, the
+    pool, a strategy's own limits), whatever the workload's source."""
+    shortest = min(requests, key=lambda r: (r.prompt_tokens + r.output_tokens, r.request_id))
+    alone = [dataclasses.replace(shortest, request_id=0, arrival_s=0.0)]
+    sched = make_scheduler(cfg, res, registry.create_from_config(cfg, res), alone, TokenStore(), kernel_every=None)
+    now_s = 0.0
+    sched.arrive(now_s)
+    while sched.has_work() and not sched.log.num_rejected:
+        plan = sched.schedule(now_s)
+        if not plan.cost.num_running and not plan.started and not sched.log.num_rejected:
+            reason = "never admitted"  # _simulate would report the run stuck
+            break
+        now_s += 1.0  # the clock plays no part in admission
+        sched.complete(plan, now_s)
+    else:
+        if not sched.log.num_rejected:
+            return
+        reason = sched.log.status[0].removeprefix("rejected: ")
+    seqs = f" × {shortest.n} samples" if shortest.n > 1 else (
+        f" × {shortest.beam_width} beams" if shortest.beam_width > 1 else "")
+    raise UnservableError(f"no request of the workload can be served with this configuration: the shortest, "
+                          f"request {shortest.request_id} ({shortest.prompt_tokens} prompt + {shortest.output_tokens} "
+                          f"output tokens{seqs}), is refused alone in an empty KV pool: {reason}")
 
 
 def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, measured: bool,

@@ -21,9 +21,11 @@ from workbench.tokens import TokenStore
 
 @dataclass(frozen=True, slots=True)
 class Refused:
-    """The group did not fit; `needed_extent_slots` > 0 for a contiguous extent."""
+    """The group did not fit; `needed_extent_slots` > 0 for a contiguous extent; `reason` is the strategy's
+    (empty when the scheduler's own bound refused it)."""
 
     needed_extent_slots: int
+    reason: str = ""
 
 
 def admit_group(strategy: Strategy, tokens: TokenStore, g: Group, num_seqs: int, copies: list[np.ndarray],
@@ -48,7 +50,7 @@ def admit_group(strategy: Strategy, tokens: TokenStore, g: Group, num_seqs: int,
             return Refused(0)
     result = strategy.admit(g.seq_ids, SeqSpec(token_ids, g.final_len))
     if not result.admitted:
-        return Refused(result.needed_extent_slots)
+        return Refused(result.needed_extent_slots, result.reason)
     if result.copies is not None and len(result.copies):
         copies.append(result.copies)
     g.kv_len = len(token_ids)

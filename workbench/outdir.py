@@ -33,10 +33,23 @@ def holds_results(path: Path) -> bool:
     return path.exists()
 
 
-def check_target(final: Path, *, replace: bool, flag: str = "--out", hint: str = "pass --force to replace it") -> None:
-    """Before any work: raise ValueError (one line) when `final` holds results and `replace` is off, or when
-    it could not be created. Creates nothing: writability is probed with a directory made and removed
-    in the nearest existing ancestor."""
+def resolve_path(path: Path, flag: str) -> Path:
+    """The absolute path an argument names, every symbolic link followed: a link to a directory is that
+    directory, a dangling link the path it points to. Results are renamed into place and replaced
+    copies moved aside, which would act on a link itself, not on what it names; so every path
+    argument is resolved once, before any work. Raises ValueError (one line) for a link loop."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # ELOOP: "Too many levels of symbolic links"
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "symbolic link loop"
+        raise ValueError(f"{flag} {path}: {reason}") from None
+
+
+def check_target(final: Path, *, replace: bool, flag: str = "--out", hint: str = "pass --force to replace it") -> Path:
+    """Before any work: the resolved `final` (`resolve_path`); raises ValueError (one line) when it holds
+    results and `replace` is off, or when it could not be created. Creates nothing: writability is
+    probed with a directory made and removed in the nearest existing ancestor."""
+    final = resolve_path(final, flag)
     if final.exists() and not final.is_dir():
         raise ValueError(f"{flag} {final}: exists and is not a directory")
     if holds_results(final) and not replace:
@@ -50,6 +63,7 @@ def check_target(final: Path, *, replace: bool, flag: str = "--out", hint: str =
         os.rmdir(tempfile.mkdtemp(dir=ancestor, prefix=TMP_PREFIX + "probe-"))
     except OSError as exc:
         raise ValueError(f"{flag} {final}: cannot create it in {ancestor}: {exc.strerror}") from None
+    return final
 
 
 def install(staged: Path, final: Path, *, replace: bool) -> None:

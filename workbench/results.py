@@ -147,6 +147,26 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
     return {key: out[key] for key in C.SUMMARY_KEYS}
 
 
+def summary_problem(summary: Any) -> str | None:
+    """Why `summary` (a summary.json read back) is not what `summarize` writes, None when it is: every key
+    of columns.SUMMARY_KEYS, text where text belongs, and elsewhere a number, finite unless the key may
+    be NaN. A kept sweep point is trusted only when this is None."""
+    if not isinstance(summary, dict):
+        return f"is a {type(summary).__name__}, not a JSON object"
+    for key in C.SUMMARY_KEYS:
+        if key not in summary:
+            return f"lacks {key}"
+        value = summary[key]
+        if key in C.SUMMARY_TEXT_KEYS:
+            if not isinstance(value, str):
+                return f"{key} is {type(value).__name__}, not text"
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            return f"{key} is {type(value).__name__}, not a number"
+        elif not math.isfinite(value) and not (key in C.SUMMARY_NAN_KEYS and math.isnan(value)):
+            return f"{key} is {value}, not a finite number"
+    return None
+
+
 def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, requests: pd.DataFrame,
                   summary: dict[str, Any]) -> None:
     """Write the four run files (docs/outputs.md) into a temporary sibling of `out_dir` and rename it to

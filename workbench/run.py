@@ -3,7 +3,9 @@
 The argument parser is generated from RunConfig's fields (their metadata is the help text, with
 units), so a flag exists exactly when a config key does: `--kv-gib` is `kv_gib`. A bad
 configuration, or an `--out` that holds results (without `--force`) or cannot be created, is one
-line on stderr and exit status 2 before anything runs; nothing is written. Ctrl-C exits 130.
+line on stderr and exit status 2 before anything runs; nothing is written. So is a workload none of
+whose requests the configuration could serve (found once the workload is read, before simulating).
+Ctrl-C or SIGTERM exits 130, writing nothing; a failing stdout keeps the written result.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from workbench.clean_exit import OneLineParser, quiet_broken_pipe
+from workbench.clean_exit import OneLineParser, print_error, run_cli
 from workbench.config import RunConfig, describe_bounds
-from workbench.errors import TraceError, WorkloadError
+from workbench.errors import TraceError, UnservableError, WorkloadError
 from workbench.outdir import OutputExistsError, check_target, install, staging_dir
 from workbench.presets import GPUS, MODELS
 
@@ -123,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig(**values)
         check_config(cfg)
         if args.out is not None:
-            check_target(args.out, replace=args.force)  # before simulating, not after
+            args.out = check_target(args.out, replace=args.force)  # before simulating, not after
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     staged = None if args.out is None else staging_dir(args.out)  # renamed to --out once complete
     keep_staged = False
@@ -135,13 +137,13 @@ def main(argv: list[str] | None = None) -> int:
             install(staged, args.out, replace=args.force)
     except OutputExistsError as exc:  # --out appeared while running: the message names where the result is
         keep_staged = True
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
-    except (WorkloadError, TraceError) as exc:  # workload input problems surface when the run reads it
-        print(f"error: {exc}", file=sys.stderr)
+    except (WorkloadError, TraceError, UnservableError) as exc:  # found once the run has read its workload
+        print_error(exc)
         return 2
     except OSError as exc:  # a full disk or a vanished parent: the staged directory goes, nothing else changed
-        print(f"error: cannot write {args.out}: {exc.strerror or exc}; nothing was written", file=sys.stderr)
+        print_error(f"cannot write {args.out}: {exc.strerror or exc}; nothing was written")
         return 1
     except KeyboardInterrupt:
         print("interrupted; nothing was written", file=sys.stderr)
@@ -157,4 +159,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(quiet_broken_pipe(main))
+    sys.exit(run_cli(main))

@@ -322,10 +322,11 @@ class Scheduler:
             else:
                 outcome = self.chunks.admit(g, budget, copies)
                 if not isinstance(outcome, Prefill):
-                    outcome = Refused(outcome.needed_extent_slots)
+                    outcome = Refused(outcome.needed_extent_slots, outcome.reason)
             if isinstance(outcome, Refused):
-                if pool_empty:
-                    self._reject(self._take_waiting(passed), "needs more KV slots than the whole pool")
+                if pool_empty:  # nothing will ever come free for it: the strategy's reason, when it gave one
+                    reason = outcome.reason or "needs more KV slots than the whole pool"
+                    self._reject(self._take_waiting(passed), reason)
                     continue
                 if not self.skip_unplaced:
                     return outcome.needed_extent_slots

@@ -30,7 +30,8 @@ def test_group_larger_than_the_pool_is_rejected_and_the_rest_finish(strategy):
     cfg = small_config(strategy=strategy, kv_slots=640, workload="fixed:prompt=100,output=200", n=4, num_requests=3)
     result = simulate_checked(cfg)
     statuses = result.requests["status"]
-    assert statuses.str.startswith("rejected: needs more KV").all()
+    # the strategy's own reason when it refuses the group in an empty pool (contiguous), else the scheduler's
+    assert statuses.str.match(r"rejected: (needs more KV slots than the whole pool|no free extent of \d+ slots)").all()
     assert result.summary["num_rejected"] == 3 and result.summary["num_finished"] == 0
     ok = simulate_checked(replace(cfg, n=1))  # the same requests with one sample each fit
     assert ok.summary["num_finished"] == 3

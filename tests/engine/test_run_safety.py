@@ -55,7 +55,7 @@ def tree(path) -> dict[str, bytes]:
     (["--kv-slots", str(2**31)], f"kv_slots must be <= {2**31 - 1}"),
     (["--kv-gib", "1e9"], "exceeds 2147483647 (int32 slot ids)"),
     (["--preemption", "swap", "--swap-gib", "1e12"], "more than 2147483647 (int32 slot ids); lower --swap-gib"),
-    (["--workload", "fixed:prompt=0"], "field 'prompt': expected an integer >= 1"),
+    (["--workload", "fixed:prompt=0"], "field 'prompt': expected an integer in [1, 2147483647]"),
     (["--workload", "azure:/no/such/file.csv"], "field 'path': expected an existing file or a registry trace"),
     (["--seed", "1.5"], "error: argument --seed: invalid int value: '1.5' (see python -m workbench.run --help)"),
 ])

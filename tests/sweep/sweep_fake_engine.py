@@ -46,3 +46,14 @@ def fake_run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = Fa
         if log_dir:
             Path(log_dir, f"{config_id(cfg)}-{uuid.uuid4().hex}").touch()
     return summary
+
+
+class SerialExecutor:
+    """Runs the points in this process, one after another: for tests of what the sweep's own process
+    decides (paths, kept points), where spawning workers would only cost time."""
+
+    threads_per_task = None
+
+    def map_unordered(self, fn, tasks):
+        for task in tasks:
+            yield fn(task)

@@ -4,6 +4,7 @@ OUT, --resume checks every kept point, names are not paths, and huge sweeps need
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -11,14 +12,19 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
-from sweep_fake_engine import fake_run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sweep_fake_engine import SerialExecutor, fake_run
 
+from workbench import columns as C
 from workbench.paths import REPO_ROOT
 from workbench.sweep import LocalExecutor, SpecError, SweepError, load_spec, parse_spec, run_sweep
 from workbench.sweep.__main__ import run as main
 from workbench.sweep.lock import LOCK_FILE, SweepLock, SweepLocked
+from workbench.sweep.runner import point_problem
 
 SPEC = {"name": "safe", "axes": {"seed": [0, 1, 2]}}
 TINY = {"model": "custom:layers=2,kv_heads=2,heads=4,head_dim=16,max_model_len=512", "kv_slots": 2048,
@@ -41,15 +47,17 @@ def runs_logged(monkeypatch, tmp_path) -> Path:
     return log
 
 
-def test_a_failing_forced_sweep_keeps_the_replaced_points(tmp_path, capsys):
+def test_a_failing_forced_sweep_puts_the_replaced_points_back(tmp_path, capsys):
     out = tmp_path / "out"
     sweep(SPEC, out)
     before = tree(out / "points")
+    summary = (out / "summary.parquet").read_bytes()
     with pytest.raises(SweepError, match="seed 666 is cursed"):
         sweep({"axes": {"seed": [666]}}, out, force=True)
-    kept = [p for p in out.iterdir() if p.name.startswith(".tmp-replaced-")]
-    assert len(kept) == 1 and tree(kept[0] / "points") == before
-    assert f"the replaced sweep is kept in {kept[0]}" in capsys.readouterr().err
+    assert tree(out / "points") == before and (out / "summary.parquet").read_bytes() == summary
+    assert not list(out.glob(".tmp-*"))
+    assert f"{out}: a --force sweep did not finish; 3 of the points it was replacing are back in {out}/points" in \
+        capsys.readouterr().err
 
 
 def test_a_live_lock_refuses_a_second_sweep_and_a_stale_one_is_taken_over(tmp_path):
@@ -89,7 +97,8 @@ def test_two_sweeps_started_together_one_runs_one_is_refused(tmp_path):
     (lambda d: (d / "summary.json").unlink(), "summary.json is missing"),
     (lambda d: (d / "steps.parquet").unlink(), "steps.parquet is missing"),
     (lambda d: (d / "summary.json").write_text("{not json"), "unreadable: JSONDecodeError"),
-    (lambda d: (d / "summary.json").write_text("{}"), "summary.json lacks the summary figures"),
+    (lambda d: (d / "summary.json").write_text("{}"), "summary.json lacks kv_slots"),
+    (lambda d: (d / "summary.json").write_text("[1, 2]"), "summary.json is a list, not a JSON object"),
     (lambda d: (d / "requests.parquet").write_bytes(b"PAR1 truncated"), "unreadable: "),
     (lambda d: (d / "config.json").write_text(json.dumps({"config": {"seed": 77}})),
      "its config.json describes another configuration"),
@@ -218,3 +227,42 @@ def test_the_sweep_cli_output_cut_off_by_its_reader_ends_quietly(tmp_path):
     err = proc.stderr.read().decode()
     proc.wait(timeout=300)
     assert proc.returncode == 128 + signal.SIGPIPE and "Traceback" not in err, err
+
+
+HOSTILE_SUMMARY_VALUES = st.sampled_from([math.nan, math.inf, -math.inf, "12", "", None, True, False, [], {}, 1, 0.5])
+
+
+def holds_what_a_summary_holds(key: str, value) -> bool:
+    """What the engine writes for `key`, stated independently of workbench.results."""
+    if key in C.SUMMARY_TEXT_KEYS:
+        return isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) or (math.isnan(value) and key in C.SUMMARY_NAN_KEYS)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(C.SUMMARY_KEYS), value=HOSTILE_SUMMARY_VALUES, drop=st.booleans())
+def test_resume_keeps_a_point_only_when_its_summary_holds_numbers_where_numbers_belong(tmp_path_factory, key, value,
+                                                                                       drop):
+    out = tmp_path_factory.mktemp("resume") / "out"
+    spec = parse_spec({"name": "kept", "axes": {"seed": [0]}})
+    run_sweep(spec, out, executor=SerialExecutor(), progress=False, run_fn=fake_run)
+    [point] = spec.points()
+    summary_path = out / "points" / point.point_id / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    if drop:
+        del summary[key]
+    else:
+        summary[key] = value
+    summary_path.write_text(json.dumps(summary))  # NaN and Infinity as Python's json writes them
+    damaged = tree(out / "points")
+    run_sweep(spec, out, executor=SerialExecutor(), progress=False, run_fn=fake_run, resume=True)
+    kept = not drop and holds_what_a_summary_holds(key, value)
+    if kept:
+        assert not (out / "broken").exists() and tree(out / "points") == damaged
+    else:
+        [moved] = (out / "broken").iterdir()
+        assert {f"{point.point_id}/{k}": v for k, v in tree(moved).items()} == damaged
+        assert point_problem(out / "points", point) is None
+    assert len(pd.read_parquet(out / "summary.parquet")) == 1  # the table builds from what was kept

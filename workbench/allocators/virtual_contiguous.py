@@ -273,6 +273,9 @@ class VirtualContiguous:
     # ---- internals -----------------------------------------------------------------------------
     def _choose(self, lengths: list[int]) -> tuple[list[int] | None, str]:
         """Pure. Extents for sequences of these lengths, or None and why not."""
+        if len(lengths) > self.max_batch:
+            return None, (f"its {len(lengths)} sequences need {len(lengths)} virtual extents, more than --max-batch "
+                          f"{self.max_batch}")
         extents = self._pages.pick(len(lengths))
         if extents is None:
             free = self.max_batch - len(self._extent)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 import time
 from pathlib import Path
 
+from workbench.clean_exit import OneLineParser, print_error, run_cli
 from workbench.figures.build import FIGURES_DIR, RUNS_DIR, build
 from workbench.figures.registry import FIGURE_NAMES
 from workbench.sweep import SpecError, SweepError, make_executor
@@ -15,7 +15,7 @@ from workbench.sweep.executors import EXECUTOR_NAMES
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.figures", description=__doc__)
+    parser = OneLineParser(prog="python -m workbench.figures", description=__doc__)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"figures to build (default: all): "
                         f"{', '.join(FIGURE_NAMES)}")
     parser.add_argument("--figures-dir", type=Path, default=FIGURES_DIR, help="where the figures go")
@@ -41,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
             paths = build(name, figures_dir=args.figures_dir, runs_dir=args.runs_dir, executor=executor,
                           progress=not args.no_progress, command=command)
         except (SpecError, SweepError, ValueError, FileNotFoundError) as exc:
-            print(f"error: {name}: {exc}", file=sys.stderr)
+            print_error(f"{name}: {exc}")
             return 1
         print(f"{name}: {', '.join(str(p) for p in paths)} ({time.perf_counter() - start_s:.0f} s)")
     return 0
 
 
 if __name__ == "__main__":  # spawned workers import this module as __mp_main__; they must not rebuild figures
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

@@ -3,7 +3,7 @@ the layers meet: the sweep package itself never imports the figures package abov
 
 from __future__ import annotations
 
-from workbench.clean_exit import quiet_broken_pipe
+from workbench.clean_exit import run_cli
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -14,4 +14,4 @@ def run(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # spawned workers import this module as __mp_main__; they must not rerun the sweep
-    raise SystemExit(quiet_broken_pipe(run))
+    raise SystemExit(run_cli(run))

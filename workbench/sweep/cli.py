@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.clean_exit import OneLineParser
+from workbench.clean_exit import OneLineParser, print_error
 from workbench.experiments import builtin_names, find_experiment
 from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError, make_executor
 from workbench.sweep.lock import SweepLocked
@@ -95,18 +95,21 @@ def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> i
             figures.check(spec.figure)  # before the sweep, not after it
         executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)
         out_dir = args.out or DEFAULT_RUNS_DIR / spec.name
-        check_out_dir(out_dir, resume=args.resume, force=args.force)
+        out_dir = check_out_dir(out_dir, resume=args.resume, force=args.force)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     try:
         table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, force=args.force,
                           progress=not args.no_progress)
     except (SweepLocked, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     except (SweepError, ExecutorError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
+        return 1
+    except OSError as exc:  # a full disk while writing the summary: the finished points stay
+        print_error(f"cannot write {out_dir}: {exc.strerror or exc}; finished points are kept in {out_dir}/points")
         return 1
     except KeyboardInterrupt:
         print(f"interrupted; finished points are kept in {out_dir}/points: rerun with --resume to continue",

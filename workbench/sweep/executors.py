@@ -1,7 +1,9 @@
 """Executors: run one function over many tasks in other processes, yielding results as they finish.
 
 `local` is a process pool on this machine (spawn context, so workers start clean and nothing the
-parent imported leaks into them); `dask` sends the tasks to a Dask distributed cluster, either an
+parent imported leaks into them; each worker dies with the sweep process, however that ends, so a
+killed sweep leaves no worker running and the pool's resource tracker, which exits when the last
+process holding its pipe does, goes with them); `dask` sends the tasks to a Dask distributed cluster, either an
 existing one (`scheduler` address, whose workers must see the same filesystem and package) or a
 LocalCluster of worker processes started here. Both stop at the first failing task and raise its
 error; tasks already finished stay finished.
@@ -9,15 +11,20 @@ error; tasks already finished stay finished.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Protocol
 
 EXECUTOR_NAMES = ("local", "dask")
 CONNECT_TIMEOUT_S = 5.0  # an unreachable scheduler is reported after this, not after Dask's default 30 s
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PARENT_POLL_S = 1.0  # where the kernel cannot signal a parent's death, a worker looks this often
 
 
 class ExecutorError(RuntimeError):
@@ -53,7 +60,8 @@ class LocalExecutor:
         if not tasks:
             return
         pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)),
-                                   mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
+                                   mp_context=multiprocessing.get_context("spawn"), initializer=start_worker,
+                                   initargs=(os.getpid(),))
         try:
             futures = [pool.submit(fn, task) for task in tasks]
             for future in as_completed(futures):
@@ -65,7 +73,10 @@ class LocalExecutor:
                 process.terminate()
             raise
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+            except RuntimeError:  # interrupted while the pool started its manager thread: there is none to join
+                pass
 
 
 class DaskExecutor:
@@ -108,8 +119,27 @@ class DaskExecutor:
                 cluster.close()
 
 
-def _ignore_sigint() -> None:
+def start_worker(parent_pid: int) -> None:
+    """In a new pool worker: ignore Ctrl-C (the parent stops the workers itself, without their tracebacks)
+    and die with the parent. On Linux the kernel sends SIGKILL to the worker when the parent dies, even
+    by SIGKILL (prctl PR_SET_PDEATHSIG; the pool starts workers from the parent's main thread, whose
+    end is what the kernel watches); elsewhere a daemon thread polls. A parent already gone before
+    either was set up is caught by comparing the parent pid."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        watched = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0
+    except (OSError, AttributeError):  # no prctl: not Linux
+        watched = False
+    if not watched:
+        threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def make_executor(name: str, *, jobs: int | None = None, scheduler: str | None = None,

@@ -5,9 +5,11 @@ only once the run has returned, so a point directory exists if and only if it is
 killed at any moment leaves finished points and temporary debris, never half a point. Nothing a
 user has is lost: an OUT that already holds a sweep is refused unless `resume` (keep its valid
 points, run the rest) or `force` (start over; the old points are moved aside and removed only when
-the new sweep has finished). `resume` checks every kept point (its four files, a summary that
-parses, a config whose hash is the point id) and moves a broken one to `OUT/broken/` before
-running it again. A lock file keeps a second sweep out of the same OUT while one runs.
+the new sweep has finished; put back if it does not: `workbench.sweep.replaced`). `resume` checks
+every kept point (its four files, a summary whose figures are numbers where numbers belong, a
+config whose hash is the point id) and moves a broken one to `OUT/broken/` before running it
+again. A lock file keeps a second sweep out of the same OUT while one runs. OUT and the entries the
+sweep manages in it are checked before any work: each must be of its kind (a directory, a file).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 import uuid
 from collections.abc import Callable
@@ -27,15 +30,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from workbench.columns import SUMMARY_KEYS
 from workbench.config import RunConfig
+from workbench.errors import shown
 from workbench.outdir import TMP_PREFIX, OutputExistsError, check_target, install, staging_dir
+from workbench.results import summary_problem
 from workbench.sweep.executors import Executor, LocalExecutor
-from workbench.sweep.lock import SweepLock
+from workbench.sweep.lock import LOCK_FILE, SweepLock
+from workbench.sweep.replaced import POINTS_DIR, asides, discard, move_aside, put_back
 from workbench.sweep.spec import Point, SweepSpec, config_id, describe
 from workbench.sweep.summary import POINT_SUMMARY_FILE, SUMMARY_FILE, summary_table, write_summary
 
-POINTS_DIR = "points"
 BROKEN_DIR = "broken"
 POINT_FILES = ("config.json", "steps.parquet", "requests.parquet", "summary.json")  # the §8 files of a point
 
@@ -108,30 +112,49 @@ def point_problem(points_dir: Path, point: Point) -> str | None:
         stored = RunConfig.from_dict(config["config"] if "config" in config else config)
         for table in ("steps.parquet", "requests.parquet"):
             pq.read_metadata(folder / table)
-    except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as exc:
-        return f"unreadable: {type(exc).__name__}: {exc}"
-    if not isinstance(summary, dict) or not set(SUMMARY_KEYS) <= set(summary):
-        return f"{POINT_SUMMARY_FILE} lacks the summary figures"
+    except (OSError, ValueError, TypeError, KeyError, RecursionError, pa.ArrowException) as exc:
+        return f"unreadable: {type(exc).__name__}: {shown(str(exc))}"
+    problem = summary_problem(summary)
+    if problem is not None:
+        return f"{POINT_SUMMARY_FILE} {problem}"
     if config_id(stored) != point.point_id:
         return "its config.json describes another configuration"
     return None
 
 
 def holds_sweep(out_dir: Path) -> bool:
+    """A summary, a point, or the points of a --force sweep that did not finish."""
     points_dir = out_dir / POINTS_DIR
-    return (out_dir / SUMMARY_FILE).exists() or (points_dir.is_dir() and any(
+    return (out_dir / SUMMARY_FILE).exists() or bool(asides(out_dir)) or (points_dir.is_dir() and any(
         not p.name.startswith(".") for p in points_dir.iterdir()))
 
 
-def check_out_dir(out_dir: Path, *, resume: bool, force: bool) -> None:
-    """Before any work: raise ValueError (one line) when OUT holds a sweep and neither `resume` nor
-    `force` says what to do with it, or when OUT cannot be created."""
+# what the sweep itself creates in OUT, and the kind each must be
+OUT_ENTRIES = {POINTS_DIR: stat.S_ISDIR, BROKEN_DIR: stat.S_ISDIR, LOCK_FILE: stat.S_ISREG, SUMMARY_FILE: stat.S_ISREG}
+
+
+def check_out_dir(out_dir: Path, *, resume: bool, force: bool) -> Path:
+    """Before any work: OUT resolved (`outdir.resolve_path`). Raises ValueError (one line) when OUT holds a
+    sweep and neither `resume` nor `force` says what to do with it, when OUT cannot be created, or when
+    an entry the sweep manages in it is not of its kind (a symbolic link included)."""
     if resume and force:
         raise ValueError("--resume keeps the points in OUT and --force replaces them: choose one")
-    check_target(out_dir, replace=True)
+    out_dir = check_target(out_dir, replace=True)
+    for name, is_kind in OUT_ENTRIES.items():
+        try:
+            mode = os.lstat(out_dir / name).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ValueError(f"--out {out_dir}: cannot inspect {name}: {exc.strerror}") from None
+        if not is_kind(mode):
+            kind = "a directory" if is_kind is stat.S_ISDIR else "a regular file"
+            raise ValueError(f"--out {out_dir}: {out_dir / name} is not {kind}; the sweep keeps its {name} there, "
+                             f"move it away")
     if holds_sweep(out_dir) and not (resume or force):
         raise OutputExistsError(f"--out {out_dir} already holds a sweep; pass --resume to continue it or --force "
                                 f"to replace it")
+    return out_dir
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None = None, resume: bool = False,
@@ -142,12 +165,12 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None
     before any work when OUT holds a sweep and neither `resume` nor `force` is given, SweepLocked
     when another sweep holds OUT, SweepError when a point fails. Returns the summary table.
     """
-    out_dir = Path(out_dir)
-    check_out_dir(out_dir, resume=resume, force=force)
+    out_dir = check_out_dir(Path(out_dir), resume=resume, force=force)
     points = spec.points()
     with SweepLock(out_dir):
         points_dir = out_dir / POINTS_DIR
-        replaced = _move_aside(out_dir) if force and holds_sweep(out_dir) else None
+        _say(put_back(out_dir))  # a --force sweep killed earlier: the lock says it is not running
+        replaced = move_aside(out_dir) if force and holds_sweep(out_dir) else None
         points_dir.mkdir(parents=True, exist_ok=True)
         for debris in points_dir.glob(TMP_PREFIX + "*"):  # temporaries of killed runs; the lock says none is live
             shutil.rmtree(debris, ignore_errors=True)
@@ -163,15 +186,20 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None
                 bar.update(1)
         except BaseException:
             if replaced is not None:
-                print(f"the replaced sweep is kept in {replaced}", file=sys.stderr)
+                _say(put_back(out_dir))
             raise
         finally:
             bar.close()
         table = summary_table(points, points_dir)
         write_summary(table, out_dir)
         if replaced is not None:
-            shutil.rmtree(replaced)
+            discard(replaced)
     return table
+
+
+def _say(line: str | None) -> None:
+    if line is not None:
+        print(line, file=sys.stderr)
 
 
 def _keep(out_dir: Path, point: Point) -> bool:
@@ -187,14 +215,3 @@ def _keep(out_dir: Path, point: Point) -> bool:
     os.rename(folder, broken)
     print(f"point {point.index} [{point.point_id}]: {problem}; moved to {broken}, running it again", file=sys.stderr)
     return False
-
-
-def _move_aside(out_dir: Path) -> Path:
-    """Force: move OUT's points and summary into `OUT/.tmp-replaced-<random>/` (removed once the new
-    sweep is complete; kept, and named, if it fails)."""
-    aside = out_dir / f"{TMP_PREFIX}replaced-{uuid.uuid4().hex[:8]}"
-    aside.mkdir()
-    for name in (POINTS_DIR, SUMMARY_FILE):
-        if (out_dir / name).exists():
-            os.rename(out_dir / name, aside / name)
-    return aside

@@ -13,8 +13,11 @@ zip:                        # each group's lists are zipped, then crossed with t
 
 Every key under `base`, `axes` and `zip` is a `RunConfig` field name (the run flags in snake_case).
 An axis or zip key overrides the same key of `base`; a key may be varied in one place only.
-Errors name the file and the key path (`axes.block_size[2]`). A point's id is a short hash of the
-canonical JSON of its resolved configuration, so it is stable across runs, executors and machines.
+Errors name the file and the key path (`axes.block_size[2]`) and show a value at most
+`errors.SHOWN_CHARS` long. The YAML is read by `workbench.user_yaml`: plain data, no key twice in a
+mapping, anchors and aliases expanding to at most 100,000 values nested at most 32 deep. A point's id
+is a short hash of the canonical JSON of its resolved configuration, so it is stable across runs,
+executors and machines.
 """
 
 from __future__ import annotations
@@ -32,12 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from workbench import presets
+from workbench import presets, user_yaml
 from workbench.allocators.registry import check_strategy
 from workbench.allocators.registry import names as strategy_names
 from workbench.config import RunConfig
+from workbench.errors import shown
 from workbench.workload import check_workload
 from workbench.workload.spec import parse_spec as parse_workload
 
@@ -131,13 +133,9 @@ def load_spec(path: str | Path, *, max_points: int | None = MAX_POINTS) -> Sweep
     """Read and validate a sweep YAML file; raises SpecError naming the file on any problem."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+        data = user_yaml.load_file(path)
+    except user_yaml.UserYamlError as exc:
+        raise SpecError(str(exc)) from None
     return parse_spec(data, source=str(path), default_name=path.stem, max_points=max_points)
 
 
@@ -154,11 +152,11 @@ def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep"
     name = data.get("name", default_name)
     for key in ("name", "description", "figure"):
         if key in data and not isinstance(data[key], str):
-            raise SpecError(f"{source}: {key}: expected a string, got {data[key]!r}")
+            raise SpecError(f"{source}: {key}: expected a string, got {shown(data[key])}")
     if not NAME_PATTERN.fullmatch(name):  # the name becomes a directory: runs/<name>
-        where = "name" if "name" in data else f"name (the file's stem, {name!r})"
+        where = "name" if "name" in data else f"name (the file's stem, {shown(name)})"
         raise SpecError(f"{source}: {where}: expected an identifier of letters, digits, '_', '-', '.' "
-                        f"('-' and '.' not first), at most 100 characters, got {name!r}")
+                        f"('-' and '.' not first), at most 100 characters, got {shown(name)}")
 
     base = _mapping(data.get("base", {}), "base", source)
     for key, value in base.items():
@@ -172,7 +170,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep"
 
     raw_zips = data.get("zip", [])
     if not isinstance(raw_zips, list):
-        raise SpecError(f"{source}: zip: expected a list of groups (mappings of key: list), got {raw_zips!r}")
+        raise SpecError(f"{source}: zip: expected a list of groups (mappings of key: list), got {shown(raw_zips)}")
     zips: list[dict[str, list[Any]]] = []
     for i, raw_group in enumerate(raw_zips):
         group = _mapping(raw_group, f"zip[{i}]", source)
@@ -212,12 +210,17 @@ def describe(varied: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in varied.items()) or "base only"
 
 
+def _key_text(key: Any) -> str:
+    """A key as it appears in a key path: as written when it is a short string, else shortened."""
+    return key if isinstance(key, str) and len(key) <= 40 else shown(key)
+
+
 def _unknown(key: Any, valid: typing.Sequence[str]) -> str:
-    return f"unknown key '{key}'; {_hint(key, valid)}"
+    return f"unknown key {shown(key)}; {_hint(key, valid)}"
 
 
 def _hint(name: Any, valid: typing.Sequence[str]) -> str:
-    close = difflib.get_close_matches(str(name), valid, n=1)
+    close = difflib.get_close_matches(str(name)[:100], valid, n=1) if isinstance(name, str) else []
     return f"did you mean '{close[0]}'?" if close else f"valid: {', '.join(valid)}"
 
 
@@ -225,17 +228,17 @@ def _mapping(value: Any, path: str, source: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise SpecError(f"{source}: {path}: expected a mapping of run flags, got {value!r}")
+        raise SpecError(f"{source}: {path}: expected a mapping of run flags, got {shown(value)}")
     fields = RunConfig.field_names()
     for key in value:
         if key not in fields:
-            raise SpecError(f"{source}: {path}.{key}: {_unknown(key, fields)}")
+            raise SpecError(f"{source}: {path}.{_key_text(key)}: {_unknown(key, fields)}")
     return dict(value)
 
 
 def _check_list(values: Any, key: str, path: str, source: str) -> list[Any]:
     if not isinstance(values, list):
-        raise SpecError(f"{source}: {path}: expected a list of values, got {values!r}")
+        raise SpecError(f"{source}: {path}: expected a list of values, got {shown(values)}")
     if not values:
         raise SpecError(f"{source}: {path}: empty list; an axis needs at least one value")
     return [_check_value(v, key, f"{path}[{i}]", source) for i, v in enumerate(values)]
@@ -253,7 +256,7 @@ def _check_value(value: Any, key: str, path: str, source: str) -> Any:
             value = float(value)
         else:
             names = " or ".join(t.__name__ for t in allowed if t is not type(None))
-            raise SpecError(f"{source}: {path}: expected {names}, got {type(value).__name__} {value!r}")
+            raise SpecError(f"{source}: {path}: expected {names}, got {type(value).__name__} {shown(value)}")
     try:
         RunConfig(**{key: value})
         if key == "model":
@@ -263,7 +266,7 @@ def _check_value(value: Any, key: str, path: str, source: str) -> Any:
         elif key == "workload":
             parse_workload(value)
         elif key == "strategy" and value not in strategy_names():
-            raise ValueError(f"unknown strategy '{value}'; {_hint(value, strategy_names())}")
+            raise ValueError(f"unknown strategy {shown(value)}; {_hint(value, strategy_names())}")
     except ValueError as exc:
         raise SpecError(f"{source}: {path}: {exc}") from None
     return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from workbench.clean_exit import OneLineParser, print_error, run_cli
 from workbench.errors import TraceError
 from workbench.paths import shared_traces_dir
 from workbench.traces.registry import TRACES
@@ -17,12 +18,12 @@ from workbench.traces.store import cache_dir, cached_path, fetch, shared_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.traces", description=__doc__,
+    parser = OneLineParser(prog="python -m workbench.traces", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="known traces, their licence, size and where each is available")
     fetch_parser = sub.add_parser("fetch", help="download a trace into the cache and verify its sha256")
-    fetch_parser.add_argument("name", choices=sorted(TRACES), metavar="NAME", help=", ".join(sorted(TRACES)))
+    fetch_parser.add_argument("name", metavar="NAME", help=", ".join(sorted(TRACES)))  # fetch names an unknown one
     fetch_parser.add_argument("--url", help="download the published file from this URL instead (a mirror)")
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -41,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = fetch(args.name, url=args.url)
     except TraceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     print(path)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from workbench.clean_exit import OneLineParser, print_error, run_cli
 from workbench.config import RunConfig
 from workbench.errors import WorkloadError
 from workbench.workload.build import load_workload
@@ -12,7 +12,7 @@ from workbench.workload.describe import DEFAULT_BLOCK_SIZE, describe
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.workload")
+    parser = OneLineParser(prog="python -m workbench.workload")
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("describe", help="requests, time span, rates, length percentiles, prefix sharing")
     cmd.add_argument("spec", metavar="SPEC", help="synthetic NAME[:k=v,...] or FORMAT:PATH[:k=v,...]")
@@ -35,10 +35,10 @@ def main(argv: list[str] | None = None) -> int:
                         beam_width=args.beam_width)
         print(describe(load_workload(cfg), args.block_size))
     except (WorkloadError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

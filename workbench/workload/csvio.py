@@ -1,25 +1,30 @@
 """Strict, vectorized reading of trace CSV files: every bad value becomes one WorkloadError that names
-the file, the 1-based line (the header is line 1) and the column."""
+the file, the 1-based line (the header is line 1; a row whose quoted field spans lines is named by its
+first line) and the column."""
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from workbench.errors import WorkloadError
+from workbench.workload.trace_bytes import read_trace_bytes
 
 MAX_TOKENS = 2**31 - 1  # token counts beyond this are not lengths but garbage
 
 
 def read_csv(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
-    """(every field as a string, line number of each row int64 [rows]). Trailing blank lines are ignored;
-    a file with a header and no rows is an error."""
+    """(every field as a string, line number of each row int64 [rows]). The file is read by content
+    (`trace_bytes`: plain, gzip, bzip2 or xz, whatever its name). Trailing blank lines are ignored; a
+    file with a header and no rows is an error."""
+    data = read_trace_bytes(path)
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, engine="c")
-    except FileNotFoundError:
-        raise WorkloadError(path, None, None, "an existing file") from None
+        frame = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, skip_blank_lines=False, engine="c",
+                            encoding="utf-8", compression=None)
     except pd.errors.EmptyDataError:
         raise WorkloadError(path, 1, None, "a CSV header line; the file is empty") from None
     except pd.errors.ParserError as exc:
@@ -27,9 +32,7 @@ def read_csv(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
                             str(exc).strip()) from None
     except UnicodeDecodeError as exc:
         raise WorkloadError(path, None, None, "UTF-8 text", exc.reason) from None
-    except OSError as exc:
-        raise WorkloadError(path, None, None, "a readable file", exc.strerror) from None
-    lines = np.arange(len(frame), dtype=np.int64) + 2  # [rows]
+    lines = _record_lines(data, len(frame))  # [rows]
     blank = (frame == "").all(axis=1).to_numpy() if len(frame.columns) else np.ones(len(frame), dtype=bool)
     num_rows = len(frame)
     while num_rows and blank[num_rows - 1]:
@@ -37,6 +40,22 @@ def read_csv(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
     if num_rows == 0:
         raise WorkloadError(path, 2, None, "at least one data row after the header")
     return frame.iloc[:num_rows], lines[:num_rows]
+
+
+def _record_lines(data: bytes, num_rows: int) -> np.ndarray:
+    """The line each data row starts on, int64 [num_rows]. One row per line after the header line, unless a
+    quoted field spans lines: then the rows are walked with the csv module, which counts the lines."""
+    plain = np.arange(num_rows, dtype=np.int64) + 2
+    if b'"' not in data:
+        return plain
+    reader = csv.reader(io.StringIO(data.decode("utf-8"), newline=""))
+    starts, end = [], 0
+    for _ in reader:
+        starts.append(end + 1)
+        end = reader.line_num
+    starts = starts[1:]  # the header
+    # the two parsers disagree only on malformed quoting, which pandas reported above
+    return np.array(starts, dtype=np.int64) if len(starts) == num_rows else plain
 
 
 def require_columns(path: Path, frame: pd.DataFrame, columns: tuple[str, ...]) -> None:

@@ -19,6 +19,7 @@ from workbench.workload.failed import FAILED_CHOICES, settle_failed
 from workbench.workload.request import Segment
 from workbench.workload.spec import WorkloadSpec
 from workbench.workload.table import Part, RequestTable, content_keys
+from workbench.workload.trace_bytes import read_trace_bytes
 
 HASH_BLOCK_TOKENS = 512
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -55,13 +56,9 @@ def read_mooncake(path: Path, spec: WorkloadSpec) -> RequestTable:
 def _parse_lines(path: Path) -> list[tuple[int, float, int, int, list[int]]]:
     """(line, timestamp_ms, input_length, output_length, hash_ids) per non-blank line."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkloadError(path, None, None, "an existing file") from None
+        text = read_trace_bytes(path).decode("utf-8")  # by content: plain, gzip, bzip2 or xz
     except UnicodeDecodeError as exc:
         raise WorkloadError(path, None, None, "UTF-8 text", exc.reason) from None
-    except OSError as exc:
-        raise WorkloadError(path, None, None, "a readable file", exc.strerror) from None
     rows = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():

@@ -15,6 +15,18 @@ from workbench.errors import WorkloadError
 TRACE_FORMATS = ("azure", "burstgpt", "mooncake", "lengths")
 SYNTHETIC_NAMES = ("sharegpt-like", "alpaca-like", "fixed", "system-prompt", "multi-turn")
 
+MAX_TOKENS = 2**31 - 1
+# Every numeric parameter's range, enforced in get_int / get_float: beyond them a parameter overflows or
+# underflows what it feeds (cv: the gamma shape 1/cv^2 and scale; prompt: int64 token arrays; k: one
+# content key per system prompt in memory) instead of describing a workload.
+PARAM_RANGES = {
+    "cv": (1e-3, 1e3),  # coefficient of variation of the arrival gaps: near-periodic to extremely bursty
+    "think": (1e-6, 1e6),  # mean think time between turns, seconds
+    "prompt": (1, MAX_TOKENS), "output": (1, MAX_TOKENS), "system": (1, MAX_TOKENS),  # tokens
+    "k": (1, 1_000_000),  # system prompts
+    "turns": (1, 1_000),  # turns per session (each turn's prompt holds the previous ones: quadratic work)
+}
+
 _PARAMS = re.compile(r"^[a-z_]+=[^,=:]*(,[a-z_]+=[^,=:]*)*$")
 
 
@@ -30,24 +42,28 @@ class WorkloadSpec:
             if key not in allowed:
                 raise WorkloadError(self.text, None, key, f"a parameter of {self.kind}: {', '.join(allowed) or 'none'}")
 
-    def get_int(self, key: str, default: int, minimum: int = 1) -> int:
+    def get_int(self, key: str, default: int) -> int:
+        """The integer parameter `key`, within its PARAM_RANGES bounds."""
         if key not in self.params:
             return default
         raw = self.params[key]
-        if not re.fullmatch(r"-?\d+", raw.strip()) or int(raw) < minimum:
-            raise WorkloadError(self.text, None, key, f"an integer >= {minimum}", raw)
+        low, high = PARAM_RANGES[key]
+        if not re.fullmatch(r"-?\d{1,20}", raw.strip()) or not low <= int(raw) <= high:
+            raise WorkloadError(self.text, None, key, f"an integer in [{low}, {high}]", raw)
         return int(raw)
 
     def get_float(self, key: str, default: float) -> float:
+        """The number parameter `key`, within its PARAM_RANGES bounds."""
         if key not in self.params:
             return default
         raw = self.params[key]
+        low, high = PARAM_RANGES[key]
         try:
             value = float(raw)
         except ValueError:
             value = float("nan")
-        if not 0 < value < float("inf"):
-            raise WorkloadError(self.text, None, key, "a finite number > 0", raw)
+        if not low <= value <= high:  # NaN fails too
+            raise WorkloadError(self.text, None, key, f"a number in [{low:g}, {high:g}]", raw)
         return value
 
     def get_choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
