@@ -33,7 +33,9 @@ lint: $(STAMP_DEV)
 
 # `make test`: every code path, on every core, in minutes; `make test-all` adds the exhaustive variants
 # marked `slow` (all 2^32 fp8 patterns, full-size notebooks and experiments, long random walks)
-PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=15
+# --dist loadfile: a test file's tests share one worker, so what a file builds once (its module fixtures,
+# compiled kernels, a wheel) is built once
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
 test: $(STAMP_DEV)
 	$(BIN)/ruff check .
 	$(PYTEST) -m "not slow"

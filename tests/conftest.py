@@ -73,11 +73,3 @@ def strategy_workload_grid(strategies: list[str], workloads: list[str], per_stra
                    for w in workloads]
     return params
 
-
-def pytest_collection_modifyitems(config, items):
-    """Tests that share a module-scoped fixture (built figures, a built wheel, a compiled probe) go to one
-    xdist worker (`--dist loadgroup`), so the fixture is built once rather than once per worker."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -21,8 +21,6 @@ TARGETS = [
     pytest.param(("sm_90", source.HEAD_DIMS), id="sm_90", marks=pytest.mark.slow),
     pytest.param(("sm_80", source.HEAD_DIMS), id="sm_80", marks=pytest.mark.slow),
 ]
-# one worker compiles each arch once for every test of this module
-pytestmark = pytest.mark.xdist_group("nvrtc")
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if os.path.isfile(p)), None)
 
 
