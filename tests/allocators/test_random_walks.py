@@ -211,7 +211,7 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
 @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_random_walk_keeps_every_invariant(name, block_size, options, seed):
-    random_walk(name, block_size, options, seed)
+    random_walk(name, block_size, options, seed, num_ops=150)
 
 
 @pytest.mark.slow

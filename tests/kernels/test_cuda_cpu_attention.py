@@ -47,9 +47,17 @@ def _shim_both(case, qo_indptr, partition_tokens=None):
     return out_paged, out_contig
 
 
-@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
-@pytest.mark.parametrize("group", [1, 4, 8])
-@pytest.mark.parametrize("block_size", [1, 2, 8, 16, 32, 128, 256])
+def _decode_grid() -> list:
+    """Block sizes x GQA groups x KV dtypes. The quick run covers each value of each axis (block size i with
+    group i mod 3 and dtype i mod 4, and every dtype at group 8); the full run crosses them all."""
+    block_sizes, groups = [1, 2, 8, 16, 32, 128, 256], [1, 4, 8]
+    quick = {(b, groups[i % 3], KV_DTYPES[i % 4]) for i, b in enumerate(block_sizes)}
+    quick |= {(16, 8, d) for d in KV_DTYPES}
+    return [pytest.param(b, g, d, id=f"{b}-{g}-{d}", marks=() if (b, g, d) in quick else pytest.mark.slow)
+            for b in block_sizes for g in groups for d in KV_DTYPES]
+
+
+@pytest.mark.parametrize(("block_size", "group", "kv_dtype"), _decode_grid())
 def test_decode_grid(block_size, group, kv_dtype):
     """docs/kernels.md grid through the public surface: all six ragged lengths in one call."""
     rng = np.random.default_rng([block_size, group, len(kv_dtype), 11])

@@ -41,7 +41,10 @@ print("f16c" if TARGET_HAS_F16C else "portable")
 """
 
 
-@pytest.mark.parametrize(("cpu_name", "route"), [("generic", "portable"), ("x86-64", None)])
+# generic in every run (no CPU features: the portable fp16 route); x86-64 in the full run (the golden engine
+# cases run under it in every run)
+@pytest.mark.parametrize(("cpu_name", "route"), [("generic", "portable"),
+                                                 pytest.param("x86-64", None, marks=pytest.mark.slow)])
 def test_kernels_are_right_under_another_cpu_target(cpu_name, route, tmp_path):
     done = subprocess.run([sys.executable, "-c", _PROGRAM], cwd=REPO, env=numba_env_for_target(cpu_name, tmp_path),
                           capture_output=True, text=True, timeout=600, check=False)

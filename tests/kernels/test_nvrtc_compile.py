@@ -15,9 +15,9 @@ pytest.importorskip("cuda.bindings.nvrtc")
 from workbench.kernels import nvrtc, source  # noqa: E402
 
 # (arch, head dims compiled): every launcher variant for sm_90 (H100/H200) and sm_80 (A100) in the full run;
-# the quick run compiles sm_90's at the smallest and the largest head dim (registers grow with it)
+# the quick run compiles sm_90's at the largest head dim (registers, and with them spills, grow with it)
 TARGETS = [
-    pytest.param(("sm_90", (min(source.HEAD_DIMS), max(source.HEAD_DIMS))), id="sm_90-quick"),
+    pytest.param(("sm_90", (max(source.HEAD_DIMS),)), id="sm_90-quick"),
     pytest.param(("sm_90", source.HEAD_DIMS), id="sm_90", marks=pytest.mark.slow),
     pytest.param(("sm_80", source.HEAD_DIMS), id="sm_80", marks=pytest.mark.slow),
 ]
@@ -72,7 +72,7 @@ def test_the_launcher_knows_every_variant():
     3 model dtypes."""
     assert len(set(source.all_attention_kernel_names())) == 2 * 4 * 5 * 4
     assert len(attention_names(source.HEAD_DIMS)) == 2 * 4 * 5 * 4 + 1
-    assert len(attention_names((64, 256))) == 2 * 4 * 2 * 4 + 1
+    assert len(attention_names((256,))) == 2 * 4 * 4 + 1
     assert len(set(source.cache_kernel_names())) == 4 + 3
 
 
