@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from pathlib import Path
 
@@ -73,3 +75,14 @@ def strategy_workload_grid(strategies: list[str], workloads: list[str], per_stra
                    for w in workloads]
     return params
 
+
+def call_cli(main, argv: list[str]) -> tuple[int, str]:
+    """(exit status, stderr) of a CLI main run in this process, stdout discarded; a traceback fails the test
+    by propagating."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            status = main(argv)
+        except SystemExit as exc:
+            status = exc.code
+    return status, err.getvalue()

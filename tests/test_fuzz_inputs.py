@@ -4,8 +4,6 @@ status 2, no traceback, and nothing written or removed."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import tempfile
 from pathlib import Path
@@ -16,6 +14,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import call_cli as call
 from workbench import columns as C
 from workbench.allocators import registry
 from workbench.engine import run
@@ -87,17 +86,6 @@ def one_numba_thread():
 
 def tree(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
-
-
-def call(main, argv: list[str]) -> tuple[int, str]:
-    """(exit status, stderr) of a CLI main run in this process; a traceback fails the test by propagating."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            status = main(argv)
-        except SystemExit as exc:
-            status = exc.code
-    return status, err.getvalue()
 
 
 def check_one_line(status: int, err: str) -> None:

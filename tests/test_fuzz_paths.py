@@ -6,8 +6,6 @@ one line, exit 2, before any simulation, and nothing changed at all."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 from pathlib import Path
@@ -16,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import call_cli as call
 from tests.sweep.sweep_fake_engine import SerialExecutor as Serial
 from tests.sweep.sweep_fake_engine import fake_run
 from workbench import engine
@@ -91,16 +90,6 @@ KINDS = ["missing", "empty-dir", "full-dir", "file", "below-a-file", "link-to-em
          "link-to-file", "link-to-missing", "link-to-missing-parent", "link-loop"]
 SWEEP_KINDS = [f"bad-entry:{name}:{wrong}" for name in (".lock", "summary.parquet") for wrong in ("dir", "link")]
 SWEEP_KINDS += [f"bad-entry:{name}:{wrong}" for name in ("points", "broken") for wrong in ("file", "link")]
-
-
-def call(main, argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            status = main(argv)
-        except SystemExit as exc:
-            status = exc.code
-    return status, err.getvalue()
 
 
 CASES = st.one_of(st.tuples(st.just("run"), st.sampled_from(KINDS)),

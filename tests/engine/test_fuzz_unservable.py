@@ -6,8 +6,6 @@ exit 2, naming the request it tried and why, with nothing written."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import tempfile
 from pathlib import Path
@@ -16,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import call_cli
 from tests.engine.conftest import SMALL_MODEL
 from workbench.allocators import registry
 from workbench.results import summary_problem
@@ -34,13 +33,7 @@ def azure_trace(folder: Path, lengths: list[tuple[int, int]]) -> str:
 
 
 def run(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            status = main(argv)
-        except SystemExit as exc:
-            status = exc.code
-    return status, err.getvalue()
+    return call_cli(main, argv)
 
 
 @settings(max_examples=UNSERVABLE_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -90,12 +90,11 @@ def build_library(entry: Path, depends: tuple[Path, ...] = ()) -> Path:
     with open(target.parent / ".lock", "w") as lock:  # concurrent processes wait for one build, not race it
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not target.is_file():
-            _compile(entry, target)
+            _compile(entry, target, include)
     return target
 
 
-def _compile(entry: Path, target: Path) -> None:
-    include = shim_include_dir()
+def _compile(entry: Path, target: Path, include: Path) -> None:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     includes = [f"-I{kernels_dir()}", f"-I{entry.parent}", f"-I{include}"]
