@@ -21,34 +21,18 @@ import pandas as pd
 
 from workbench import __version__
 from workbench.allocators import registry
-from workbench.allocators.base import Strategy, host_tier_blocks, page_map_cost, page_slots, virtual_slots
-from workbench.allocators.hybrid import GROUP_PARTS, HybridSnapshot
-from workbench.clock import RooflineClock
+from workbench.allocators.base import Strategy
 from workbench.clock_profiles import make_clock
 from workbench.config import Resolved, RunConfig
 from workbench.errors import UnservableError
-from workbench.host_tier_outputs import host_tier_columns, host_tier_totals
+from workbench.host_tier_outputs import host_tier_totals
 from workbench.paths import REPO_ROOT
-from workbench.plan import StepPlan
-from workbench.results import StepLog, summarize, write_outputs
-from workbench.scheduler import Scheduler
+from workbench.replica import Replica, StepTimers
+from workbench.results import summarize, write_outputs
+from workbench.scheduler import Scheduler, SchedulerConfig
 from workbench.tokens import TokenStore
 from workbench.workload import build_workload, check_workload
 from workbench.workload.request import Request
-
-
-class StepTimers:
-    """Wall-time accumulators per engine phase (benchmarks: `simulate(..., timers=StepTimers())`).
-
-    Whoever wraps the strategy to time its calls adds them to `allocator_s`; the phases then
-    exclude that time, so the four parts add up to the step loop's time."""
-
-    def __init__(self) -> None:
-        self.allocator_s = 0.0  # inside strategy calls, in any phase
-        self.scheduler_s = 0.0  # queueing and admission decisions
-        self.kernel_s = 0.0  # block moves, cache writes, attention, verification
-        self.bookkeeping_s = 0.0  # clock, completion, step rows
-        self.steps = 0
 
 
 def kernel_backend(cfg: RunConfig) -> str:
@@ -108,32 +92,30 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
         from workbench.engine_kernels import KernelRunner
         from workbench.kvpool import KVPool
         pool_class, paging = KVPool, {}
-        if page_slots(strategy):  # pages mapped on demand: CUDA virtual memory, emulated on the CPU
+        if strategy.page_tokens:  # pages mapped on demand: CUDA virtual memory, emulated on the CPU
             from workbench.kvpool_vmm import VirtualKVPool as pool_class
-            paging = {"page_rows": page_slots(strategy)}
-        pool = pool_class(virtual_slots(strategy), res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
-                          backend, tier_slots=host_tier_blocks(strategy) * strategy.block_size, **paging)
+            paging = {"page_rows": strategy.page_tokens}
+        pool = pool_class(strategy.virtual_slots, res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
+                          backend, tier_slots=strategy.host_tier_blocks * strategy.block_size, **paging)
         group_size = res.model.num_heads // res.model.num_kv_heads
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
                               head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
-    clock = make_clock(cfg, res, strategy.block_size, *page_map_cost(strategy),
-                       paged_kernel=strategy.kernel_mode == "paged",
-                       overlap_load=getattr(strategy, "overlap_load", False))
+    clock = make_clock(cfg, res, strategy.block_size, strategy.map_s_per_page, strategy.overlap_map,
+                       paged_kernel=strategy.kernel_mode == "paged", overlap_load=strategy.overlap_load)
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
+    replica = Replica(sched, runner, clock, measured=cfg.clock == "measured", attention_scale=attention_scale,
+                      timers=timers)
     try:
-        log = _simulate(sched, runner, clock, log=StepLog(), measured=cfg.clock == "measured",
-                        attention_scale=attention_scale, progress=progress, timers=timers)
+        _drive(replica, progress)
     finally:  # a GPU run's virtual memory goes back now, not when the process ends
         if runner is not None:
             runner.pool.close()
 
-    steps = log.to_frame()
+    steps = replica.steps.to_frame()
     req_table = sched.log.to_frame(requests)
     extra = {
-        "prefix_query_tokens": strategy.prefix_query_tokens, "prefix_hit_tokens": strategy.prefix_hit_tokens,
-        "prefix_evicted_blocks": strategy.prefix_evicted_blocks,
-        **host_tier_totals(strategy, res.kv_bytes_per_token),
+        **host_tier_totals(strategy.counters(), res.kv_bytes_per_token * strategy.block_size),
         "kernel_backend": backend,
         "kernel_time_s": runner.kernel_time_s if runner else 0.0,
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
@@ -148,11 +130,13 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
 
 def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: list[Request], tokens: TokenStore,
                    *, kernel_every: int | None) -> Scheduler:
-    return Scheduler(strategy, requests, tokens, max_model_len=res.model.max_model_len,
-                     max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=res.max_num_batched_tokens,
-                     watermark_frac=cfg.watermark_frac, swap=cfg.preemption == "swap", seed=cfg.seed,
-                     kernel_every=kernel_every, chunked_prefill=cfg.chunked_prefill, admission=cfg.admission,
-                     beam_branch_frac=cfg.beam_branch_frac, attention_windows=res.model.window_layer_fracs())
+    config = SchedulerConfig(
+        max_model_len=res.model.max_model_len, max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=res.max_num_batched_tokens, watermark_frac=cfg.watermark_frac,
+        swap=cfg.preemption == "swap", seed=cfg.seed, kernel_every=kernel_every, chunked_prefill=cfg.chunked_prefill,
+        admission=cfg.admission, beam_branch_frac=cfg.beam_branch_frac,
+        attention_windows=res.model.window_layer_fracs())
+    return Scheduler(strategy, requests, tokens, config)
 
 
 def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> None:
@@ -184,77 +168,18 @@ def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> No
                           f"output tokens{seqs}), is refused alone in an empty KV pool: {reason}")
 
 
-def _simulate(sched: Scheduler, runner, clock: RooflineClock, *, log: StepLog, measured: bool,
-              attention_scale: float, progress: bool, timers: StepTimers | None) -> StepLog:
-    """The step loop. Mutates the scheduler, the runner's pool and the log."""
+def _drive(replica: Replica, progress: bool) -> None:
+    """Step the replica until no request is left (a tqdm bar of finished requests with `progress`)."""
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(sched.requests), unit="req", desc="requests")
-    perf = time.perf_counter
-    host_tier = getattr(sched.strategy, "host_tier", None)
-    now_s = 0.0
-    step = 0
-    while True:
-        sched.arrive(now_s)
-        if not sched.has_work():
-            nxt = sched.next_arrival_s()
-            if nxt is None:
-                break
-            now_s = max(now_s, nxt)
-            continue
-        if timers:
-            a0, t0 = timers.allocator_s, perf()
-        rejected = sched.log.num_rejected
-        plan = sched.schedule(now_s)
-        if not plan.cost.num_running and not plan.started:
-            # nothing computes: every candidate was rejected (then go on), or nothing can ever move
-            if sched.log.num_rejected == rejected:
-                raise RuntimeError(f"scheduler stuck at t = {now_s:.6g} s: {len(sched.waiting)} waiting, "
-                                   f"{len(sched.swapped)} swapped, nothing running or admissible")
-            continue
-        if timers:
-            a1, t1 = timers.allocator_s, perf()
-        attention_s = runner.run(plan) if runner is not None else None
-        if timers:
-            a2, t2 = timers.allocator_s, perf()
-        dt_s = clock.cost_s(plan.cost, attention_s * attention_scale if measured and attention_s is not None else None)
-        now_s += dt_s
-        finished = sched.complete(plan, now_s)
-        # the steps table stays deterministic: a wall time enters it only under the measured clock
-        _record(log, plan, step, now_s, dt_s, attention_s if measured else None, sched.num_waiting(), sched.paged)
-        if host_tier is not None:
-            log.record_groups(host_tier_columns(host_tier, sched.block_size))
-        if isinstance(plan.snapshot, HybridSnapshot):
-            log.record_groups({f"group{i}_{part}": getattr(g, part) for i, g in enumerate(plan.snapshot.groups)
-                               for part in GROUP_PARTS})
-        step += 1
-        if timers:
-            a3, t3 = timers.allocator_s, perf()
-            timers.scheduler_s += (t1 - t0) - (a1 - a0)
-            timers.kernel_s += (t2 - t1) - (a2 - a1)
-            timers.bookkeeping_s += (t3 - t2) - (a3 - a2)
-            timers.steps += 1
+        bar = tqdm(total=len(replica.scheduler.requests), unit="req", desc="requests")
+    while replica.next_event_s() is not None:
+        finished = replica.step()
         if bar is not None and finished:
             bar.update(finished)
     if bar is not None:
         bar.close()
-    return log
-
-
-def _record(log: StepLog, plan: StepPlan, step: int, now_s: float, dt_s: float, attention_s: float | None,
-            num_waiting: int, paged: bool) -> None:
-    snap, cost = plan.snapshot, plan.cost
-    allocated = snap.token_slots + snap.reserved_slots + snap.internal_frag_slots
-    # INT_STEP_COLUMNS order (workbench.results)
-    log.record((now_s, dt_s, attention_s or 0.0), (
-        step, cost.num_running, num_waiting,
-        cost.num_prefill_tokens, cost.num_decode_tokens,
-        snap.token_slots, snap.reserved_slots, snap.internal_frag_slots, snap.cached_slots,
-        snap.external_frag_slots, snap.free_slots, snap.logical_token_slots, snap.block_table_bytes,
-        cost.copied_blocks, plan.preemptions, cost.swapped_blocks,
-        snap.largest_free_extent_slots, cost.unshared_block_slots if paged else allocated,
-    ))
 
 
 def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:

@@ -78,18 +78,18 @@ class KernelRunner:
     # ---- one step ----------------------------------------------------------------------------
     def run(self, plan: StepPlan) -> float | None:
         """Mutates the pool. Returns the attention wall time of this step (None when it ran none)."""
-        pool, bs, kernel = self.pool, self.block_size, plan.kernel
+        pool, bs, kernel, effects = self.pool, self.block_size, plan.kernel, plan.effects
         for parent, child in plan.forks:
             self._ensure(child)
             self.acc[child] = self.acc[parent]
         if len(plan.swap_out):
             pool.swap_out(plan.swap_out, bs)
-        if len(plan.unmapped):  # after the swap-outs read them, before anything maps pages again
-            pool.release(plan.unmapped)
-        if len(plan.demote):  # before anything of the step writes the device blocks it reads
-            pool.demote(plan.demote, bs)
-        if len(plan.promote):
-            pool.promote(plan.promote, bs)
+        if len(effects.unmapped):  # after the swap-outs read them, before anything maps pages again
+            pool.release(effects.unmapped)
+        if len(effects.demote):  # before anything of the step writes the device blocks it reads
+            pool.demote(effects.demote, bs)
+        if len(effects.promote):
+            pool.promote(effects.promote, bs)
         if len(plan.swap_in):
             pool.swap_in(plan.swap_in, bs)
         if len(plan.copies):
@@ -98,44 +98,41 @@ class KernelRunner:
         dec_ids = kernel.decode_seq_ids
         if len(dec_ids):
             self._write_decodes(dec_ids, kernel.decode_positions, kernel.decode_token_ids,
-                                [g.decode_slots for g in kernel.groups] or [plan.decode_slots])
+                                [g.decode_slots for g in kernel.groups])
         if not kernel.attention:
             return None
-        # (share of the model's layers, window, decode descriptor, extend descriptor) per table
-        tables = [(g.layer_frac, g.window_tokens, g.decode_desc, g.extend_desc) for g in kernel.groups] \
-            or [(1.0, 0, kernel.decode_desc, kernel.extend_desc)]
         weighted_s = 0.0
-        for layer_frac, window, decode_desc, extend_desc in tables:
-            dec = self._decode_launch(dec_ids, kernel.decode_positions, decode_desc, plan.step, window) \
+        for group in kernel.groups:  # each layer group's attention over its own table, with its window
+            window = group.window_tokens
+            dec = self._decode_launch(dec_ids, kernel.decode_positions, group.decode_desc, plan.step, window) \
                 if len(dec_ids) else None
-            ext_in = self._extend_launch(extend, extend_desc, plan.step, window) if extend else None
+            ext_in = self._extend_launch(extend, group.extend_desc, plan.step, window) if extend else None
             # only the kernels are timed: checks, plans, queries and transfers are done before
             (dec_out, ext_out), elapsed = self._timed(_run_prepared, dec, ext_in)
             self.kernel_time_s += elapsed
-            weighted_s += layer_frac * elapsed  # a group's kernel stands for its share of the layers
+            weighted_s += group.layer_frac * elapsed  # a group's kernel stands for its share of the layers
             if self.verify_every and plan.step % self.verify_every == 0:
                 self._verify(plan.step, dec_ids, kernel.decode_positions, dec_out, extend, ext_out, window)
         return weighted_s
 
     def _write_prefills(self, writes: tuple[SeqWrite, ...], group_write_slots: list[tuple[np.ndarray, ...]]
                         ) -> list[SeqWrite]:
-        """Write every admitted sequence's rows [start, stop), into each layer group's slots when the pool
-        has groups (`group_write_slots`, one tuple per group); returns the writes with extend queries."""
-        slots_parts, k_parts, v_parts = [], [], []
+        """Write every admitted sequence's rows [start, stop) into each layer group's slots
+        (`group_write_slots`, one tuple per group); returns the writes with extend queries."""
+        k_parts, v_parts = [], []
         for w in writes:
             self._ensure(w.seq_id)
             tokens = self.tokens.logical(w.seq_id, w.stop)
             sums = prefix_sums(content_terms(tokens, np.arange(w.stop)))  # [stop]
             self.acc[w.seq_id] = sums[-1]
-            # every sequence's rows go through its own slot mapping: a shared block's slot comes up
-            # once per holder with identical rows (same prefix) and is written once
-            slots_parts.append(w.slots)
             k, v = self.content.model_rows(sums[w.start:])
             k_parts.append(k)
             v_parts.append(v)
-        if slots_parts:
+        if k_parts:
             k_all, v_all = np.concatenate(k_parts), np.concatenate(v_parts)
-            for parts in group_write_slots or [slots_parts]:
+            # every sequence's rows go through its own slot mapping: a shared block's slot comes up
+            # once per holder with identical rows (same prefix) and is written once
+            for parts in group_write_slots:
                 slots = np.concatenate(parts)
                 keep = np.unique(slots, return_index=True)[1]  # a shared slot once (its rows are identical)
                 self.pool.write(slots[keep], k_all[keep], v_all[keep])

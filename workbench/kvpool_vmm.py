@@ -34,11 +34,12 @@ from typing import Protocol
 
 import numpy as np
 
+from workbench.intmath import cdiv
 from workbench.kvpool import STORAGE_DTYPES, KVPool
 
 
 def round_up(size_bytes: int, granularity_bytes: int) -> int:
-    return -(-size_bytes // granularity_bytes) * granularity_bytes
+    return cdiv(size_bytes, granularity_bytes) * granularity_bytes
 
 
 def pages_of_rows(rows: np.ndarray, row_bytes: int, page_bytes: int) -> np.ndarray:
@@ -54,7 +55,7 @@ def pages_of_rows(rows: np.ndarray, row_bytes: int, page_bytes: int) -> np.ndarr
 def pages_within_rows(start_row: int, stop_row: int, row_bytes: int, page_bytes: int) -> range:
     """Pages lying entirely inside rows [start_row, stop_row): those a release may unmap (a page shared
     with a row outside the range stays)."""
-    first = -(-start_row * row_bytes // page_bytes)
+    first = cdiv(start_row * row_bytes, page_bytes)
     return range(first, stop_row * row_bytes // page_bytes)
 
 

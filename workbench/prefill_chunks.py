@@ -48,18 +48,10 @@ class PrefillChunks:
         self.tokens = tokens
         self.group: Group | None = None  # the partially prefilled group, if any
 
-    def shared_ids(self, g: Group) -> np.ndarray:
-        """Token ids every sequence of the group holds in common, int32: the prompt, and for a single
-        recomputed sequence what it generated too."""
-        req = g.request
-        if g.num_seqs == 1 and g.generated:
-            return self.tokens.logical(g.seq_ids[0], req.prompt_tokens + g.generated)
-        return req.prompt_token_ids()
-
     def admit(self, g: Group, budget: int, copies: list[np.ndarray]) -> Prefill | AdmitResult:
         """Mutates on success: admit the group with its first chunk of at most `budget` tokens past the
         prefix hit. Returns the refused AdmitResult (nothing changed) when the strategy refuses."""
-        token_ids = self.shared_ids(g)
+        token_ids = shared_token_ids(self.tokens, g)
         result = self.strategy.admit(g.seq_ids, SeqSpec(token_ids, g.final_len, num_new_tokens=budget))
         if not result.admitted:
             return result
@@ -76,7 +68,7 @@ class PrefillChunks:
         g = self.group
         start = g.kv_len
         written = 0
-        token_ids = self.shared_ids(g)
+        token_ids = shared_token_ids(self.tokens, g)
         if g.kv_len < token_ids.shape[0]:
             chunk = token_ids[g.kv_len:g.kv_len + budget]
             result = self.strategy.extend(g.seq_ids, chunk)
@@ -107,7 +99,16 @@ class PrefillChunks:
         completes = g.kv_len == prompt + recomputed
         g.state = GroupState.STARTING if completes else GroupState.PREFILLING
         self.group = None if completes else g
-        return Prefill(g, cached, written, start, g.kv_len, completes)
+        return Prefill(g.index, tuple(g.seq_ids), prompt, cached, written, start, g.kv_len, completes)
+
+
+def shared_token_ids(tokens: TokenStore, g: Group) -> np.ndarray:
+    """Token ids every sequence of the group holds in common, int32: the prompt, and for a single
+    recomputed sequence what it generated too (several sequences each append their own after it)."""
+    req = g.request
+    if g.num_seqs == 1 and g.generated:
+        return tokens.logical(g.seq_ids[0], req.prompt_tokens + g.generated)
+    return req.prompt_token_ids()
 
 
 def append_recomputed(strategy: Strategy, tokens: TokenStore, g: Group, offset: int,

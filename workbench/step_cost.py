@@ -68,7 +68,7 @@ class CostMeter:
         for sums, _ in self._windows:
             sums.decoded(step)
 
-    def cost(self, num_decode: int, prefills, started: list[Group], copied_blocks: int,
+    def cost(self, num_decode: int, prefills, started, copied_blocks: int,
              swapped_blocks: int, mapped_pages: int = 0) -> StepCost:
         """The step's totals: the decode batch (already counted by `decoded`), then each group's
         prefill work of this step (`workbench.plan.Prefill`: a whole prompt or one chunk) and each group
@@ -79,7 +79,7 @@ class CostMeter:
         num_prefill = 0
         num_running = num_decode
         for p in prefills:
-            n = p.group.num_seqs
+            n = p.num_seqs
             num_prefill += p.write_tokens
             kv_read += p.stop * n
             unshared += n * cdiv(p.stop, bs) * bs
@@ -102,7 +102,7 @@ class CostMeter:
         decode = full * self._decode_ctx + sum(frac * sums.total() for sums, frac in self._windows)
         kv_read = attn_ctx = decode
         for p in prefills:
-            n = p.group.num_seqs
+            n = p.num_seqs
             kv_read += n * (full * p.stop + sum(frac * (p.stop - max(0, p.start - sums.window + 1))
                                                 for sums, frac in self._windows))
             attn_ctx += full * _capped_sum(p.start + 1, p.stop, None) + sum(

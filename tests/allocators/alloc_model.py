@@ -12,15 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import (
-    ContiguousDescriptor,
-    PagedDescriptor,
-    SeqSpec,
-    host_tier_blocks,
-    take_host_moves,
-    virtual_slots,
-)
-from workbench.host_tier_outputs import host_tier_columns
+from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec
 
 _DEMOTED, _PROMOTED = -2, -3  # what a block holds once its content moved to the other tier
 
@@ -29,16 +21,17 @@ class PoolModel:
     def __init__(self, strategy, host_slots: int = 0) -> None:
         self.s = strategy
         self.bs = strategy.block_size
-        self.device = np.full(virtual_slots(strategy), -1, dtype=np.int64)  # [virtual_slots] token ids
+        self.device = np.full(strategy.virtual_slots, -1, dtype=np.int64)  # [virtual_slots] token ids
         self.host = np.full(max(host_slots, 1), -1, dtype=np.int64)
         self.tokens: dict[int, list[int]] = {}  # seq id -> its logical token ids
         self.final: dict[int, int] = {}
         self.placed_len: dict[int, int] = {}  # tokens a sequence held when its extent was last placed
         self.swapped: set[int] = set()
         self.cow_copies = 0
-        tier_blocks = host_tier_blocks(strategy)  # a prefix cache's host tier, 0 for none
+        tier_blocks = strategy.host_tier_blocks  # a prefix cache's host tier, 0 for none
         self.tier = np.full(tier_blocks * self.bs, -1, dtype=np.int64) if tier_blocks else None
         self.tier_used: set[int] = set()  # host-tier blocks holding a demoted block, from the moves alone
+        self.effects = strategy.end_step()  # after the last operation (a fresh strategy has done nothing)
 
     # -- operations, each executed like the engine would ------------------------------------------
 
@@ -138,11 +131,11 @@ class PoolModel:
     def _host_moves(self, held: set[int]) -> None:
         """Execute the host tier's moves of the operation just made, demotes first as the engine does
         (one operation is one step here); the source of each move is poisoned after it."""
-        moves = take_host_moves(self.s)
-        if moves is None:
+        self.effects = self.s.end_step()
+        if self.tier is None:
             return
         bs, device, tier = self.bs, self.device, self.tier
-        demotes, promotes = moves
+        demotes, promotes = self.effects.demote, self.effects.promote
         for dev, host in demotes.tolist():
             assert dev not in held, f"block {dev}, held by a live sequence, was demoted"
             tier[host * bs:(host + 1) * bs] = device[dev * bs:(dev + 1) * bs]
@@ -157,11 +150,10 @@ class PoolModel:
     def host_tier_slots(self) -> tuple[int, int, int] | None:
         """(host used, host free, host capacity) slots as the engine's step row reports them; None
         without a host tier."""
-        tier = getattr(self.s, "host_tier", None)
-        if tier is None:
+        if self.tier is None:
             return None
-        row = host_tier_columns(tier, self.bs)
-        return row["host_token_slots"], row["host_free_slots"], tier.num_blocks * self.bs
+        row = dict(self.effects.columns)
+        return row["host_token_slots"], row["host_free_slots"], self.s.host_tier_blocks * self.bs
 
     def _copy(self, pairs: np.ndarray) -> None:
         for src, dst in pairs.tolist():
@@ -185,8 +177,8 @@ class PoolModel:
     def reference_partition(self) -> tuple[int, int, int]:
         """(token, reserved, internal) slots recomputed from slot mappings and final lengths."""
         # memory comes in blocks, or in pages behind virtual extents (page-aligned, so a page is slot // page)
-        unit = self.bs if self.s.kernel_mode == "paged" else getattr(self.s, "page_tokens", None)
-        if unit is None:
+        unit = self.bs if self.s.kernel_mode == "paged" else self.s.page_tokens
+        if not unit:
             return self._contiguous_reference()
         written: dict[int, set[int]] = {}
         reach: dict[int, int] = {}

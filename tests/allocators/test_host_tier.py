@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec, host_tier_blocks, take_host_moves
+from workbench.allocators.base import NO_EFFECTS, SeqSpec
 from workbench.allocators.virtual_pages import KVGeometry
 from workbench.config import RunConfig
 
@@ -28,6 +28,12 @@ def _admit(s, seq_id: int, prompt: list[int]) -> int:
     return result.cached_tokens
 
 
+def _moves(s):
+    """The step's (demotes, promotes) as the engine takes them."""
+    effects = s.end_step()
+    return effects.demote, effects.promote
+
+
 def test_every_prefix_cache_takes_a_host_tier():
     assert HOST_TIERED and set(HOST_TIERED) == {r.name for r in registry.registrations() if r.prefix_cache}
 
@@ -37,20 +43,20 @@ def test_scripted_demote_then_promote_moves_the_blocks_written_by_hand(name):
     """4 device blocks of 2 tokens, 3 host blocks. A's two full blocks are evicted by B and demoted;
     C repeats A's prefix, so they are promoted while B's blocks are demoted in turn."""
     s = _tiered(name, 3)
-    assert host_tier_blocks(s) == 3
+    assert s.host_tier_blocks == 3
     assert _admit(s, 0, [1, 2, 3, 4, 5]) == 0  # blocks 0 [1 2], 1 [3 4] registered; 2 holds [5]
     s.free(0)  # 0 and 1 cached (1, the tail, to go first); 2 back on the free stack
-    demote, promote = take_host_moves(s)
+    demote, promote = _moves(s)
     assert demote.shape == promote.shape == (0, 2)
     assert _admit(s, 1, [9] * 7) == 0  # 4 blocks: free 2 and 3, then evicts 1 and 0
-    demote, promote = take_host_moves(s)
+    demote, promote = _moves(s)
     assert demote.tolist() == [[1, 0], [0, 1]]  # (device, host): A's [3 4] to host 0, [1 2] to host 1
     assert promote.tolist() == []
     assert s.tables.blocks_of(s.tables.seqs.row(1)).tolist() == [2, 3, 1, 0]
     s.free(1)  # B's full blocks 2, 3, 1 cached (1 first to go, then 3); 0 free
     # C: no device hit; A's two blocks in the host tier (at most (5 - 1) // 2 = 2 may hit)
     assert _admit(s, 2, [1, 2, 3, 4, 7]) == 4
-    demote, promote = take_host_moves(s)
+    demote, promote = _moves(s)
     # fresh blocks: 0 from the free stack, then 1 and 3 evicted. Block 1 ([9 9], B's third) goes to the free
     # host block 2; block 3 ([9 9], B's second) finds none free (hosts 0 and 1 are read this step), so it
     # replaces the least recently used entry: block 1's, on host 2
@@ -62,13 +68,13 @@ def test_scripted_demote_then_promote_moves_the_blocks_written_by_hand(name):
     s.check_integrity()
     # the promoted blocks are device blocks again: the same prefix now hits on the device
     assert _admit(s, 3, [1, 2, 3, 4, 8]) == 4 and s.prefix_hit_tokens == 4
-    assert take_host_moves(s)[1].tolist() == []
+    assert _moves(s)[1].tolist() == []
 
 
 @pytest.mark.parametrize("name", HOST_TIERED)
 def test_without_a_host_tier_nothing_moves_and_evictions_drop(name):
     s = registry.create(name, capacity_slots=8, block_size=2, max_model_len=8)
-    assert host_tier_blocks(s) == 0 and take_host_moves(s) is None
+    assert s.host_tier_blocks == 0 and s.end_step() is NO_EFFECTS
     _admit(s, 0, [1, 2, 3, 4, 5])
     s.free(0)
     _admit(s, 1, [9] * 7)
@@ -80,7 +86,7 @@ def test_host_tier_size_is_gib_over_the_models_bytes_per_block():
     geometry = KVGeometry.of("llama-3-8b", "fp16")  # 131,072 bytes per token
     s = registry.create("paged-prefix", capacity_slots=4096, block_size=16, max_model_len=1024, geometry=geometry,
                         host_cache_gib=1.0)
-    assert host_tier_blocks(s) == 2**30 // (131_072 * 16) == 512
+    assert s.host_tier_blocks == 2**30 // (131_072 * 16) == 512
     with pytest.raises(ValueError, match="holds no KV block"):
         registry.create("paged-prefix", capacity_slots=4096, block_size=16, max_model_len=1024, geometry=geometry,
                         host_cache_gib=1e-6)

@@ -83,11 +83,10 @@ def _record_preemptions(monkeypatch) -> list[tuple[GroupState, GroupState]]:
     seen = []
     preempt = Scheduler._preempt
 
-    def recorded(self, g):
+    def recorded(self, g, swap_out):
         before = g.state
-        moves = preempt(self, g)
+        preempt(self, g, swap_out)
         seen.append((before, g.state))
-        return moves
     monkeypatch.setattr(Scheduler, "_preempt", recorded)
     return seen
 

@@ -94,7 +94,7 @@ def test_contiguous_baselines_reserve_every_layer():
 
 
 def test_steps_carry_each_group_and_the_identity_holds_per_step():
-    from workbench.allocators.hybrid import GROUP_PARTS
+    from workbench.allocators.base import GROUP_PARTS
     from workbench.engine import build_workload, simulate
 
     cfg = _config(kv_slots=1200, kernel="none", num_requests=8, workload="fixed:prompt=300,output=400")

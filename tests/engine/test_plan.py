@@ -80,17 +80,17 @@ def test_step_cost_equals_a_recomputation_from_the_plan(strategy, workload):
     def check(plan):
         k, cost = plan.kernel, plan.cost
         decode_len = k.decode_positions + 1  # [num_decode] KV rows each decoding sequence attends to
-        assert cost.num_decode_tokens == len(k.decode_seq_ids) == len(plan.decode_slots)
-        prefill_read = sum(p.stop * p.group.num_seqs for p in plan.prefills)
+        assert cost.num_decode_tokens == len(k.decode_seq_ids) == len(k.groups[0].decode_slots)
+        prefill_read = sum(p.stop * p.num_seqs for p in plan.prefills)
         assert cost.kv_read_tokens == int(decode_len.sum()) + prefill_read
         prefill_ctx = sum((p.stop * (p.stop + 1) - p.start * (p.start + 1)) // 2 for p in plan.prefills)
         assert cost.attn_query_ctx == int(decode_len.sum()) + prefill_ctx
         assert cost.num_prefill_tokens == sum(p.write_tokens for p in plan.prefills)
         # the blocks the decode kernel visits (the clock's per-block attention cost)
         assert cost.decode_blocks == sum(cdiv(int(n), bs) for n in decode_len)
-        if k.decode_desc is not None:
+        if k.groups[0].decode_desc is not None:
             unshared = sum(cdiv(int(n), bs) * bs for n in decode_len)
-            unshared += sum(p.group.num_seqs * cdiv(p.stop, bs) * bs for p in plan.prefills)
+            unshared += sum(p.num_seqs * cdiv(p.stop, bs) * bs for p in plan.prefills)
             unshared += sum(g.num_seqs * cdiv(g.kv_len, bs) * bs for g in plan.started)
             assert cost.unshared_block_slots == unshared
         assert cost.copied_blocks == len(plan.copies)

@@ -98,7 +98,7 @@ def test_the_pools_mapped_pages_are_the_strategys_after_every_step(monkeypatch, 
         attention_s = run(runner, plan)
         np.testing.assert_array_equal(runner.pool.vmm.mapped_pages(), strategy.mapped_virtual_pages(),
                                       err_msg=f"step {plan.step}")
-        released.append(int((plan.unmapped[:, 1] - plan.unmapped[:, 0]).sum()))
+        released.append(int((plan.effects.unmapped[:, 1] - plan.effects.unmapped[:, 0]).sum()))
         return attention_s
 
     monkeypatch.setattr(KernelRunner, "run", run_then_compare)

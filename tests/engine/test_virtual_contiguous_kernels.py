@@ -12,7 +12,7 @@ import numpy as np
 
 from tests.engine.conftest import SMALL_MODEL
 from workbench import kernels
-from workbench.allocators.base import SeqSpec, virtual_slots
+from workbench.allocators.base import SeqSpec
 from workbench.allocators.contiguous_oracle import ContiguousOracle
 from workbench.allocators.virtual_contiguous import VirtualContiguous
 from workbench.allocators.virtual_pages import KVGeometry
@@ -26,7 +26,7 @@ class Lane:
 
     def __init__(self, strategy) -> None:
         self.s = strategy
-        self.pool = KVPool(virtual_slots(strategy), 0, HEADS, HEAD_DIM, "fp32", "numba")
+        self.pool = KVPool(strategy.virtual_slots, 0, HEADS, HEAD_DIM, "fp32", "numba")
         self.content = KVContent(HEADS, HEAD_DIM, "fp32")
 
     def write(self, slots: np.ndarray, tokens: np.ndarray, start: int) -> None:

@@ -47,11 +47,11 @@ def test_window_totals_match_a_brute_force_sum(seed):
         prefills = []
         for _ in range(int(rng.integers(0, 3))):
             start = int(rng.integers(0, 50))
-            g = Group(-1, None, 10_000, seq_ids=list(range(int(rng.integers(1, 3)))))
-            prefills.append(Prefill(g, start, 0, start, start + int(rng.integers(1, 50)), True))
+            seq_ids = tuple(range(int(rng.integers(1, 3))))
+            prefills.append(Prefill(-1, seq_ids, 0, start, 0, start, start + int(rng.integers(1, 50)), True))
         cost = meter.cost(sum(g.num_seqs for g in running), prefills, [], 0, 0)
         kv_lens = [g.kv_len for g in running for _ in g.seq_ids]
-        expected = _brute(kv_lens, [(p.group.num_seqs, p.start, p.stop) for p in prefills], windows, 0.25)
+        expected = _brute(kv_lens, [(p.num_seqs, p.start, p.stop) for p in prefills], windows, 0.25)
         assert np.allclose([cost.decode_ctx_tokens, cost.kv_read_tokens, cost.attn_query_ctx], expected,
                            rtol=1e-12, atol=1e-9)
 
@@ -61,7 +61,7 @@ def test_without_windows_the_totals_stay_integers():
     meter = CostMeter(16)
     meter.add(g, 0, +1)
     meter.decoded(1, 0)
-    cost = meter.cost(1, [Prefill(Group(1, None, 100, seq_ids=[1]), 0, 30, 0, 30, True)], [], 0, 0)
+    cost = meter.cost(1, [Prefill(1, (1,), 30, 0, 30, 0, 30, True)], [], 0, 0)
     assert (cost.decode_ctx_tokens, cost.kv_read_tokens, cost.attn_query_ctx) == (41, 71, 41 + 465)
     assert all(type(v) is int for v in (cost.decode_ctx_tokens, cost.kv_read_tokens, cost.attn_query_ctx))
 

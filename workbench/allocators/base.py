@@ -7,6 +7,10 @@ contiguous strategies use `block_size == 1`, so a slot is a block.
 
 Verbs that mutate state say so in their docstring; everything else is a pure query.
 
+Optional capabilities (layer groups, pages mapped on demand, a host tier) are members of the protocol
+with neutral defaults, so the scheduler and the engine never ask what kind of strategy they hold; what
+a step did beyond its allocations comes back from `end_step` as plain data.
+
 Sequence lengths: a sequence never holds more than `SeqSpec.final_len` tokens. `append` past it is a
 caller error (ValueError), and so is a `final_len` above the strategy's `max_model_len`: the engine
 rejects such requests before admission. Knowing the final length is what splits "reserved" from
@@ -15,8 +19,9 @@ rejects such requests before admission. Knowing the final length is what splits 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -78,8 +83,14 @@ class AdmitResult:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    slots: np.ndarray  # int64 [num_seqs]: the slot each sequence's new token is written into
+    slots: np.ndarray  # int64 [num_seqs]: the slot each sequence's new token is written into (layer group 0)
     copies: np.ndarray  # int32 [num_copies, 2] (src_block, dst_block) copy-on-write pairs, run first
+    # int64 [num_groups, num_seqs]: each layer group's slot of each new token; None for a pool of one group
+    group_slots: np.ndarray | None = None
+
+    def slots_of_group(self, group: int) -> np.ndarray:
+        """int64 [num_seqs]: layer group `group`'s slot of each new token."""
+        return self.slots if self.group_slots is None else self.group_slots[group]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +118,26 @@ class ContiguousDescriptor:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """One layer group's share of the held pool, in pool slots: token + reserved + internal == held."""
+
+    window_tokens: int | None
+    token_slots: int
+    reserved_slots: int
+    internal_frag_slots: int
+    held_slots: int
+    logical_token_slots: int  # units × the on-device sequences' lengths (as if no window and no sharing)
+
+    def __post_init__(self) -> None:
+        parts = (self.token_slots, self.reserved_slots, self.internal_frag_slots)
+        if min(parts) < 0 or sum(parts) != self.held_slots:
+            raise AssertionError(f"group accounting broken: {parts} do not sum to held {self.held_slots}")
+
+
+GROUP_PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "held_slots")  # per-group step columns
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """The exact six-way partition of the pool's capacity at one instant (docs/memory.md), in slots.
 
@@ -130,6 +161,9 @@ class Snapshot:
     # buddy block) for contiguous strategies; all free slots for paged ones, whose blocks need no adjacency.
     largest_free_extent_slots: int
     num_free_blocks: int  # blocks a request can get now: free plus evictable cached ones (slots if contiguous)
+    # each layer group's split of the held slots (docs/hybrid.md); () for a pool of one group, whose
+    # split is the pool's own
+    groups: tuple[GroupSnapshot, ...] = ()
 
     def __post_init__(self) -> None:
         parts = (self.token_slots, self.reserved_slots, self.internal_frag_slots, self.cached_slots,
@@ -139,19 +173,51 @@ class Snapshot:
                                  f"capacity is {self.capacity_slots}")
 
 
-class Strategy(Protocol):
-    """A KV allocation strategy. Sequences are named by the caller's integer ids."""
+NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
+NO_RANGES = np.zeros((0, 2), dtype=np.int64)
+
+
+class LayerGroup(NamedTuple):
+    """Layers that share one block table (vLLM v1's KV-cache group): a model without sliding-window
+    layers is one group of every layer."""
+
+    window_tokens: int  # the layers' sliding window; 0 = full attention
+    layer_frac: float  # the group's share of the model's layers
+
+
+ONE_GROUP = (LayerGroup(0, 1.0),)
+
+
+class StepEffects(NamedTuple):
+    """What a step did to memory beyond its allocations (`Strategy.end_step`), as plain data; the
+    neutral value `NO_EFFECTS` is shared (a NamedTuple: one may be built per step)."""
+
+    mapped_pages: int = 0  # physical pages mapped on demand since the last end_step
+    unmapped: np.ndarray = NO_RANGES  # int64 [k, 2] slot ranges [start, stop) whose pages were unmapped
+    demote: np.ndarray = NO_PAIRS  # int32 [k, 2] (device block, host-tier block): evicted prefix blocks kept
+    promote: np.ndarray = NO_PAIRS  # int32 [k, 2] (host-tier block, device block): host-tier hits loaded
+    columns: tuple[tuple[str, int], ...] = ()  # the strategy's own step columns (name, value), same names each step
+
+
+NO_EFFECTS = StepEffects()
+
+
+class Strategy(ABC):
+    """A KV allocation strategy. Sequences are named by the caller's integer ids. A strategy class
+    subclasses this one; the abstract verbs are its whole duty, and every optional capability below
+    has the neutral value of a strategy without it."""
 
     name: str
     kernel_mode: KernelMode
     block_size: int  # slots per block; 1 for contiguous strategies
     capacity_slots: int  # whole blocks only: the pool's C of docs/memory.md (a tail smaller than a block is not pool)
     supports_swap: bool  # False: swap_out raises and the engine must preempt by recompute
-    wants_token_ids: bool  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
-    prefix_query_tokens: int  # prompt tokens looked up in the prefix cache by this instance (0 without one)
-    prefix_hit_tokens: int  # of those, tokens served from the cache
-    prefix_evicted_blocks: int  # cached blocks evicted (unregistered and reused) by this instance
+    wants_token_ids: bool = False  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
+    prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache by this instance (0 without one)
+    prefix_hit_tokens: int = 0  # of those, tokens served from the cache
+    prefix_evicted_blocks: int = 0  # cached blocks evicted (unregistered and reused) by this instance
 
+    @abstractmethod
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
         """Mutates. Admit a group of sequences that share one prompt (n >= 1), all or nothing.
 
@@ -160,10 +226,12 @@ class Strategy(Protocol):
         engine via `slot_mapping`. On refusal nothing changes."""
         ...
 
+    @abstractmethod
     def can_append(self, seq_ids: list[int]) -> bool:
         """Whether `append(seq_ids)` would succeed now."""
         ...
 
+    @abstractmethod
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. Give each sequence one more token slot (a decode step), in batch order. Raises
         RuntimeError, changing nothing, when the pool cannot (check `can_append` first), and
@@ -174,6 +242,7 @@ class Strategy(Protocol):
         may pass None, and then such a strategy stops caching these sequences' later blocks."""
         ...
 
+    @abstractmethod
     def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
         """Mutates on success. Chunked prefill: the group admitted together by one `admit` with
         `SeqSpec.num_new_tokens` (and neither appended to, forked nor swapped since) holds the next
@@ -183,100 +252,98 @@ class Strategy(Protocol):
         ValueError past `final_len` or for sequences that do not form such a group."""
         ...
 
+    @abstractmethod
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
         """Mutates. The child gets the parent's tokens (shared by reference count where possible)."""
         ...
 
+    @abstractmethod
     def free(self, seq_id: int) -> None:
         """Mutates. Release the sequence; its blocks return to the pool (or the prefix cache)."""
         ...
 
+    @abstractmethod
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         """Slots of token positions [start, stop) of the sequence, int64 [stop - start]."""
         ...
 
+    @abstractmethod
     def describe(self, seq_ids: list[int]) -> PagedDescriptor | ContiguousDescriptor:
         """The kernel's view of these sequences, in this order."""
         ...
 
+    @abstractmethod
     def num_allocatable_blocks(self) -> int:
         """Blocks a request can get now: free plus evictable cached ones (slots if contiguous); equal
         to `snapshot().num_free_blocks`, without building a snapshot. Pure."""
         ...
 
+    @abstractmethod
     def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
         """The six-way accounting (docs/memory.md) now. `refused_extent_slots` > 0 means the head-of-queue request was
         refused this step needing that contiguous extent (external fragmentation is then counted)."""
         ...
 
+    @abstractmethod
     def can_swap_out(self, seq_ids: list[int]) -> bool:
         """Whether `swap_out(seq_ids)` would succeed now (False when there is no host space)."""
         ...
 
+    @abstractmethod
     def swap_out(self, seq_ids: list[int]) -> SwapResult:
         """Mutates. Move a group's blocks to the host pool (capacity-limited); raises if it cannot.
         Swapped sequences keep their ids and token counts but hold no device slots."""
         ...
 
+    @abstractmethod
     def can_swap_in(self, seq_ids: list[int]) -> bool:
         """Whether `swap_in(seq_ids)` would succeed now."""
         ...
 
+    @abstractmethod
     def swap_in(self, seq_ids: list[int]) -> SwapResult:
         """Mutates. Bring a swapped-out group back to device blocks."""
         ...
 
+    @abstractmethod
     def check_integrity(self) -> None:
         """Raise AssertionError naming the first broken invariant; a pure check."""
         ...
 
+    # ---- optional capabilities, neutral by default ----------------------------------------------
+    # pages mapped on demand behind virtual memory (`virtual-contiguous`)
+    page_tokens: int = 0  # slots of one physical page mapped on demand; 0: the strategy maps nothing
+    map_s_per_page: float = 0.0  # modeled seconds to map one page
+    overlap_map: bool = False  # mapping overlaps the step's compute
+    # a prefix cache's host tier (`allocators.host_tier`)
+    host_tier_blocks: int = 0  # blocks of host memory holding demoted prefix blocks; 0: no host tier
+    overlap_load: bool = False  # host-tier loads overlap the step's compute
 
-# Optional attributes of strategies that map physical pages on demand behind virtual memory
-# (`virtual-contiguous`): `virtual_slots`, the slot space the kernel addresses (larger than the
-# physical capacity); `page_tokens`, the slots of one page; `mapped_pages`, pages mapped so far;
-# `drain_unmapped()`, the slot ranges unmapped since its last call; `map_s_per_page` and `overlap_map`,
-# the modeled cost of one mapping and whether it overlaps compute. The helpers give every other
-# strategy's neutral value, so the engine and the scheduler need no strategy names.
-def virtual_slots(strategy: Strategy) -> int:
-    """Slots of the KV pool the kernel addresses."""
-    return getattr(strategy, "virtual_slots", strategy.capacity_slots)
+    @property
+    def virtual_slots(self) -> int:
+        """Slots of the KV pool the kernel addresses (more than `capacity_slots` when pages are mapped
+        on demand behind a larger virtual range)."""
+        return self.capacity_slots
 
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        """The pool's layer groups, each with a block table of its own (docs/hybrid.md)."""
+        return ONE_GROUP
 
-_NO_RANGES = np.zeros((0, 2), dtype=np.int64)
+    def group_slot_mapping(self, group: int, seq_id: int, start: int, stop: int) -> np.ndarray:
+        """Slots of token positions [start, stop) of the sequence in layer group `group`'s table."""
+        return self.slot_mapping(seq_id, start, stop)
 
+    def describe_group(self, group: int, seq_ids: list[int]) -> PagedDescriptor | ContiguousDescriptor:
+        """The kernel's view of these sequences in layer group `group`'s table."""
+        return self.describe(seq_ids)
 
-def page_slots(strategy: Strategy) -> int:
-    """Slots of one physical page mapped on demand (0 for strategies that map nothing)."""
-    return getattr(strategy, "page_tokens", 0)
+    def end_step(self) -> StepEffects:
+        """Mutates (each effect is reported once). The step's allocations are done: what it did beyond
+        them since the last call."""
+        return NO_EFFECTS
 
-
-def drain_unmapped(strategy: Strategy) -> np.ndarray:
-    """Mutates the strategy's log. int64 [k, 2]: slot ranges [start, stop) whose physical pages it
-    unmapped since the last call (none for strategies that map nothing)."""
-    drain = getattr(strategy, "drain_unmapped", None)
-    return _NO_RANGES if drain is None else drain()
-
-
-def mapped_pages(strategy: Strategy) -> int:
-    """Physical pages the strategy has mapped so far (0 for strategies that map nothing)."""
-    return getattr(strategy, "mapped_pages", 0)
-
-
-def page_map_cost(strategy: Strategy) -> tuple[float, bool]:
-    """(seconds to map one of the strategy's pages, whether mapping overlaps the step's compute)."""
-    return getattr(strategy, "map_s_per_page", 0.0), getattr(strategy, "overlap_map", False)
-
-
-# Optional attribute of prefix caches with a host tier (`allocators.host_tier`): `host_tier`, a HostTier
-# or None, and `overlap_load`, whether its host->device loads overlap the step's compute.
-def host_tier_blocks(strategy: Strategy) -> int:
-    """Blocks of the strategy's host tier (0: none)."""
-    tier = getattr(strategy, "host_tier", None)
-    return 0 if tier is None else tier.num_blocks
-
-
-def take_host_moves(strategy: Strategy) -> tuple[np.ndarray, np.ndarray] | None:
-    """Mutates. The step's host-tier moves (demotes (device, host), promotes (host, device), int32
-    [k, 2] each), ending the host tier's step; None without a host tier."""
-    tier = getattr(strategy, "host_tier", None)
-    return None if tier is None else tier.take_moves()
+    def counters(self) -> dict[str, int]:
+        """Whole-run counters for the summary (docs/outputs.md)."""
+        return {"prefix_query_tokens": self.prefix_query_tokens, "prefix_hit_tokens": self.prefix_hit_tokens,
+                "prefix_evicted_blocks": self.prefix_evicted_blocks}

@@ -12,19 +12,19 @@ from numba import njit
 
 PAST_FINAL = -1  # status: a sequence is at its final length
 REPEATED = -2  # status: a row appears twice in the batch
-SWAPPED = -3  # status: a sequence is swapped out
+SWAPPED_OUT = -3  # status: a sequence is swapped out
 
 
 def raise_for_status(status: int, seq_ids: list[int], bad: int) -> None:
     """The ValueError for a negative status of `check_batch`."""
     why = {PAST_FINAL: "append past final_len", REPEATED: "sequence id repeats in the batch",
-           SWAPPED: "sequence is swapped out"}[status]
+           SWAPPED_OUT: "sequence is swapped out"}[status]
     raise ValueError(f"{why}: sequence {seq_ids[bad]}")
 
 
 @njit(cache=True)
 def check_batch(rows, length, final_len, swapped, row_mark):
-    """Pure (row_mark is restored). (0, -1) for a valid batch, else (PAST_FINAL | REPEATED | SWAPPED,
+    """Pure (row_mark is restored). (0, -1) for a valid batch, else (PAST_FINAL | REPEATED | SWAPPED_OUT,
     index of the first offending sequence in the batch)."""
     status = 0
     bad = -1
@@ -35,7 +35,7 @@ def check_batch(rows, length, final_len, swapped, row_mark):
             status, bad = REPEATED, i
             break
         if swapped[r] != 0:
-            status, bad = SWAPPED, i
+            status, bad = SWAPPED_OUT, i
             break
         if length[r] >= final_len[r]:
             status, bad = PAST_FINAL, i

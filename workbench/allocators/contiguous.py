@@ -22,7 +22,15 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators import contiguous_loops
-from workbench.allocators.base import AdmitResult, AppendResult, ContiguousDescriptor, SeqSpec, Snapshot, SwapResult
+from workbench.allocators.base import (
+    AdmitResult,
+    AppendResult,
+    ContiguousDescriptor,
+    SeqSpec,
+    Snapshot,
+    Strategy,
+    SwapResult,
+)
 from workbench.allocators.batch_check import raise_for_status
 from workbench.allocators.extents import RunPlacer, make_placer
 from workbench.allocators.seq_rows import SeqRows
@@ -31,7 +39,7 @@ _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
 _EXTENT_DESCRIPTOR_BYTES = 8  # int32 kv_start + int32 kv_len per sequence
 
 
-class ContiguousStrategy:
+class ContiguousStrategy(Strategy):
     kernel_mode = "contiguous"
     block_size = 1
     supports_swap = True

@@ -20,11 +20,19 @@ held slots plus the cached and free ones are the capacity (`group_snapshots` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from workbench.allocators.base import AdmitResult, AppendResult, PagedDescriptor, SeqSpec, Snapshot, SwapResult
+from workbench.allocators.base import (
+    AdmitResult,
+    AppendResult,
+    GroupSnapshot,
+    LayerGroup,
+    PagedDescriptor,
+    SeqSpec,
+    Snapshot,
+    Strategy,
+    SwapResult,
+)
 from workbench.allocators.block_stack import BlockStack
 from workbench.allocators.hash_prefix_index import HashPrefixIndex
 from workbench.allocators.hybrid_integrity import check_hybrid
@@ -38,39 +46,7 @@ _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
 
 
-@dataclass(frozen=True, slots=True)
-class GroupSnapshot:
-    """One group's share of the held pool, in pool slots: token + reserved + internal == held."""
-
-    window_tokens: int | None
-    token_slots: int
-    reserved_slots: int
-    internal_frag_slots: int
-    held_slots: int
-    logical_token_slots: int  # units × the on-device sequences' lengths (as if no window and no sharing)
-
-    def __post_init__(self) -> None:
-        parts = (self.token_slots, self.reserved_slots, self.internal_frag_slots)
-        if min(parts) < 0 or sum(parts) != self.held_slots:
-            raise AssertionError(f"group accounting broken: {parts} do not sum to held {self.held_slots}")
-
-
-@dataclass(frozen=True, slots=True)
-class HybridSnapshot(Snapshot):
-    """The pool's six parts (the groups' parts summed) and each group's own split."""
-
-    groups: tuple[GroupSnapshot, ...] = ()
-
-
-GROUP_PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "held_slots")  # per-group step columns
-
-
-@dataclass(frozen=True, slots=True)
-class HybridAppendResult(AppendResult):
-    group_slots: np.ndarray  # int64 [num_groups, num_seqs]: each group's slot of each new token (unit 0)
-
-
-class HybridPaged:
+class HybridPaged(Strategy):
     kernel_mode = "paged"
     supports_swap = False
 
@@ -103,6 +79,13 @@ class HybridPaged:
         self._group_of_block = np.zeros(self.num_blocks, dtype=np.int64)
         self._length: dict[int, int] = {}
         self._final: dict[int, int] = {}
+        total_units = sum(g.units for g in self.groups)
+        self._layer_groups = tuple(LayerGroup(g.window_tokens or 0, g.units / total_units) for g in self.groups)
+
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        """One per table, its layers' share by units (each unit is `unit_layers` layers)."""
+        return self._layer_groups
 
     # -- protocol ---------------------------------------------------------------------------------
 
@@ -186,7 +169,7 @@ class HybridPaged:
                     leaving[b] = leaving.get(b, 0) + 1
         return need, freed
 
-    def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> HybridAppendResult:
+    def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. Window groups first release the blocks the new tokens' queries cannot read; then each
         group gives each sequence one slot (a new block, or a private copy of a shared last block unless
         it is its last holder). Raises RuntimeError, changing nothing, when the pool cannot. With a prefix
@@ -221,7 +204,7 @@ class HybridPaged:
         if self.prefix is not None:
             self.prefix.register_filled(seq_ids, token_ids)
         pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
-        return HybridAppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
+        return AppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
         """Mutates. The child shares every held entry of the parent in every group."""
@@ -347,14 +330,14 @@ class HybridPaged:
                                      (held - token - reserved) * g.units, held * g.units, g.units * logical))
         return out
 
-    def snapshot(self, refused_extent_slots: int = 0) -> HybridSnapshot:
+    def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
         """Pure. The groups' parts summed; free blocks serve any request (no external fragmentation)."""
         del refused_extent_slots
         groups = self.group_snapshots()
         free = self._free.size * self.block_size
         cached = 0 if self.prefix is None else self.prefix.cached_blocks * self.block_size
         entries = sum(g.num_entries(s) for g in self.groups for s in g.entries)
-        return HybridSnapshot(
+        return Snapshot(
             capacity_slots=self.capacity_slots, token_slots=sum(g.token_slots for g in groups),
             reserved_slots=sum(g.reserved_slots for g in groups),
             internal_frag_slots=sum(g.internal_frag_slots for g in groups), cached_slots=cached,
@@ -364,6 +347,9 @@ class HybridPaged:
             num_free_blocks=self.num_allocatable_blocks(), groups=tuple(groups))
 
     # -- swap: not supported ------------------------------------------------------------------------
+
+    def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
+        raise ValueError("the hybrid pool has no chunked admission; the config refuses --chunked-prefill with it")
 
     def can_swap_out(self, seq_ids: list[int]) -> bool:
         return False

@@ -35,7 +35,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import AdmitResult, AppendResult, PagedDescriptor, SeqSpec, Snapshot, SwapResult
+from workbench.allocators.base import (
+    NO_EFFECTS,
+    AdmitResult,
+    AppendResult,
+    PagedDescriptor,
+    SeqSpec,
+    Snapshot,
+    StepEffects,
+    Strategy,
+    SwapResult,
+)
 from workbench.allocators.block_stack import BlockStack
 from workbench.allocators.host_tier import HostTier
 from workbench.allocators.paged_integrity import check_paged
@@ -49,7 +59,7 @@ _NO_KEYS = np.zeros(0, dtype=np.uint64)
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
 
 
-class PagedStrategy:
+class PagedStrategy(Strategy):
     name = "paged"
     kernel_mode = "paged"
     supports_swap = True
@@ -84,6 +94,33 @@ class PagedStrategy:
         self.wants_token_ids = prefix_index is not None
         self._chains = SeqChains(block_size) if prefix_index is not None else None
         self.host_tier = host_tier  # None: evicted prefix blocks are dropped
+
+    # -- optional capabilities (allocators.base) ------------------------------------------------
+
+    @property
+    def host_tier_blocks(self) -> int:
+        return 0 if self.host_tier is None else self.host_tier.num_blocks
+
+    def end_step(self) -> StepEffects:
+        """Mutates: the host tier's step ends (its demotes and promotes, and its two step columns:
+        cached token slots and free ones, which sum to the tier's capacity)."""
+        tier = self.host_tier
+        if tier is None:
+            return NO_EFFECTS
+        demote, promote = tier.take_moves()
+        used = tier.num_used()
+        columns = (("host_token_slots", used * self.block_size),
+                   ("host_free_slots", (tier.num_blocks - used) * self.block_size))
+        return StepEffects(demote=demote, promote=promote, columns=columns)
+
+    def counters(self) -> dict[str, int]:
+        """The prefix counters, and with a host tier its hits and the blocks moved each way."""
+        counters = super().counters()
+        if self.host_tier is not None:
+            counters.update(prefix_hit_tokens_host=self.prefix_hit_tokens_host,
+                            host_blocks_loaded=self.host_tier.promoted_blocks,
+                            host_blocks_demoted=self.host_tier.demoted_blocks)
+        return counters
 
     # -- prefix caching (identity without an index) --------------------------------------------
 
@@ -205,7 +242,7 @@ class PagedStrategy:
                              f"being prefilled")
         if length + k > int(t.seqs.column("final_len")[rows].min()):
             raise ValueError(f"extending {seq_ids} by {k} tokens passes their final length")
-        need = -(-(length + k) // bs) - blocks.shape[0]
+        need = cdiv(length + k, bs) - blocks.shape[0]
         if need > self.num_allocatable_blocks():
             return AdmitResult(False, reason=f"needs {need} blocks, {self.num_allocatable_blocks()} allocatable")
         fresh = self._take(need)

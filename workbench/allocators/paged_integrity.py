@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.paged_tables import BlockTables
+from workbench.intmath import cdiv
 
 
 def _require(ok: bool, what: str) -> None:
@@ -32,7 +33,7 @@ def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, hos
     _require(bool(np.all(lengths >= 1)), "a live sequence has no token")
     _require(bool(np.all(lengths <= finals)) and bool(np.all(finals <= max_model_len)),
              "length <= final_len <= max_model_len broken")
-    _require(bool(np.all(table_lengths == -(-lengths // bs))), "a table length is not ceil(length / block_size)")
+    _require(bool(np.all(table_lengths == cdiv(lengths, bs))), "a table length is not ceil(length / block_size)")
 
     device_rows = t.on_device_rows()
     host_rows = live[seqs.column("swapped")[live] == 1]

@@ -129,8 +129,11 @@ def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_le
     factory = getattr(importlib.import_module(module), cls)
     if geometry is not None:
         options = {**options, "geometry": geometry}
-    return factory(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
-                   swap_slots=swap_slots, **options)
+    strategy = factory(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
+                       swap_slots=swap_slots, **options)
+    if not isinstance(strategy, Strategy):  # its optional capabilities would be missing
+        raise TypeError(f"strategy {name!r}: {reg.factory} does not subclass workbench.allocators.base.Strategy")
+    return strategy
 
 
 def create_hybrid(name: str, *, capacity_slots: int, block_size: int = 16, max_model_len: int,

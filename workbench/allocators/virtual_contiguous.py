@@ -27,7 +27,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import AdmitResult, AppendResult, ContiguousDescriptor, SeqSpec, Snapshot, SwapResult
+from workbench.allocators.base import (
+    AdmitResult,
+    AppendResult,
+    ContiguousDescriptor,
+    SeqSpec,
+    Snapshot,
+    StepEffects,
+    Strategy,
+    SwapResult,
+)
 from workbench.allocators.contiguous import _copy_pairs, _fits, _place_all
 from workbench.allocators.extents import RunPlacer
 from workbench.allocators.virtual_pages import DEFAULT_GEOMETRY_MODEL, KVGeometry, PagePool
@@ -39,7 +48,7 @@ _EXTENT_DESCRIPTOR_BYTES = 8  # int32 kv_start + int32 kv_len per sequence
 PTE_BYTES = 8  # one GPU page-table entry per mapped page per buffer
 
 
-class VirtualContiguous:
+class VirtualContiguous(Strategy):
     name = "virtual-contiguous"
     kernel_mode = "contiguous"
     block_size = 1  # copy and swap pairs are slot pairs, as for contiguous strategies
@@ -66,12 +75,13 @@ class VirtualContiguous:
         self.max_model_len = max_model_len
         self.max_batch = max_batch
         self.extent_slots = cdiv(max_model_len, self.page_tokens) * self.page_tokens
-        self.virtual_slots = max_batch * self.extent_slots
-        if self.virtual_slots > np.iinfo(np.int32).max:  # kv_start is int32 at the kernel boundary
+        self._virtual_slots = max_batch * self.extent_slots
+        if self._virtual_slots > np.iinfo(np.int32).max:  # kv_start is int32 at the kernel boundary
             raise ValueError(f"max_batch {max_batch} × {self.extent_slots} slots exceeds the int32 slot space")
         # the modeled cost of mapping one page into every layer's K and V buffer, and whether it
         # overlaps the step's compute (vAttention's background mapping); read by the engine's clock
         self.map_s_per_page = map_us_per_page * 1e-6 * self.geometry.num_buffers
+        self._mapped_reported = 0  # pages mapped up to the last end_step
         self.overlap_map = overlap_map == "on"
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
@@ -82,6 +92,16 @@ class VirtualContiguous:
         self._swapped: dict[int, tuple[int, int, int]] = {}  # sequence -> (host_start, length, final_len)
         self._length = np.zeros(max_batch, dtype=np.int64)  # [max_batch] tokens written, per extent
         self._final = np.zeros(max_batch, dtype=np.int64)  # [max_batch] final length, per extent
+
+    @property
+    def virtual_slots(self) -> int:
+        """Slots the kernel addresses: `max_batch` extents of `extent_slots`, mapped page by page."""
+        return self._virtual_slots
+
+    def end_step(self) -> StepEffects:
+        """Mutates: the pages mapped since the last call and the slot ranges unmapped since then."""
+        mapped, self._mapped_reported = self.mapped_pages - self._mapped_reported, self.mapped_pages
+        return StepEffects(mapped_pages=mapped, unmapped=self.drain_unmapped())
 
     @property
     def mapped_pages(self) -> int:
@@ -262,7 +282,7 @@ class VirtualContiguous:
         length, final = self._length[extents], self._final[extents]
         if not (np.all(length >= 1) and np.all(length <= final) and np.all(final <= self.max_model_len)):
             raise AssertionError("1 <= length <= final_len <= max_model_len broken")
-        if not np.array_equal(pool.used[extents], -(-length // p)):
+        if not np.array_equal(pool.used[extents], cdiv(length, p)):
             raise AssertionError("an extent's used pages differ from the pages its tokens occupy")
         if self._host is not None:
             held = sum(length for _, length, _ in self._swapped.values())

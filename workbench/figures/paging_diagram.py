@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from workbench.allocators import registry
-from workbench.allocators.base import ContiguousDescriptor, SeqSpec, virtual_slots
+from workbench.allocators.base import ContiguousDescriptor, SeqSpec
 from workbench.figures import style
 
 # slot kinds, in drawing priority: a slot shared by several holders shows the strongest claim on it
@@ -55,7 +55,7 @@ class PoolPicture:
 def drawable(strategy) -> bool:
     """Whether the kernel's view of the strategy is the physical pool itself (block tables or extents of
     it), which is what these pictures draw; not so for virtual memory mapped page by page."""
-    return virtual_slots(strategy) == strategy.capacity_slots
+    return strategy.virtual_slots == strategy.capacity_slots
 
 
 class PagingWalk:

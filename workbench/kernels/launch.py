@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.intmath import cdiv
 from workbench.kernels.source import ROW_TILES
 
 ATTN_THREADS = 128  # threads per attention block (kernels/attention.cu)
@@ -84,17 +85,13 @@ def plan_rows(num_heads: int, num_kv_heads: int, max_q_per_seq: int) -> int:
     return next((r for r in ROW_TILES if r >= num_rows), ROW_TILES[-1])
 
 
-def _cdiv(a, b):
-    return -(-a // b)
-
-
 def modeled_time_tokens(blocks_per_seq: int, spans: np.ndarray, tokens: int, slots: int) -> int:
     """Time of an attention launch in KV positions of one block's loop when each sequence's span is cut into
     pieces of `tokens`: waves of `slots` resident blocks, each wave as long as a full piece (the blocks past
     a sequence's span exit at once and are not counted), plus SPLIT_COST_TOKENS per extra piece."""
-    pieces = _cdiv(spans, tokens)  # [num_seqs]
+    pieces = cdiv(spans, tokens)  # [num_seqs]
     blocks = blocks_per_seq * int(pieces.sum())
-    waves = _cdiv(blocks, slots)
+    waves = cdiv(blocks, slots)
     return waves * min(tokens, int(spans.max())) + SPLIT_COST_TOKENS * (int(pieces.max()) - 1)
 
 
@@ -107,7 +104,7 @@ def split_k_tokens(blocks_per_seq: int, spans: np.ndarray, slots: int) -> int:
     max_span = int(spans.max())
     best_tokens, best_time = max_span, modeled_time_tokens(blocks_per_seq, spans, max_span, slots)
     for n in range(2, MAX_SPLITS + 1):
-        tokens = max(MIN_PARTITION_TOKENS, _cdiv(_cdiv(max_span, n), PARTITION_ALIGN_TOKENS) * PARTITION_ALIGN_TOKENS)
+        tokens = max(MIN_PARTITION_TOKENS, cdiv(cdiv(max_span, n), PARTITION_ALIGN_TOKENS) * PARTITION_ALIGN_TOKENS)
         if tokens >= max_span:
             continue
         time = modeled_time_tokens(blocks_per_seq, spans, tokens, slots)

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
+from workbench.intmath import cdiv
 from workbench.kernels.numba_attention import TILE_TOKENS, attend_items, merge_partials
 from workbench.kernels.numba_cache import copy_blocks, scatter_rows, scatter_rows_fp8
 from workbench.kernels.numba_convert import KV_CODE
@@ -59,9 +60,8 @@ def _plan(qo_indptr, num_heads):
 def _part_tokens(num_items: int, max_len: int) -> int:
     if num_items >= MIN_WORK_ITEMS:
         return max_len
-    wanted_parts = -(-MIN_WORK_ITEMS // num_items)
-    part = -(-max_len // wanted_parts)
-    part = -(-part // TILE_TOKENS) * TILE_TOKENS
+    wanted_parts = cdiv(MIN_WORK_ITEMS, num_items)
+    part = cdiv(cdiv(max_len, wanted_parts), TILE_TOKENS) * TILE_TOKENS
     return max(MIN_PART_TOKENS, part)
 
 
@@ -82,7 +82,7 @@ def _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, 
     chunk_seq, chunk_q_begin, chunk_q_end = _plan(qo_indptr, q.shape[1])
     max_len = int(kv_len.max())
     part_tokens = _part_tokens(len(chunk_seq), max_len)
-    num_parts = -(-max_len // part_tokens)
+    num_parts = cdiv(max_len, part_tokens)
     part_out = np.full((num_parts, *q.shape), np.nan, dtype=np.float32)
     part_m = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
     part_l = np.full((num_parts, *q.shape[:2]), np.nan, dtype=np.float32)
