@@ -49,7 +49,7 @@ def compile_numba() -> float:
     import numpy as np
 
     from workbench import kernels
-    from workbench.kvpool import STORAGE_DTYPES
+    from workbench.engine.kvpool import STORAGE_DTYPES
 
     t0 = time.perf_counter()
     num_blocks, block_size = 65, 16  # 1,040 positions: long enough that the twin splits KV and merges

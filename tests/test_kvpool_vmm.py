@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from workbench import kernels
-from workbench.kvpool import KVContent, content_terms, prefix_sums
-from workbench.kvpool_vmm import (
+from workbench.engine.kvpool import KVContent, content_terms, prefix_sums
+from workbench.engine.kvpool_vmm import (
     VirtualBuffer,
     VirtualKVArrays,
     VirtualKVPool,
@@ -197,7 +197,7 @@ def test_close_releases_everything_once():
 def test_the_cuda_driver_views_a_range_on_its_own_device(monkeypatch):
     """CuPy is told the device: looking it up on a range with nothing mapped fails."""
     pytest.importorskip("cuda.bindings.driver")
-    from workbench.kvpool_vmm import CudaDriver
+    from workbench.engine.kvpool_vmm import CudaDriver
 
     made = {}
 
@@ -223,7 +223,7 @@ def test_a_page_outside_the_reservation_is_refused():
 def test_the_cuda_driver_describes_device_pages_without_a_device():
     """The descriptors the CUDA calls take are built from the bindings' real types (no device needed)."""
     cu = pytest.importorskip("cuda.bindings.driver")
-    from workbench.kvpool_vmm import CudaDriver
+    from workbench.engine.kvpool_vmm import CudaDriver
 
     driver = CudaDriver(device=0)
     assert driver.prop.type == cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED

@@ -13,7 +13,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.clock_profiles import PROFILE_NAMES, check_profile
+from workbench.clock.profiles import PROFILE_NAMES, check_profile
 from workbench.errors import shown
 from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
 
@@ -149,7 +149,7 @@ class RunConfig:
                                  ge=0, le=1)
     # Roofline defaults: sustained HBM streaming reaches ~80% of the datasheet bandwidth on A100/H100
     # (STREAM-like copies), transformer-shaped fp16 GEMMs of >= 4096 rows ~75% of dense peak (fewer
-    # rows reach less: workbench.clock.gemm_shape_frac), and a serving engine spends ~1 ms per
+    # rows reach less: workbench.clock.roofline.gemm_shape_frac), and a serving engine spends ~1 ms per
     # iteration on scheduling, sampling and launches outside the GPU.
     eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=1e-6, le=1)
     eff_flops: float = _f(0.75, "achieved fraction of dense peak FLOP/s by GEMMs of >= 4096 tokens; "

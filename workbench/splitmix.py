@@ -8,7 +8,7 @@ import numpy as np
 
 def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64 finalizer, vectorized over uint64 (arithmetic wraps modulo 2^64). The one NumPy
-    splitmix64 of the package; `allocators.prefix_loops` has its compiled twin."""
+    splitmix64 of the package; `allocators.prefix.loops` has its compiled twin."""
     with np.errstate(over="ignore"):  # uint64 scalars warn on the wrap that arrays do silently
         z = x + np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

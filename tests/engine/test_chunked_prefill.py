@@ -13,8 +13,8 @@ from tests.engine.test_engine_strategies import check_run
 from workbench.allocators import registry
 from workbench.config import RunConfig
 from workbench.engine import simulate
-from workbench.groups import GroupState
-from workbench.scheduler import Scheduler
+from workbench.engine.groups import GroupState
+from workbench.engine.scheduler import Scheduler
 from workbench.workload import build_workload
 from workbench.workload.request import Request, Segment
 

@@ -9,11 +9,11 @@ import pytest
 from tests.engine.conftest import replace, simulate_checked, small_config
 from tests.engine.golden import table_hash
 from workbench.allocators import registry
-from workbench.clock import RooflineClock
-from workbench.engine_kernels import VerificationError
-from workbench.kvpool import KVPool
+from workbench.clock.roofline import RooflineClock
+from workbench.clock.step_cost import StepCost
+from workbench.engine.kvpool import KVPool
+from workbench.engine.runner import VerificationError
 from workbench.presets import GPUS, model_from_name
-from workbench.step_cost import StepCost
 
 HOST_TIERED = [r.name for r in registry.registrations() if "host_cache_gib" in r.options]
 # four tenants' 160-token system prompts do not all fit beside the running requests in 512 slots: they

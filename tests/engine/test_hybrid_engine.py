@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from workbench import engine
 from workbench.allocators import registry
-from workbench.allocators.hybrid import HybridPaged
+from workbench.allocators.paged.hybrid import HybridPaged
 from workbench.config import RunConfig
+from workbench.engine import simulate as engine
 
 
 def _config(**kw) -> RunConfig:
@@ -72,7 +72,7 @@ def test_prefix_hits_on_a_hybrid_pool_verify_against_the_reference(name):
 def test_a_wrong_hit_length_fails_verification(monkeypatch):
     """Claiming one block more than the pool holds leaves that block's KV unwritten: the kernels read
     stale memory and the reference in the loop catches it."""
-    from workbench.engine_kernels import VerificationError
+    from workbench.engine.runner import VerificationError
 
     admit = HybridPaged.admit
 
@@ -95,7 +95,8 @@ def test_contiguous_baselines_reserve_every_layer():
 
 def test_steps_carry_each_group_and_the_identity_holds_per_step():
     from workbench.allocators.base import GROUP_PARTS
-    from workbench.engine import build_workload, simulate
+    from workbench.engine import simulate
+    from workbench.workload import build_workload
 
     cfg = _config(kv_slots=1200, kernel="none", num_requests=8, workload="fixed:prompt=300,output=400")
     steps = simulate(cfg, build_workload(cfg), registry.create_from_config(cfg, cfg.resolve())).steps
@@ -121,8 +122,8 @@ def test_a_hybrid_run_writes_its_groups_to_config_json(tmp_path):
 def test_a_window_hit_missing_its_first_block_fails_verification(monkeypatch):
     """A window group holding one block fewer than its first query reads (an off-by-one in vLLM's rule)
     reads a placeholder block: the reference in the loop catches it."""
-    from workbench.allocators.hybrid_prefix import HybridPrefixCache
-    from workbench.engine_kernels import VerificationError
+    from workbench.allocators.paged.hybrid_prefix import HybridPrefixCache
+    from workbench.engine.runner import VerificationError
 
     find_hit = HybridPrefixCache.find_hit
 

@@ -23,7 +23,7 @@ def test_no_input_check_runs_inside_the_timed_region(monkeypatch):
         return time.perf_counter()
 
     monkeypatch.setattr(validation, "check_query", check_query)
-    monkeypatch.setattr("workbench.engine_kernels.time", types.SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr("workbench.engine.runner.time", types.SimpleNamespace(perf_counter=perf_counter))
     simulate_checked(small_config(strategy="paged", workload="fixed:prompt=30,output=6", num_requests=3,
                                   rate=100.0))
     clocks = [i for i, e in enumerate(events) if e == "clock"]

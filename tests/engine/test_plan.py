@@ -9,7 +9,7 @@ from tests.conftest import strategy_workload_grid
 from tests.engine.conftest import checked_strategy, small_config
 from workbench.allocators.registry import names
 from workbench.engine import simulate
-from workbench.engine_kernels import KernelRunner
+from workbench.engine.runner import KernelRunner
 from workbench.intmath import cdiv
 from workbench.workload import build_workload
 

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workbench import columns as C
-from workbench.clock import HOST_LINK_EFF, RooflineClock, gemm_shape_frac
+from workbench.clock.roofline import HOST_LINK_EFF, RooflineClock, gemm_shape_frac
+from workbench.engine.kvpool import KVContent, content_terms, prefix_sums, to_storage
 from workbench.kernels import reference
-from workbench.kvpool import KVContent, content_terms, prefix_sums, to_storage
 from workbench.presets import GPUS, MODELS
 from workbench.results import FLOAT_STEP_COLUMNS, INT_STEP_COLUMNS, StepLog, summarize
 from workbench.workload.request import output_key, segment_token_ids, token_ids_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.tokens import TokenStore
+from workbench.engine.tokens import TokenStore
 from workbench.workload.request import Request, Segment, output_key, token_ids_for
 
 

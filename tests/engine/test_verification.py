@@ -9,10 +9,10 @@ import pytest
 
 from tests.engine.conftest import small_config
 from workbench.allocators.base import AppendResult
-from workbench.allocators.paged import PagedStrategy
+from workbench.allocators.paged.strategy import PagedStrategy
 from workbench.config import RunConfig
 from workbench.engine import simulate
-from workbench.engine_kernels import VerificationError
+from workbench.engine.runner import VerificationError
 from workbench.workload import build_workload
 
 

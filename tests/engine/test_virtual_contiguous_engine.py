@@ -8,7 +8,7 @@ import pytest
 from tests.engine.conftest import checked_strategy, simulate_checked, small_config
 from workbench import columns as C
 from workbench.engine import simulate
-from workbench.engine_kernels import KernelRunner
+from workbench.engine.runner import KernelRunner
 from workbench.workload import build_workload
 
 # 4 KiB pages hold 32 tokens of the small model's 128-byte fp32 rows
@@ -28,7 +28,7 @@ def test_max_batch_exhausted_makes_requests_wait_and_loses_none():
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_engine_closes_the_pool_when_a_run_ends_or_fails(monkeypatch, fail):
     """Every run in one process would otherwise keep its pages and address range until exit."""
-    from workbench.kvpool_vmm import VirtualKVPool
+    from workbench.engine.kvpool_vmm import VirtualKVPool
 
     closed, real_close, real_run = [], VirtualKVPool.close, KernelRunner.run
 

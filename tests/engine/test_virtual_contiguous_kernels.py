@@ -13,10 +13,10 @@ import numpy as np
 from tests.engine.conftest import SMALL_MODEL
 from workbench import kernels
 from workbench.allocators.base import SeqSpec
-from workbench.allocators.contiguous_oracle import ContiguousOracle
-from workbench.allocators.virtual_contiguous import VirtualContiguous
-from workbench.allocators.virtual_pages import KVGeometry
-from workbench.kvpool import KVContent, KVPool, content_terms, prefix_sums
+from workbench.allocators.contiguous.oracle import ContiguousOracle
+from workbench.allocators.virtual.contiguous import VirtualContiguous
+from workbench.allocators.virtual.pages import KVGeometry
+from workbench.engine.kvpool import KVContent, KVPool, content_terms, prefix_sums
 
 HEADS, HEAD_DIM = 2, 16
 

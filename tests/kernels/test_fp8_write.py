@@ -11,8 +11,8 @@ import pytest
 from kernel_cases import e4m3_edge_values, fp8_write_rows, sample_f32
 
 from workbench import kernels
+from workbench.engine.kvpool import KVContent, KVPool
 from workbench.kernels import cuda_cpu, fp8
-from workbench.kvpool import KVContent, KVPool
 
 HERE = Path(__file__).resolve().parent
 PROBE_ENTRY = HERE / "fp8_probe_entry.cpp"

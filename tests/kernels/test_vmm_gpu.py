@@ -20,8 +20,8 @@ if not _gpu:
 
 # after the skip: a machine without a GPU never imports the rest of the GPU path
 from workbench import kernels  # noqa: E402
-from workbench.kvpool import KVContent, KVPool, content_terms, prefix_sums  # noqa: E402
-from workbench.kvpool_vmm import VirtualKVArrays, VirtualKVPool  # noqa: E402
+from workbench.engine.kvpool import KVContent, KVPool, content_terms, prefix_sums  # noqa: E402
+from workbench.engine.kvpool_vmm import VirtualKVArrays, VirtualKVPool  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 HEADS, HEAD_DIM, EXTENT_SLOTS = 8, 128, 4096  # fp16 rows of 2 KiB: 1,024 per 2 MiB page

@@ -315,7 +315,7 @@ class Strategy(ABC):
     page_tokens: int = 0  # slots of one physical page mapped on demand; 0: the strategy maps nothing
     map_s_per_page: float = 0.0  # modeled seconds to map one page
     overlap_map: bool = False  # mapping overlaps the step's compute
-    # a prefix cache's host tier (`allocators.host_tier`)
+    # a prefix cache's host tier (`allocators.prefix.host_tier`)
     host_tier_blocks: int = 0  # blocks of host memory holding demoted prefix blocks; 0: no host tier
     overlap_load: bool = False  # host-tier loads overlap the step's compute
 

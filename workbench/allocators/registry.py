@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.allocators.base import KernelMode, Strategy
-from workbench.allocators.virtual_pages import KVGeometry
+from workbench.allocators.virtual.pages import KVGeometry
 from workbench.config import Resolved, RunConfig
 from workbench.presets import model_from_name
 
@@ -46,26 +46,27 @@ class Registration:
 
 
 _BUILTIN = (
-    Registration("contiguous-max", "workbench.allocators.contiguous_max:ContiguousMax", "contiguous",
+    Registration("contiguous-max", "workbench.allocators.contiguous.max:ContiguousMax", "contiguous",
                  "contiguous", "Contiguous (max)", "Contig.\nmax", "#D55E00", "s", options=("fit",)),
-    Registration("contiguous-pow2", "workbench.allocators.contiguous_pow2:ContiguousPow2", "contiguous",
+    Registration("contiguous-pow2", "workbench.allocators.contiguous.pow2:ContiguousPow2", "contiguous",
                  "contiguous", "Contiguous (pow2)", "Contig.\npow2", "#E69F00", "^",
                  options=("fit", "pow2_round")),
-    Registration("contiguous-oracle", "workbench.allocators.contiguous_oracle:ContiguousOracle", "contiguous",
+    Registration("contiguous-oracle", "workbench.allocators.contiguous.oracle:ContiguousOracle", "contiguous",
                  "contiguous", "Contiguous (oracle)", "Contig.\noracle", "#CC79A7", "D", options=("fit",)),
-    Registration("paged", "workbench.allocators.paged:PagedStrategy", "paged", "paged", "Paged", "Paged",
+    Registration("paged", "workbench.allocators.paged.strategy:PagedStrategy", "paged", "paged", "Paged", "Paged",
                  "#0072B2", "o"),
-    Registration("paged-prefix", "workbench.allocators.paged_prefix:PagedPrefixStrategy", "paged", "paged",
+    Registration("paged-prefix", "workbench.allocators.prefix.paged_prefix:PagedPrefixStrategy", "paged", "paged",
                  "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v",
                  options=("eviction", "host_cache_gib", "overlap_load"), prefix_cache=True, kv_geometry=True),
-    Registration("radix", "workbench.allocators.radix:RadixStrategy", "paged", "paged", "Radix tree (SGLang)",
+    Registration("radix", "workbench.allocators.prefix.radix:RadixStrategy", "paged", "paged", "Radix tree (SGLang)",
                  "Radix\ntree", "#009E73", "P", options=("eviction", "host_cache_gib", "overlap_load"),
                  prefix_cache=True, kv_geometry=True),
-    Registration("virtual-contiguous", "workbench.allocators.virtual_contiguous:VirtualContiguous", "contiguous",
+    Registration("virtual-contiguous", "workbench.allocators.virtual.contiguous:VirtualContiguous", "contiguous",
                  "virtual", "Virtual contiguous (vAttention)", "vAttn", "#000000", "X",
                  options=("page_kib", "max_batch", "page_reuse", "map_us_per_page", "overlap_map"), kv_geometry=True),
 )
 _REGISTRY: dict[str, Registration] = {r.name: r for r in _BUILTIN}
+HYBRID_FACTORY = "workbench.allocators.paged.hybrid:HybridPaged"  # the per-layer-group form of the paged family
 _OPTION_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
@@ -125,8 +126,7 @@ def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_le
         choices = option_choices(option)
         if choices and value not in choices:
             raise ValueError(f"unknown {option} {value!r}; valid: {', '.join(map(str, choices))}")
-    module, cls = reg.factory.split(":")
-    factory = getattr(importlib.import_module(module), cls)
+    factory = _factory(reg)
     if geometry is not None:
         options = {**options, "geometry": geometry}
     strategy = factory(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
@@ -146,14 +146,14 @@ def create_hybrid(name: str, *, capacity_slots: int, block_size: int = 16, max_m
     if name not in hybrid_names():
         raise ValueError(f"strategy {name!r} has no per-layer-group form; use --hybrid off "
                          f"(hybrid allocation covers: {', '.join(hybrid_names())})")
-    from workbench.allocators.hybrid import HybridPaged
     taken = hybrid_options(reg)
     for option, value in options.items():
         if option not in taken and value != option_default(option):
             raise ValueError(_not_hybrid(option, value, name))
     index = _factory(reg).hybrid_prefix_index(**{o: options[o] for o in taken if o in options}) \
         if reg.prefix_cache else None
-    return HybridPaged(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
+    hybrid = _import_factory(HYBRID_FACTORY)  # by name: the registry stays below every strategy module
+    return hybrid(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
                        groups=groups, name=name, prefix_index=index)
 
 
@@ -178,7 +178,12 @@ def hybrid_names() -> list[str]:
 
 
 def _factory(reg: Registration) -> Any:
-    module, cls = reg.factory.split(":")
+    return _import_factory(reg.factory)
+
+
+def _import_factory(factory: str) -> Any:
+    """The class a "module:Class" string names."""
+    module, cls = factory.split(":")
     return getattr(importlib.import_module(module), cls)
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 from workbench.clean_exit import OneLineParser, print_error, run_cli
 from workbench.figures.build import FIGURES_DIR, RUNS_DIR, build
 from workbench.figures.registry import FIGURE_NAMES
-from workbench.sweep import SpecError, SweepError, make_executor
-from workbench.sweep.executors import EXECUTOR_NAMES
+from workbench.sweep.executors import EXECUTOR_NAMES, make_executor
+from workbench.sweep.runner import SweepError
+from workbench.sweep.spec import SpecError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from workbench.allocators.virtual_pages import KVGeometry
+from workbench.allocators.virtual.pages import KVGeometry
 from workbench.figures import style
 from workbench.figures.kernel_cost import decode_ns_per_token
 

@@ -19,8 +19,11 @@ from workbench.figures import style
 from workbench.figures.caption import add_caption, caption_line
 from workbench.figures.registry import check_name, experiment_path, is_timed, plotter
 from workbench.paths import IN_CHECKOUT, REPO_ROOT
-from workbench.sweep import Executor, LocalExecutor, SweepSpec, load_spec, read_summary, run_sweep
-from workbench.sweep.cli import FigureHooks
+from workbench.sweep.executors import Executor, LocalExecutor
+from workbench.sweep.hooks import FigureHooks
+from workbench.sweep.runner import run_sweep
+from workbench.sweep.spec import SweepSpec, load_spec
+from workbench.sweep.summary import read_summary
 
 # the committed figures of a checkout; an installed package writes beside the working directory instead
 FIGURES_DIR = REPO_ROOT / "figures" if IN_CHECKOUT else Path("figures")

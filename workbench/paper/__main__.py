@@ -20,7 +20,9 @@ import pandas as pd
 from workbench.experiments import builtin_dir
 from workbench.paper.rows import build_rows, load_values, markdown
 from workbench.paths import REPO_ROOT
-from workbench.sweep import Executor, LocalExecutor, SweepSpec, load_spec, run_sweep
+from workbench.sweep.executors import Executor, LocalExecutor
+from workbench.sweep.runner import run_sweep
+from workbench.sweep.spec import SweepSpec, load_spec
 
 EXPERIMENTS_DIR = builtin_dir()
 DEFAULT_TABLE = REPO_ROOT / "figures" / "paper_table.md"

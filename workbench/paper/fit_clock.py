@@ -15,12 +15,12 @@ import contextlib
 import dataclasses
 import itertools
 
-from workbench.clock_profiles import PROFILES
+from workbench.clock.profiles import PROFILES
 from workbench.config import RunConfig
-from workbench.engine import run
+from workbench.engine.simulate import run
 from workbench.experiments import builtin_dir
 from workbench.paper.rows import load_values
-from workbench.sweep import load_spec
+from workbench.sweep.spec import load_spec
 
 PROFILE = "vllm-sosp23-a100"
 EFF_BW = (0.55, 0.65, 0.8)

@@ -3,7 +3,6 @@ cluster, each point written atomically, summarized in one parquet table."""
 
 from __future__ import annotations
 
-from workbench.sweep.cli import main
 from workbench.sweep.executors import DaskExecutor, Executor, LocalExecutor, make_executor
 from workbench.sweep.runner import SweepError, run_sweep
 from workbench.sweep.spec import Point, SpecError, SweepSpec, config_id, load_spec, parse_spec
@@ -11,5 +10,5 @@ from workbench.sweep.summary import read_summary
 
 __all__ = [
     "DaskExecutor", "Executor", "LocalExecutor", "Point", "SpecError", "SweepError", "SweepSpec", "config_id",
-    "load_spec", "main", "make_executor", "parse_spec", "read_summary", "run_sweep",
+    "load_spec", "make_executor", "parse_spec", "read_summary", "run_sweep",
 ]

@@ -9,8 +9,6 @@ the entry point passes in: sweeps sit below figures and never import them.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +16,7 @@ import pandas as pd
 from workbench.clean_exit import OneLineParser, print_error
 from workbench.experiments import builtin_names, find_experiment
 from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError, make_executor
+from workbench.sweep.hooks import FigureHooks
 from workbench.sweep.lock import SweepLocked
 from workbench.sweep.runner import SweepError, check_out_dir, run_sweep
 from workbench.sweep.spec import MAX_POINTS, SweepSpec, load_spec
@@ -31,15 +30,6 @@ TABLE_KEYS = (
     "mean_batch_size", "throughput_req_s", "normalized_latency_s_per_tok", "num_preemptions", "prefix_hit_rate",
     "verify_max_rel_err",
 )
-
-
-@dataclass(frozen=True)
-class FigureHooks:
-    """How the CLI reaches the figures package: `check(name)` raises ValueError for an unknown figure;
-    `draw(name, sweep_dir)` plots the finished sweep into sweep_dir and returns the files written."""
-
-    check: Callable[[str], None]
-    draw: Callable[[str, Path], list[Path]]
 
 
 def build_parser() -> OneLineParser:

@@ -40,7 +40,7 @@ from workbench.allocators.registry import check_strategy
 from workbench.allocators.registry import names as strategy_names
 from workbench.config import RunConfig
 from workbench.errors import shown
-from workbench.workload import check_workload
+from workbench.workload.build import check_workload
 from workbench.workload.spec import parse_spec as parse_workload
 
 TOP_LEVEL_KEYS = ("name", "description", "figure", "base", "axes", "zip")

@@ -1,0 +1,135 @@
+"""The clock's GEMM-shape efficiency, its prefill/decode split, and the named clock profiles."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from workbench.clock.profiles import PROFILE_FLAGS, PROFILES, make_clock
+from workbench.clock.roofline import GEMM_SHAPE_POINTS, RooflineClock, gemm_shape_frac
+from workbench.clock.step_cost import StepCost
+from workbench.config import RunConfig
+from workbench.paper.fit_block_costs import fit_kernel, fit_swap
+from workbench.presets import GPUS, MODELS
+
+
+def test_gemm_shape_fraction_grows_with_tokens_to_one():
+    tokens = [1, 16, 64, 100, 128, 300, 512, 1000, 2048, 3000, 4096, 100_000]
+    fracs = [gemm_shape_frac(t) for t in tokens]
+    assert fracs == sorted(fracs) and fracs[-1] == 1.0 and fracs[0] == GEMM_SHAPE_POINTS[0][1]
+    for t, f in GEMM_SHAPE_POINTS:
+        assert gemm_shape_frac(t) == pytest.approx(f)
+    # linear in log2(tokens) between the points: 256 is halfway from 128 to 512
+    assert gemm_shape_frac(256) == pytest.approx((0.60 + 0.83) / 2)
+
+
+def _llama7b_clock(**kw) -> RooflineClock:
+    cfg = RunConfig(model="llama-2-7b", gpu="a100-80gb", **kw)
+    model = MODELS["llama-2-7b"]
+    return RooflineClock(model, GPUS["a100-80gb"], model.kv_bytes_per_token("fp16"), 16, eff_bw=cfg.eff_bw,
+                         eff_flops=cfg.eff_flops, step_overhead_s=cfg.step_overhead_s)
+
+
+def test_default_roofline_pins_the_prefill_decode_split():
+    """Llama-2-7B on an A100-80GB, 512-token prompts and 128-token outputs (the setting checked against
+    Vidur's profiled A100 linear layers): a lone prefill is compute bound at 0.60-0.65 of dense peak,
+    a decode step memory bound; their durations are pinned."""
+    clock = _llama7b_clock()
+    prefill_s = clock.step_s(512, 512, 512 * 513 // 2, 0, 0)
+    decode_s = clock.step_s(1, 640, 640, 0, 0)
+    prefill_eff = clock.flops_per_s * gemm_shape_frac(512) / 312e12
+    assert 0.60 <= prefill_eff <= 0.65
+    linear_s = 2 * 6.74e9 * 512 / (312e12 * prefill_eff)
+    assert prefill_s == pytest.approx(0.03689, rel=2e-3) and prefill_s > linear_s  # plus attention, overhead
+    assert decode_s == pytest.approx(0.009470, rel=2e-3)
+    assert prefill_s / decode_s == pytest.approx(3.896, rel=5e-3)
+
+
+def _cost(prefill: int, decode: int, decode_ctx: int) -> StepCost:
+    return StepCost(num_prefill_tokens=prefill, num_decode_tokens=decode, kv_read_tokens=decode_ctx + prefill,
+                    attn_query_ctx=decode_ctx + prefill * (prefill + 1) // 2, decode_ctx_tokens=decode_ctx,
+                    unshared_block_slots=0, num_running=decode + 1, copied_blocks=0, swapped_blocks=0)
+
+
+def test_separate_prefill_costs_a_mixed_step_as_two_iterations():
+    fused, separate = _llama7b_clock(), _llama7b_clock()
+    separate.separate_prefill = True
+    mixed = _cost(300, 20, 8000)
+    assert fused.cost_s(mixed) == pytest.approx(fused.step_s(320, 8300, 8000 + 300 * 301 // 2, 0, 0))
+    assert separate.cost_s(mixed) == pytest.approx(separate.step_s(20, 8000, 8000, 0, 0)
+                                                   + separate.step_s(300, 300, 300 * 301 // 2, 0, 0))
+    assert separate.cost_s(mixed) > fused.cost_s(mixed)
+    for pure in (_cost(0, 20, 8000), _cost(300, 0, 0)):  # one kind of work: one iteration either way
+        assert separate.cost_s(pure) == pytest.approx(fused.cost_s(pure))
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_a_profile_fixes_its_constants_and_rejects_flags_it_fixes(name):
+    profile = PROFILES[name]
+    cfg = RunConfig(clock_profile=name, gpu=profile.gpu or "a100-40gb")
+    clock = make_clock(cfg, cfg.resolve(), 16, paged_kernel=True)
+    for flag in PROFILE_FLAGS:
+        if getattr(profile, flag) is not None:
+            with pytest.raises(ValueError, match=f"fixes {flag}"):
+                dataclasses.replace(cfg, **{flag: getattr(cfg, flag) / 2})
+    assert clock.separate_prefill == profile.separate_prefill
+    expected_overhead = profile.step_overhead_s if profile.step_overhead_s is not None else cfg.step_overhead_s
+    assert clock.step_overhead_s == expected_overhead
+    if profile.gpu is not None:
+        other = next(g for g in GPUS if g != profile.gpu)
+        with pytest.raises(ValueError, match="was fitted on gpu"):
+            dataclasses.replace(cfg, gpu=other)
+
+
+def _opt13b_clock(block_size: int, profile: str = "vllm-sosp23-a100", paged_kernel: bool = True) -> RooflineClock:
+    cfg = RunConfig(model="opt-13b", gpu="a100-40gb", clock_profile=profile)
+    return make_clock(cfg, cfg.resolve(), block_size, paged_kernel=paged_kernel)
+
+
+def _decode(decode_blocks: int = 0, swapped_blocks: int = 0) -> StepCost:
+    """30 sequences decoding at 500 tokens of context each."""
+    return StepCost(num_prefill_tokens=0, num_decode_tokens=30, kv_read_tokens=15_000, attn_query_ctx=15_000,
+                    decode_ctx_tokens=15_000, unshared_block_slots=0, num_running=30, copied_blocks=0,
+                    swapped_blocks=swapped_blocks, decode_blocks=decode_blocks)
+
+
+def test_the_paged_kernel_pays_a_fixed_cost_per_block_visit():
+    """vllm-sosp23-a100: 1.6 ns per KV block, query head and layer (Fig. 18a); OPT-13B has 40 heads
+    and 40 layers, so 100 blocks cost 100 x 40 x 40 x 1.6 ns = 0.256 ms, and the same 15,000 tokens
+    of context read in blocks of 1 (15,000 blocks) instead of 16 (30 x 32 = 960) cost 36.0 ms more."""
+    clock = _opt13b_clock(16)
+    assert clock.cost_s(_decode(100)) - clock.cost_s(_decode(0)) == pytest.approx(0.000256, rel=1e-9)
+    assert clock.cost_s(_decode(15_000)) - clock.cost_s(_decode(960)) == pytest.approx(0.0359424, rel=1e-9)
+    # a contiguous kernel reads each sequence as one extent, and the default roofline has no such term
+    for flat in (_opt13b_clock(16, paged_kernel=False), _opt13b_clock(16, profile="roofline")):
+        assert flat.cost_s(_decode(15_000)) == flat.cost_s(_decode(0))
+    # a measured attention time is the real kernel's, per-block costs included
+    assert clock.cost_s(_decode(100), 0.01) == clock.cost_s(_decode(0), 0.01)
+
+
+def test_a_swap_costs_its_bytes_over_the_link_plus_a_fixed_cost_per_copy():
+    """vllm-sosp23-a100 (Fig. 19a): 12.4 GB/s and 2.57 us per copy, a copy per layer for keys and for
+    values. A block of 16 OPT-13B tokens: 16 x 819,200 B / 12.4 GB/s = 1.05703 ms + 80 x 2.57 us =
+    0.2056 ms. The default roofline: bytes over 25 GB/s, copies free."""
+    one_block = _opt13b_clock(16).cost_s(_decode(swapped_blocks=1)) - _opt13b_clock(16).cost_s(_decode())
+    assert one_block == pytest.approx(16 * 819_200 / 12.4e9 + 80 * 2.57e-6, rel=1e-9)
+    assert one_block == pytest.approx(0.00126263, rel=1e-5)
+    roofline = _opt13b_clock(16, profile="roofline")
+    assert roofline.cost_s(_decode(swapped_blocks=1)) - roofline.cost_s(_decode()) == pytest.approx(
+        16 * 819_200 / 25e9, rel=1e-9)
+    # Fig. 19a: 256 tokens out and back in take 137.4 ms in blocks of 1 and 33.5 ms in blocks of 256
+    for block_size, paper_ms in ((1, 137.4), (16, 40.1), (256, 33.5)):
+        clock = _opt13b_clock(block_size)
+        swap_s = clock.cost_s(_decode(swapped_blocks=2 * 256 // block_size)) - clock.cost_s(_decode())
+        assert swap_s * 1e3 == pytest.approx(paper_ms, abs=3.0)
+
+
+def test_the_profile_holds_the_fitted_block_costs():
+    profile = PROFILES["vllm-sosp23-a100"]
+    link_gbps, s_per_copy, swap_residuals_ms = fit_swap()
+    _, s_per_visit, _ = fit_kernel()
+    assert profile.host_link_gbps == round(link_gbps, 1)
+    assert profile.swap_s_per_transfer == pytest.approx(s_per_copy, rel=2e-3)
+    assert profile.attn_s_per_block == pytest.approx(s_per_visit, rel=2e-3)
+    assert max(abs(swap_residuals_ms)) < 3.0

@@ -1,0 +1,386 @@
+"""Paged allocation for hybrid models: one block table per layer group over one shared pool (docs/hybrid.md).
+
+The pool is counted in slots of one *unit*: one token's KV for `unit_layers` layers (the gcd of the
+groups' layer counts, `ModelPreset.unit_layers`), so every block has the same size in bytes, as vLLM
+v1 gives every KV-cache group the same page size. A group of `units` units stores a logical block
+of a sequence as `units` pool blocks (`paged.hybrid_tables`). A sliding-window group releases a block as
+soon as the sequence's next query cannot read it (vLLM v1's `SlidingWindowManager.remove_skipped_blocks`,
+run before new blocks are allocated), so a long sequence holds at most cdiv(W, block_size) + 1 of
+its blocks at a decode step, while full-attention groups keep everything.
+
+Sharing: a group admitted together (parallel sampling) and a fork share entries by reference count
+within each group, with copy-on-write of a shared last block as in `paged`. Blocks are never
+shared across groups: each group's KV is different memory. With a prefix index (`paged-prefix`),
+`paged.hybrid_prefix` finds hits by vLLM v1's rule and entries whose holders left stay cached (window
+releases included) until evicted. No swap here (a preempted sequence is recomputed).
+
+Accounting: the §3 parts of each group, in pool slots, sum to the group's held slots; the groups'
+held slots plus the cached and free ones are the capacity (`group_snapshots` and `snapshot`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.allocators.base import (
+    AdmitResult,
+    AppendResult,
+    GroupSnapshot,
+    LayerGroup,
+    PagedDescriptor,
+    SeqSpec,
+    Snapshot,
+    Strategy,
+    SwapResult,
+)
+from workbench.allocators.paged.block_stack import BlockStack
+from workbench.allocators.paged.hybrid_integrity import check_hybrid
+from workbench.allocators.paged.hybrid_prefix import HybridPrefixCache
+from workbench.allocators.paged.hybrid_tables import GroupTables
+from workbench.allocators.prefix.hash_index import HashPrefixIndex
+from workbench.allocators.prefix.keys import block_keys
+from workbench.intmath import cdiv
+
+_BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 id per kernel-table entry (released entries stay as placeholders)
+_NO_COPIES = np.zeros((0, 2), dtype=np.int32)
+_NO_KEYS = np.zeros(0, dtype=np.uint64)
+
+
+class HybridPaged(Strategy):
+    kernel_mode = "paged"
+    supports_swap = False
+
+    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int,
+                 groups: tuple[tuple[int | None, int], ...], name: str = "paged", swap_slots: int = 0,
+                 prefix_index: HashPrefixIndex | None = None) -> None:
+        """`groups`: (window_tokens or None, units) per layer group. `swap_slots` is accepted and unused.
+        `prefix.index`: None for no prefix caching."""
+        del swap_slots  # no swap: the engine preempts by recompute
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if not groups or any(units < 1 for _, units in groups):
+            raise ValueError(f"groups must be a non-empty list of (window, units >= 1), got {groups}")
+        self.name = name
+        self.block_size = block_size
+        self.num_blocks = capacity_slots // block_size
+        self.capacity_slots = self.num_blocks * block_size
+        if self.num_blocks < sum(units for _, units in groups):
+            raise ValueError(f"capacity_slots ({capacity_slots}) holds no block of every group")
+        self.max_model_len = max_model_len
+        self.groups = [GroupTables(window, units, block_size) for window, units in groups]
+        self.prefix_query_tokens = 0
+        self.prefix_hit_tokens = 0
+        self.prefix_evicted_blocks = 0  # pool blocks (every unit of an evicted entry)
+        self.prefix = None if prefix_index is None else HybridPrefixCache(prefix_index, block_size, self.groups)
+        self.wants_token_ids = self.prefix is not None
+        self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]: holders, over all groups
+        self._free = BlockStack(self.num_blocks)
+        # [num_blocks]: the group each block was last taken for (a held or cached block's group)
+        self._group_of_block = np.zeros(self.num_blocks, dtype=np.int64)
+        self._length: dict[int, int] = {}
+        self._final: dict[int, int] = {}
+        total_units = sum(g.units for g in self.groups)
+        self._layer_groups = tuple(LayerGroup(g.window_tokens or 0, g.units / total_units) for g in self.groups)
+
+    @property
+    def layer_groups(self) -> tuple[LayerGroup, ...]:
+        """One per table, its layers' share by units (each unit is `unit_layers` layers)."""
+        return self._layer_groups
+
+    # -- protocol ---------------------------------------------------------------------------------
+
+    def num_allocatable_blocks(self) -> int:
+        """Free blocks plus evictable cached ones."""
+        return self._free.size + (0 if self.prefix is None else self.prefix.cached_blocks)
+
+    def blocks_for_tokens(self, num_tokens: int) -> int:
+        """Pool blocks a new sequence of `num_tokens` takes at admission (every group holds the prompt)."""
+        return cdiv(num_tokens, self.block_size) * sum(g.units for g in self.groups)
+
+    def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
+        """Mutates on success. Every group gets the prompt after the prefix hit (its extend kernel reads
+        it) and, of the hit, the blocks the first computed query reads (all of them in a full group); a
+        window group drops what it no longer needs at the sequence's first decode step."""
+        self._check_new(seq_ids, spec)
+        keys, num_hit, hits = self._lookup(spec)
+        num_logical = cdiv(spec.num_tokens, self.block_size)
+        revived = sum(e.shape[0] for entries in hits for e in entries if self._refcount[e[0]] == 0)
+        need = (num_logical - num_hit) * sum(g.units for g in self.groups)
+        allocatable = self.num_allocatable_blocks() - revived  # revived hits leave the cache
+        if need > allocatable:
+            return AdmitResult(False, reason=f"needs {need} blocks, {allocatable} allocatable")
+        n = len(seq_ids)
+        if self.prefix is not None:  # claimed before any eviction, so taking fresh blocks cannot evict them
+            claimed = [e for entries in hits for e in entries]
+            self.prefix.claim(claimed, self._refcount)
+            for e in claimed:
+                self._refcount[e] += n
+        for gi, (g, hit) in enumerate(zip(self.groups, hits, strict=True)):
+            fresh = self._take((num_logical - num_hit) * g.units, gi).reshape(num_logical - num_hit, g.units)
+            self._refcount[fresh.ravel()] = n
+            skip = num_hit - len(hit)  # hit blocks before the first query's window: not held
+            entries = [None] * skip + hit + list(fresh)  # int32 [units] each; shared by the group's sequences
+            for seq_id in seq_ids:
+                g.entries[seq_id] = list(entries)
+                g.first_live[seq_id] = skip
+        for seq_id in seq_ids:
+            self._length[seq_id] = spec.num_tokens
+            self._final[seq_id] = spec.final_len
+        if self.prefix is not None:  # the hit's blocks are registered already
+            self.prefix.register_prompt(seq_ids, spec.token_ids, keys, num_hit)
+            self.prefix_query_tokens += spec.num_tokens
+            self.prefix_hit_tokens += num_hit * self.block_size
+        return AdmitResult(True, cached_tokens=num_hit * self.block_size)
+
+    def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, int, list[list[np.ndarray]]]:
+        """Pure. The prompt's chain keys (uint64 [num_full_blocks]), the hit in logical blocks (at least
+        one prompt token is left to compute) and per group the hit entries its sequences hold."""
+        if self.prefix is None:
+            return _NO_KEYS, 0, [[] for _ in self.groups]
+        keys = block_keys(spec.token_ids, self.block_size)
+        num_hit, hits = self.prefix.find_hit(keys, (spec.num_tokens - 1) // self.block_size)
+        return keys, num_hit, hits
+
+    def can_append(self, seq_ids: list[int]) -> bool:
+        need, freed = self._count_append(seq_ids)
+        return need <= self.num_allocatable_blocks() + freed
+
+    def _count_append(self, seq_ids: list[int]) -> tuple[int, int]:
+        """Pure. (blocks `append` takes, blocks its window releases first: free, or cached). An entry's
+        units share their holders, so unit 0 stands for the entry."""
+        self._check_batch(seq_ids)
+        refcount, length_of = self._refcount, self._length
+        leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
+        need = freed = 0
+        for g in self.groups:
+            for seq_id in seq_ids:
+                table = g.entries[seq_id]
+                for i in range(g.first_live[seq_id], min(g.dead_before(length_of[seq_id]), len(table))):
+                    b = int(table[i][0])
+                    leaving[b] = leaving.get(b, 0) + 1
+                    freed += g.units if refcount[b] == leaving[b] else 0
+            for seq_id in seq_ids:
+                if length_of[seq_id] % self.block_size == 0:
+                    need += g.units
+                    continue
+                b = int(g.entries[seq_id][-1][0])
+                if refcount[b] - leaving.get(b, 0) > 1:  # shared: copy, unless the last holder
+                    need += g.units
+                    leaving[b] = leaving.get(b, 0) + 1
+        return need, freed
+
+    def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
+        """Mutates. Window groups first release the blocks the new tokens' queries cannot read; then each
+        group gives each sequence one slot (a new block, or a private copy of a shared last block unless
+        it is its last holder). Raises RuntimeError, changing nothing, when the pool cannot. With a prefix
+        cache, a block this fills is registered in every group (`token_ids` int32 [num_seqs]; None: the
+        sequences register nothing more)."""
+        need, freed = self._count_append(seq_ids)
+        if need > self.num_allocatable_blocks() + freed:
+            raise RuntimeError(f"out of blocks: append needs {need}, {self.num_allocatable_blocks() + freed} "
+                               "allocatable")
+        for g in self.groups:
+            for seq_id in seq_ids:
+                self._drop(g.release_dead(seq_id, self._length[seq_id]))
+        bs = self.block_size
+        slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
+        copies = []
+        for gi, g in enumerate(self.groups):
+            for k, seq_id in enumerate(seq_ids):
+                length, table = self._length[seq_id], g.entries[seq_id]
+                if length % bs == 0:
+                    fresh = self._take(g.units, gi)
+                    self._refcount[fresh] = 1
+                    table.append(fresh)
+                elif self._refcount[table[-1][0]] > 1:
+                    fresh = self._take(g.units, gi)
+                    self._refcount[fresh] = 1
+                    self._refcount[table[-1]] -= 1
+                    copies.append(np.stack([table[-1], fresh], axis=1))
+                    table[-1] = fresh
+                slots[gi, k] = int(table[-1][0]) * bs + length % bs
+        for seq_id in seq_ids:
+            self._length[seq_id] += 1
+        if self.prefix is not None:
+            self.prefix.register_filled(seq_ids, token_ids)
+        pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
+        return AppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
+
+    def fork(self, parent_id: int, child_id: int) -> AdmitResult:
+        """Mutates. The child shares every held entry of the parent in every group."""
+        if parent_id not in self._length or child_id in self._length:
+            raise ValueError(f"cannot fork {parent_id} into {child_id}: parent unknown or child live")
+        for g in self.groups:
+            g.entries[child_id] = list(g.entries[parent_id])
+            g.first_live[child_id] = g.first_live[parent_id]
+            self._refcount[g.held_blocks(child_id)] += 1
+        self._length[child_id] = self._length[parent_id]
+        self._final[child_id] = self._final[parent_id]
+        if self.prefix is not None:
+            self.prefix.fork(parent_id, child_id)
+        return AdmitResult(True)
+
+    def free(self, seq_id: int) -> None:
+        """Mutates. Blocks no other sequence holds go back to the free stack (or the prefix cache), each
+        group's tail first (vLLM v1 frees group by group, each in reverse)."""
+        if seq_id not in self._length:
+            raise ValueError(f"sequence {seq_id} is not live")
+        for g in self.groups:
+            self._drop(g.live(seq_id))
+            del g.entries[seq_id], g.first_live[seq_id]
+        del self._length[seq_id], self._final[seq_id]
+        if self.prefix is not None:
+            self.prefix.drop(seq_id)
+
+    def _drop(self, entries: list[np.ndarray]) -> None:
+        """Mutates. One holder fewer for each entry (distinct, in table order); an entry at 0 holders
+        goes to the prefix cache when registered there, else to the free stack."""
+        if not entries:
+            return
+        blocks = np.concatenate(entries)
+        self._refcount[blocks] -= 1
+        if self.prefix is None:
+            self._free.push(blocks[self._refcount[blocks] == 0])
+            return
+        back = self.prefix.release([e for e in entries if self._refcount[e[0]] == 0])
+        if back:
+            self._free.push(np.concatenate(back))
+
+    def _take(self, k: int, group: int) -> np.ndarray:
+        """Mutates. k blocks for new content of `group`, int32 [k]; the caller sets their refcounts. Free
+        blocks go first; cached entries are evicted (every unit, the surplus to the free stack) only when
+        short."""
+        while self._free.size < k and self.prefix is not None:
+            entry = self.prefix.evict_one()
+            self.prefix_evicted_blocks += entry.shape[0]
+            self._free.push(entry)
+        taken = self._free.pop(k)
+        self._group_of_block[taken] = group
+        return taken
+
+    def group_slot_mapping(self, group: int, seq_id: int, start: int, stop: int) -> np.ndarray:
+        """Slots (unit 0) of positions [start, stop) in one group's table, int64 [stop - start]."""
+        return self.groups[group].slot_mapping(seq_id, start, stop)
+
+    def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
+        raise TypeError("a hybrid pool has one table per layer group: use group_slot_mapping")
+
+    def describe_group(self, group: int, seq_ids: list[int]) -> PagedDescriptor:
+        """One group's kernel view of these sequences: unit-0 ids of every logical block (released ones as
+        a placeholder its windowed kernel never reads)."""
+        self._check_batch(seq_ids)
+        g = self.groups[group]
+        tables = [g.kernel_table(s) for s in seq_ids]
+        indptr = np.zeros(len(seq_ids) + 1, dtype=np.int32)
+        indptr[1:] = np.cumsum([t.shape[0] for t in tables])
+        lengths = np.array([self._length[s] for s in seq_ids], dtype=np.int32)
+        return PagedDescriptor(kv_indptr=indptr, kv_indices=np.concatenate(tables) if tables else indptr[:0],
+                               kv_last_page_len=lengths - (indptr[1:] - indptr[:-1] - 1) * self.block_size,
+                               block_size=self.block_size)
+
+    def describe(self, seq_ids: list[int]) -> PagedDescriptor:
+        raise TypeError("a hybrid pool has one table per layer group: use describe_group")
+
+    def windows(self) -> list[int | None]:
+        return [g.window_tokens for g in self.groups]
+
+    def length(self, seq_id: int) -> int:
+        return self._length[seq_id]
+
+    def final_len(self, seq_id: int) -> int:
+        return self._final[seq_id]
+
+    @property
+    def refcount(self) -> np.ndarray:
+        """Holders of each pool block over every group's tables, int32 [num_blocks] (read only)."""
+        return self._refcount
+
+    def group_of_block(self) -> np.ndarray:
+        """The group each block was last taken for, int64 [num_blocks] (read only; meaningful for held and
+        cached blocks)."""
+        return self._group_of_block
+
+    def free_block_ids(self) -> np.ndarray:
+        """The free stack (a copy), int32 [num_free]."""
+        return self._free.ids()
+
+    # -- accounting -------------------------------------------------------------------------------
+
+    def group_snapshots(self) -> list[GroupSnapshot]:
+        """Pure. Each group's held slots split as in `paged`: an unwritten slot of a held block is reserved
+        if some holder will write it, else internal fragmentation. Only a sequence's last block can be
+        partly written (holders of a shared block see the same fill), so every other held block is all
+        token: O(pool) vectorized for the held count, then O(sequences)."""
+        bs = self.block_size
+        held_blocks = np.bincount(self._group_of_block[self._refcount > 0], minlength=len(self.groups))
+        logical = sum(self._length.values())
+        out = []
+        for gi, g in enumerate(self.groups):
+            fill: dict[int, int] = {}  # last block (unit 0) -> written slots (the same for every holder)
+            reach: dict[int, int] = {}  # last block -> slots the furthest-reaching holder will write
+            for seq_id, table in g.entries.items():
+                i = len(table) - 1  # always held: a window never releases the block being written
+                b = int(table[i][0])
+                fill[b] = self._length[seq_id] - i * bs
+                reach[b] = max(reach.get(b, 0), min(self._final[seq_id] - i * bs, bs))
+            held = int(held_blocks[gi]) // g.units * bs
+            token = held - bs * len(fill) + sum(fill.values())
+            reserved = sum(reach[b] - fill[b] for b in fill)
+            out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
+                                     (held - token - reserved) * g.units, held * g.units, g.units * logical))
+        return out
+
+    def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
+        """Pure. The groups' parts summed; free blocks serve any request (no external fragmentation)."""
+        del refused_extent_slots
+        groups = self.group_snapshots()
+        free = self._free.size * self.block_size
+        cached = 0 if self.prefix is None else self.prefix.cached_blocks * self.block_size
+        entries = sum(g.num_entries(s) for g in self.groups for s in g.entries)
+        return Snapshot(
+            capacity_slots=self.capacity_slots, token_slots=sum(g.token_slots for g in groups),
+            reserved_slots=sum(g.reserved_slots for g in groups),
+            internal_frag_slots=sum(g.internal_frag_slots for g in groups), cached_slots=cached,
+            external_frag_slots=0, free_slots=free,
+            logical_token_slots=sum(g.logical_token_slots for g in groups),
+            block_table_bytes=_BLOCK_TABLE_ENTRY_BYTES * entries, largest_free_extent_slots=free,
+            num_free_blocks=self.num_allocatable_blocks(), groups=tuple(groups))
+
+    # -- swap: not supported ------------------------------------------------------------------------
+
+    def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
+        raise ValueError("the hybrid pool has no chunked admission; the config refuses --chunked-prefill with it")
+
+    def can_swap_out(self, seq_ids: list[int]) -> bool:
+        return False
+
+    def swap_out(self, seq_ids: list[int]) -> SwapResult:
+        raise RuntimeError("the hybrid pool does not swap; preempt by recompute")
+
+    def can_swap_in(self, seq_ids: list[int]) -> bool:
+        return False
+
+    def swap_in(self, seq_ids: list[int]) -> SwapResult:
+        raise RuntimeError("the hybrid pool does not swap; preempt by recompute")
+
+    # -- checks -----------------------------------------------------------------------------------
+
+    def _check_new(self, seq_ids: list[int], spec: SeqSpec) -> None:
+        if not seq_ids:
+            raise ValueError("admit needs at least one sequence id")
+        if not 1 <= spec.num_tokens <= spec.final_len <= self.max_model_len:
+            raise ValueError(f"need 1 <= num_tokens ({spec.num_tokens}) <= final_len ({spec.final_len}) "
+                             f"<= max_model_len ({self.max_model_len})")
+        if len(set(seq_ids)) != len(seq_ids) or any(s in self._length for s in seq_ids):
+            raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
+
+    def _check_batch(self, seq_ids: list[int]) -> None:
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError("a sequence id repeats in the batch")
+        for s in seq_ids:
+            if s not in self._length:
+                raise ValueError(f"sequence {s} is not live")
+
+    def check_integrity(self) -> None:
+        """Raise AssertionError naming the first broken invariant (`paged.hybrid_integrity`)."""
+        check_hybrid(self)

@@ -1,0 +1,222 @@
+"""The prefix cache of a hybrid pool: one hash index over every layer group, vLLM v1's hit rule (docs/hybrid.md).
+
+Keys: a full logical block of a sequence has one chain key (`prefix.chains`), the same in every
+group; each group registers its own entry under that key salted with the group (vLLM v1 keys its
+block pool by (block hash, group id)), so the groups share one index and one eviction order, as
+vLLM's groups share one free queue. The index sees an entry by its unit-0 block (`head`); the other
+units of the entry are held, cached and evicted with it (vLLM evicts a group's blocks one by one,
+but they enter its free queue side by side).
+
+Hit rule (vLLM v1 `HybridKVCacheCoordinator.find_longest_cache_hit`): a full-attention group takes
+the leading run of cached blocks; a sliding-window group of window W needs, at a hit of n blocks,
+only its blocks [n − cdiv(W − 1, B), n) (the next query reads the last W − 1 tokens), found by a
+search from the right (`SlidingWindowManager.find_longest_cache_hit`, its fallback included: with
+no run that long, the leading run). Full groups go first; the candidate shrinks until every group
+accepts it. Blocks a window group releases keep their keys and go to the evictable end of the
+cache, so a later prompt can still hit them.
+
+Per-sequence chain state (`SeqChains`) lives in rows this class hands out, so decode-filled blocks
+are registered too (a multi-turn prompt hits the previous answer in every group).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.allocators.paged.hybrid_tables import GroupTables
+from workbench.allocators.prefix.chains import SeqChains
+from workbench.allocators.prefix.hash_index import HashPrefixIndex
+from workbench.intmath import cdiv
+from workbench.workload.request import mix64
+
+Entry = np.ndarray  # int32 [units]: one logical block of one group, its unit-0 block first
+
+
+class HybridPrefixCache:
+    def __init__(self, index: HashPrefixIndex, block_size: int, groups: list[GroupTables]) -> None:
+        self.index = index
+        self.block_size = block_size
+        self.groups = groups
+        self._salt = mix64(np.arange(1, len(groups) + 1, dtype=np.uint64))  # uint64 [num_groups]
+        self.entry_of: dict[int, Entry] = {}  # registered head -> its entry
+        self.group_of: dict[int, int] = {}  # registered head -> the group it is registered in
+        self.cached_blocks = 0  # pool blocks of evictable entries (every unit)
+        self._chains = SeqChains(block_size)
+        self._row: dict[int, int] = {}  # seq id -> its chain row
+        self._seq_of_row: dict[int, int] = {}
+        self._free_rows: list[int] = []
+        self._lengths = np.zeros(0, dtype=np.int64)  # [rows] each row's sequence length
+
+    def salted(self, keys: np.ndarray, group: int) -> np.ndarray:
+        """Group `group`'s keys for chain keys `keys` (uint64 [k]); 0 (no parent) stays 0. Pure."""
+        return np.where(keys == 0, np.uint64(0), mix64(keys ^ self._salt[group]))
+
+    # -- lookup ------------------------------------------------------------------------------------
+
+    def find_hit(self, keys: np.ndarray, max_blocks: int) -> tuple[int, list[list[Entry]]]:
+        """Pure. The hit in logical blocks, n <= max_blocks, and per group the cached entries a sequence
+        holds from it: blocks [skip, n) of the group (skip = 0 for full attention)."""
+        order = sorted(range(len(self.groups)), key=lambda gi: self.groups[gi].window_tokens is not None)
+        full_runs: dict[int, np.ndarray] = {}  # a full group's leading run, looked up once
+        window_runs: dict[int, tuple[int, list[int]]] = {}  # last scan: (hit, heads of [hit - len, hit))
+        hit = max_blocks
+        while True:
+            candidate = hit
+            for gi in order:
+                g = self.groups[gi]
+                if g.window_tokens is None:
+                    if gi not in full_runs:
+                        full_runs[gi] = self.index.lookup(self.salted(keys, gi), candidate)
+                    candidate = min(candidate, full_runs[gi].shape[0])
+                else:
+                    window_runs[gi] = self._window_hit(self.salted(keys, gi), candidate,
+                                                       cdiv(g.window_tokens - 1, self.block_size))
+                    candidate = window_runs[gi][0]
+            if candidate >= hit:
+                break
+            hit = candidate
+        held = []  # per group: the hit entries its sequences hold
+        for gi, g in enumerate(self.groups):
+            skip = g.dead_before(hit * self.block_size)  # the first query (at the hit) reads none before it
+            if g.window_tokens is None:
+                heads = full_runs[gi][skip:hit].tolist()
+            else:
+                end, run = window_runs[gi]  # run: heads of blocks [end - len(run), end), covering [skip, end)
+                assert end == hit and len(run) >= hit - skip, "a window group's last scan disagrees with the hit"
+                heads = run[len(run) - (hit - skip):] if hit > skip else []
+            held.append([self.entry_of[h] for h in heads])
+        return hit, held
+
+    def _window_hit(self, keys: np.ndarray, max_blocks: int, contiguous: int) -> tuple[int, list[int]]:
+        """vLLM v1's sliding-window search, right to left: the first run of `contiguous` cached blocks
+        ends the hit; without one, the leading run. Returns (hit, heads of the run's blocks in order)."""
+        run: list[int] = []  # heads of the current run, rightmost first
+        for i in range(max_blocks - 1, -1, -1):
+            head = self.index.block_of(int(keys[i]))
+            if head < 0:
+                run = []
+                continue
+            run.append(head)
+            if len(run) >= contiguous:
+                return i + len(run), run[::-1]
+        return len(run), run[::-1]
+
+    # -- registration and release --------------------------------------------------------------------
+
+    def register(self, group: int, keys: np.ndarray, parents: np.ndarray, entries: list[Entry],
+                 before: list[Entry | None]) -> None:
+        """Mutates. Full blocks of one group (`entries`, held) under chain keys `keys` with parent keys
+        `parents` (uint64 [k] each; 0: none); `before[i]` is the table entry preceding entries[i]."""
+        if not entries:
+            return
+        heads = np.array([e[0] for e in entries], dtype=np.int32)
+        parent_heads = np.array([-1 if b is None else b[0] for b in before], dtype=np.int32)
+        self.index.insert(self.salted(parents, group), self.salted(keys, group), heads, parent_heads)
+        for head, entry in zip(heads.tolist(), entries, strict=True):
+            self.entry_of[head] = entry
+            self.group_of[head] = group
+
+    def register_prompt(self, seq_ids: list[int], token_ids: np.ndarray, keys: np.ndarray, num_hit: int) -> None:
+        """Mutates. Sequences just admitted hold `token_ids` (int32 [n]), keyed `keys` (uint64 [n // B]):
+        each group registers the full blocks after the hit (those are held, fresh)."""
+        parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
+        parents[1:] = keys[:-1]
+        for gi, g in enumerate(self.groups):
+            table = g.entries[seq_ids[0]]
+            before = [table[i - 1] if i else None for i in range(num_hit, keys.shape[0])]
+            self.register(gi, keys[num_hit:], parents[num_hit:], table[num_hit:keys.shape[0]], before)
+        self.start(seq_ids, token_ids, keys)
+
+    def register_filled(self, seq_ids: list[int], token_ids: np.ndarray | None) -> None:
+        """Mutates. Each sequence just wrote one token (`token_ids` int32 [n]; None: unknown from now on). A
+        block this filled holds exactly its sequence's tokens (a writer into a shared block copied it
+        first) and is live in every group (its last position was just written): each group registers it."""
+        for seq_id, parent, key in self.advance(seq_ids, token_ids):
+            i = int(self._lengths[self._row[seq_id]]) // self.block_size - 1
+            for gi, g in enumerate(self.groups):
+                table = g.entries[seq_id]
+                self.register(gi, np.array([key], dtype=np.uint64), np.array([parent], dtype=np.uint64),
+                              [table[i]], [table[i - 1] if i else None])
+
+    def claim(self, entries: list[Entry], refcount: np.ndarray) -> None:
+        """Mutates. Hit entries are about to gain holders: evictable ones leave the cache."""
+        if entries:
+            self.index.claim(np.array([e[0] for e in entries], dtype=np.int32))
+            self.cached_blocks -= sum(e.shape[0] for e in entries if refcount[e[0]] == 0)
+
+    def release(self, entries: list[Entry]) -> list[Entry]:
+        """Mutates. Entries whose holders all left, a sequence's head first: registered ones become
+        evictable (tail first); returns the others, for the free stack."""
+        back = set(self.index.release(np.array([e[0] for e in entries], dtype=np.int32)).tolist())
+        self.cached_blocks += sum(e.shape[0] for e in entries if int(e[0]) not in back)
+        return [e for e in entries if int(e[0]) in back]
+
+    def evict_one(self) -> Entry:
+        """Mutates. Unregister the eviction policy's next victim; its blocks are the caller's."""
+        head = int(self.index.evict(1)[0])
+        del self.group_of[head]
+        entry = self.entry_of.pop(head)
+        self.cached_blocks -= entry.shape[0]
+        return entry
+
+    def evictable_entries(self) -> list[Entry]:
+        return [self.entry_of[h] for h in self.index.evictable_block_ids().tolist()]
+
+    # -- per-sequence chains ---------------------------------------------------------------------------
+
+    def start(self, seq_ids: list[int], token_ids: np.ndarray, keys: np.ndarray) -> None:
+        """Mutates. These sequences hold `token_ids` (int32 [n]) whose full blocks are keyed `keys`."""
+        rows = np.array([self._take_row(s, token_ids.shape[0]) for s in seq_ids], dtype=np.int64)
+        self._chains.start(rows, token_ids, keys, self._lengths.shape[0])
+
+    def fork(self, parent: int, child: int) -> None:
+        row = self._take_row(child, int(self._lengths[self._row[parent]]))
+        self._chains.fork(self._row[parent], row, self._lengths.shape[0])
+
+    def drop(self, seq_id: int) -> None:
+        row = self._row.pop(seq_id)
+        del self._seq_of_row[row]
+        self._free_rows.append(row)
+
+    def advance(self, seq_ids: list[int], token_ids: np.ndarray | None) -> list[tuple[int, int, int]]:
+        """Mutates. Each sequence wrote one token (`token_ids` int32 [n]; None: unknown from now on).
+        Returns (seq id, parent key, key) of each sequence whose block became full."""
+        rows = np.array([self._row[s] for s in seq_ids], dtype=np.int64)
+        self._lengths[rows] += 1
+        if token_ids is None:
+            self._chains.forget(rows)
+            return []
+        filled, parents, keys = self._chains.advance(rows, self._lengths, token_ids)
+        return [(self._seq_of_row[r], p, k)
+                for r, p, k in zip(filled.tolist(), parents.tolist(), keys.tolist(), strict=True)]
+
+    def _take_row(self, seq_id: int, length: int) -> int:
+        if not self._free_rows:
+            grow = max(8, self._lengths.shape[0])
+            self._free_rows = list(range(self._lengths.shape[0] + grow - 1, self._lengths.shape[0] - 1, -1))
+            self._lengths = np.concatenate([self._lengths, np.zeros(grow, dtype=np.int64)])
+        row = self._free_rows.pop()
+        self._row[seq_id] = row
+        self._seq_of_row[row] = seq_id
+        self._lengths[row] = length
+        return row
+
+    # -- checks ----------------------------------------------------------------------------------------
+
+    def check_integrity(self, refcount: np.ndarray, free_ids: np.ndarray, owner: np.ndarray) -> None:
+        """Raise AssertionError if the cache disagrees with the pool's blocks: `refcount` int32 [num_blocks],
+        `free_ids` int32 [num_free] and `owner` int64 [num_blocks] (the group whose tables hold each
+        block, -1: none)."""
+        self.index.check_integrity(refcount, free_ids)
+        registered = self.index.registered_block_ids()
+        assert sorted(registered.tolist()) == sorted(self.entry_of) == sorted(self.group_of), \
+            "registered heads differ from the entry map"
+        for head, group in self.group_of.items():
+            assert owner[head] in (-1, group), f"block {head} registered in group {group}, held in {owner[head]}"
+        cached = self.evictable_entries()
+        assert sum(e.shape[0] for e in cached) == self.cached_blocks, "cached block count drifted"
+        for entry in cached:
+            assert not np.any(refcount[entry]), f"a unit of cached entry {entry.tolist()} is held"
+        for head, entry in self.entry_of.items():
+            assert int(entry[0]) == head and np.all(refcount[entry] == refcount[head]), \
+                f"entry {entry.tolist()}: units held unevenly"

@@ -1,0 +1,162 @@
+"""Per-sequence block tables of a paged strategy, in one 2-D int32 array.
+
+Row r of `_table` is the block table of the sequence in row r of `seqs`; only its first
+`num_blocks[r]` entries are meaningful. The array grows by doubling in both directions (rows with
+the number of live sequences, columns with the longest table), so its size tracks the live state,
+not `max_model_len`. A batch's CSR page table is one compiled gather (`paged.loops.gather_tables`),
+O(total blocks of the batch); the rarer whole-group operations (swap) use a flat index built with
+`np.repeat`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.allocators.base import PagedDescriptor
+from workbench.allocators.batch_check import raise_for_status
+from workbench.allocators.paged import loops
+from workbench.allocators.seq_rows import SeqRows
+
+
+class BlockTables:
+    def __init__(self, block_size: int, num_blocks: int) -> None:
+        self.block_size = block_size
+        self.seqs = SeqRows(("length", "final_len", "num_blocks", "swapped", "mark"))
+        self._table = np.zeros((self.seqs.capacity_rows, 16), dtype=np.int32)  # [capacity_rows, capacity_cols]
+        self._scratch = np.zeros(num_blocks, dtype=np.int64)  # [num_blocks], zero between loop calls
+
+    @property
+    def swapped(self) -> np.ndarray:
+        """1 where the row's table holds host blocks (swapped out), int64 [capacity_rows]."""
+        return self.seqs.column("swapped")
+
+    def add(self, seq_id: int, blocks: np.ndarray, length: int, final_len: int) -> int:
+        """Mutates. A new sequence with this table; returns its row."""
+        row = self.seqs.add(seq_id)
+        self._fit(blocks.shape[0])
+        self._table[row, :blocks.shape[0]] = blocks
+        self.seqs.column("length")[row] = length
+        self.seqs.column("final_len")[row] = final_len
+        self.seqs.column("num_blocks")[row] = blocks.shape[0]
+        return row
+
+    def extend_row(self, row: int, blocks: np.ndarray, length: int) -> None:
+        """Mutates. The row's table gains `blocks` (int32 [k]) at its end and holds `length` tokens."""
+        num_blocks = int(self.seqs.column("num_blocks")[row])
+        self._fit(num_blocks + blocks.shape[0])
+        self._table[row, num_blocks:num_blocks + blocks.shape[0]] = blocks
+        self.seqs.column("num_blocks")[row] = num_blocks + blocks.shape[0]
+        self.seqs.column("length")[row] = length
+
+    def remove(self, seq_id: int) -> None:
+        """Mutates."""
+        self.seqs.remove(seq_id)
+
+    def blocks_of(self, row: int) -> np.ndarray:
+        """The row's table, int32 [num_blocks] (a copy)."""
+        return self._table[row, :self.seqs.column("num_blocks")[row]].copy()
+
+    def last_blocks(self, rows: np.ndarray) -> np.ndarray:
+        """The last table entry of each row, int32 [len(rows)]."""
+        return self._table[rows, self.seqs.column("num_blocks")[rows] - 1]
+
+    def previous_blocks(self, rows: np.ndarray) -> np.ndarray:
+        """The table entry before the last of each row (-1 for a one-block row), int32 [len(rows)]."""
+        before = self.seqs.column("num_blocks")[rows] - 2
+        return np.where(before >= 0, self._table[rows, np.maximum(before, 0)], -1).astype(np.int32)
+
+    def entries_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All table entries of these rows, concatenated in order, int32 [nnz], and the written slots
+        of each entry's block as seen by its row, int64 [nnz]."""
+        flat, indptr = self._flat_index(rows)
+        entries = self._table.ravel()[flat]
+        fills = np.full(flat.shape[0], self.block_size, dtype=np.int64)
+        lengths = self.seqs.column("length")[rows]
+        fills[indptr[1:] - 1] = lengths - (indptr[1:] - indptr[:-1] - 1) * self.block_size
+        return entries, fills
+
+    def replace_entries(self, rows: np.ndarray, entries: np.ndarray) -> None:
+        """Mutates. Overwrite the tables of these rows with `entries` (laid out as `entries_of`)."""
+        flat, _ = self._flat_index(rows)
+        self._table.ravel()[flat] = entries
+
+    def describe(self, rows: np.ndarray) -> PagedDescriptor:
+        c = self.seqs.column
+        if c("swapped")[rows].any():
+            raise ValueError("cannot describe a swapped-out sequence")
+        indptr, indices, last_page_len = loops.gather_tables(rows, c("length"), c("num_blocks"), self._table,
+                                                             self.block_size)
+        return PagedDescriptor(kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last_page_len,
+                               block_size=self.block_size)
+
+    def count_append(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray) -> int:
+        """Pure. Blocks `apply_append(rows)` will take (new blocks and copies); raises ValueError for
+        a repeated, swapped-out or finished sequence."""
+        c = self.seqs.column
+        num_new, widest = loops.count_append(rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"),
+                                             self._table, refcount, self.block_size, self._scratch, c("mark"))
+        if num_new < 0:
+            raise_for_status(num_new, seq_ids, widest)
+        self._fit(widest)
+        return num_new
+
+    def apply_append(self, rows: np.ndarray, refcount: np.ndarray, new_blocks: np.ndarray):
+        """Mutates tables, lengths and refcount (see paged_loops.apply_append). Returns (slots int64
+        [num_seqs], copies int32 [num_copies, 2], slots copied, tables grown)."""
+        c = self.seqs.column
+        slots = np.empty(rows.shape[0], dtype=np.int64)
+        copies = np.empty((new_blocks.shape[0], 2), dtype=np.int32)
+        num_copies, copied_slots, grown = loops.apply_append(rows, c("length"), c("num_blocks"), self._table,
+                                                             refcount, self.block_size, new_blocks, slots, copies)
+        return slots, copies[:num_copies], copied_slots, grown
+
+    def release_row(self, row: int, refcount: np.ndarray) -> tuple[np.ndarray, int]:
+        """Mutates refcount: the row lets go of its blocks. Returns the blocks that reached refcount 0
+        (int32, head first) and the written slots they held."""
+        c = self.seqs.column
+        released = np.empty(int(c("num_blocks")[row]), dtype=np.int32)
+        n, written = loops.release_row(row, c("length"), c("num_blocks"), self._table, refcount, self.block_size,
+                                       released)
+        return released[:n], written
+
+    def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
+        """Slots of positions [start, stop) of the sequence, int64 [stop - start]."""
+        row = self.seqs.row(seq_id)
+        length = int(self.seqs.column("length")[row])
+        if not 0 <= start <= stop <= length:
+            raise ValueError(f"positions [{start}, {stop}) outside sequence {seq_id} of {length} tokens")
+        if self.swapped[row]:
+            raise ValueError(f"sequence {seq_id} is swapped out")
+        positions = np.arange(start, stop, dtype=np.int64)
+        blocks = self._table[row, positions // self.block_size].astype(np.int64)
+        return blocks * self.block_size + positions % self.block_size
+
+    def on_device_rows(self) -> np.ndarray:
+        """Rows of live, not swapped-out sequences, int64 [num]."""
+        return np.flatnonzero(self.seqs.live & (self.swapped == 0))
+
+    def reserved_slots(self, refcount: np.ndarray) -> int:
+        """Unwritten slots of held blocks that a holder will write (module rule of `paged`)."""
+        c = self.seqs.column
+        return int(loops.reserved_slots(self.on_device_rows(), c("length"), c("final_len"), c("num_blocks"),
+                                        self._table, refcount, self.block_size, self._scratch))
+
+    def _flat_index(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat positions in `_table` of the rows' entries, int64 [nnz], and the CSR indptr [num_rows + 1]."""
+        num_blocks = self.seqs.column("num_blocks")[rows]
+        indptr = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+        np.cumsum(num_blocks, out=indptr[1:])
+        nnz = int(indptr[-1])
+        flat = np.repeat(rows * self._table.shape[1] - indptr[:-1], num_blocks) + np.arange(nnz)
+        return flat, indptr
+
+    def _fit(self, num_cols: int) -> None:
+        rows_cap, cols_cap = self._table.shape
+        want_rows = max(rows_cap, self.seqs.capacity_rows)
+        want_cols = cols_cap
+        while want_cols < num_cols:
+            want_cols *= 2
+        if (want_rows, want_cols) != (rows_cap, cols_cap):
+            grown = np.zeros((want_rows, want_cols), dtype=np.int32)
+            grown[:rows_cap, :cols_cap] = self._table
+            self._table = grown

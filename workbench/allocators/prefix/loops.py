@@ -1,0 +1,51 @@
+"""The per-step hashing of `prefix.chains` as one compiled pass over the decode batch.
+
+Same arithmetic as `prefix.keys` (uint64, wrapping): a token's term is mix(token ^ salt[offset]),
+a block's key is parent_key * B + mix(sum of its terms). Every operand is uint64, so Numba never
+promotes to float.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(cache=True)
+def _mix(z):
+    z = z + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MUL1
+    z = (z ^ (z >> np.uint64(27))) * _MUL2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True)
+def append_terms(rows, lengths, token_ids, salt, base, chain_key, tail_sum, filled_rows, filled_parents,
+                 filled_keys):
+    """Mutates `chain_key`, `tail_sum` [capacity_rows] and the outputs. Each row of `rows` (int64
+    [num_seqs]) just wrote `token_ids[i]` at position lengths[row] - 1; add its term to the row's
+    partial block, and when that fills the block, chain the block's key. Writes the rows whose block
+    became full, their blocks' parent keys and keys into `filled_rows`, `filled_parents`, `filled_keys`
+    ([num_seqs] each); returns how many."""
+    block_size = salt.shape[0]
+    num_filled = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        offset = (lengths[r] - 1) % block_size
+        term_sum = tail_sum[r] + _mix(np.uint64(token_ids[i]) ^ salt[offset])
+        if offset == block_size - 1:
+            parent = chain_key[r]
+            key = parent * base + _mix(term_sum)
+            chain_key[r] = key
+            tail_sum[r] = np.uint64(0)
+            filled_rows[num_filled] = r
+            filled_parents[num_filled] = parent
+            filled_keys[num_filled] = key
+            num_filled += 1
+        else:
+            tail_sum[r] = term_sum
+    return num_filled

@@ -1,0 +1,134 @@
+"""Step-duration models (docs/engine.md): how long one engine iteration takes on the modeled GPU.
+
+`roofline`: max(bytes / (bw × eff_bw), flops / (peak × eff_flops × gemm_shape_frac(tokens)))
++ per-block attention cost + swap time + step_overhead, with bytes = weights once + KV read by
+attention + KV written + copy-on-write traffic, flops = 2 × params × tokens + attention flops (a
+sliding-window layer reads and attends min(context, W) keys: `step_cost` averages the attention totals
+over layers), and a swap = bytes over the host link + a fixed cost per copy. `measured`: the attention part is
+the real kernel's wall time for one layer, scaled to the full model, and the rest is modeled as above.
+The constants come from a clock profile (workbench.clock.profiles, docs/clock-profiles.md); the
+per-block attention cost and the per-copy swap cost are zero except where a profile measured them.
+
+A prefix cache's host tier loads its promoted blocks over the same host link as swaps:
+after the compute, or with `--overlap-load` only where the load outlasts it (docs/engine.md).
+
+Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
+new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
+ahead while the GPU computes), only where it outlasts the compute.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+from workbench.presets import GpuPreset, ModelPreset
+
+# Host<->device copies (swaps, host-tier loads) reach about 25 of PCIe 4.0 x16's 32 GB/s per direction
+# with pinned memory; the same fraction of the GPU preset's datasheet link (`host_link_gb_s`) is used
+# unless a clock profile measured the link itself.
+HOST_LINK_EFF = 25.0 / 32.0
+
+# A GEMM with few rows (the step's tokens) under-fills the GPU: its output tiles do not cover the
+# SMs in whole waves (tile and wave quantization, NVIDIA's "Matrix Multiplication Background User's
+# Guide", ch. 3). (tokens per step, fraction of the large-GEMM efficiency), linear in log2(tokens)
+# between the points and flat outside. Anchored on profiled A100 linear layers of Llama-2-7B (Vidur,
+# Agrawal et al., MLSys 2024): ~512-token prefills reach 0.60-0.65 of dense peak, i.e. 0.83 of the
+# 0.75 that transformer-shaped fp16 GEMMs with >= 4096 rows sustain (docs/clock-profiles.md).
+GEMM_SHAPE_POINTS = ((64, 0.40), (128, 0.60), (512, 0.83), (2048, 0.95), (4096, 1.0))
+_SHAPE_LOG2 = [math.log2(t) for t, _ in GEMM_SHAPE_POINTS]
+
+
+def gemm_shape_frac(tokens: int) -> float:
+    """Fraction of the large-GEMM FLOP efficiency a step with `tokens` rows reaches."""
+    if tokens <= GEMM_SHAPE_POINTS[0][0]:
+        return GEMM_SHAPE_POINTS[0][1]
+    if tokens >= GEMM_SHAPE_POINTS[-1][0]:
+        return GEMM_SHAPE_POINTS[-1][1]
+    x = math.log2(tokens)
+    i = bisect.bisect_right(_SHAPE_LOG2, x)
+    x0, x1 = _SHAPE_LOG2[i - 1], _SHAPE_LOG2[i]
+    y0, y1 = GEMM_SHAPE_POINTS[i - 1][1], GEMM_SHAPE_POINTS[i][1]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+class RooflineClock:
+    """Pure function of the step's work; holds the constants of one run."""
+
+    def __init__(self, model: ModelPreset, gpu: GpuPreset, kv_bytes_per_token: int, block_size: int, *,
+                 eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
+                 map_s_per_page: float = 0.0, overlap_map: bool = False, host_link_gbps: float | None = None,
+                 swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0, overlap_load: bool = False) -> None:
+        # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
+        # a step that has both costs the two in sequence, each with its own weight pass and overhead
+        self.separate_prefill = separate_prefill
+        self.weight_bytes = float(model.weight_bytes())
+        self.params = model.params_b * 1e9
+        self.kv_bytes_per_token = float(kv_bytes_per_token)
+        self.block_bytes = float(kv_bytes_per_token * block_size)
+        # QK^T and PV: 2 flops per multiply-add each, per query head, layer and key
+        self.attn_flops_per_key = 4.0 * model.num_layers * model.num_heads * model.head_dim
+        self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw
+        self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops  # large GEMMs; scaled by gemm_shape_frac
+        link_gb_s = gpu.host_link_gb_s * HOST_LINK_EFF if host_link_gbps is None else host_link_gbps
+        self.link_bytes_per_s = link_gb_s * 1e9
+        # a swapped block is one host<->device copy per layer for its keys and one for its values
+        # (vLLM's swap_blocks issues a cudaMemcpyAsync per block and cache tensor), each with a fixed cost
+        self.swap_fixed_s_per_block = 2 * model.num_layers * swap_s_per_transfer
+        # decode attention visits each KV block once per query head and layer (vLLM 0.1's paged kernel:
+        # one thread block per head and sequence, its warps loop over the blocks), each visit with a
+        # fixed cost on top of the bytes (block-table load, branches; docs/clock-profiles.md)
+        self.attn_s_per_block_read = attn_s_per_block * model.num_layers * model.num_heads
+        self.step_overhead_s = step_overhead_s
+        self.map_s_per_page = map_s_per_page
+        self.overlap_map = overlap_map
+        self.load_s_per_block = self.block_bytes / self.link_bytes_per_s
+        self.overlap_load = overlap_load
+
+    def cost_s(self, cost, measured_attention_s: float | None = None) -> float:
+        """Duration of the step a `workbench.clock.step_cost.StepCost` describes; see `step_s`. Host-tier
+        loads are added to it, or with `overlap_load` hidden behind it up to its length."""
+        step_s = self._compute_cost_s(cost, measured_attention_s)
+        if not cost.loaded_blocks:
+            return step_s
+        load_s = cost.loaded_blocks * self.load_s_per_block
+        return max(step_s, load_s) if self.overlap_load else step_s + load_s
+
+    def _compute_cost_s(self, cost, measured_attention_s: float | None) -> float:
+        if not (self.separate_prefill and cost.num_prefill_tokens and cost.num_decode_tokens):
+            return self.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
+                               cost.swapped_blocks, measured_attention_s, cost.mapped_pages, cost.decode_blocks)
+        ctx = cost.decode_ctx_tokens
+        # a measured attention time covers both phases, and page mapping both: charged to the decode iteration
+        decode_s = self.step_s(cost.num_decode_tokens, ctx, ctx, cost.copied_blocks, cost.swapped_blocks,
+                               measured_attention_s, cost.mapped_pages, cost.decode_blocks)
+        prefill_s = self.step_s(cost.num_prefill_tokens, cost.kv_read_tokens - ctx, cost.attn_query_ctx - ctx, 0, 0,
+                                None if measured_attention_s is None else 0.0)
+        return decode_s + prefill_s
+
+    def step_s(self, num_tokens: int, kv_read_tokens: int, attn_query_ctx: int, copied_blocks: int,
+               swapped_blocks: int, measured_attention_s: float | None = None, mapped_pages: int = 0,
+               decode_blocks: int = 0) -> float:
+        """Duration of a step, all counts over the full model:
+        `num_tokens` through the linear layers (prefill + decode); `kv_read_tokens` KV rows read by
+        attention, summed over sequences; `attn_query_ctx` keys attended, summed over query tokens;
+        `copied_blocks` copy-on-write copies; `swapped_blocks` moved over the host link.
+        With `measured_attention_s` (full-model attention wall time) the attention terms are replaced
+        by the measurement and the rest stays modeled. `mapped_pages`: pages mapped on demand;
+        `decode_blocks`: KV blocks the decoding sequences' attention reads, summed over sequences."""
+        written = num_tokens * self.kv_bytes_per_token + 2.0 * copied_blocks * self.block_bytes
+        linear_flops = 2.0 * self.params * num_tokens
+        flops_per_s = self.flops_per_s * gemm_shape_frac(num_tokens)
+        if measured_attention_s is None:
+            compute_s = max((self.weight_bytes + written + kv_read_tokens * self.kv_bytes_per_token)
+                            / self.bytes_per_s,
+                            (linear_flops + attn_query_ctx * self.attn_flops_per_key) / flops_per_s)
+            compute_s += decode_blocks * self.attn_s_per_block_read  # a measured kernel includes its own
+        else:
+            compute_s = max((self.weight_bytes + written) / self.bytes_per_s,
+                            linear_flops / flops_per_s) + measured_attention_s
+        map_s = mapped_pages * self.map_s_per_page
+        compute_s = max(compute_s, map_s) if self.overlap_map else compute_s + map_s
+        swap_s = (swapped_blocks * self.block_bytes / self.link_bytes_per_s
+                  + swapped_blocks * self.swap_fixed_s_per_block)
+        return compute_s + swap_s + self.step_overhead_s

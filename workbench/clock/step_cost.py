@@ -1,0 +1,152 @@
+"""What one step computes and moves, for the clock and the step row (workbench.clock.roofline, results).
+
+Decode-side totals are kept in O(1) per step: a running group's kv_len is v + (completed steps) for
+a fixed v, so the sum of kv_len grows by the batch size each step, and the group's block count grows
+at the step where (v + completed steps) % block_size == 0; `_crossing[r]` counts the decoding
+sequences with v % block_size == r, so the blocks gained in one step are one lookup.
+
+Sliding-window layers (docs/hybrid.md) read at most W keys per query: with `windows` (W, fraction of
+the model's layers) the attention totals (`kv_read_tokens`, `attn_query_ctx`, `decode_ctx_tokens`)
+are averaged over layers, a window layer counting min(context, W) (`_WindowSums` keeps the decode
+side's sum of min(kv_len, W) in O(1) per step). Without windows they are the plain integer totals.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from workbench.intmath import cdiv
+
+
+class StepCost(NamedTuple):
+    """Immutable; a NamedTuple because one is built per step (a frozen dataclass costs µs to build)."""
+
+    num_prefill_tokens: int  # prompt / recomputed tokens whose KV the step computes
+    num_decode_tokens: int
+    kv_read_tokens: float  # KV rows the step's attention reads, summed over sequences (averaged over layers)
+    attn_query_ctx: float  # keys attended, summed over query tokens (averaged over layers)
+    decode_ctx_tokens: float  # the decoding sequences' share of both: each reads and attends its kv_len
+    unshared_block_slots: int  # whole-block slots the device sequences would need without sharing
+    num_running: int  # sequences in the batch: decoding plus prefilled
+    copied_blocks: int
+    swapped_blocks: int  # moved either way
+    mapped_pages: int = 0  # physical pages mapped on demand (virtual-memory strategies; 0 for the others)
+    decode_blocks: int = 0  # KV blocks the decoding sequences' attention reads, summed over sequences
+    loaded_blocks: int = 0  # prefix blocks promoted from a host tier (host -> device over the host link)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+
+class CostMeter:
+    """Running totals over the decoding sequences. Every method but `cost` mutates."""
+
+    def __init__(self, block_size: int, windows: tuple[tuple[int, float], ...] = ()) -> None:
+        """`windows`: (window tokens, fraction of the layers) of the model's sliding-window layer groups."""
+        self.block_size = block_size
+        self._decode_ctx = 0  # sum of kv_len
+        self._unshared_blocks = 0  # sum of ceil(kv_len / block_size)
+        self._crossing = [0] * block_size
+        self._windows = [(_WindowSums(w), frac) for w, frac in windows]
+        self._full_frac = 1.0 - sum(frac for _, frac in windows)  # layers reading every key
+
+    def add(self, kv_len: int, n: int, step: int, sign: int) -> None:
+        """Add (+1) or remove (-1) a synced running group of `n` sequences holding `kv_len` rows each at `step`."""
+        bs = self.block_size
+        self._decode_ctx += sign * kv_len * n
+        self._unshared_blocks += sign * cdiv(kv_len, bs) * n
+        self._crossing[(kv_len - step) % bs] += sign * n
+        for sums, _ in self._windows:
+            sums.add(kv_len, n, step, sign)
+
+    def decoded(self, num_decode: int, step: int) -> None:
+        """Every decoding sequence appended one token at `step`."""
+        self._decode_ctx += num_decode
+        self._unshared_blocks += self._crossing[-step % self.block_size]
+        for sums, _ in self._windows:
+            sums.decoded(step)
+
+    def cost(self, num_decode: int, prefills, started, copied_blocks: int,
+             swapped_blocks: int, mapped_pages: int = 0) -> StepCost:
+        """The step's totals: the decode batch (already counted by `decoded`), then each group's
+        prefill work of this step (`workbench.engine.plan.Prefill`: a whole prompt or one chunk) and each group
+        swapped back in."""
+        bs = self.block_size
+        kv_read = attn_ctx = self._decode_ctx
+        unshared = self._unshared_blocks * bs
+        num_prefill = 0
+        num_running = num_decode
+        for p in prefills:
+            n = p.num_seqs
+            num_prefill += p.write_tokens
+            kv_read += p.stop * n
+            unshared += n * cdiv(p.stop, bs) * bs
+            num_running += n
+            # queries at positions [start, stop) attend to positions 0..q: the sum of (q + 1)
+            attn_ctx += (p.stop * (p.stop + 1) - p.start * (p.start + 1)) // 2
+        for g in started:  # swapped back in: holding blocks, computing from the next step
+            unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
+        if self._windows:
+            return self._windowed(num_prefill, num_decode, prefills, unshared, num_running, copied_blocks,
+                                  swapped_blocks, mapped_pages)
+        # positional: built once per step, and keywords cost a NamedTuple half its construction time
+        return StepCost(num_prefill, num_decode, kv_read, attn_ctx, self._decode_ctx, unshared, num_running,
+                        copied_blocks, swapped_blocks, mapped_pages, self._unshared_blocks)
+
+    def _windowed(self, num_prefill: int, num_decode: int, prefills, unshared: int, num_running: int,
+                  copied_blocks: int, swapped_blocks: int, mapped_pages: int) -> StepCost:
+        """`cost` with window layers charged min(context, W) keys: the attention totals averaged over layers."""
+        full = self._full_frac
+        decode = full * self._decode_ctx + sum(frac * sums.total() for sums, frac in self._windows)
+        kv_read = attn_ctx = decode
+        for p in prefills:
+            n = p.num_seqs
+            kv_read += n * (full * p.stop + sum(frac * (p.stop - max(0, p.start - sums.window + 1))
+                                                for sums, frac in self._windows))
+            attn_ctx += full * _capped_sum(p.start + 1, p.stop, None) + sum(
+                frac * _capped_sum(p.start + 1, p.stop, sums.window) for sums, frac in self._windows)
+        return StepCost(num_prefill, num_decode, kv_read, attn_ctx, decode, unshared, num_running, copied_blocks,
+                        swapped_blocks, mapped_pages, self._unshared_blocks)
+
+
+def _capped_sum(first: int, last: int, cap: int | None) -> int:
+    """sum of min(x, cap) for x in [first, last] (0 when empty; cap None: no cap): the keys queries at
+    positions first − 1 .. last − 1 attend."""
+    if last < first:
+        return 0
+    top = last if cap is None else min(last, cap)
+    below = (top * (top + 1) - (first - 1) * first) // 2 if top >= first else 0
+    return below + (0 if cap is None else cap * max(0, last - max(first - 1, cap)))
+
+
+class _WindowSums:
+    """Sum of min(kv_len, W) over the decoding sequences in O(1) per step: a sequence below W grows by one
+    per decode step until a step known when it joins, then stays at W."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self._below_sum = 0  # sum of kv_len of the sequences below W
+        self._below = 0  # how many
+        self._capped = 0  # sequences at W or more
+        self._reach: dict[int, int] = {}  # step -> sequences whose kv_len reaches W in that step's decode
+
+    def add(self, kv_len: int, n: int, step: int, sign: int) -> None:
+        """Add (+1) or remove (-1) n sequences of a group whose kv_len is current at `step`."""
+        if kv_len >= self.window:
+            self._capped += sign * n
+            return
+        self._below_sum += sign * n * kv_len
+        self._below += sign * n
+        at = step + self.window - kv_len - 1  # the same step whenever a running group is added or removed
+        self._reach[at] = self._reach.get(at, 0) + sign * n
+
+    def decoded(self, step: int) -> None:
+        self._below_sum += self._below
+        n = self._reach.pop(step, 0)
+        self._below_sum -= n * self.window
+        self._below -= n
+        self._capped += n
+
+    def total(self) -> int:
+        return self._below_sum + self.window * self._capped

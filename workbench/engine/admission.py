@@ -1,0 +1,188 @@
+"""Admission: which waiting groups enter the pool this step, and placing each one (docs/engine.md).
+
+Waiting groups are tried in arrival order under `max_num_seqs`, the step's token budget and (paged
+strategies) a free-block watermark. `place` is the one way a group gets its KV: whole or chunked
+(workbench.engine.prefill_chunks), first admission or readmission after a recompute preemption. A readmitted
+group allocates its prompt plus the tokens it had generated: one sequence re-prefills them as part of
+its prompt; n > 1 samples share the prompt and each appends its own generated tokens.
+
+With admission `skip`, a group the pool cannot place stays waiting and the next one is tried.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.allocators.base import SeqSpec, Strategy
+from workbench.engine.groups import Group, GroupState
+from workbench.engine.plan import Prefill
+from workbench.engine.prefill_chunks import PrefillChunks, append_recomputed, shared_token_ids
+from workbench.engine.request_log import RequestLog
+from workbench.engine.tokens import TokenStore
+from workbench.intmath import cdiv
+
+MAX_PASS_KEY = 2**63  # larger than any block count or extent: nothing refused yet
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The group did not fit; `needed_extent_slots` > 0 for a contiguous extent; `reason` is the strategy's
+    (empty when the scheduler's own bound refused it)."""
+
+    needed_extent_slots: int
+    reason: str = ""
+
+
+class Admission:
+    """Owns the waiting queue and the sequence ids; mutates the strategy, the token store, the groups and
+    the request log it is given."""
+
+    def __init__(self, strategy: Strategy, tokens: TokenStore, log: RequestLog, chunks: PrefillChunks | None,
+                 live: dict[int, Group], *, max_num_seqs: int, watermark_blocks: int, skip_unplaced: bool) -> None:
+        """`live`: the scheduler's groups by request index, from arrival until done (a rejection removes one)."""
+        self.strategy = strategy
+        self.live = live
+        self.tokens = tokens
+        self.log = log
+        self.chunks = chunks
+        self.max_num_seqs = max_num_seqs
+        self.watermark_blocks = watermark_blocks
+        self.skip_unplaced = skip_unplaced  # pass over waiting groups the pool cannot place (docs/engine.md)
+        self.waiting: deque[Group] = deque()
+        self.refused_extents: dict[int, int] = {}  # (skip) group index -> the contiguous extent it was refused
+        self.next_seq_id = 0
+
+    def new_seq_id(self) -> int:
+        self.next_seq_id += 1
+        return self.next_seq_id - 1
+
+    def reject(self, g: Group, reason: str) -> None:
+        """Mutates. The group will never run: it is done, its tokens forgotten, the reason logged."""
+        g.state = GroupState.DONE
+        self.live.pop(g.index, None)
+        for seq_id in g.seq_ids:
+            self.tokens.remove(seq_id)
+        self.log.rejected(g.index, reason)
+
+    def admit(self, now_s: float, running_seqs: int, prefills: list[Prefill], copies: list[np.ndarray],
+              budget: int) -> tuple[int, int]:
+        """Admit waiting groups in order until one does not fit or (chunked prefill) a chunk spends the
+        budget, with `running_seqs` sequences on the device and no group swapped out. Returns (the extent
+        refused to the first group that did not fit (0 if none), the sequences on the device after)."""
+        passed = 0  # groups left waiting ahead of the one tried (admission skip), in arrival order
+        refused_extent = 0
+        # (skip) the fewest blocks and the smallest extent refused this step: admissions only take memory,
+        # so a group needing at least as much is refused too and is passed without asking the strategy
+        fewest_blocks = smallest_extent = MAX_PASS_KEY
+        while len(self.waiting) > passed:
+            g = self.waiting[passed]
+            tokens = g.request.prompt_tokens + g.generated  # a recomputed group re-prefills what it generated
+            num_seqs = g.num_seqs_requested
+            if num_seqs > self.max_num_seqs:
+                self.reject(self._take(passed), f"{num_seqs} sequences > max_num_seqs ({self.max_num_seqs})")
+                continue
+            if self.chunks is not None:
+                tokens = min(tokens, budget)  # the first chunk; blocks follow the chunks
+            if tokens > budget or not budget or running_seqs + num_seqs > self.max_num_seqs:
+                return refused_extent, running_seqs
+            pool_empty = running_seqs == 0
+            needed_blocks = cdiv(tokens, self.strategy.block_size) + num_seqs - 1
+            if passed and (needed_blocks >= fewest_blocks
+                           or self.refused_extents.get(g.index, 0) >= smallest_extent):
+                passed += 1
+                continue
+            if self.watermark_blocks and \
+                    self.strategy.num_allocatable_blocks() - needed_blocks < self.watermark_blocks:
+                if pool_empty:
+                    self.reject(self._take(passed), "needs more KV blocks than the pool holds above the watermark")
+                    continue
+                if not self.skip_unplaced:
+                    return 0, running_seqs
+                fewest_blocks = min(fewest_blocks, needed_blocks)
+                passed += 1
+                continue
+            outcome = self.place(g, num_seqs, budget, copies, pool_empty)
+            if isinstance(outcome, Refused):
+                if pool_empty:  # nothing will ever come free for it: the strategy's reason, when it gave one
+                    self.reject(self._take(passed), outcome.reason or "needs more KV slots than the whole pool")
+                    continue
+                if not self.skip_unplaced:
+                    return outcome.needed_extent_slots, running_seqs
+                refused_extent = refused_extent or outcome.needed_extent_slots
+                if outcome.needed_extent_slots:
+                    self.refused_extents[g.index] = outcome.needed_extent_slots
+                    smallest_extent = min(smallest_extent, outcome.needed_extent_slots)
+                passed += 1
+                continue
+            self._take(passed)
+            self.log.admitted(g.index, now_s, outcome.cached_tokens)
+            running_seqs += num_seqs
+            budget -= outcome.write_tokens
+            prefills.append(outcome)
+            if not outcome.completes:  # its chunk spent the budget (or the pool has no room for more)
+                break
+        return refused_extent, running_seqs
+
+    def _take(self, i: int) -> Group:
+        """Mutates. Remove and return the i-th waiting group."""
+        g = self.waiting[i]
+        del self.waiting[i]
+        self.refused_extents.pop(g.index, None)
+        return g
+
+    # ---- placing one group -------------------------------------------------------------------
+    def place(self, g: Group, num_seqs: int, budget: int, copies: list[np.ndarray], pool_empty: bool
+              ) -> Prefill | Refused:
+        """Mutates on success: the group's sequences (ids and tokens at its first admission) get the
+        KV of its prompt, plus what it generated before a recompute; with chunked prefill only the
+        first chunk of at most `budget` tokens. Block copies go to `copies`. On refusal the strategy
+        is unchanged."""
+        if not g.seq_ids:
+            g.seq_ids = list(range(self.next_seq_id, self.next_seq_id + num_seqs))
+            self.next_seq_id += num_seqs
+            self.tokens.add(g.seq_ids, g.request)
+        if self.chunks is not None:
+            outcome = self.chunks.admit(g, budget, copies)
+            return outcome if isinstance(outcome, Prefill) else Refused(outcome.needed_extent_slots, outcome.reason)
+        return self._place_whole(g, num_seqs, copies, pool_empty)
+
+    def _place_whole(self, g: Group, num_seqs: int, copies: list[np.ndarray], pool_empty: bool) -> Prefill | Refused:
+        strategy = self.strategy
+        req = g.request
+        recomputed = g.generated
+        paged = strategy.kernel_mode == "paged"
+        token_ids = shared_token_ids(self.tokens, g)
+        if num_seqs > 1 and recomputed and paged and not pool_empty:
+            # the appends below must not fail once the prompt is admitted (its blocks may be registered
+            # in a prefix cache before their KV is written): check an upper bound of the blocks first —
+            # the shared prompt, then per sequence its own tokens plus a copy of the shared last block.
+            # An empty pool always has room: the group held these blocks before it was preempted.
+            bs = strategy.block_size
+            needed = cdiv(req.prompt_tokens, bs) + num_seqs * (cdiv(recomputed, bs) + 1)
+            if strategy.num_allocatable_blocks() < needed:
+                return Refused(0)
+        result = strategy.admit(g.seq_ids, SeqSpec(token_ids, g.final_len))
+        if not result.admitted:
+            return Refused(result.needed_extent_slots, result.reason)
+        if result.copies is not None and len(result.copies):
+            copies.append(result.copies)
+        g.kv_len = len(token_ids)
+        write_tokens = len(token_ids) - result.cached_tokens
+        if num_seqs > 1 and recomputed:
+            # each sample's own generated tokens follow the shared prompt: one append per position
+            for j in range(recomputed):
+                if not paged and not strategy.can_append(g.seq_ids):
+                    # memory mapped on demand (virtual-contiguous) ran out before the samples' own tokens:
+                    # undo the admission (nothing is written yet, no prefix cache holds these slots)
+                    for seq_id in g.seq_ids:
+                        strategy.free(seq_id)
+                    return Refused(0)
+                append_recomputed(strategy, self.tokens, g, j, copies)
+            g.kv_len += recomputed
+            write_tokens += recomputed * num_seqs
+        g.state = GroupState.STARTING
+        return Prefill(g.index, tuple(g.seq_ids), req.prompt_tokens, result.cached_tokens, write_tokens,
+                       result.cached_tokens, g.kv_len, True)

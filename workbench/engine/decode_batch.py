@@ -1,0 +1,81 @@
+"""The decode batch: the running groups in the order they joined, with lazily advanced counters.
+
+Every running group advances by one token per completed step, so a group's `generated` and `kv_len`
+are kept as of its `synced_step` and brought up to date only when needed (`sync`). The flattened
+sequence ids, and the position each one writes, are cached until the batch changes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench.clock.step_cost import CostMeter
+from workbench.engine.groups import Group, GroupState
+from workbench.engine.plan import NO_SLOTS
+
+
+class DecodeBatch:
+    """Mutates the groups it holds and the cost meter's decode totals."""
+
+    def __init__(self, meter: CostMeter) -> None:
+        self.groups: list[Group] = []  # RUNNING groups, in the order they joined
+        self.meter = meter
+        self._ids: list[int] | None = None  # the flattened sequence ids, rebuilt on change
+        # A decoding sequence writes position `_pos_base + step`, generated token `_pos_base + step -
+        # _prompt_len`; these arrays describe the list `_batch` and are rebuilt when the ids change.
+        self._batch: list[int] | None = None
+        self._batch_ids = NO_SLOTS  # int64 [num_decode]
+        self._pos_base = NO_SLOTS  # int64 [num_decode]
+        self._prompt_len = NO_SLOTS  # int64 [num_decode]
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def ids(self) -> list[int]:
+        """The running sequences in batch order (one list until the batch changes: plans may keep it)."""
+        if self._ids is None:
+            self._ids = [s for g in self.groups for s in g.seq_ids]
+        return self._ids
+
+    def positions(self, ids: list[int], step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """int64 [num_decode] each: the sequence ids of `ids` (this batch's list), the position each writes
+        at `step`, and the index of the generated token it writes."""
+        if self._batch is not ids:
+            sizes = [g.num_seqs for g in self.groups]
+            self._batch_ids = np.asarray(ids, dtype=np.int64)
+            # a running group's kv_len lags by (step - synced_step): position = kv_len - synced_step + step
+            self._pos_base = np.repeat(np.array([g.kv_len - g.synced_step for g in self.groups], dtype=np.int64),
+                                       sizes)
+            self._prompt_len = np.repeat(np.array([g.request.prompt_tokens for g in self.groups], dtype=np.int64),
+                                         sizes)
+            self._batch = ids
+        positions = self._pos_base + step
+        return self._batch_ids, positions, positions - self._prompt_len
+
+    @staticmethod
+    def sync(g: Group, step: int) -> None:
+        """Bring a group's counters up to `step` (completed steps)."""
+        lag = step - g.synced_step
+        if g.state == GroupState.RUNNING and lag:
+            g.generated += lag
+            g.kv_len += lag
+        g.synced_step = step
+
+    def join(self, g: Group, step: int) -> None:
+        """A group with tokens left to generate starts decoding at `step`."""
+        g.state = GroupState.RUNNING
+        self.groups.append(g)
+        if self._ids is not None:  # extend the batch (a new list: plans keep the old one)
+            self._ids = self._ids + g.seq_ids
+        self.meter.add(g.kv_len, g.num_seqs, step, +1)
+
+    def leave(self, g: Group, step: int) -> None:
+        """A running group stops decoding (finished or preempted); its counters are synced."""
+        self.sync(g, step)
+        self.groups.remove(g)
+        self._ids = None
+        self.meter.add(g.kv_len, g.num_seqs, step, -1)
+
+    def reshaped(self) -> None:
+        """A running group's sequences changed (beam branching): rebuild the ids."""
+        self._ids = None

@@ -1,0 +1,120 @@
+"""The plan of one engine step: the whole contract from the scheduler to the kernel runner and the clock.
+
+The scheduler builds one `StepPlan` per step after it has made every allocation decision; the
+kernel runner executes it on the KV pool (block moves, cache writes, attention) and never asks the
+strategy or the scheduler for anything else. It carries plain data (ids, counts, arrays), never live
+scheduler objects, so it can be logged, compared or sent elsewhere. Kernel inputs (token ids, slot
+mappings, descriptors) are filled in only when a kernel consumes the step, so a run without kernels
+pays nothing for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from workbench.allocators.base import NO_EFFECTS, NO_PAIRS, ContiguousDescriptor, PagedDescriptor, Snapshot, StepEffects
+from workbench.clock.step_cost import StepCost
+
+NO_SLOTS = np.zeros(0, dtype=np.int64)
+Descriptor = PagedDescriptor | ContiguousDescriptor
+
+
+@dataclass(frozen=True, slots=True)
+class Prefill:
+    """Prefill work of one group this step: each sequence's KV rows [start, stop) are written. Without
+    chunked prefill a group is admitted and prefilled whole in one step (start = cached_tokens, stop =
+    its kv_len); with it, one step computes one chunk and only the last chunk produces a token."""
+
+    request_index: int  # the group's request: its position in the workload
+    seq_ids: tuple[int, ...]  # the group's sequences; the first computes the shared prompt
+    prompt_tokens: int
+    cached_tokens: int  # prefix-cache hit counted at admission (0 for a later chunk)
+    write_tokens: int  # distinct prompt/generated tokens whose KV the step computes
+    start: int
+    stop: int
+    completes: bool  # the group's prefill ends this step: it produces its first token and decodes next
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_ids)
+
+
+class Resumed(NamedTuple):
+    """A group swapped back in this step: it holds `kv_len` rows per sequence and decodes from the next step."""
+
+    request_index: int
+    num_seqs: int
+    kv_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeqWrite:
+    """An admitted sequence's KV rows [start, stop) are written (into each layer group's slots,
+    `GroupKernelInputs.write_slots`); its extend attention has queries at positions [query_start, stop)
+    (none when query_start == stop: a sample whose prompt another sample of its group computes)."""
+
+    seq_id: int
+    start: int
+    stop: int
+    query_start: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKernelInputs:
+    """One layer group's slots and tables at one step (a pool of one group has one of these)."""
+
+    window_tokens: int  # sliding window of the group's layers; 0 = full attention
+    layer_frac: float  # the group's share of the model's layers (weights its measured attention time)
+    write_slots: tuple[np.ndarray, ...]  # int64 [stop - start] for each of KernelInputs.writes, same order
+    decode_slots: np.ndarray  # int64 [num_decode]: where each decode sequence's new token goes
+    # attention steps only (None otherwise): the kernels' view of the decode batch, and of the
+    # sequences of `writes` that have queries, in that order
+    decode_desc: Descriptor | None
+    extend_desc: Descriptor | None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelInputs:
+    """What the kernel runner needs beyond the plan's block moves, for one step."""
+
+    writes: tuple[SeqWrite, ...]  # admitted sequences, group by group
+    decode_seq_ids: np.ndarray  # int64 [num_decode], batch order
+    decode_positions: np.ndarray  # int64 [num_decode]: position of the token each one writes
+    decode_token_ids: np.ndarray  # int32 [num_decode]: the id of that token
+    attention: bool  # whether attention runs at this step (every `kernel_every` steps)
+    groups: tuple[GroupKernelInputs, ...]  # one per layer group of the pool (Strategy.layer_groups)
+
+
+class StepPlan(NamedTuple):
+    """Plain data only, immutable (a NamedTuple: one is built per step, and a frozen dataclass costs
+    several µs to build)."""
+
+    step: int
+    decode_requests: tuple[int, ...]  # request index of each group decoding this step, batch order
+    started: tuple[Resumed, ...]  # groups swapped back in this step
+    prefills: tuple[Prefill, ...]
+    # block moves, executed in this order before any write: swap-outs, (effects.unmapped released,
+    # effects.demote, effects.promote), swap-ins, copies
+    swap_out: np.ndarray  # int32 [k, 2] (device block, host block)
+    swap_in: np.ndarray  # int32 [k, 2] (host block, device block)
+    copies: np.ndarray  # int32 [k, 2] (src block, dst block): copy-on-write and prompt copies
+    forks: tuple[tuple[int, int], ...]  # (parent, child) beam forks made when the previous step completed
+    preemptions: int
+    refused_extent_slots: int
+    snapshot: Snapshot  # the §3 accounting once the step's allocations are made
+    cost: StepCost
+    kernel: KernelInputs | None  # None when no kernel runs in this simulation
+    # the strategy's `end_step`: pages mapped and unmapped (unmapped ranges are released in the pool after
+    # the swap-outs, before the rest), a host tier's demotes (each reads its device block before anything of
+    # the step writes it) and promotes, and the strategy's own step columns
+    effects: StepEffects = NO_EFFECTS
+
+
+def concat_pairs(parts: list[np.ndarray]) -> np.ndarray:
+    """Pair arrays int32 [k_i, 2] as one int32 [sum k_i, 2], in order."""
+    if not parts:
+        return NO_PAIRS
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)

@@ -1,0 +1,120 @@
+"""One serving replica that is stepped from outside: its scheduler, kernel runner, clock and step log.
+
+`next_event_s()` says when the replica next has something to do (now while it has work, else its
+next arrival; None once everything is done) and `step()` does it: the arrivals up to then join the
+queue, the scheduler plans and allocates one step, the kernel runner (if any) executes the plan, the
+clock advances by the step's modeled (or measured) time and one step row is recorded. A run drives
+one replica until `next_event_s()` is None (workbench.engine.simulate); several replicas can be driven by one
+event loop, each advanced when its next event is the earliest.
+"""
+
+from __future__ import annotations
+
+import time
+
+from workbench.allocators.base import GROUP_PARTS
+from workbench.clock.roofline import RooflineClock
+from workbench.engine.plan import StepPlan
+from workbench.engine.scheduler import Scheduler
+from workbench.results import StepLog
+
+
+class StepTimers:
+    """Wall-time accumulators per engine phase (benchmarks: `simulate(..., timers=StepTimers())`).
+
+    Whoever wraps the strategy to time its calls adds them to `allocator_s`; the phases then
+    exclude that time, so the four parts add up to the step loop's time."""
+
+    def __init__(self) -> None:
+        self.allocator_s = 0.0  # inside strategy calls, in any phase
+        self.scheduler_s = 0.0  # queueing and admission decisions
+        self.kernel_s = 0.0  # block moves, cache writes, attention, verification
+        self.bookkeeping_s = 0.0  # clock, completion, step rows
+        self.steps = 0
+
+
+class Replica:
+    """Mutates its scheduler, the runner's pool and its step log."""
+
+    def __init__(self, scheduler: Scheduler, runner, clock: RooflineClock, *, measured: bool, attention_scale: float,
+                 timers: StepTimers | None = None) -> None:
+        """`runner`: a KernelRunner or None (no kernels); `measured`: the clock takes the measured attention
+        time, scaled by `attention_scale` (one layer's kernel heads -> the whole model)."""
+        self.scheduler = scheduler
+        self.runner = runner
+        self.clock = clock
+        self.measured = measured
+        self.attention_scale = attention_scale
+        self.timers = timers
+        self.steps = StepLog()
+        self.now_s = 0.0
+        self.num_steps = 0  # steps recorded
+
+    def next_event_s(self) -> float | None:
+        """Pure. When the next step can start: now while there is work, else at the next arrival; None
+        when no request is left."""
+        sched = self.scheduler
+        if sched.has_work():
+            return self.now_s
+        nxt = sched.next_arrival_s()
+        return None if nxt is None else max(self.now_s, nxt)
+
+    def step(self) -> int:
+        """Mutates. Advance to the next event and run one step there; returns the groups it finished.
+        Raises RuntimeError when work is left that can never run."""
+        sched, timers = self.scheduler, self.timers
+        nxt = self.next_event_s()
+        if nxt is None:
+            raise RuntimeError("the replica has no work left")
+        self.now_s = nxt
+        sched.arrive(self.now_s)
+        if not sched.has_work():  # every request that arrived now was rejected on arrival
+            return 0
+        if timers:
+            perf = time.perf_counter
+            a0, t0 = timers.allocator_s, perf()
+        rejected = sched.log.num_rejected
+        plan = sched.schedule(self.now_s)
+        if not plan.cost.num_running and not plan.started:
+            # nothing computes: every candidate was rejected (then go on), or nothing can ever move
+            if sched.log.num_rejected == rejected:
+                raise RuntimeError(f"scheduler stuck at t = {self.now_s:.6g} s: {len(sched.waiting)} waiting, "
+                                   f"{len(sched.swapped)} swapped, nothing running or admissible")
+            return 0
+        if timers:
+            a1, t1 = timers.allocator_s, perf()
+        attention_s = self.runner.run(plan) if self.runner is not None else None
+        if timers:
+            a2, t2 = timers.allocator_s, perf()
+        measured_s = attention_s * self.attention_scale if self.measured and attention_s is not None else None
+        dt_s = self.clock.cost_s(plan.cost, measured_s)
+        self.now_s += dt_s
+        finished = sched.complete(plan, self.now_s)
+        # the steps table stays deterministic: a wall time enters it only under the measured clock
+        self._record(plan, dt_s, attention_s if self.measured else None)
+        if timers:
+            a3, t3 = timers.allocator_s, perf()
+            timers.scheduler_s += (t1 - t0) - (a1 - a0)
+            timers.kernel_s += (t2 - t1) - (a2 - a1)
+            timers.bookkeeping_s += (t3 - t2) - (a3 - a2)
+            timers.steps += 1
+        return finished
+
+    def _record(self, plan: StepPlan, dt_s: float, attention_s: float | None) -> None:
+        snap, cost, log = plan.snapshot, plan.cost, self.steps
+        allocated = snap.token_slots + snap.reserved_slots + snap.internal_frag_slots
+        # INT_STEP_COLUMNS order (workbench.results)
+        log.record((self.now_s, dt_s, attention_s or 0.0), (
+            self.num_steps, cost.num_running, self.scheduler.num_waiting(),
+            cost.num_prefill_tokens, cost.num_decode_tokens,
+            snap.token_slots, snap.reserved_slots, snap.internal_frag_slots, snap.cached_slots,
+            snap.external_frag_slots, snap.free_slots, snap.logical_token_slots, snap.block_table_bytes,
+            cost.copied_blocks, plan.preemptions, cost.swapped_blocks,
+            snap.largest_free_extent_slots, cost.unshared_block_slots if self.scheduler.paged else allocated,
+        ))
+        if plan.effects.columns:
+            log.record_groups(dict(plan.effects.columns))
+        if snap.groups:
+            log.record_groups({f"group{i}_{part}": getattr(g, part) for i, g in enumerate(snap.groups)
+                               for part in GROUP_PARTS})
+        self.num_steps += 1

@@ -1,0 +1,282 @@
+"""FCFS continuous batching over one allocation strategy (docs/engine.md): which groups run each step.
+
+A request becomes a *group* of sequences sharing its prompt (n parallel samples or beam_width
+beams; workbench.engine.groups).
+
+Per step (`schedule`): running groups get one slot per sequence (preempting the latest-arrived
+group, all or nothing, while that is impossible), then — only if nothing was preempted — swapped
+groups come back and waiting groups are admitted (workbench.engine.admission). With chunked prefill the
+budget covers decodes and prefill chunks alike, and a partially prefilled group continues before
+anything new is admitted (workbench.engine.prefill_chunks). The result is a `StepPlan` of plain data
+(workbench.engine.plan); `complete` then advances the tokens and retires finished groups. Only the
+strategy's integers change here; the kernel runner executes the plan's copies, moves and writes on
+the KV pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.allocators.base import Strategy
+from workbench.clock.step_cost import CostMeter
+from workbench.engine.admission import Admission
+from workbench.engine.beam_forks import BeamForks
+from workbench.engine.decode_batch import DecodeBatch
+from workbench.engine.groups import Group, GroupState
+from workbench.engine.kernel_inputs import kernel_inputs
+from workbench.engine.plan import Prefill, Resumed, StepPlan, concat_pairs
+from workbench.engine.prefill_chunks import PrefillChunks
+from workbench.engine.request_log import RequestLog
+from workbench.engine.tokens import TokenStore
+from workbench.workload.request import Request
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The scheduling limits and policies of one replica (docs/engine.md)."""
+
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    watermark_frac: float = 0.0  # free blocks (share of the pool) admission keeps for running groups
+    swap: bool = False  # preempt by swapping when the strategy and the host pool allow, else recompute
+    seed: int = 0
+    # None when no kernel consumes the plans (they then carry no kernel inputs); else attention runs at
+    # steps divisible by it, and those plans carry the kernels' descriptors
+    kernel_every: int | None = None
+    chunked_prefill: bool = False
+    admission: str = "fcfs"  # or "skip": pass over waiting groups the pool cannot place
+    beam_branch_frac: float = 1.0
+    attention_windows: tuple[tuple[int, float], ...] = ()  # (window, layer fraction): step_cost
+
+
+class Scheduler:
+    """Owns the queues; mutates the strategy, the token store and the request log it is given."""
+
+    def __init__(self, strategy: Strategy, requests: list[Request], tokens: TokenStore, config: SchedulerConfig
+                 ) -> None:
+        self.strategy = strategy
+        self.requests = requests
+        self.tokens = tokens
+        self.config = config
+        self.log = RequestLog(len(requests))
+        self.paged = strategy.kernel_mode == "paged"
+        self.block_size = strategy.block_size
+        self.swap = config.swap and strategy.supports_swap  # else preemption recomputes
+        self.chunks = PrefillChunks(strategy, tokens) if config.chunked_prefill else None
+        watermark = int(config.watermark_frac * (strategy.capacity_slots // self.block_size)) if self.paged else 0
+        self.live: dict[int, Group] = {}  # request index -> its group, from arrival until done
+        self.admission = Admission(strategy, tokens, self.log, self.chunks, self.live,
+                                   max_num_seqs=config.max_num_seqs, watermark_blocks=watermark,
+                                   skip_unplaced=config.admission == "skip")
+        self.batch = DecodeBatch(CostMeter(self.block_size, config.attention_windows))
+        self.next_arrival = 0  # index of the first request not yet arrived
+        self.swapped: list[Group] = []  # preempted to the host pool; the last preempted returns first
+        self.num_running_seqs = 0  # sequences holding device KV: RUNNING and STARTING groups
+        self.step = 0  # completed steps
+        self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
+        self.beams = BeamForks(strategy, tokens, config.seed, self.admission.new_seq_id, config.beam_branch_frac)
+        self.has_beams = any(r.beam_width > 1 for r in requests)
+        # token ids of the decode batch are computed when the strategy caches decode-filled blocks or a
+        # kernel writes them
+        self.needs_token_ids = strategy.wants_token_ids or config.kernel_every is not None
+
+    # ---- queue state -------------------------------------------------------------------------
+    @property
+    def waiting(self):
+        return self.admission.waiting
+
+    def arrive(self, now_s: float) -> None:
+        """Mutates. Requests that arrived by `now_s` join the waiting queue (or are rejected)."""
+        reqs, max_len = self.requests, self.config.max_model_len
+        while self.next_arrival < len(reqs) and reqs[self.next_arrival].arrival_s <= now_s:
+            i = self.next_arrival
+            req = reqs[i]
+            self.next_arrival += 1
+            group = Group(i, req, final_len=req.prompt_tokens + req.output_tokens - 1)
+            total = req.prompt_tokens + req.output_tokens
+            if total > max_len:
+                self.admission.reject(group, f"prompt+output ({total}) > max_model_len ({max_len})")
+            else:
+                self.live[i] = group
+                self.waiting.append(group)
+
+    def has_work(self) -> bool:
+        return bool(self.batch or self.waiting or self.swapped or self._partial())
+
+    def _partial(self) -> Group | None:
+        """The partially prefilled group (chunked prefill only)."""
+        return None if self.chunks is None else self.chunks.group
+
+    def next_arrival_s(self) -> float | None:
+        if self.next_arrival < len(self.requests):
+            return self.requests[self.next_arrival].arrival_s
+        return None
+
+    def num_waiting(self) -> int:
+        return len(self.waiting) + len(self.swapped)
+
+    # ---- one step ----------------------------------------------------------------------------
+    def schedule(self, now_s: float) -> StepPlan:
+        """Mutates the strategy and the queues: decide and allocate this step's work."""
+        strategy, batch = self.strategy, self.batch
+        forks, copies = self.beams.take() if self.has_beams else ((), [])
+        swap_out: list[np.ndarray] = []
+        preemptions = 0
+        ids = batch.ids()
+        while ids and not strategy.can_append(ids):
+            partial = self._partial()
+            holders = batch.groups if partial is None else [*batch.groups, partial]
+            victim = max(holders, key=lambda g: g.index)
+            if len(holders) == 1:
+                self._retire(victim, "needs more KV slots than the whole pool")
+            else:
+                self._preempt(victim, swap_out)
+                preemptions += 1
+            ids = batch.ids()
+        decode_requests = tuple(g.index for g in batch.groups)
+        decode_seq_ids = positions = token_ids = appended = None
+        if ids:
+            if self.needs_token_ids:
+                decode_seq_ids, positions, generated = batch.positions(ids, self.step)
+                token_ids = self.tokens.generated(decode_seq_ids, generated)
+            appended = strategy.append(ids, token_ids) if strategy.wants_token_ids else strategy.append(ids)
+            if len(appended.copies):
+                copies.append(appended.copies)
+            batch.meter.decoded(len(ids), self.step)
+        budget = self.config.max_num_batched_tokens - (len(ids) if self.chunks is not None else 0)
+
+        started: list[Resumed] = []
+        swap_in: list[np.ndarray] = []
+        prefills: list[Prefill] = []
+        refused_extent = 0
+        if not preemptions:
+            if self._partial() is not None:
+                budget = self._continue_prefill(prefills, copies, budget)
+            self._swap_in(started, swap_in)
+            if not self.swapped and self._partial() is None:
+                refused_extent, self.num_running_seqs = self.admission.admit(
+                    now_s, self.num_running_seqs, prefills, copies, budget)
+        copies_arr, swap_out_arr, swap_in_arr = concat_pairs(copies), concat_pairs(swap_out), concat_pairs(swap_in)
+        effects = strategy.end_step()
+        cost = batch.meter.cost(len(ids), prefills, started, len(copies_arr), len(swap_out_arr) + len(swap_in_arr),
+                                effects.mapped_pages)
+        if len(effects.promote):
+            cost = cost._replace(loaded_blocks=len(effects.promote))
+        kernel = None
+        if self.config.kernel_every is not None:
+            kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, decode_seq_ids,
+                                   positions, token_ids, prefills, appended)
+        return StepPlan(self.step, decode_requests, tuple(started), tuple(prefills), swap_out_arr, swap_in_arr,
+                        copies_arr, tuple(forks), preemptions, refused_extent, strategy.snapshot(refused_extent),
+                        cost, kernel, effects)
+
+    def complete(self, plan: StepPlan, now_s: float) -> int:
+        """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished
+        groups are freed. Returns how many groups finished."""
+        self.step += 1
+        step, live = self.step, self.live
+        if self.has_beams:
+            for i in plan.decode_requests:
+                g = live[i]
+                if g.request.beam_width > 1:
+                    self.batch.sync(g, step)
+                    self._advance_beams(g)
+        for p in plan.prefills:
+            if not p.completes:  # a chunk before the last: the group stays PREFILLING
+                continue
+            g = live[p.request_index]
+            g.generated += 1
+            self.log.first_token(g.index, now_s)
+            if g.request.beam_width > 1:
+                self._advance_beams(g)
+            self._start_decoding(g)
+        for r in plan.started:
+            self._start_decoding(live[r.request_index])
+        finished = 0
+        for g, epoch in self.finish_at.pop(step, ()):
+            if g.epoch != epoch:
+                continue
+            self._leave_device(g)
+            for seq_id in g.seq_ids:
+                self.strategy.free(seq_id)
+                self.tokens.remove(seq_id)
+            g.state = GroupState.DONE
+            del live[g.index]
+            self.log.finished(g.index, now_s, g.request.output_tokens * g.num_seqs)
+            finished += 1
+        return finished
+
+    def _advance_beams(self, g: Group) -> None:
+        if self.beams.advance(g) and g.state == GroupState.RUNNING:
+            self.batch.reshaped()
+
+    def _start_decoding(self, g: Group) -> None:
+        """A STARTING group joins the decode batch; it finishes after (output - generated) more steps."""
+        left = g.request.output_tokens - g.generated
+        g.synced_step = self.step
+        self.finish_at.setdefault(self.step + left, []).append((g, g.epoch))
+        if left:  # a group with nothing left stays STARTING and finishes in this `complete`
+            self.batch.join(g, self.step)
+
+    # ---- admission of what was already admitted once -----------------------------------------
+    def _continue_prefill(self, prefills: list[Prefill], copies: list[np.ndarray], budget: int) -> int:
+        """The partially prefilled group computes its next chunk; returns the budget left. Without room
+        for it the group waits for running groups to free blocks, unless none runs: then no
+        block will ever come free and it is rejected."""
+        prefill = self.chunks.advance(budget, copies)
+        if prefill is not None:
+            prefills.append(prefill)
+            return budget - prefill.write_tokens
+        if not self.batch:
+            g = self.chunks.group
+            self.chunks.group = None
+            self._retire(g, "needs more KV slots than the whole pool")
+        return budget
+
+    def _swap_in(self, started: list[Resumed], swap_in: list[np.ndarray]) -> None:
+        while self.swapped:
+            g = self.swapped[-1]
+            if self.num_running_seqs + g.num_seqs > self.config.max_num_seqs or \
+                    not self.strategy.can_swap_in(g.seq_ids):
+                return
+            self.swapped.pop()
+            swap_in.append(self.strategy.swap_in(g.seq_ids).moves)
+            g.state = GroupState.STARTING
+            self.num_running_seqs += g.num_seqs
+            started.append(Resumed(g.index, g.num_seqs, g.kv_len))
+
+    # ---- preemption --------------------------------------------------------------------------
+    def _preempt(self, g: Group, swap_out: list[np.ndarray]) -> None:
+        """Mutates. Take a running group off the device, all or nothing: swap it to the host pool when
+        swapping is on and the host has room (its moves go to `swap_out`), else free it for recompute."""
+        partial = g.state == GroupState.PREFILLING  # a partial prefill is recomputed, never swapped
+        if partial:
+            self.chunks.group = None
+        self._leave_device(g)
+        self.log.preempted(g.index)
+        if self.swap and not partial and self.strategy.can_swap_out(g.seq_ids):
+            swap_out.append(self.strategy.swap_out(g.seq_ids).moves)
+            g.state = GroupState.SWAPPED
+            self.swapped.append(g)
+            return
+        for seq_id in g.seq_ids:
+            self.strategy.free(seq_id)
+        g.state = GroupState.WAITING
+        self.waiting.appendleft(g)
+
+    def _retire(self, g: Group, reason: str) -> None:
+        """Mutates. The only holder of the pool cannot grow: free it and reject it."""
+        self._leave_device(g)
+        for seq_id in g.seq_ids:
+            self.strategy.free(seq_id)
+        self.admission.reject(g, reason)
+
+    def _leave_device(self, g: Group) -> None:
+        """The group stops holding device KV (finished, preempted or rejected); its counters are synced."""
+        if g.state == GroupState.RUNNING:
+            self.batch.leave(g, self.step)
+        self.num_running_seqs -= g.num_seqs
+        g.epoch += 1

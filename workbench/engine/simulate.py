@@ -1,0 +1,201 @@
+"""One simulation run (docs/engine.md): the only place that wires workload, strategy, KV pool and kernels.
+
+`run(cfg, out_dir)` replays the workload step by step: arrivals join the queue, the scheduler
+allocates the step's work on the strategy, the kernel runner (unless `kernel = none`) executes the
+block moves, cache writes and attention and verifies sampled sequences, the clock advances by the
+step's modeled (or measured) duration, and one step row is recorded. Idle gaps jump to the next
+arrival. Same config and seed give bit-identical tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench import __version__
+from workbench.allocators import registry
+from workbench.allocators.base import Strategy
+from workbench.clock.profiles import make_clock
+from workbench.config import Resolved, RunConfig
+from workbench.engine.host_tier_outputs import host_tier_totals
+from workbench.engine.replica import Replica, StepTimers
+from workbench.engine.scheduler import Scheduler, SchedulerConfig
+from workbench.engine.tokens import TokenStore
+from workbench.errors import UnservableError
+from workbench.paths import REPO_ROOT
+from workbench.results import summarize, write_outputs
+from workbench.workload import build_workload, check_workload
+from workbench.workload.request import Request
+
+
+def kernel_backend(cfg: RunConfig) -> str:
+    if cfg.kernel == "auto":
+        from workbench.kernels import default_backend
+        return default_backend()
+    return cfg.kernel
+
+
+def check_config(cfg: RunConfig) -> Resolved:
+    """Everything that can be said against a config before running it; raises ValueError."""
+    if cfg.strategy not in registry.names():
+        raise ValueError(f"unknown strategy {cfg.strategy!r}; valid: {', '.join(registry.names())}")
+    resolved = cfg.resolve()
+    check_workload(cfg)
+    registry.check_strategy(cfg, resolved)
+    if cfg.kernel == "cupy":
+        from workbench.kernels import available_backends
+        if "cupy" not in available_backends():
+            raise ValueError("kernel cupy needs a CUDA GPU with CuPy; use --kernel numba or auto")
+    return resolved
+
+
+@dataclass(frozen=True)
+class RunResult:
+    steps: pd.DataFrame  # steps.parquet
+    requests: pd.DataFrame  # requests.parquet
+    summary: dict[str, Any]  # summary.json
+
+
+def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) -> dict[str, Any]:
+    """Run one simulation; with `out_dir`, write config.json, steps.parquet, requests.parquet and
+    summary.json there. Returns the summary (keys = columns.SUMMARY_KEYS)."""
+    wall0 = time.perf_counter()
+    res = check_config(cfg)
+    requests = build_workload(cfg)
+    check_servable(cfg, res, requests)
+    strategy = registry.create_from_config(cfg, res)
+    result = simulate(cfg, requests, strategy, progress=progress, wall0_s=wall0)
+    if out_dir is not None:
+        write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,
+                      result.requests, result.summary)
+    return result.summary
+
+
+def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, progress: bool = False,
+             timers: StepTimers | None = None, wall0_s: float | None = None) -> RunResult:
+    """Replay `requests` on a fresh `strategy` (mutated) under `cfg`; returns the tables and summary."""
+    wall0_s = time.perf_counter() if wall0_s is None else wall0_s
+    res = cfg.resolve()
+    backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
+    tokens = TokenStore()
+    sched = make_scheduler(cfg, res, strategy, requests, tokens, kernel_every=None if backend == "none"
+                           else cfg.kernel_every)
+    runner = None
+    if backend != "none":
+        from workbench.engine.kvpool import KVPool
+        from workbench.engine.runner import KernelRunner
+        pool_class, paging = KVPool, {}
+        if strategy.page_tokens:  # pages mapped on demand: CUDA virtual memory, emulated on the CPU
+            from workbench.engine.kvpool_vmm import VirtualKVPool as pool_class
+            paging = {"page_rows": strategy.page_tokens}
+        pool = pool_class(strategy.virtual_slots, res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
+                          backend, tier_slots=strategy.host_tier_blocks * strategy.block_size, **paging)
+        group_size = res.model.num_heads // res.model.num_kv_heads
+        runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
+                              head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
+    clock = make_clock(cfg, res, strategy.block_size, strategy.map_s_per_page, strategy.overlap_map,
+                       paged_kernel=strategy.kernel_mode == "paged", overlap_load=strategy.overlap_load)
+    # measured attention of one layer with kernel_heads -> the full model's attention time
+    attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
+    replica = Replica(sched, runner, clock, measured=cfg.clock == "measured", attention_scale=attention_scale,
+                      timers=timers)
+    try:
+        _drive(replica, progress)
+    finally:  # a GPU run's virtual memory goes back now, not when the process ends
+        if runner is not None:
+            runner.pool.close()
+
+    steps = replica.steps.to_frame()
+    req_table = sched.log.to_frame(requests)
+    extra = {
+        **host_tier_totals(strategy.counters(), res.kv_bytes_per_token * strategy.block_size),
+        "kernel_backend": backend,
+        "kernel_time_s": runner.kernel_time_s if runner else 0.0,
+        "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
+                        if runner and runner.kernel_time_s > 0 else 0.0),
+        "verify_max_rel_err": runner.verify_max_rel_err if runner else float("nan"),
+        "sim_wall_s": time.perf_counter() - wall0_s,
+    }
+    summary = summarize(steps, req_table, capacity_slots=strategy.capacity_slots,
+                        generated_tokens=sched.log.generated_tokens, extra=extra)
+    return RunResult(steps, req_table, summary)
+
+
+def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: list[Request], tokens: TokenStore,
+                   *, kernel_every: int | None) -> Scheduler:
+    config = SchedulerConfig(
+        max_model_len=res.model.max_model_len, max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=res.max_num_batched_tokens, watermark_frac=cfg.watermark_frac,
+        swap=cfg.preemption == "swap", seed=cfg.seed, kernel_every=kernel_every, chunked_prefill=cfg.chunked_prefill,
+        admission=cfg.admission, beam_branch_frac=cfg.beam_branch_frac,
+        attention_windows=res.model.window_layer_fracs())
+    return Scheduler(strategy, requests, tokens, config)
+
+
+def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> None:
+    """Raise UnservableError when the workload's shortest request (fewest prompt + output tokens) is
+    rejected even alone in an empty pool: then no request of the run can be served, and the run would
+    measure nothing but rejections and write NaN figures. The request is replayed on a fresh strategy by
+    the scheduler itself, so a refusal has the same reason a run would record (max_model_len, the
+    pool, a strategy's own limits), whatever the workload's source."""
+    shortest = min(requests, key=lambda r: (r.prompt_tokens + r.output_tokens, r.request_id))
+    alone = [dataclasses.replace(shortest, request_id=0, arrival_s=0.0)]
+    sched = make_scheduler(cfg, res, registry.create_from_config(cfg, res), alone, TokenStore(), kernel_every=None)
+    now_s = 0.0
+    sched.arrive(now_s)
+    while sched.has_work() and not sched.log.num_rejected:
+        plan = sched.schedule(now_s)
+        if not plan.cost.num_running and not plan.started and not sched.log.num_rejected:
+            reason = "never admitted"  # _simulate would report the run stuck
+            break
+        now_s += 1.0  # the clock plays no part in admission
+        sched.complete(plan, now_s)
+    else:
+        if not sched.log.num_rejected:
+            return
+        reason = sched.log.status[0].removeprefix("rejected: ")
+    seqs = f" × {shortest.n} samples" if shortest.n > 1 else (
+        f" × {shortest.beam_width} beams" if shortest.beam_width > 1 else "")
+    raise UnservableError(f"no request of the workload can be served with this configuration: the shortest, "
+                          f"request {shortest.request_id} ({shortest.prompt_tokens} prompt + {shortest.output_tokens} "
+                          f"output tokens{seqs}), is refused alone in an empty KV pool: {reason}")
+
+
+def _drive(replica: Replica, progress: bool) -> None:
+    """Step the replica until no request is left (a tqdm bar of finished requests with `progress`)."""
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(replica.scheduler.requests), unit="req", desc="requests")
+    while replica.next_event_s() is not None:
+        finished = replica.step()
+        if bar is not None and finished:
+            bar.update(finished)
+    if bar is not None:
+        bar.close()
+
+
+def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:
+    """config.json: the resolved configuration and where it ran."""
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {
+        "config": cfg.to_dict(),
+        "resolved": {"model": asdict(res.model), "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
+                     "swap_slots": res.swap_slots, "max_num_batched_tokens": res.max_num_batched_tokens,
+                     "kv_bytes_per_token": res.kv_bytes_per_token, "kernel_heads": res.kernel_heads,
+                     "layer_groups": res.layer_groups},
+        "seed": cfg.seed, "version": __version__, "git_commit": commit, "kernel_backend": backend,
+        "hardware": {"machine": platform.machine(), "processor": platform.processor(),
+                     "python": platform.python_version(), "system": platform.system()},
+    }
