@@ -45,6 +45,14 @@ def _guarded_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
+def _lazy_exports(tree: ast.Module) -> set[int]:
+    """Line numbers of a module-level `__getattr__` (PEP 562): what it imports runs when a caller asks the
+    package for one of its attributes by that name, which the GPU path does not (`workbench.engine`'s
+    `run` and `simulate` for notebooks)."""
+    return {line for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+            for line in range(node.lineno, node.end_lineno + 1)}
+
+
 def _nodes(tree: ast.Module, module_level_only: bool):
     """Every node of `tree`, or those outside function bodies."""
     if not module_level_only:
@@ -63,7 +71,7 @@ def imports_of(path: Path, module_level_only: bool = False) -> set[str]:
     ones left out), the modules passed to pytest.importorskip, and string constants naming a module of the
     package."""
     tree = ast.parse(path.read_text(), str(path))
-    optional = _guarded_lines(tree)
+    optional = _guarded_lines(tree) | _lazy_exports(tree)
     found = set()
     for node in _nodes(tree, module_level_only):
         if getattr(node, "lineno", None) in optional:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.conftest import call_cli as call
 from tests.sweep.sweep_fake_engine import SerialExecutor as Serial
 from tests.sweep.sweep_fake_engine import fake_run
-from workbench.engine import simulate as engine
+from workbench.engine import simulation as engine
 from workbench.run import main as run_main
 from workbench.sweep import cli as sweep_cli
 from workbench.sweep import parse_spec, run_sweep

@@ -24,7 +24,7 @@ FORBIDDEN = [
     ("workbench.sweep", "workbench.figures"),
     # the scheduling side decides on integers: it never reaches device memory, kernels or the loop above it
     *[(m, f) for m in _SCHEDULING for f in ("workbench.engine.runner", "workbench.engine.kvpool", "workbench.kernels",
-                                             "workbench.engine.simulate", "workbench.engine.replica")],
+                                             "workbench.engine.simulation", "workbench.engine.replica")],
 ]
 MAX_FLOORS = 10  # import edges on the longest chain of the graph
 

@@ -120,7 +120,7 @@ def saturation_note(saturated_step_frac: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     values = {name: getattr(args, name) for name in RunConfig.field_names()}
-    from workbench.engine.simulate import check_config, run
+    from workbench.engine.simulation import check_config, run
     try:
         cfg = RunConfig(**values)
         check_config(cfg)

@@ -8,7 +8,7 @@ import pytest
 
 from workbench.clock.step_cost import CostMeter
 from workbench.config import RunConfig
-from workbench.engine import simulate as engine
+from workbench.engine import simulation as engine
 from workbench.engine.groups import Group
 from workbench.engine.plan import Prefill
 

@@ -10,7 +10,7 @@ import pytest
 from workbench.allocators import registry
 from workbench.allocators.paged.hybrid import HybridPaged
 from workbench.config import RunConfig
-from workbench.engine import simulate as engine
+from workbench.engine import simulation as engine
 
 
 def _config(**kw) -> RunConfig:

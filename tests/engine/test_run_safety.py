@@ -14,7 +14,7 @@ import pytest
 
 from tests.engine.conftest import SMALL_MODEL
 from workbench import config as config_module
-from workbench.engine import simulate as engine
+from workbench.engine import simulation as engine
 from workbench.paths import REPO_ROOT
 from workbench.run import main
 

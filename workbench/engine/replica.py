@@ -4,7 +4,7 @@
 next arrival; None once everything is done) and `step()` does it: the arrivals up to then join the
 queue, the scheduler plans and allocates one step, the kernel runner (if any) executes the plan, the
 clock advances by the step's modeled (or measured) time and one step row is recorded. A run drives
-one replica until `next_event_s()` is None (workbench.engine.simulate); several replicas can be driven by one
+one replica until `next_event_s()` is None (workbench.engine.simulation); several replicas can be driven by one
 event loop, each advanced when its next event is the earliest.
 """
 

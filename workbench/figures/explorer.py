@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from workbench.allocators import registry
 from workbench.config import RunConfig
-from workbench.engine.simulate import check_config, simulate
+from workbench.engine.simulation import check_config, simulate
 from workbench.figures import style
 from workbench.figures.caption import add_caption
 from workbench.workload import build_workload

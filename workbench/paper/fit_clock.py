@@ -17,7 +17,7 @@ import itertools
 
 from workbench.clock.profiles import PROFILES
 from workbench.config import RunConfig
-from workbench.engine.simulate import run
+from workbench.engine.simulation import run
 from workbench.experiments import builtin_dir
 from workbench.paper.rows import load_values
 from workbench.sweep.spec import load_spec

@@ -43,7 +43,7 @@ from workbench.sweep.summary import POINT_SUMMARY_FILE, SUMMARY_FILE, summary_ta
 BROKEN_DIR = "broken"
 POINT_FILES = ("config.json", "steps.parquet", "requests.parquet", "summary.json")  # the §8 files of a point
 
-# run_fn(config, out_dir) writes the run files (docs/outputs.md) into out_dir; engine.simulate.run is the default
+# run_fn(config, out_dir) writes the run files (docs/outputs.md) into out_dir; engine.simulation.run is the default
 RunFn = Callable[[RunConfig, Path], Any]
 
 
@@ -67,7 +67,7 @@ def execute_point(task: PointTask) -> str:
     Runs in a worker process. Writes only under `points_dir`.
     """
     if task.run_fn is None:
-        from workbench.engine.simulate import run as run_fn
+        from workbench.engine.simulation import run as run_fn
     else:
         run_fn = task.run_fn
     if task.threads is not None:
