@@ -55,7 +55,22 @@ def walk_configs(reg: registry.Registration) -> list[tuple[int, dict]]:
 
 
 _WALK_VALUES = {f.name: f.metadata["walk"] for f in dataclasses.fields(RunConfig) if "walk" in f.metadata}
-CONFIGS = [(reg.name, bs, options) for reg in registry.registrations() for bs, options in walk_configs(reg)]
+
+
+def _quick_configs(reg: registry.Registration) -> list:
+    """pytest params of `walk_configs(reg)`. The quick run walks every option combination once and every
+    block size at least once (pairing them in turn); the rest of the cross, the same options at other block
+    sizes, is marked slow and runs in the full run."""
+    configs = walk_configs(reg)
+    sizes = list(dict.fromkeys(bs for bs, _ in configs))
+    combos = [options for bs, options in configs if bs == sizes[0]]
+    quick = {(k % len(sizes), k % len(combos)) for k in range(max(len(sizes), len(combos)))}
+    return [pytest.param(reg.name, bs, options, marks=() if (sizes.index(bs), combos.index(options)) in quick
+                         else pytest.mark.slow)
+            for bs, options in configs]
+
+
+CONFIGS = [param for reg in registry.registrations() for param in _quick_configs(reg)]
 
 
 def _sizes(block_size: int) -> tuple[int, int]:
@@ -244,9 +259,18 @@ def _hybrid_options(reg: registry.Registration, every_choice: bool) -> list[dict
     return [{o: registry.option_default(o) for o in reg.options}]
 
 
-HYBRID_CONFIGS = [(name, bs, geometry, options) for name in registry.hybrid_names() for bs in BLOCK_SIZES[:3]
-                  for geometry in HYBRID_GEOMETRIES
-                  for options in _hybrid_options(registry.get(name), geometry is HYBRID_GEOMETRIES[0])]
+def _hybrid_configs(name: str) -> list:
+    """pytest params over block sizes x geometries x option sets. The quick run walks every (geometry,
+    option set) once, at block sizes taken in turn (so each block size is met); the rest of the cross, the
+    same walks at other block sizes, is marked slow and runs in the full run."""
+    walks = [(geometry, options) for geometry in HYBRID_GEOMETRIES
+             for options in _hybrid_options(registry.get(name), geometry is HYBRID_GEOMETRIES[0])]
+    sizes = BLOCK_SIZES[:3]
+    return [pytest.param(name, bs, geometry, options, marks=() if j == k % len(sizes) else pytest.mark.slow)
+            for j, bs in enumerate(sizes) for k, (geometry, options) in enumerate(walks)]
+
+
+HYBRID_CONFIGS = [param for name in registry.hybrid_names() for param in _hybrid_configs(name)]
 
 
 def _check_hybrid(model: HybridPoolModel) -> None:

@@ -3,6 +3,7 @@ strategy's integrity holds after every step, the six-way partition is exact, and
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -10,16 +11,32 @@ from tests.engine.conftest import simulate_checked, small_config
 from workbench import columns as C
 from workbench.allocators import registry
 
+CONFIGS = dict(
+    strategy=st.sampled_from(registry.names()), block_size=st.sampled_from([1, 3, 8, 16]),
+    kv_slots=st.integers(512, 3000), fanout=st.sampled_from([("n", 1), ("n", 2), ("n", 4), ("beam_width", 2)]),
+    preemption=st.sampled_from(["recompute", "swap"]), fit=st.sampled_from(["first", "best", "buddy"]),
+    workload=st.sampled_from(["alpaca-like", "sharegpt-like", "system-prompt:k=3,system=30,lengths=alpaca",
+                              "multi-turn:turns=3,think=0.2,lengths=alpaca"]),
+    seed=st.integers(0, 2**16))
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(strategy=st.sampled_from(registry.names()), block_size=st.sampled_from([1, 3, 8, 16]),
-       kv_slots=st.integers(512, 3000), fanout=st.sampled_from([("n", 1), ("n", 2), ("n", 4), ("beam_width", 2)]),
-       preemption=st.sampled_from(["recompute", "swap"]), fit=st.sampled_from(["first", "best", "buddy"]),
-       workload=st.sampled_from(["alpaca-like", "sharegpt-like", "system-prompt:k=3,system=30,lengths=alpaca",
-                                 "multi-turn:turns=3,think=0.2,lengths=alpaca"]),
-       seed=st.integers(0, 2**16))
+
+# The quick run draws 12 configurations, the full run 30 more (the same checks over more of the space)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**CONFIGS)
 def test_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, workload,
                                              seed):
+    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, workload, seed)
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**CONFIGS)
+def test_more_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, workload,
+                                                  seed):
+    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, workload, seed)
+
+
+def check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, workload, seed):
     reg = registry.get(strategy)
     options = {"fit": fit} if "fit" in reg.options else {}  # a run may set only the options its strategy takes
     cfg = small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption,

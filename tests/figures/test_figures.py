@@ -61,13 +61,31 @@ SPECS = {
 }
 
 
+class InProcessExecutor:
+    """Runs a sweep's points one after another in this process. The figures are what is tested here, not
+    the process pool (tests/sweep covers it): a pool per figure would start and import the package in
+    two fresh processes for each of the figures."""
+
+    threads_per_task = 1  # as LocalExecutor(2) gives each point on a 2-core machine
+
+    def map_unordered(self, fn, tasks):
+        import numba  # imported first, so a point caps the thread count of this process, not its environment
+
+        before = numba.get_num_threads()
+        try:
+            for task in tasks:
+                yield fn(task)
+        finally:
+            numba.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, tuple[Path, pd.DataFrame]]:
     """Every figure built by `build` from its tiny sweep: name -> (sweep dir, summary)."""
     root = tmp_path_factory.mktemp("figures")
     out: dict[str, tuple[Path, pd.DataFrame]] = {}
     for name in FIGURE_NAMES:
-        paths = build(name, figures_dir=root / "figures", runs_dir=root / "runs", executor=LocalExecutor(2),
+        paths = build(name, figures_dir=root / "figures", runs_dir=root / "runs", executor=InProcessExecutor(),
                       progress=False, command="pytest", spec=parse_spec(SPECS[name], default_name=name))
         assert [p.name for p in paths] == [f"{name}.png", f"{name}.pdf", f"{name}.provenance.json"]
         for path in paths:

@@ -72,8 +72,16 @@ def test_decode_grid(block_size, group, kv_dtype):
     np.testing.assert_array_equal(paged, contig)
 
 
-@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
-@pytest.mark.parametrize("partition_tokens", [5, 64, 300])
+def _split_k_grid() -> list:
+    """Partition lengths x KV dtypes. The quick run takes each dtype once, with the partition lengths in turn
+    (the split and the merge do not depend on the dtype); the full run crosses them all."""
+    partitions = [5, 64, 300]
+    quick = {(partitions[i % 3], d) for i, d in enumerate(KV_DTYPES)}
+    return [pytest.param(p, d, id=f"{p}-{d}", marks=() if (p, d) in quick else pytest.mark.slow)
+            for p in partitions for d in KV_DTYPES]
+
+
+@pytest.mark.parametrize(("partition_tokens", "kv_dtype"), _split_k_grid())
 def test_decode_split_k(partition_tokens, kv_dtype):
     """Forced split-K partitions (including ones that cut pages and leave short sequences empty) + merge."""
     rng = np.random.default_rng([partition_tokens, len(kv_dtype), 12])
@@ -84,9 +92,17 @@ def test_decode_split_k(partition_tokens, kv_dtype):
     np.testing.assert_array_equal(paged, contig)
 
 
-@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
-@pytest.mark.parametrize("group", [1, 4])
-@pytest.mark.parametrize("block_size", [1, 16, 256])
+def _extend_grid() -> list:
+    """Block sizes x GQA groups x KV dtypes. The quick run takes every (block size, group) pair once, with the
+    dtypes in turn; the full run crosses them all."""
+    block_sizes, groups = [1, 16, 256], [1, 4]
+    pairs = [(b, g) for b in block_sizes for g in groups]
+    quick = {(b, g, KV_DTYPES[i % len(KV_DTYPES)]) for i, (b, g) in enumerate(pairs)}
+    return [pytest.param(b, g, d, id=f"{b}-{g}-{d}", marks=() if (b, g, d) in quick else pytest.mark.slow)
+            for b, g in pairs for d in KV_DTYPES]
+
+
+@pytest.mark.parametrize(("block_size", "group", "kv_dtype"), _extend_grid())
 def test_extend_grid(block_size, group, kv_dtype):
     """Causal extend through the public surface: 1..40 new tokens per sequence over the ragged lengths."""
     rng = np.random.default_rng([block_size, group, len(kv_dtype), 13])
