@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=Path, default=None,
                         help=f"markdown table to write (default: {DEFAULT_TABLE.relative_to(REPO_ROOT)}; "
                              "with --small: none)")
-    parser.add_argument("--small", action="store_true", help=f"every point on {SMALL_FRAC:.0%} of its requests")
+    # argparse formats help strings with %, so a literal percent sign is doubled
+    parser.add_argument("--small", action="store_true", help=f"every point on {SMALL_FRAC * 100:.0f}%% of its requests")
     parser.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default: the usable cores)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
