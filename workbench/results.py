@@ -109,7 +109,7 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
     out["prefix_query_tokens"], out["prefix_hit_tokens"] = query, hit
     out["prefix_hit_rate"] = hit / query if query else 0.0
     out["prefix_evicted_blocks"] = int(extra["prefix_evicted_blocks"])
-    # a prefix cache's host tier (workbench.engine.host_tier_outputs); absent from `extra` without one
+    # a prefix cache's host tier (workbench.engine.summary_counters); absent from `extra` without one
     out["prefix_hit_rate_host"] = int(extra.get("prefix_hit_tokens_host", 0)) / query if query else 0.0
     out["host_bytes_loaded"] = int(extra.get("host_bytes_loaded", 0))
     out["host_bytes_demoted"] = int(extra.get("host_bytes_demoted", 0))

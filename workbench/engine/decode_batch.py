@@ -21,6 +21,7 @@ class DecodeBatch:
         self.groups: list[Group] = []  # RUNNING groups, in the order they joined
         self.meter = meter
         self._ids: list[int] | None = None  # the flattened sequence ids, rebuilt on change
+        self._requests: tuple[int, ...] | None = None  # the groups' request indices, rebuilt on change
         # A decoding sequence writes position `_pos_base + step`, generated token `_pos_base + step -
         # _prompt_len`; these arrays describe the list `_batch` and are rebuilt when the ids change.
         self._batch: list[int] | None = None
@@ -36,6 +37,12 @@ class DecodeBatch:
         if self._ids is None:
             self._ids = [s for g in self.groups for s in g.seq_ids]
         return self._ids
+
+    def requests(self) -> tuple[int, ...]:
+        """The running groups' request indices, batch order (cached until the batch changes)."""
+        if self._requests is None:
+            self._requests = tuple(g.index for g in self.groups)
+        return self._requests
 
     def positions(self, ids: list[int], step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """int64 [num_decode] each: the sequence ids of `ids` (this batch's list), the position each writes
@@ -65,6 +72,7 @@ class DecodeBatch:
         """A group with tokens left to generate starts decoding at `step`."""
         g.state = GroupState.RUNNING
         self.groups.append(g)
+        self._requests = None
         if self._ids is not None:  # extend the batch (a new list: plans keep the old one)
             self._ids = self._ids + g.seq_ids
         self.meter.add(g.kv_len, g.num_seqs, step, +1)
@@ -73,7 +81,7 @@ class DecodeBatch:
         """A running group stops decoding (finished or preempted); its counters are synced."""
         self.sync(g, step)
         self.groups.remove(g)
-        self._ids = None
+        self._ids = self._requests = None
         self.meter.add(g.kv_len, g.num_seqs, step, -1)
 
     def reshaped(self) -> None:

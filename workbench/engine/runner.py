@@ -166,24 +166,16 @@ class KernelRunner:
         qd = xp.asarray(q)
         qo = None if qo_indptr is None else xp.asarray(qo_indptr)
         if isinstance(desc, PagedDescriptor):
-            args = (pool.k, pool.v, xp.asarray(desc.kv_indptr), xp.asarray(desc.kv_indices),
-                    xp.asarray(desc.kv_last_page_len), desc.block_size)
+            fn = kernels.paged_decode if qo is None else kernels.paged_extend
+            table = (xp.asarray(desc.kv_indptr), xp.asarray(desc.kv_indices), xp.asarray(desc.kv_last_page_len),
+                     desc.block_size)
             kv_len = kernels.paged_kv_len(desc.kv_indptr, desc.kv_last_page_len, desc.block_size)
-            if qo is None:
-                call = kernels.prepare(kernels.paged_decode, qd, *args, backend=backend, kv_dtype=kv_dtype,
-                                       window=window)
-            else:
-                call = kernels.prepare(kernels.paged_extend, qd, qo, *args, backend=backend, kv_dtype=kv_dtype,
-                                       window=window)
         else:
-            args = (pool.k, pool.v, xp.asarray(desc.kv_start), xp.asarray(desc.kv_len))
+            fn = kernels.contiguous_decode if qo is None else kernels.contiguous_extend
+            table = (xp.asarray(desc.kv_start), xp.asarray(desc.kv_len))
             kv_len = desc.kv_len
-            if qo is None:
-                call = kernels.prepare(kernels.contiguous_decode, qd, *args, backend=backend, kv_dtype=kv_dtype,
-                                       window=window)
-            else:
-                call = kernels.prepare(kernels.contiguous_extend, qd, qo, *args, backend=backend, kv_dtype=kv_dtype,
-                                       window=window)
+        queries = (qd,) if qo is None else (qd, qo)
+        call = kernels.prepare(fn, *queries, pool.k, pool.v, *table, backend=backend, kv_dtype=kv_dtype, window=window)
         if window:  # a windowed query reads at most `window` rows
             kv_len = np.minimum(kv_len, window)
         self.kernel_bytes += kernels.kv_bytes_read(kv_len, pool.k.shape[1], self.head_dim, kv_dtype)

@@ -136,7 +136,7 @@ class Scheduler:
                 self._preempt(victim, swap_out)
                 preemptions += 1
             ids = batch.ids()
-        decode_requests = tuple(g.index for g in batch.groups)
+        decode_requests = batch.requests()
         decode_seq_ids = positions = token_ids = appended = None
         if ids:
             if self.needs_token_ids:
@@ -199,9 +199,8 @@ class Scheduler:
         for g, epoch in self.finish_at.pop(step, ()):
             if g.epoch != epoch:
                 continue
-            self._leave_device(g)
+            self._free_device(g)
             for seq_id in g.seq_ids:
-                self.strategy.free(seq_id)
                 self.tokens.remove(seq_id)
             g.state = GroupState.DONE
             del live[g.index]
@@ -255,24 +254,27 @@ class Scheduler:
         partial = g.state == GroupState.PREFILLING  # a partial prefill is recomputed, never swapped
         if partial:
             self.chunks.group = None
-        self._leave_device(g)
         self.log.preempted(g.index)
         if self.swap and not partial and self.strategy.can_swap_out(g.seq_ids):
+            self._leave_device(g)
             swap_out.append(self.strategy.swap_out(g.seq_ids).moves)
             g.state = GroupState.SWAPPED
             self.swapped.append(g)
             return
-        for seq_id in g.seq_ids:
-            self.strategy.free(seq_id)
+        self._free_device(g)
         g.state = GroupState.WAITING
         self.waiting.appendleft(g)
 
     def _retire(self, g: Group, reason: str) -> None:
         """Mutates. The only holder of the pool cannot grow: free it and reject it."""
+        self._free_device(g)
+        self.admission.reject(g, reason)
+
+    def _free_device(self, g: Group) -> None:
+        """The group leaves the device and its sequences' KV is freed."""
         self._leave_device(g)
         for seq_id in g.seq_ids:
             self.strategy.free(seq_id)
-        self.admission.reject(g, reason)
 
     def _leave_device(self, g: Group) -> None:
         """The group stops holding device KV (finished, preempted or rejected); its counters are synced."""

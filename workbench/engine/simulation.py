@@ -24,9 +24,9 @@ from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.clock.profiles import make_clock
 from workbench.config import Resolved, RunConfig
-from workbench.engine.host_tier_outputs import host_tier_totals
 from workbench.engine.replica import Replica, StepTimers
 from workbench.engine.scheduler import Scheduler, SchedulerConfig
+from workbench.engine.summary_counters import summary_counters
 from workbench.engine.tokens import TokenStore
 from workbench.errors import UnservableError
 from workbench.paths import REPO_ROOT
@@ -115,7 +115,7 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     steps = replica.steps.to_frame()
     req_table = sched.log.to_frame(requests)
     extra = {
-        **host_tier_totals(strategy.counters(), res.kv_bytes_per_token * strategy.block_size),
+        **summary_counters(strategy.counters(), res.kv_bytes_per_token * strategy.block_size),
         "kernel_backend": backend,
         "kernel_time_s": runner.kernel_time_s if runner else 0.0,
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
