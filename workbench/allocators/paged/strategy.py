@@ -3,7 +3,7 @@
 Blocks are allocated on demand and freed on completion. A group admitted together (parallel
 sampling) and a fork share blocks by reference count; the first write into a shared block copies it
 (copy-on-write), except for its last holder, which writes in place. Swap moves a group's distinct
-blocks to a host pool of `swap_slots // block_size` blocks and back.
+blocks to a host pool of `swap_slots // block_size` blocks and back (`paged.swap`).
 
 Prefix caching is composed, not subclassed: given a `PrefixIndex` (`prefix.index`), the strategy
 looks a prompt's chain keys up in it at admission, registers the full blocks it fills (prompt and
@@ -44,10 +44,10 @@ from workbench.allocators.base import (
     Snapshot,
     StepEffects,
     Strategy,
-    SwapResult,
 )
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.paged.integrity import check_paged
+from workbench.allocators.paged.swap import PagedSwap
 from workbench.allocators.paged.tables import BlockTables
 from workbench.allocators.prefix.chains import SeqChains
 from workbench.allocators.prefix.host_tier import HostTier
@@ -59,7 +59,7 @@ _NO_KEYS = np.zeros(0, dtype=np.uint64)
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
 
 
-class PagedStrategy(Strategy):
+class PagedStrategy(PagedSwap, Strategy):
     name = "paged"
     kernel_mode = "paged"
     supports_swap = True
@@ -358,61 +358,6 @@ class PagedStrategy(Strategy):
             largest_free_extent_slots=free,  # any set of free blocks serves a request: one extent
             num_free_blocks=self.num_allocatable_blocks())
 
-    # -- swap -------------------------------------------------------------------------------------
-
-    def can_swap_out(self, seq_ids: list[int]) -> bool:
-        rows = self.tables.seqs.rows(seq_ids)
-        self._check_on_device(rows)
-        return np.unique(self.tables.entries_of(rows)[0]).shape[0] <= self._host_free.size
-
-    def swap_out(self, seq_ids: list[int]) -> SwapResult:
-        """Mutates. Each distinct block of the group moves to one host block (shared blocks once);
-        device blocks no sequence outside the group holds are released."""
-        t = self.tables
-        rows = t.seqs.rows(seq_ids)
-        self._check_on_device(rows)
-        entries, fills = t.entries_of(rows)
-        blocks, first, inverse, counts = _distinct_in_order(entries)
-        host = self._host_free.pop(blocks.shape[0])
-        self._host_refcount[host] += counts
-        t.replace_entries(rows, host[inverse])
-        t.swapped[rows] = True
-        self._refcount[blocks] -= counts
-        released = self._refcount[blocks] == 0
-        self._written_slots -= int(fills[first][released].sum())
-        self._logical_slots -= int(t.seqs.column("length")[rows].sum())
-        self._table_entries -= entries.shape[0]
-        self._release(blocks[released])
-        self.swapped_out_blocks += blocks.shape[0]
-        return SwapResult(moves=np.stack([blocks, host], axis=1).astype(np.int32))
-
-    def can_swap_in(self, seq_ids: list[int]) -> bool:
-        rows = self.tables.seqs.rows(seq_ids)
-        self._check_swapped(rows)
-        return np.unique(self.tables.entries_of(rows)[0]).shape[0] <= self.num_allocatable_blocks()
-
-    def swap_in(self, seq_ids: list[int]) -> SwapResult:
-        """Mutates. Each distinct host block of the group comes back to one new device block."""
-        t = self.tables
-        rows = t.seqs.rows(seq_ids)
-        self._check_swapped(rows)
-        entries, fills = t.entries_of(rows)
-        host, first, inverse, counts = _distinct_in_order(entries)
-        if host.shape[0] > self.num_allocatable_blocks():
-            raise RuntimeError(f"cannot swap in: needs {host.shape[0]} blocks, {self.num_allocatable_blocks()} "
-                               "allocatable")
-        device = self._take(host.shape[0])
-        self._refcount[device] = counts
-        t.replace_entries(rows, device[inverse])
-        t.swapped[rows] = False
-        self._host_refcount[host] -= counts
-        self._host_free.push(host[self._host_refcount[host] == 0])
-        self._written_slots += int(fills[first].sum())
-        self._logical_slots += int(t.seqs.column("length")[rows].sum())
-        self._table_entries += entries.shape[0]
-        self.swapped_in_blocks += host.shape[0]
-        return SwapResult(moves=np.stack([host, device], axis=1).astype(np.int32))
-
     # -- internals --------------------------------------------------------------------------------
 
     def _check_new(self, seq_ids: list[int], spec: SeqSpec) -> None:
@@ -426,16 +371,6 @@ class PagedStrategy(Strategy):
         if len(set(seq_ids)) != len(seq_ids) or any(s in self.tables.seqs for s in seq_ids):
             raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
 
-    def _check_on_device(self, rows: np.ndarray) -> None:
-        _check_distinct(rows)
-        if self.tables.swapped[rows].any():
-            raise ValueError("a sequence of the batch is swapped out")
-
-    def _check_swapped(self, rows: np.ndarray) -> None:
-        _check_distinct(rows)
-        if not self.tables.swapped[rows].all():
-            raise ValueError("a sequence of the batch is not swapped out")
-
     def check_integrity(self) -> None:
         free = self._free.ids()
         check_paged(self.tables, max_model_len=self.max_model_len, refcount=self._refcount,
@@ -447,18 +382,3 @@ class PagedStrategy(Strategy):
             self.prefix.check_integrity(self._refcount, free)
         if self.host_tier is not None:
             self.host_tier.check_integrity()
-
-
-def _check_distinct(rows: np.ndarray) -> None:
-    if np.unique(rows).shape[0] != rows.shape[0]:
-        raise ValueError("a sequence id repeats in the group")
-
-
-def _distinct_in_order(entries: np.ndarray):
-    """Distinct values in first-occurrence order, int32 [k]; each one's first index [k]; the inverse
-    map [len(entries)]; and each one's count [k]."""
-    uniq, first, inverse, counts = np.unique(entries, return_index=True, return_inverse=True, return_counts=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    return uniq[order].astype(np.int32), first[order], rank[inverse], counts[order].astype(np.int32)
