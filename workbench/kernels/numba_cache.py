@@ -3,20 +3,24 @@
 Each pool arrives as uint8 [num_slots, row_bytes] (a C-contiguous view, so writes land in the
 caller's array). The fp8 write quantizes instead: the twin of `write_cache_fp8` in
 kernels/cache_ops.cu, with the same integer rounding (`float_to_e4m3`).
+
+Serial on purpose: a step writes a few rows to a prefill's few thousand (a memcpy of kilobytes to a few
+megabytes), so a parallel region would cost more in thread wake-up and spinning workers than the copy,
+and the attention kernel's threads already use every core.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from workbench.kernels.numba_convert import FP16, FP32, bf16_to_float, bits_to_float, float_to_bits, half_to_float
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def scatter_rows(pool, new_rows, slot_mapping):
     """pool[slot_mapping[i]] = new_rows[i] for every slot >= 0. Mutates pool (slots must be distinct)."""
-    for i in prange(slot_mapping.shape[0]):
+    for i in range(slot_mapping.shape[0]):
         slot = slot_mapping[i]
         if slot >= 0:
             pool[slot, :] = new_rows[i, :]
@@ -57,14 +61,14 @@ def scaled_e4m3(x, scale):
     return float_to_e4m3(np.float32(np.float32(x) / scale))
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def scatter_rows_fp8(pool, new_bits, slot_mapping, source, scale):
     """pool[slot_mapping[i], j] = e4m3 code of row i's element j / scale, for every slot >= 0. Mutates pool.
 
     pool: uint8 [num_slots, row_elems]; new_bits [num_tokens, row_elems]: uint32 bits of float32 rows
     (source FP32) or uint16 bits of fp16 / bf16 rows (FP16 / BF16); scale: float32.
     """
-    for i in prange(slot_mapping.shape[0]):
+    for i in range(slot_mapping.shape[0]):
         slot = slot_mapping[i]
         if slot >= 0:
             for j in range(new_bits.shape[1]):
@@ -78,13 +82,13 @@ def scatter_rows_fp8(pool, new_bits, slot_mapping, source, scale):
                 pool[slot, j] = scaled_e4m3(x, scale)
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def copy_blocks(src_pool, dst_pool, pairs, block_size):
     """Block pairs[i, 1] of dst_pool gets block pairs[i, 0] of src_pool. Mutates dst_pool.
 
-    Parallel over pairs: safe because destinations are distinct and no destination is a source.
+    Destinations are distinct and no destination is a source, so the order of the pairs does not matter.
     """
-    for i in prange(pairs.shape[0]):
+    for i in range(pairs.shape[0]):
         src = pairs[i, 0] * block_size
         dst = pairs[i, 1] * block_size
         for offset in range(block_size):
