@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 EXECUTOR_NAMES = ("local", "dask")
@@ -59,24 +60,27 @@ class LocalExecutor:
     def map_unordered(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[Any]:
         if not tasks:
             return
-        pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)),
-                                   mp_context=multiprocessing.get_context("spawn"), initializer=start_worker,
-                                   initargs=(os.getpid(),))
+        pool = None
         try:
-            futures = [pool.submit(fn, task) for task in tasks]
+            with signals_deferred():  # workers start during the submits
+                pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)),
+                                           mp_context=multiprocessing.get_context("spawn"),
+                                           initializer=start_worker, initargs=(os.getpid(),))
+                futures = [pool.submit(fn, task) for task in tasks]
             for future in as_completed(futures):
                 yield future.result()
         except KeyboardInterrupt:
             # Ctrl-C reaches the whole process group; the workers ignore it (no tracebacks from them) and
             # are stopped here: their points are abandoned as temporary debris that a resume clears
-            for process in list(pool._processes.values()):
+            for process in list(pool._processes.values()) if pool else ():
                 process.terminate()
             raise
         finally:
-            try:
-                pool.shutdown(wait=True, cancel_futures=True)
-            except RuntimeError:  # interrupted while the pool started its manager thread: there is none to join
-                pass
+            if pool is not None:
+                try:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                except RuntimeError:  # interrupted while the pool started its manager thread: none to join
+                    pass
 
 
 class DaskExecutor:
@@ -117,6 +121,28 @@ class DaskExecutor:
             client.close()
             if cluster is not None:
                 cluster.close()
+
+
+@contextmanager
+def signals_deferred(signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, then deliver them to the handlers they had.
+
+    Starting a spawned worker is two steps, the spawn and then writing its start-up data down a pipe; an
+    interrupt between them (Python runs handlers right after the spawn call returns) closes the pipe
+    unwritten, and the orphaned child prints EOFError's traceback before any of our code runs in it. A
+    Python-level handler, unlike a blocked signal mask, is not inherited by the spawned interpreter."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    caught: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, _frame: caught.append(signum)) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
 
 
 def start_worker(parent_pid: int) -> None:
