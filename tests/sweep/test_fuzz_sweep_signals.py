@@ -6,6 +6,7 @@ back what a killed `--force` had moved aside and leaves no temporary behind."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,10 @@ if __name__ == '__main__':
     cli.run_sweep = lambda *a, **k: real(*a, **{**k, 'run_fn': fake_run, 'executor': LocalExecutor(jobs)})
     sys.exit(run_cli(lambda: cli.main(sys.argv[2:])))
 """
+# SIGKILL cannot be held off: a worker spawned an instant before it finds its start-up pipe closed and says so
+# from multiprocessing's start-up code, before any of ours runs in it (it exits at once all the same)
+ORPHANED_AT_START = re.compile(r"Traceback \(most recent call last\):\n(?:  .*\n)*?.*in spawn_main\n(?:  .*\n)*"
+                               r"EOFError: Ran out of input\n")
 DEADLINE_S = 120  # every wait below is bounded by this
 
 
@@ -132,6 +137,8 @@ def signalled_sweep(tmp_path_factory, signum: int, jobs: int, after_points: int,
             event(f"{signal.Signals(signum).name} with {len(started)} processes below it")
             os.kill(proc.pid, signum)  # the sweep process alone, as `kill PID` does
         _, err = proc.communicate(timeout=DEADLINE_S)
+        if signum == signal.SIGKILL:
+            err = ORPHANED_AT_START.sub("", err)
         assert "Traceback" not in err, err
         while any(alive(pid) for pid in started):  # the kernel needs a moment to deliver the parent's death
             assert time.monotonic() < deadline, f"left running: {sorted(p for p in started if alive(p))}"
