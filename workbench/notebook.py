@@ -68,14 +68,47 @@ def execute(path: Path, *, timeout_s: int = 3600, kernel_name: str = "python3") 
     """Run the notebook top to bottom in its own folder and store the outputs in place (raises, writing
     nothing, on the first failing cell)."""
     import nbformat
-    from nbclient import NotebookClient
 
     book = nbformat.read(path, as_version=4)
-    client = NotebookClient(book, timeout=timeout_s, kernel_name=kernel_name, record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    notebook_client(book, path.parent, timeout_s=timeout_s, kernel_name=kernel_name).execute()
     book.metadata["workbench"] = {"size": "small" if SMALL else "full"}
     nbformat.write(book, path)
+
+
+REPLY_POLL_S = 2.0  # the longest a cell's finished reply can wait unseen (see notebook_client)
+
+
+def notebook_client(book, folder: Path, *, timeout_s: int, kernel_name: str = "python3"):
+    """An nbclient NotebookClient for `book`, run in `folder`, that waits for each cell's reply in slices.
+
+    nbclient waits for a reply with one `get_msg(timeout=cell timeout)`; after a cell that opens widget
+    comms, that wait sometimes misses the reply's arrival and returns it only when the whole timeout has
+    passed (jupyter/nbclient#312): a 5-second cell took 300 s. Waiting in REPLY_POLL_S slices up to the
+    same deadline sees the reply within one slice."""
+    from queue import Empty
+
+    from nbclient import NotebookClient
+
+    class SlicedReplyClient(NotebookClient):
+        async def async_start_new_kernel_client(self):
+            kernel_client = await super().async_start_new_kernel_client()
+            get_msg = kernel_client.shell_channel.get_msg
+
+            async def get_msg_in_slices(timeout: float | None = None, **kwargs):
+                deadline_s = None if timeout is None else time.monotonic() + timeout
+                while True:
+                    left_s = REPLY_POLL_S if deadline_s is None else max(0.0, deadline_s - time.monotonic())
+                    try:
+                        return await get_msg(timeout=min(REPLY_POLL_S, left_s), **kwargs)
+                    except Empty:
+                        if deadline_s is not None and time.monotonic() >= deadline_s:
+                            raise
+
+            kernel_client.shell_channel.get_msg = get_msg_in_slices
+            return kernel_client
+
+    return SlicedReplyClient(book, timeout=timeout_s, kernel_name=kernel_name, record_timing=False,
+                             resources={"metadata": {"path": str(folder)}})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from tests.conftest import skip_without_traces_of
 from workbench.experiments import builtin_dir
+from workbench.notebook import notebook_client
 from workbench.paths import REPO_ROOT
 
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
@@ -78,9 +78,8 @@ def test_executes(path, tmp_path, monkeypatch):
     skip_without_traces_of(*_experiments_run_by(book))
     for cell in _code_cells(book):
         cell.outputs = []
-    client = NotebookClient(book, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
-    client.execute()  # raises CellExecutionError, with the cell and traceback, on the first failing cell
+    # raises CellExecutionError, with the cell and traceback, on the first failing cell
+    notebook_client(book, path.parent, timeout_s=300).execute()
     errors = [out for cell in _code_cells(book) for out in cell.outputs if out.output_type == "error"]
     assert not errors
     assert _images(book), f"{path.name} shows no figure"
