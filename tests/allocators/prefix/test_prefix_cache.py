@@ -38,6 +38,7 @@ def test_a_freed_prompt_is_cached_and_reused_by_the_next_identical_prefix(name):
     snap = s.snapshot()
     assert snap.cached_slots == 8 and snap.free_slots == 56 and snap.token_slots == 0
     assert sorted(s.cached_block_ids().tolist()) == sorted(full)
+    assert sorted(s.prefix.evictable_block_set().tolist()) == sorted(full)  # what the integrity check counts
     assert s.admit([2], SeqSpec(np.concatenate([tokens(8), tokens(5, 100)]), 20)).cached_tokens == 8
     assert s.describe([2]).kv_indices.tolist()[:2] == full
     assert (s.prefix_query_tokens, s.prefix_hit_tokens) == (23, 8)

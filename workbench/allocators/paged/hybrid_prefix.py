@@ -160,7 +160,8 @@ class HybridPrefixCache:
         return entry
 
     def evictable_entries(self) -> list[Entry]:
-        return [self.entry_of[h] for h in self.index.evictable_block_ids().tolist()]
+        """The cached entries in no particular order."""
+        return [self.entry_of[h] for h in self.index.evictable_block_set().tolist()]
 
     # -- per-sequence chains ---------------------------------------------------------------------------
 

@@ -375,7 +375,8 @@ class PagedStrategy(PagedSwap, Strategy):
         free = self._free.ids()
         check_paged(self.tables, max_model_len=self.max_model_len, refcount=self._refcount,
                     host_refcount=self._host_refcount, free_ids=free, host_free_ids=self._host_free.ids(),
-                    cached_ids=self.cached_block_ids(), registered_ids=self.registered_block_ids(),
+                    cached_ids=_NO_BLOCKS if self.prefix is None else self.prefix.evictable_block_set(),
+                    registered_ids=self.registered_block_ids(),
                     written_slots=self._written_slots, logical_slots=self._logical_slots,
                     table_entries=self._table_entries)
         if self.prefix is not None:

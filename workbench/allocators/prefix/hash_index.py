@@ -115,6 +115,9 @@ class HashPrefixIndex:
     def evictable_block_ids(self) -> np.ndarray:
         return self._policy.ids()
 
+    def evictable_block_set(self) -> np.ndarray:
+        return self._policy.ids()
+
     def registered_block_ids(self) -> np.ndarray:
         return np.fromiter(self._key_of_block, dtype=np.int32, count=len(self._key_of_block))
 

@@ -67,6 +67,11 @@ class PrefixIndex(Protocol):
         """The evictable blocks, next victim first, int32 [num_evictable]. Pure."""
         ...
 
+    def evictable_block_set(self) -> np.ndarray:
+        """The evictable blocks in no particular order, int32 [num_evictable]: what integrity checks
+        need after every operation, without the cost of working out the eviction order. Pure."""
+        ...
+
     def registered_block_ids(self) -> np.ndarray:
         """Every registered block (held or evictable), int32 [num_registered]. Pure."""
         ...

@@ -174,6 +174,9 @@ class RadixPrefixIndex:
         trial = copy.deepcopy(self)
         return trial.evict(len(self._evictable))
 
+    def evictable_block_set(self) -> np.ndarray:
+        return np.fromiter(self._evictable, dtype=np.int32, count=len(self._evictable))
+
     def registered_block_ids(self) -> np.ndarray:
         return np.fromiter(self._key_of_block, dtype=np.int32, count=len(self._key_of_block))
 
