@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from workbench.config import RunConfig
@@ -17,6 +17,7 @@ arrivals = st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=60)
 
 
 @settings(max_examples=80, deadline=None)
+@example(times=[0.0, 2.2250738585e-313], cap=None, rate=1.0, duration=None)  # a subnormal span: times 0 and 2 s
 @given(times=arrivals, cap=st.one_of(st.none(), st.integers(1, 80)), rate=st.one_of(st.none(), st.floats(0.01, 100)),
        duration=st.one_of(st.none(), st.floats(0.1, 1e4)))
 def test_transforms(times, cap, rate, duration):
@@ -31,7 +32,9 @@ def test_transforms(times, cap, rate, duration):
     order = np.argsort(t, kind="stable")[: cap or len(t)]  # [kept by the cap] rows in arrival order
     expected = t[order] - t[order][0]
     if rate is not None and len(expected) > 1:
-        expected = expected * (len(expected) / expected[-1] / rate)
+        factor = len(expected) / expected[-1] / rate
+        expected = expected * factor if np.isfinite(factor) else expected / expected[-1] * (len(expected) / rate)
+        assert np.all(np.isfinite(expected))
     if duration is not None:
         expected = expected[expected < duration]
     assert [r.request_id for r in requests] == list(range(len(expected)))

@@ -77,7 +77,11 @@ def finalize(
         span_s = arrival_s[-1]
         if span_s <= 0:
             raise ValueError("cannot rescale arrivals to a rate: every request arrives at the same instant")
-        arrival_s = arrival_s * (len(arrival_s) / span_s / rate)
+        factor = len(arrival_s) / span_s / rate
+        if np.isfinite(factor):
+            arrival_s = arrival_s * factor
+        else:  # a subnormal span: divide by it first, so the times stay finite (0 .. len / rate)
+            arrival_s = arrival_s / span_s * (len(arrival_s) / rate)
     if duration_s is not None:
         keep = int(np.searchsorted(arrival_s, duration_s, side="left"))
         order, arrival_s = order[:keep], arrival_s[:keep]
