@@ -77,7 +77,8 @@ def finalize(
         span_s = arrival_s[-1]
         if span_s <= 0:
             raise ValueError("cannot rescale arrivals to a rate: every request arrives at the same instant")
-        factor = len(arrival_s) / span_s / rate
+        with np.errstate(over="ignore"):
+            factor = len(arrival_s) / span_s / rate
         if np.isfinite(factor):
             arrival_s = arrival_s * factor
         else:  # a subnormal span: divide by it first, so the times stay finite (0 .. len / rate)
