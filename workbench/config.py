@@ -24,6 +24,9 @@ MAX_SLOTS = 2**31 - 1
 MAX_INT = 2**63 - 1
 MAX_REQUESTS = 10_000_000  # a synthetic workload is generated in memory up front, ~1 KB per request
 MIN_MODEL_LEN = 2  # one prompt token and one output token
+MAX_REPLICAS = 1024
+# how a fleet's router picks a replica for each arrival (workbench.fleet.routers, docs/fleet.md)
+ROUTER_NAMES = ("round-robin", "least-loaded", "power-of-two", "session", "cache-aware", "kv-exact")
 
 
 def _f(default: Any, help: str, **extra: Any) -> Any:
@@ -155,6 +158,10 @@ class RunConfig:
     eff_flops: float = _f(0.75, "achieved fraction of dense peak FLOP/s by GEMMs of >= 4096 tokens; "
                                 "smaller steps reach less (roofline clock)", ge=1e-6, le=1)
     step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)", ge=0, le=3600)
+    replicas: int = _f(1, "copies of the engine behind one router, each with this whole configuration (its own "
+                          "KV pool of --kv-gib); 1 = a single instance", gt=0, le=MAX_REPLICAS)
+    router: str = _f("round-robin", "how the router picks a replica for each arriving request (--replicas > 1): "
+                     + " | ".join(ROUTER_NAMES), choices=ROUTER_NAMES)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

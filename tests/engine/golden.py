@@ -72,7 +72,11 @@ def _plain(value):
 
 
 def outputs(strategy: str, workload: str) -> dict:
-    result = simulate_checked(small_config(strategy=strategy, **WORKLOADS[workload]))
+    return outputs_of(simulate_checked(small_config(strategy=strategy, **WORKLOADS[workload])))
+
+
+def outputs_of(result) -> dict:
+    """A run's golden record: its summary (exact keys), kernel numerics and table hashes."""
     inexact = (*C.WALL_CLOCK_KEYS, *C.KERNEL_NUMERIC_KEYS)
     summary = {k: _plain(v) for k, v in result.summary.items() if k not in inexact}
     return {"summary": summary, "kernel_numerics": {k: _plain(result.summary[k]) for k in C.KERNEL_NUMERIC_KEYS},

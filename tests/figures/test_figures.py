@@ -55,6 +55,9 @@ SPECS = {
                                  + ["fixed:prompt=64,output=16", "fixed:prompt=256,output=16"]}]},
     "chunked_prefill": {"base": {**TINY, "strategy": "paged", "max_num_seqs": 32},
                         "zip": [{"chunked_prefill": [False, True], "max_num_batched_tokens": [None, 64]}]},
+    "fleet": {"base": {**TINY, "strategy": "paged-prefix", "workload": "system-prompt:k=4,system=128",
+                       "rate": 80.0},
+              "axes": {"replicas": [2, 3], "router": ["round-robin", "cache-aware"]}},
     "hybrid": {"base": {**TINY, "model": "gpt-oss-20b", "max_model_len": 1024, "kv_slots": None,
                         "workload": "fixed:prompt=300,output=300", "num_requests": 12, "rate": 1000.0},
                "axes": {"kv_gib": [0.06, 0.12], "hybrid": ["on", "off"]}},
@@ -250,6 +253,18 @@ def test_chunked_prefill_bars_are_the_summary(built):
     stacks = [[p.get_height() for p in c.patches] for c in memory.containers]
     np.testing.assert_allclose(np.sum(stacks, axis=0), 100.0, rtol=1e-9)  # the partition covers the whole pool
     plt.close(fig)
+
+
+def test_fleet_bars_are_the_summary(built):
+    _, summary = built["fleet"]
+    fig, (hits, ttft) = figure(built, "fleet")
+    bars = [p for p in hits.patches if p.get_height() > 0]
+    assert len(bars) == len(summary)
+    heights = sorted(round(p.get_height(), 9) for p in bars)
+    assert heights == sorted(round(v * 100, 9) for v in summary["prefix_hit_rate"])
+    medians = sorted(round(p.get_height(), 12) for p in ttft.patches)
+    assert medians == sorted(round(v, 12) for v in summary["ttft_p50_s"])
+    assert [t.get_text() for t in hits.get_xticklabels()] == ["round-robin", "cache-aware"]
 
 
 def test_a_rebuild_reuses_the_finished_points(built):

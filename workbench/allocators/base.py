@@ -343,6 +343,12 @@ class Strategy(ABC):
         them since the last call."""
         return NO_EFFECTS
 
+    def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        """Pure. Leading tokens of a prompt (int32 [T]) that an admission now would take from this pool's
+        prefix cache (device or host tier) instead of computing: what a router reading the real cache
+        sees. 0 without a prefix cache."""
+        return 0
+
     def counters(self) -> dict[str, int]:
         """Whole-run counters for the summary (docs/outputs.md)."""
         return {"prefix_query_tokens": self.prefix_query_tokens, "prefix_hit_tokens": self.prefix_hit_tokens,

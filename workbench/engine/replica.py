@@ -50,6 +50,11 @@ class Replica:
         self.now_s = 0.0
         self.num_steps = 0  # steps recorded
 
+    def close(self) -> None:
+        """Mutates. Give the kernel pool's memory back now (a GPU run's virtual memory), not at process exit."""
+        if self.runner is not None:
+            self.runner.pool.close()
+
     def next_event_s(self) -> float | None:
         """Pure. When the next step can start: now while there is work, else at the next arrival; None
         when no request is left."""

@@ -20,6 +20,21 @@ class RequestLog:
         self.status = ["pending"] * num_requests
         self.generated_tokens = 0  # tokens of finished requests, every sample counted
         self.num_rejected = 0
+        self.num_finished = 0
+
+    def grow(self, num_requests: int) -> None:
+        """Rows for `num_requests` more requests (a fleet routes them to a replica as they arrive); the
+        arrays at least double when they grow, so n requests added one by one cost O(n)."""
+        size = len(self.status)
+        if size + num_requests > self.finish_s.shape[0]:
+            capacity = max(2 * self.finish_s.shape[0], size + num_requests)
+            for name, fill in (("admitted_s", np.nan), ("first_token_s", np.nan), ("finish_s", np.nan),
+                               ("prefix_hit_tokens", 0), ("num_preemptions", 0)):
+                old = getattr(self, name)
+                new = np.full(capacity, fill, dtype=old.dtype)
+                new[:size] = old[:size]
+                setattr(self, name, new)
+        self.status += ["pending"] * num_requests
 
     def admitted(self, index: int, now_s: float, cached_tokens: int) -> None:
         """The request's group got its KV (again, after a recompute preemption)."""
@@ -37,6 +52,7 @@ class RequestLog:
     def finished(self, index: int, now_s: float, generated_tokens: int) -> None:
         self.finish_s[index] = now_s
         self.status[index] = "finished"
+        self.num_finished += 1
         self.generated_tokens += generated_tokens
 
     def rejected(self, index: int, reason: str) -> None:
@@ -45,15 +61,16 @@ class RequestLog:
 
     def to_frame(self, requests: list[Request]) -> pd.DataFrame:
         """requests.parquet (workbench.columns.REQUEST_COLUMNS)."""
+        n = len(self.status)
         return pd.DataFrame({
             "request_id": [r.request_id for r in requests],
             "arrival_s": [r.arrival_s for r in requests],
-            "admitted_s": self.admitted_s,
-            "first_token_s": self.first_token_s,
-            "finish_s": self.finish_s,
+            "admitted_s": self.admitted_s[:n],
+            "first_token_s": self.first_token_s[:n],
+            "finish_s": self.finish_s[:n],
             "prompt_tokens": [r.prompt_tokens for r in requests],
             "output_tokens": [r.output_tokens for r in requests],
-            "prefix_hit_tokens": self.prefix_hit_tokens,
-            "num_preemptions": self.num_preemptions,
+            "prefix_hit_tokens": self.prefix_hit_tokens[:n],
+            "num_preemptions": self.num_preemptions[:n],
             "status": self.status,
         })

@@ -103,6 +103,16 @@ class Scheduler:
                 self.live[i] = group
                 self.waiting.append(group)
 
+    def add_request(self, request: Request) -> None:
+        """Mutates. One more request, arriving no earlier than those already given (a fleet's router hands
+        each replica its requests as they arrive)."""
+        if self.requests and request.arrival_s < self.requests[-1].arrival_s:
+            raise ValueError(f"request {request.request_id} arrives at {request.arrival_s} s, before the last "
+                             f"one given ({self.requests[-1].arrival_s} s)")
+        self.requests.append(request)
+        self.log.grow(1)
+        self.has_beams = self.has_beams or request.beam_width > 1
+
     def has_work(self) -> bool:
         return bool(self.batch or self.waiting or self.swapped or self._partial())
 

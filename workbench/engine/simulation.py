@@ -29,10 +29,19 @@ from workbench.engine.scheduler import Scheduler, SchedulerConfig
 from workbench.engine.summary_counters import summary_counters
 from workbench.engine.tokens import TokenStore
 from workbench.errors import UnservableError
+from workbench.fleet import fleet
+from workbench.fleet.registry import make_router
 from workbench.paths import REPO_ROOT
 from workbench.results import summarize, write_outputs
 from workbench.workload import build_workload, check_workload
 from workbench.workload.request import Request
+
+
+@dataclass(frozen=True)
+class RunResult:
+    steps: pd.DataFrame  # steps.parquet
+    requests: pd.DataFrame  # requests.parquet
+    summary: dict[str, Any]  # summary.json
 
 
 def kernel_backend(cfg: RunConfig) -> str:
@@ -56,13 +65,6 @@ def check_config(cfg: RunConfig) -> Resolved:
     return resolved
 
 
-@dataclass(frozen=True)
-class RunResult:
-    steps: pd.DataFrame  # steps.parquet
-    requests: pd.DataFrame  # requests.parquet
-    summary: dict[str, Any]  # summary.json
-
-
 def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) -> dict[str, Any]:
     """Run one simulation; with `out_dir`, write config.json, steps.parquet, requests.parquet and
     summary.json there. Returns the summary (keys = columns.SUMMARY_KEYS)."""
@@ -70,8 +72,11 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     res = check_config(cfg)
     requests = build_workload(cfg)
     check_servable(cfg, res, requests)
-    strategy = registry.create_from_config(cfg, res)
-    result = simulate(cfg, requests, strategy, progress=progress, wall0_s=wall0)
+    if cfg.replicas > 1:
+        strategies = [registry.create_from_config(cfg, res) for _ in range(cfg.replicas)]
+        result = simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0)
+    else:
+        result = simulate(cfg, requests, registry.create_from_config(cfg, res), progress=progress, wall0_s=wall0)
     if out_dir is not None:
         write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,
                       result.requests, result.summary)
@@ -84,6 +89,41 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
     res = cfg.resolve()
     backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
+    replica = make_replica(cfg, res, strategy, requests, backend, timers=timers)
+    try:
+        _drive(replica, progress)
+    finally:  # a GPU run's virtual memory goes back now, not when the process ends
+        replica.close()
+    steps = replica.steps.to_frame()
+    req_table = replica.scheduler.log.to_frame(requests)
+    summary = summarize(steps, req_table, capacity_slots=strategy.capacity_slots,
+                        generated_tokens=replica.scheduler.log.generated_tokens,
+                        extra={**replica_extra(res, replica, backend), "sim_wall_s": time.perf_counter() - wall0_s})
+    return RunResult(steps, req_table, summary)
+
+
+def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Strategy], *, progress: bool = False,
+                   wall0_s: float | None = None) -> RunResult:
+    """Replay `requests` on one replica per strategy (each fresh, mutated) behind `cfg.router`
+    (docs/fleet.md). Returns the fleet's tables (a `replica` column in both) and summary."""
+    wall0_s = time.perf_counter() if wall0_s is None else wall0_s
+    res = cfg.resolve()
+    backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
+    members = [fleet.Member(make_replica(cfg, res, s, [], backend)) for s in strategies]
+    router = make_router(cfg.router, len(members), block_size=strategies[0].block_size, seed=cfg.seed)
+    try:
+        placed, imbalance = fleet.drive(members, router, requests, progress)
+    finally:
+        for m in members:
+            m.replica.close()
+    extras = [replica_extra(res, m.replica, backend) for m in members]
+    return RunResult(*fleet.merge(cfg, members, requests, placed, imbalance, extras, time.perf_counter() - wall0_s))
+
+
+def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: list[Request], backend: str, *,
+                 timers: StepTimers | None = None) -> Replica:
+    """One replica serving `requests` (a list it may be handed more of later, in arrival order) on a fresh
+    `strategy`, with its own token store, kernel runner (unless `backend` is none) and clock."""
     tokens = TokenStore()
     sched = make_scheduler(cfg, res, strategy, requests, tokens, kernel_every=None if backend == "none"
                            else cfg.kernel_every)
@@ -104,28 +144,21 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
                        paged_kernel=strategy.kernel_mode == "paged", overlap_load=strategy.overlap_load)
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
-    replica = Replica(sched, runner, clock, measured=cfg.clock == "measured", attention_scale=attention_scale,
-                      timers=timers)
-    try:
-        _drive(replica, progress)
-    finally:  # a GPU run's virtual memory goes back now, not when the process ends
-        if runner is not None:
-            runner.pool.close()
+    return Replica(sched, runner, clock, measured=cfg.clock == "measured", attention_scale=attention_scale,
+                   timers=timers)
 
-    steps = replica.steps.to_frame()
-    req_table = sched.log.to_frame(requests)
-    extra = {
+
+def replica_extra(res: Resolved, replica: Replica, backend: str) -> dict[str, Any]:
+    """The summary keys of one replica that its tables cannot give: its strategy's counters and kernel figures."""
+    strategy, runner = replica.scheduler.strategy, replica.runner
+    return {
         **summary_counters(strategy.counters(), res.kv_bytes_per_token * strategy.block_size),
         "kernel_backend": backend,
         "kernel_time_s": runner.kernel_time_s if runner else 0.0,
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
                         if runner and runner.kernel_time_s > 0 else 0.0),
         "verify_max_rel_err": runner.verify_max_rel_err if runner else float("nan"),
-        "sim_wall_s": time.perf_counter() - wall0_s,
     }
-    summary = summarize(steps, req_table, capacity_slots=strategy.capacity_slots,
-                        generated_tokens=sched.log.generated_tokens, extra=extra)
-    return RunResult(steps, req_table, summary)
 
 
 def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: list[Request], tokens: TokenStore,

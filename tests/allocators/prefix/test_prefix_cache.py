@@ -39,7 +39,9 @@ def test_a_freed_prompt_is_cached_and_reused_by_the_next_identical_prefix(name):
     assert snap.cached_slots == 8 and snap.free_slots == 56 and snap.token_slots == 0
     assert sorted(s.cached_block_ids().tolist()) == sorted(full)
     assert sorted(s.prefix.evictable_block_set().tolist()) == sorted(full)  # what the integrity check counts
-    assert s.admit([2], SeqSpec(np.concatenate([tokens(8), tokens(5, 100)]), 20)).cached_tokens == 8
+    prompt = np.concatenate([tokens(8), tokens(5, 100)])
+    assert s.cached_prompt_tokens(prompt) == 8 and s.cached_prompt_tokens(tokens(5, 100)) == 0  # what a router reads
+    assert s.admit([2], SeqSpec(prompt, 20)).cached_tokens == 8
     assert s.describe([2]).kv_indices.tolist()[:2] == full
     assert (s.prefix_query_tokens, s.prefix_hit_tokens) == (23, 8)
     assert s.snapshot().cached_slots == 0

@@ -133,6 +133,11 @@ class PagedStrategy(PagedSwap, Strategy):
         max_hit = (spec.num_tokens - 1) // self.block_size  # leave the last prompt token to compute
         return self.prefix.lookup(keys, max_hit), keys
 
+    def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        spec = SeqSpec(token_ids, token_ids.shape[0])
+        hits, keys = self._lookup(spec)
+        return (hits.shape[0] + self._host_lookup(spec, keys, hits.shape[0])) * self.block_size
+
     def _host_lookup(self, spec: SeqSpec, keys: np.ndarray, num_dev: int) -> int:
         """Pure. How many full blocks after the `num_dev` device hits the host tier holds (0 without one)."""
         if self.host_tier is None:

@@ -1,0 +1,94 @@
+"""A fleet of one replays the single-instance run byte for byte (the golden outputs, every strategy, every
+router); a fleet of several keeps every request on exactly one replica, verifies every replica's kernels
+and sums its replicas' counters."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.engine.conftest import checked_strategy, replace, small_config
+from tests.engine.golden import WORKLOADS, exact_part, load, numerics_problems, outputs_of
+from workbench.allocators import registry
+from workbench.config import ROUTER_NAMES
+from workbench.engine import RunResult
+from workbench.engine.simulation import simulate_fleet
+from workbench.workload import build_workload
+
+GOLDEN = load()
+FLEET_KEYS = ("replicas", "router", "load_imbalance", "per_replica")
+
+
+def as_single(result: RunResult) -> RunResult:
+    """A fleet's result without what only a fleet has: the replica column and the fleet's summary keys."""
+    summary = {k: v for k, v in result.summary.items() if k not in FLEET_KEYS}
+    return RunResult(result.steps.drop(columns="replica"), result.requests.drop(columns="replica"), summary)
+
+
+def fleet_of(cfg, replicas: int) -> tuple[RunResult, list]:
+    strategies = [checked_strategy(cfg) for _ in range(replicas)]
+    result = simulate_fleet(cfg, build_workload(cfg), strategies)
+    for s in strategies:
+        s.check_integrity()
+    return result, strategies
+
+
+# Quick: a contiguous and a paged prefix-caching strategy on the workload that preempts by swapping (the
+# fleet loop knows no strategy; every strategy runs in a fleet below); the full run adds every golden case
+QUICK = {("contiguous-max", "chat-swap"), ("paged-prefix", "chat-swap")}
+
+
+def _cases():
+    return [pytest.param(s, w, id=f"{s}-{w}", marks=() if (s, w) in QUICK else pytest.mark.slow)
+            for s in sorted(GOLDEN) for w in sorted(WORKLOADS) if w in GOLDEN[s]]
+
+
+@pytest.mark.parametrize(("strategy", "workload"), _cases())
+def test_a_fleet_of_one_reproduces_the_golden_outputs(strategy, workload):
+    cfg = small_config(strategy=strategy, **WORKLOADS[workload])
+    got = outputs_of(as_single(fleet_of(cfg, 1)[0]))
+    assert exact_part(got) == exact_part(GOLDEN[strategy][workload])
+    assert not numerics_problems(got)
+
+
+@pytest.mark.parametrize("router", ROUTER_NAMES)
+def test_every_router_in_a_fleet_of_one_is_the_single_instance(router):
+    cfg = small_config(strategy="paged-prefix", router=router, kernel="none",
+                       workload="multi-turn", num_requests=40)
+    single = outputs_of(as_single(fleet_of(replace(cfg, router="round-robin"), 1)[0]))
+    assert outputs_of(as_single(fleet_of(cfg, 1)[0])) == single
+
+
+# every strategy behind one router, the routers taken in turn (so each serves several strategies)
+@pytest.mark.parametrize(("strategy", "router"), [(s, ROUTER_NAMES[i % len(ROUTER_NAMES)])
+                                                  for i, s in enumerate(registry.names())])
+def test_every_request_is_served_by_exactly_one_replica(strategy, router):
+    cfg = small_config(strategy=strategy, router=router, kernel="none", workload="multi-turn", num_requests=30,
+                       rate=80.0)
+    result, strategies = fleet_of(cfg, 3)
+    requests, summary = result.requests, result.summary
+    assert requests["request_id"].tolist() == [r.request_id for r in build_workload(cfg)]
+    assert set(requests["replica"]) <= {0, 1, 2} and requests["replica"].notna().all()
+    assert (requests["status"] == "finished").all()
+    per = summary["per_replica"]
+    assert [p["num_requests"] for p in per] == np.bincount(requests["replica"], minlength=3).tolist()
+    for key in ("prefix_query_tokens", "prefix_hit_tokens", "prefix_evicted_blocks"):
+        assert summary[key] == sum(p[key] for p in per)
+    assert summary["prefix_hit_tokens"] == requests["prefix_hit_tokens"].sum()
+    for k in range(3):  # each replica's steps are its own engine's: one clock, steps numbered from 0
+        mine = result.steps[result.steps["replica"] == k]
+        assert mine["step"].tolist() == list(range(len(mine)))
+        assert np.all(np.diff(mine["t_s"].to_numpy()) > 0)
+    assert summary["load_imbalance"] >= 1.0
+    json.dumps(summary)  # summary.json can hold it
+
+
+def test_every_replica_verifies_its_kernels():
+    cfg = small_config(strategy="paged-prefix", router="least-loaded", workload="multi-turn", num_requests=20)
+    result, _ = fleet_of(cfg, 2)
+    per = result.summary["per_replica"]
+    assert all(p["num_requests"] > 0 for p in per)
+    assert not numerics_problems(outputs_of(result))
+    assert result.summary["verify_max_rel_err"] == max(p["verify_max_rel_err"] for p in per)

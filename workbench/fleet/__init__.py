@@ -1,0 +1,1 @@
+"""Many replicas of the engine behind one router (docs/fleet.md)."""

@@ -1,0 +1,132 @@
+"""A fleet (docs/fleet.md): N replicas of the single-instance engine behind one router, in one event loop.
+
+Each replica is the engine of `workbench.engine` unchanged (its own strategy, scheduler, kernel runner,
+clock and exact accounting). The loop takes the earliest event: an arrival is routed (the router reads
+the replicas as they stand) and handed to its replica; otherwise the replica whose next step is
+earliest takes it. An arrival at the same instant as a step is routed first, which is what a single
+replica does when it takes every request that arrived by the step, so a fleet of one replays the
+single-instance run exactly. `workbench.engine.simulation.simulate_fleet` builds the replicas and runs
+this loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.config import RunConfig
+from workbench.fleet.routers import Router
+from workbench.results import summarize
+from workbench.workload.request import Request
+
+SUMMED_EXTRA = ("prefix_query_tokens", "prefix_hit_tokens", "prefix_evicted_blocks", "prefix_hit_tokens_host",
+                "host_bytes_loaded", "host_bytes_demoted", "kernel_time_s")
+
+
+class Member:
+    """One replica as a router sees it (workbench.fleet.routers.ReplicaView). Pure."""
+
+    def __init__(self, replica) -> None:
+        """`replica`: a workbench.engine.replica.Replica (its scheduler, strategy, step log)."""
+        self.replica = replica
+        self.scheduler = replica.scheduler
+        self.strategy = replica.scheduler.strategy
+
+    def outstanding(self) -> int:
+        log = self.scheduler.log
+        return len(self.scheduler.requests) - log.num_finished - log.num_rejected
+
+    def active_blocks(self) -> int:
+        snap = self.strategy.snapshot()
+        return (snap.token_slots + snap.reserved_slots + snap.internal_frag_slots) // self.strategy.block_size
+
+    def cached_prompt_tokens(self, request: Request) -> int:
+        return self.strategy.cached_prompt_tokens(request.prompt_token_ids())
+
+    def queued_prefill_tokens(self) -> int:
+        sched = self.scheduler
+        not_arrived = sum(r.prompt_tokens for r in sched.requests[sched.next_arrival:])
+        waiting = sum(g.request.prompt_tokens + g.generated for g in sched.waiting)  # a recompute redoes its output
+        partial = sched.chunks.group if sched.chunks is not None else None
+        return not_arrived + waiting + (partial.request.prompt_tokens - partial.kv_len if partial else 0)
+
+
+def drive(members: list[Member], router: Router, requests: list[Request], progress: bool
+           ) -> tuple[np.ndarray, list[float]]:
+    """Run the event loop to the end. Returns each request's replica, int64 [num_requests], and the
+    max/mean outstanding requests over replicas after each routing."""
+    placed = np.full(len(requests), -1, dtype=np.int64)
+    imbalance: list[float] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(requests), unit="req", desc="requests")
+    nxt = 0
+    while True:
+        step_at, who = min(((t, k) for k, m in enumerate(members) if (t := m.replica.next_event_s()) is not None),
+                           default=(None, -1))
+        if nxt < len(requests) and (step_at is None or requests[nxt].arrival_s <= step_at):
+            request = requests[nxt]
+            chosen = router.choose(request, members)
+            members[chosen].scheduler.add_request(request)
+            placed[nxt] = chosen
+            loads = [m.outstanding() for m in members]
+            imbalance.append(max(loads) / (sum(loads) / len(loads)))
+            nxt += 1
+            continue
+        if step_at is None:
+            break
+        finished = members[who].replica.step()
+        if bar is not None and finished:
+            bar.update(finished)
+    if bar is not None:
+        bar.close()
+    return placed, imbalance
+
+
+def merge(cfg: RunConfig, members: list[Member], requests: list[Request], placed: np.ndarray,
+          imbalance: list[float], extras: list[dict[str, Any]], wall_s: float
+          ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The fleet's steps and requests tables (a `replica` column in both) and its summary, from the
+    replicas' own tables and `extras` (each replica's summary keys its tables cannot give)."""
+    steps, tables, per_replica = [], [], []
+    for k, (m, extra) in enumerate(zip(members, extras, strict=True)):
+        replica_steps = m.replica.steps.to_frame()
+        replica_requests = m.scheduler.log.to_frame(m.scheduler.requests)
+        per_replica.append(summarize(replica_steps, replica_requests, capacity_slots=m.strategy.capacity_slots,
+                                     generated_tokens=m.scheduler.log.generated_tokens,
+                                     extra={**extra, "sim_wall_s": 0.0}))
+        steps.append(replica_steps.assign(replica=k))
+        tables.append(replica_requests.assign(replica=k))
+    # steps in time order (a replica's own steps keep their order); requests in the workload's order
+    step_table = pd.concat(steps, ignore_index=True).sort_values(["t_s", "replica"], kind="stable",
+                                                                  ignore_index=True)
+    order = {r.request_id: i for i, r in enumerate(requests)}
+    req_table = pd.concat(tables, ignore_index=True)
+    req_table = req_table.iloc[np.argsort(req_table["request_id"].map(order).to_numpy(), kind="stable")]
+    req_table = req_table.reset_index(drop=True)
+    assert np.array_equal(req_table["replica"].to_numpy(), placed), "a request's row is not on its replica"
+    extra = {**extras[0], **{key: sum(e.get(key, 0) for e in extras) for key in SUMMED_EXTRA},
+             "verify_max_rel_err": _nanmax([e["verify_max_rel_err"] for e in extras]),
+             "sim_wall_s": wall_s}
+    extra["kernel_gbps"] = float(np.mean([e["kernel_gbps"] for e in extras]))
+    summary = summarize(step_table, req_table, capacity_slots=members[0].strategy.capacity_slots,
+                        generated_tokens=sum(m.scheduler.log.generated_tokens for m in members), extra=extra)
+    summary.update(fleet_summary(cfg, per_replica, imbalance))
+    return step_table, req_table, summary
+
+
+def _nanmax(values: list[float]) -> float:
+    """The largest value that is a number; NaN when none is (no replica verified anything)."""
+    numbers = [v for v in values if not np.isnan(v)]
+    return max(numbers) if numbers else float("nan")
+
+
+def fleet_summary(cfg: RunConfig, per_replica: list[dict[str, Any]], imbalance: list[float]) -> dict[str, Any]:
+    """The fleet's own keys: its size and router, the load imbalance (mean over arrivals of max/mean
+    outstanding requests over replicas) and every replica's own summary."""
+    return {"replicas": len(per_replica), "router": cfg.router,
+            "load_imbalance": float(np.mean(imbalance)) if imbalance else 1.0,
+            "per_replica": per_replica}
