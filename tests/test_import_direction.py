@@ -5,6 +5,7 @@ kernels know nothing of requests or strategies, sweeps know nothing of figures).
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,7 @@ def imports_of(path: Path) -> set[str]:
     return {m for m in found if m.startswith("workbench")}
 
 
+@cache  # the package does not change during a test session; parsing it once serves every layer rule
 def graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     edges = {}
