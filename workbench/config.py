@@ -162,6 +162,8 @@ class RunConfig:
                           "KV pool of --kv-gib); 1 = a single instance", gt=0, le=MAX_REPLICAS)
     router: str = _f("round-robin", "how the router picks a replica for each arriving request (--replicas > 1): "
                      + " | ".join(ROUTER_NAMES), choices=ROUTER_NAMES)
+    kv_overlap_weight: float = _f(1.0, "kv-exact router: weight of a prompt block a replica would prefill against a "
+                                  "block its running requests hold (Dynamo's --kv-overlap-score-weight)", ge=0, le=1e6)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -127,3 +127,5 @@ def test_kv_exact_weighs_blocks_to_prefill_against_blocks_held():
     assert r.choose(prompt, [View(blocks=10, cached=12), View(blocks=3)]) == 1  # 12 > 4 + 7
     assert r.choose(prompt, [View(blocks=10, cached=12, queued=8), View(blocks=5)]) == 1  # 3 + 11 > 13
     assert r.choose(prompt, [View(blocks=10, cached=12, load=4), View(blocks=4, load=1)]) == 1  # 12 = 12: load
+    heavy = make_router("kv-exact", 2, block_size=BLOCK, seed=0, overlap_weight=4.0)  # 4 + 11 < 16 + 3
+    assert heavy.choose(prompt, [View(blocks=10, cached=12), View(blocks=3)]) == 0

@@ -30,7 +30,7 @@ def test_the_notebooks_exist():
     assert [p.stem for p in NOTEBOOKS] == ["00-paging-by-hand", "01-quickstart", "02-fragmentation-anatomy",
                                            "03-block-size-tradeoff", "04-prefix-sharing", "05-hybrid-models",
                                            "06-reproducing-the-paper", "07-prefix-caching-policies",
-                                           "08-explorer"]
+                                           "08-explorer", "09-fleet"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -110,7 +110,8 @@ def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Str
     res = cfg.resolve()
     backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
     members = [fleet.Member(make_replica(cfg, res, s, [], backend)) for s in strategies]
-    router = make_router(cfg.router, len(members), block_size=strategies[0].block_size, seed=cfg.seed)
+    router = make_router(cfg.router, len(members), block_size=strategies[0].block_size, seed=cfg.seed,
+                         overlap_weight=cfg.kv_overlap_weight)
     try:
         placed, imbalance = fleet.drive(members, router, requests, progress)
     finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from workbench.config import ROUTER_NAMES
 from workbench.figures import style
@@ -43,6 +44,9 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     hits.set_ylabel("Prefix-cache hit rate (%)")
     ttft.set_ylabel("Time to first token (s): median, p99")
     ttft.set_yscale("log")
+    ttft.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ttft.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ttft.yaxis.set_minor_formatter(NullFormatter())
     for ax in (hits, ttft):
         ax.set_xticks(x, routers, rotation=30, ha="right")
     hits.legend(fontsize="x-small")

@@ -11,7 +11,7 @@ ROUTERS: dict[str, type[Router]] = {cls.name: cls for cls in (RoundRobin, LeastL
 assert tuple(ROUTERS) == ROUTER_NAMES, "config.ROUTER_NAMES and the router classes disagree"
 
 
-def make_router(name: str, num_replicas: int, *, block_size: int, seed: int) -> Router:
+def make_router(name: str, num_replicas: int, *, block_size: int, seed: int, overlap_weight: float = 1.0) -> Router:
     if name not in ROUTERS:
         raise ValueError(f"unknown router {name!r}; expected one of {', '.join(ROUTERS)}")
-    return ROUTERS[name](num_replicas, block_size=block_size, seed=seed)
+    return ROUTERS[name](num_replicas, block_size=block_size, seed=seed, overlap_weight=overlap_weight)

@@ -19,7 +19,6 @@ import numpy as np
 from workbench.workload.request import Request
 
 SESSION_POINTS_PER_REPLICA = 160  # points of each replica on the hash ring (ketama's count)
-KV_EXACT_OVERLAP_WEIGHT = 1.0  # Dynamo's default overlap_score_weight: a prefill block weighs one active block
 
 
 class ReplicaView(Protocol):
@@ -48,10 +47,11 @@ class Router(ABC):
 
     name: str
 
-    def __init__(self, num_replicas: int, *, block_size: int, seed: int) -> None:
+    def __init__(self, num_replicas: int, *, block_size: int, seed: int, overlap_weight: float = 1.0) -> None:
         self.num_replicas = num_replicas
         self.block_size = block_size
         self.seed = seed
+        self.overlap_weight = overlap_weight  # kv-exact's weight of a block to prefill (Dynamo's default: 1)
 
     @abstractmethod
     def choose(self, request: Request, replicas: Sequence[ReplicaView]) -> int:
@@ -137,7 +137,7 @@ class KVExact(Router):
 
         prefill_blocks = (queued prefill tokens + prompt tokens - cached prompt tokens) / block_size
         decode_blocks  = blocks held by running requests + prompt blocks not cached
-        cost = overlap_weight * prefill_blocks + decode_blocks
+        cost = overlap_weight * prefill_blocks + decode_blocks    (overlap_weight: --kv-overlap-weight)
 
     the lowest cost wins (then the fewest outstanding requests, then the lowest index: Dynamo at its
     default temperature 0). Dynamo counts a prompt block as new to decode unless a running request holds
@@ -153,6 +153,6 @@ class KVExact(Router):
             cached_tokens = view.cached_prompt_tokens(request)
             prefill_blocks = (view.queued_prefill_tokens() + request.prompt_tokens - cached_tokens) / self.block_size
             decode_blocks = view.active_blocks() + prompt_blocks - cached_tokens // self.block_size
-            return KV_EXACT_OVERLAP_WEIGHT * prefill_blocks + decode_blocks, view.outstanding(), i
+            return self.overlap_weight * prefill_blocks + decode_blocks, view.outstanding(), i
 
         return min(range(len(replicas)), key=cost)
