@@ -92,3 +92,25 @@ def test_every_replica_verifies_its_kernels():
     assert all(p["num_requests"] > 0 for p in per)
     assert not numerics_problems(outputs_of(result))
     assert result.summary["verify_max_rel_err"] == max(p["verify_max_rel_err"] for p in per)
+
+
+def test_a_member_reports_what_a_router_reads():
+    from workbench.engine.simulation import make_replica
+    from workbench.fleet.fleet import Member
+
+    cfg = small_config(strategy="paged-prefix", kernel="none", workload="system-prompt:k=1,system=64",
+                       num_requests=3, rate=1e6)
+    member = Member(make_replica(cfg, cfg.resolve(), registry.create_from_config(cfg, cfg.resolve()), [], "none"))
+    requests = build_workload(cfg)
+    for r in requests:
+        member.scheduler.add_request(r)
+    assert member.outstanding() == 3 and member.active_blocks() == 0
+    assert member.queued_prefill_tokens() == sum(r.prompt_tokens for r in requests)  # routed, not yet arrived
+    assert member.cached_prompt_tokens(requests[0]) == 0
+    while member.scheduler.log.num_finished < 3:
+        member.replica.step()
+        not_admitted = np.isnan(member.scheduler.log.admitted_s[:3])  # no preemption, no chunks in this run
+        assert member.queued_prefill_tokens() == sum(r.prompt_tokens for r, wait in zip(requests, not_admitted,
+                                                                                         strict=True) if wait)
+    assert member.outstanding() == 0 and member.active_blocks() == 0
+    assert member.cached_prompt_tokens(requests[0]) >= 64 - cfg.block_size  # the shared system prompt stays cached
