@@ -264,7 +264,7 @@ STORAGE_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
     """What a run allocates up front in host memory: the strategy's per-block arrays, and unless the
-    kernel is off or on a GPU the kernel layer's K and V pools, device and swap."""
+    kernel is off or on a GPU the kernel layer's K and V pools, device and swap; once per replica."""
     blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
     total = blocks * ALLOCATOR_BYTES_PER_BLOCK
     if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
@@ -273,7 +273,7 @@ def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
     elif cfg.kernel == "cupy":
         total += (2 * (res.swap_slots + _host_tier_slots(cfg, res)) * res.kernel_heads * res.model.head_dim
                   * STORAGE_ITEMSIZE[cfg.kv_dtype])
-    return total
+    return total * cfg.replicas
 
 
 def _host_tier_slots(cfg: RunConfig, res: Resolved) -> int:
@@ -301,5 +301,7 @@ def _check_host_memory(cfg: RunConfig, res: Resolved) -> None:
         if cfg.kernel != "none":
             parts += f", K/V of {res.kernel_heads} heads"
             remedy += ", --kernel-heads or use --kernel none"
-        raise ValueError(f"the KV pool of {res.capacity_slots} slots needs {need / GIB:.3g} GiB of host memory "
-                         f"({parts}), but this machine has {available / GIB:.3g} GiB available; lower {remedy}")
+        pools = f"{cfg.replicas} KV pools" if cfg.replicas > 1 else "the KV pool"
+        raise ValueError(f"{pools} of {res.capacity_slots} slots need{'s' if cfg.replicas == 1 else ''} "
+                         f"{need / GIB:.3g} GiB of host memory ({parts}), but this machine has "
+                         f"{available / GIB:.3g} GiB available; lower {remedy}")

@@ -77,6 +77,12 @@ def test_a_kernel_pool_larger_than_the_available_memory_is_refused(capsys, monke
     assert err.startswith(f"error: the KV pool of {8 * 2**20} slots needs 2.02 GiB of host memory (allocator "
                           "arrays, K/V of 2 heads), but this machine has 1 GiB available; lower --kv-gib/--kv-slots")
     assert err.count("\n") == 1
+    # a fleet holds a pool per replica: one pool of 1M slots (0.25 GiB) fits, five do not
+    fleet = [*TINY, "--kernel", "numba", "--kv-dtype", "fp32", "--kv-slots", str(2**20)]
+    assert main(fleet) == 0
+    capsys.readouterr()
+    assert main([*fleet, "--replicas", "5"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: 5 KV pools of {2**20} slots need 1.26 GiB of host memory")
 
 
 def test_an_existing_out_is_refused_and_replaced_only_with_force(tmp_path, capsys):
