@@ -95,9 +95,9 @@ def format_summary(summary: dict) -> str:
                      f"{summary['prefix_hit_rate_host']:.4g}, {summary['host_bytes_loaded'] / 1e9:.4g} / "
                      f"{summary['host_bytes_demoted'] / 1e9:.4g}"))
     if "replicas" in summary:  # a fleet: kv slots and memory are per replica, requests and latency the fleet's
+        rows = [("kv slots per replica", value) if name == "kv slots" else (name, value) for name, value in rows]
         rows.insert(1, ("replicas, router, load imbalance (max/mean)",
                         f"{summary['replicas']}, {summary['router']}, {summary['load_imbalance']:.3f}"))
-        rows[2] = ("kv slots per replica", summary["kv_slots"])
     width = max(len(name) for name, _ in rows)
 
     def fmt(value) -> str:

@@ -30,7 +30,7 @@ class View:
     def active_blocks(self) -> int:
         return self.blocks
 
-    def cached_prompt_tokens(self, request: Request) -> int:
+    def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
         return self.cached
 
     def queued_prefill_tokens(self) -> int:

@@ -88,7 +88,7 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
     """Replay `requests` on a fresh `strategy` (mutated) under `cfg`; returns the tables and summary."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
     res = cfg.resolve()
-    backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
+    backend = kernel_backend(cfg)
     replica = make_replica(cfg, res, strategy, requests, backend, timers=timers)
     try:
         _drive(replica, progress)
@@ -108,7 +108,7 @@ def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Str
     (docs/fleet.md). Returns the fleet's tables (a `replica` column in both) and summary."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
     res = cfg.resolve()
-    backend = "none" if cfg.kernel == "none" else kernel_backend(cfg)
+    backend = kernel_backend(cfg)
     members = [fleet.Member(make_replica(cfg, res, s, [], backend)) for s in strategies]
     router = make_router(cfg.router, len(members), block_size=strategies[0].block_size, seed=cfg.seed,
                          overlap_weight=cfg.kv_overlap_weight)
@@ -204,16 +204,11 @@ def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> No
 
 def _drive(replica: Replica, progress: bool) -> None:
     """Step the replica until no request is left (a tqdm bar of finished requests with `progress`)."""
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(replica.scheduler.requests), unit="req", desc="requests")
-    while replica.next_event_s() is not None:
-        finished = replica.step()
-        if bar is not None and finished:
-            bar.update(finished)
-    if bar is not None:
-        bar.close()
+    from tqdm import tqdm
+
+    with tqdm(total=len(replica.scheduler.requests), unit="req", desc="requests", disable=not progress) as bar:
+        while replica.next_event_s() is not None:
+            bar.update(replica.step())
 
 
 def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:

@@ -42,8 +42,8 @@ class Member:
         snap = self.strategy.snapshot()
         return (snap.token_slots + snap.reserved_slots + snap.internal_frag_slots) // self.strategy.block_size
 
-    def cached_prompt_tokens(self, request: Request) -> int:
-        return self.strategy.cached_prompt_tokens(request.prompt_token_ids())
+    def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        return self.strategy.cached_prompt_tokens(token_ids)
 
     def queued_prefill_tokens(self) -> int:
         sched = self.scheduler
@@ -57,32 +57,26 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
            ) -> tuple[np.ndarray, list[float]]:
     """Run the event loop to the end. Returns each request's replica, int64 [num_requests], and the
     max/mean outstanding requests over replicas after each routing."""
+    from tqdm import tqdm
+
     placed = np.full(len(requests), -1, dtype=np.int64)
     imbalance: list[float] = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=len(requests), unit="req", desc="requests")
     nxt = 0
-    while True:
-        step_at, who = min(((t, k) for k, m in enumerate(members) if (t := m.replica.next_event_s()) is not None),
-                           default=(None, -1))
-        if nxt < len(requests) and (step_at is None or requests[nxt].arrival_s <= step_at):
-            request = requests[nxt]
-            chosen = router.choose(request, members)
-            members[chosen].scheduler.add_request(request)
-            placed[nxt] = chosen
-            loads = [m.outstanding() for m in members]
-            imbalance.append(max(loads) / (sum(loads) / len(loads)))
-            nxt += 1
-            continue
-        if step_at is None:
-            break
-        finished = members[who].replica.step()
-        if bar is not None and finished:
-            bar.update(finished)
-    if bar is not None:
-        bar.close()
+    with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
+        while True:
+            step_at, who = min(((t, k) for k, m in enumerate(members) if (t := m.replica.next_event_s()) is not None),
+                               default=(None, -1))
+            if nxt < len(requests) and (step_at is None or requests[nxt].arrival_s <= step_at):
+                chosen = router.choose(requests[nxt], members)
+                members[chosen].scheduler.add_request(requests[nxt])
+                placed[nxt] = chosen
+                loads = [m.outstanding() for m in members]
+                imbalance.append(max(loads) / (sum(loads) / len(loads)))
+                nxt += 1
+            elif step_at is None:
+                break
+            else:
+                bar.update(members[who].replica.step())
     return placed, imbalance
 
 

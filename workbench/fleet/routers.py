@@ -32,8 +32,8 @@ class ReplicaView(Protocol):
         """KV blocks held by this replica's running requests."""
         ...
 
-    def cached_prompt_tokens(self, request: Request) -> int:
-        """Leading prompt tokens this replica's KV cache holds now (0 without a prefix cache)."""
+    def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        """Leading tokens of a prompt (int32 [T]) this replica's KV cache holds now (0 without a prefix cache)."""
         ...
 
     def queued_prefill_tokens(self) -> int:
@@ -147,10 +147,11 @@ class KVExact(Router):
 
     def choose(self, request: Request, replicas: Sequence[ReplicaView]) -> int:
         prompt_blocks = -(-request.prompt_tokens // self.block_size)
+        token_ids = request.prompt_token_ids()  # once, for every replica's lookup
 
         def cost(i: int) -> tuple[float, int, int]:
             view = replicas[i]
-            cached_tokens = view.cached_prompt_tokens(request)
+            cached_tokens = view.cached_prompt_tokens(token_ids)
             prefill_blocks = (view.queued_prefill_tokens() + request.prompt_tokens - cached_tokens) / self.block_size
             decode_blocks = view.active_blocks() + prompt_blocks - cached_tokens // self.block_size
             return self.overlap_weight * prefill_blocks + decode_blocks, view.outstanding(), i
