@@ -21,7 +21,7 @@ from sweep_fake_engine import SerialExecutor, fake_run
 
 from workbench import columns as C
 from workbench.paths import REPO_ROOT
-from workbench.sweep import LocalExecutor, SpecError, SweepError, load_spec, parse_spec, run_sweep
+from workbench.sweep import SpecError, SweepError, load_spec, parse_spec, run_sweep
 from workbench.sweep.__main__ import run as main
 from workbench.sweep.lock import LOCK_FILE, SweepLock, SweepLocked
 from workbench.sweep.runner import point_problem
@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def sweep(spec: dict, out: Path, **kwargs):
-    return run_sweep(parse_spec(spec), out, executor=LocalExecutor(1), progress=False, run_fn=fake_run, **kwargs)
+    return run_sweep(parse_spec(spec), out, executor=SerialExecutor(), progress=False, run_fn=fake_run, **kwargs)
 
 
 def tree(path: Path) -> dict[str, bytes]:

@@ -1,0 +1,11 @@
+"""`python -m workbench.kernels.build` (run by `make test` before the tests) calls every Numba entry point
+and every registered strategy: it keeps working as their signatures change."""
+
+from __future__ import annotations
+
+from workbench.kernels import build
+
+
+def test_the_build_calls_every_numba_entry_point_and_strategy():
+    took = build.build(shim=False)
+    assert set(took) == {"numba"} and took["numba"] >= 0

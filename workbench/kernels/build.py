@@ -1,0 +1,117 @@
+"""Build the CPU backends' compiled kernels ahead of use: `python -m workbench.kernels.build`.
+
+Both are otherwise built on first use and cached on disk: the `cuda-cpu` shim library by g++ (about half
+a minute, `cuda_cpu.cache_dir()`) and the Numba kernels (`NUMBA_CACHE_DIR`). Processes that start
+together with cold caches (test workers, sweep workers) would each compile the Numba kernels and queue on
+the shim's build lock; `make test` runs this first instead, the g++ build and the Numba compilation side
+by side. A second run finds both cached and returns at once.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+
+from workbench import kernels
+from workbench.kernels import cuda_cpu
+
+KV_DTYPES = ("fp32", "fp16", "bf16", "fp8")
+TINY_MODEL = "custom:layers=2,kv_heads=2,heads=4,head_dim=16,max_model_len=512"
+STORAGE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8": np.uint8}
+
+
+def compile_numba() -> None:
+    """Call every Numba entry point once on a tiny case, so each specialization is compiled and cached:
+    attention (paged and contiguous, decode and extend, with and without a window) and the cache kernels
+    (a write per KV dtype, the fp8 write from each model dtype, block copy and swap)."""
+    block_size, num_blocks, heads, kv_heads, head_dim = 4, 4, 2, 1, 16
+    slots = block_size * num_blocks
+    q = np.zeros((2, heads, head_dim), np.float32)
+    indptr, indices = np.array([0, 1, 2], np.int32), np.array([0, 1], np.int32)
+    last_page, starts, lens = np.array([2, 2], np.int32), np.array([0, 8], np.int32), np.array([2, 2], np.int32)
+    qo = np.array([0, 1, 2], np.int32)
+    for kv_dtype in KV_DTYPES:
+        k = np.zeros((slots, kv_heads, head_dim), STORAGE[kv_dtype])
+        v = np.zeros_like(k)
+        common = dict(backend="numba", kv_dtype=kv_dtype)
+        for window in (0, 1):
+            kernels.paged_decode(q, k, v, indptr, indices, last_page, block_size, window=window, **common)
+            kernels.contiguous_decode(q, k, v, starts, lens, window=window, **common)
+            kernels.paged_extend(q, qo, k, v, indptr, indices, last_page, block_size, window=window, **common)
+            kernels.contiguous_extend(q, qo, k, v, starts, lens, window=window, **common)
+        mapping = np.array([0, 1], np.int64)
+        if kv_dtype == "fp8":
+            for model_dtype in ("fp32", "fp16", "bf16"):
+                new = np.zeros((2, kv_heads, head_dim), STORAGE[model_dtype])
+                kernels.cache_write(k, v, new, new, mapping, backend="numba")
+        else:
+            new = np.zeros((2, kv_heads, head_dim), STORAGE[kv_dtype])
+            kernels.cache_write(k, v, new, new, mapping, backend="numba")
+        long_k = np.zeros((4096, kv_heads, head_dim), STORAGE[kv_dtype])  # one long context: split-K and its merge
+        kernels.contiguous_decode(q[:1], long_k, long_k, np.array([0], np.int32), np.array([4096], np.int32),
+                                  **common)
+        kernels.block_copy(k, v, np.array([[0, 1]], np.int32), block_size, backend="numba")
+        kernels.block_swap(k, v, np.zeros_like(k), np.zeros_like(v), np.array([[0, 1]], np.int32), block_size,
+                           backend="numba")
+
+
+def compile_allocators() -> None:
+    """A tiny run of every registered strategy with Numba kernels: compiles the strategies' own Numba loops
+    (block tables, extents, prefix keys, the batch check) and the engine's calls of the kernels."""
+    from workbench.allocators import registry
+    from workbench.config import RunConfig
+    from workbench.engine.simulation import run
+
+    for name in registry.names():
+        run(RunConfig(strategy=name, model=TINY_MODEL, kv_slots=32768, kernel="numba", kv_dtype="fp16",
+                      workload="system-prompt:k=2,system=40,lengths=alpaca", num_requests=4))
+
+
+def build(*, shim: bool = True) -> dict[str, float]:
+    """Build the shim (with `shim` and when this machine can: g++ and CUDA headers) on a thread while the
+    Numba kernels compile on this one. Returns seconds per part; raises what a build raised."""
+    took: dict[str, float] = {}
+    failed: list[BaseException] = []
+
+    def build_shim() -> None:
+        t0 = time.perf_counter()
+        try:
+            cuda_cpu.build_library(cuda_cpu.kernels_dir() / cuda_cpu.SHIM_ENTRY)
+        except BaseException as exc:  # re-raised on the main thread
+            failed.append(exc)
+        took["cuda-cpu shim"] = time.perf_counter() - t0
+
+    thread = None
+    if shim and "cuda-cpu" in kernels.available_backends() and _shim_headers():
+        thread = threading.Thread(target=build_shim, name="shim-build")
+        thread.start()
+    t0 = time.perf_counter()
+    compile_numba()
+    compile_allocators()
+    took["numba"] = time.perf_counter() - t0
+    if thread is not None:
+        thread.join()
+    if failed:
+        raise failed[0]
+    return took
+
+
+def _shim_headers() -> bool:
+    try:
+        cuda_cpu.shim_include_dir()
+    except cuda_cpu.ShimBuildError:
+        return False
+    return True
+
+
+def main() -> int:
+    took = build()
+    print("kernels built: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in took.items()), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
