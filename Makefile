@@ -36,16 +36,16 @@ lint: $(STAMP_DEV)
 # --dist loadfile: a test file's tests share one worker, so what a file builds once (its module fixtures,
 # compiled kernels, a wheel) is built once
 PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
-# the kernels are built first, once (workbench/kernels/build.py): test workers starting together would
+# the kernels are built first, once (workbench/build_kernels.py): test workers starting together would
 # otherwise each compile the Numba kernels and queue on the cuda-cpu shim's build
 test: $(STAMP_DEV)
 	$(BIN)/ruff check .
-	$(BIN)/python -m workbench.kernels.build
+	$(BIN)/python -m workbench.build_kernels
 	$(PYTEST) -m "not slow"
 
 test-all: $(STAMP_DEV)
 	$(BIN)/ruff check .
-	$(BIN)/python -m workbench.kernels.build
+	$(BIN)/python -m workbench.build_kernels
 	$(PYTEST)
 
 bench: $(STAMP_DEV)

@@ -1,9 +1,9 @@
-"""`python -m workbench.kernels.build` (run by `make test` before the tests) calls every Numba entry point
+"""`python -m workbench.build_kernels` (run by `make test` before the tests) calls every Numba entry point
 and every registered strategy: it keeps working as their signatures change."""
 
 from __future__ import annotations
 
-from workbench.kernels import build
+from workbench import build_kernels as build
 
 
 def test_the_build_calls_every_numba_entry_point_and_strategy():

@@ -1,4 +1,4 @@
-"""Build the CPU backends' compiled kernels ahead of use: `python -m workbench.kernels.build`.
+"""Build the CPU backends' compiled kernels ahead of use: `python -m workbench.build_kernels`.
 
 Both are otherwise built on first use and cached on disk: the `cuda-cpu` shim library by g++ (about half
 a minute, `cuda_cpu.cache_dir()`) and the Numba kernels (`NUMBA_CACHE_DIR`). Processes that start
