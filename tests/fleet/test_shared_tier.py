@@ -227,6 +227,26 @@ def test_a_kernel_verified_fleet_promotes_from_the_shared_tier(fleet_runs):
     assert on.requests["prefix_hit_tokens"].sum() > off.requests["prefix_hit_tokens"].sum()
 
 
+def test_a_kernel_verified_fleet_spills_its_host_tiers_into_the_shared_tier(monkeypatch):
+    """With a small host tier per replica, its drops are copied host -> shared on the real arrays, and hits come
+    from both tiers, every step verified."""
+    spilled = [0]
+    spill = KVPool.spill_shared
+
+    def counting(self, moves, block_size):
+        spilled[0] += len(moves)
+        spill(self, moves, block_size)
+
+    monkeypatch.setattr(KVPool, "spill_shared", counting)
+    cfg = small_config(strategy=SHARED_TIERED[0], shared_tier_gib=SHARED_GIB, host_cache_gib=2**-14,
+                       **{**TENANTS, "num_requests": 30})
+    result, _ = _fleet(cfg, 2)
+    summary = result.summary
+    assert spilled[0] > 0 and summary["num_finished"] == 30
+    assert summary["prefix_hit_rate_host"] > 0 and summary["prefix_hit_rate_shared"] > 0
+    assert not numerics_problems(outputs_of(result))
+
+
 def test_shared_columns_are_the_fleet_pool_and_appear_only_with_it(fleet_runs):
     off, on = fleet_runs
     assert "shared_token_slots" not in off.steps
@@ -346,3 +366,10 @@ def test_a_sweep_takes_the_shared_tier_as_axes():
     points = spec.points()
     assert sorted((p.config.shared_tier_gib, p.config.shared_link_gb_s) for p in points) == \
         [(0.0, 12.5), (0.0, 25.0), (0.5, 12.5), (0.5, 25.0)]
+
+
+def test_a_shared_tier_on_a_hybrid_pool_is_refused():
+    """Like the host tier, the shared tier serves the one-table prefix cache: one line says so."""
+    for name in (n for n in SHARED_TIERED if n in registry.hybrid_names()):
+        with pytest.raises(ValueError, match="--shared-tier-gib 1.0 with --hybrid on"):
+            registry.check_options(RunConfig(strategy=name, model="gpt-oss-20b", shared_tier_gib=1.0))
