@@ -40,6 +40,7 @@ import numpy as np
 
 from workbench.allocators.base import (
     NO_EFFECTS,
+    NO_PAIRS,
     AdmitResult,
     AppendResult,
     PagedDescriptor,
@@ -121,7 +122,7 @@ class PagedStrategy(PagedSwap, Strategy):
         if host is None and shared is None:
             return NO_EFFECTS
         bs = self.block_size
-        demote = promote = spill = shared_demote = shared_promote = NO_EFFECTS.demote
+        demote = promote = spill = shared_demote = shared_promote = NO_PAIRS
         columns: tuple[tuple[str, int], ...] = ()
         if host is not None:
             demote, promote = host.take_moves()

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators.base import NO_PAIRS
 from workbench.allocators.prefix.shared_tier import NOT_STORED, SharedTier
-
-_NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
 
 
 def _pairs(moves: list[tuple[int, int]]) -> np.ndarray:
-    return np.array(moves, dtype=np.int32).reshape(-1, 2) if moves else _NO_PAIRS
+    return np.array(moves, dtype=np.int32).reshape(-1, 2) if moves else NO_PAIRS
 
 
 class SharedTierPort:
