@@ -38,6 +38,8 @@ SUMMARY_KEYS = (
     "prefix_hit_tokens", "prefix_hit_rate", "prefix_evicted_blocks",
     # a prefix cache's host tier (0 without one): hits there over the same prompt tokens, bytes each way
     "prefix_hit_rate_host", "host_bytes_loaded", "host_bytes_demoted",
+    # a fleet's shared tier (0 without one): hits there over the same prompt tokens, bytes in and out of it
+    "prefix_hit_rate_shared", "shared_bytes_loaded", "shared_bytes_demoted",
     "block_table_bytes_mean", "mean_batch_size", "max_batch_size",
     "throughput_req_s", "throughput_tok_s", "normalized_latency_s_per_tok",
     # over the saturated window (steps that end with a non-empty queue, docs/outputs.md): a run whose queue

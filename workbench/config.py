@@ -15,7 +15,15 @@ from typing import Any
 
 from workbench.clock.profiles import PROFILE_NAMES, check_profile
 from workbench.errors import shown
-from workbench.presets import GIB, GpuPreset, ModelPreset, gpu_from_name, kv_capacity_slots, model_from_name
+from workbench.presets import (
+    DEFAULT_SHARED_LINK_GB_S,
+    GIB,
+    GpuPreset,
+    ModelPreset,
+    gpu_from_name,
+    kv_capacity_slots,
+    model_from_name,
+)
 
 # Upper bounds that keep every size inside the integer types it lands in: slot and block ids are int32
 # in the allocators and kernels, and every integer column of the output tables is int64. The time
@@ -87,6 +95,13 @@ class RunConfig:
                                     "demoted to host memory and promoted back on a hit (0 = none)", ge=0, le=2**20,
                                walk=(0.0, 0.3))
     overlap_load: bool = _f(False, "host-tier loads of a prefix cache overlap the step's compute (else they add to it)")
+    # a fleet's shared tier (docs/fleet.md): one pool below every replica's own tiers
+    shared_tier_gib: float = _f(0.0, "KV block pool of a prefix cache shared by every replica, in GiB (2^30 bytes): "
+                                     "blocks evicted from a replica's device (or dropped by its host tier) are "
+                                     "demoted into it and copied back on a hit by any replica (0 = none)",
+                                ge=0, le=2**20)
+    shared_link_gb_s: float = _f(DEFAULT_SHARED_LINK_GB_S, "GB/s (10^9 bytes/s) of the link a shared-tier load "
+                                 "crosses, one direction (default 25: one 200 Gb/s RDMA NIC port)", gt=0, le=1e6)
     hybrid: str = _f("on", "per-layer-group allocation for models with sliding-window layers (paged strategies "
                           "without a prefix cache): on | off (off: every layer is full attention)",
                      choices=("on", "off"))
@@ -264,21 +279,23 @@ STORAGE_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
     """What a run allocates up front in host memory: the strategy's per-block arrays, and unless the
-    kernel is off or on a GPU the kernel layer's K and V pools, device and swap; once per replica."""
+    kernel is off or on a GPU the kernel layer's K and V pools, device and swap; once per replica. With a
+    kernel, the host tier's K and V (per replica) and the shared tier's (once: one pool for the fleet)."""
     blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
     total = blocks * ALLOCATOR_BYTES_PER_BLOCK
+    row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
     if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
-        row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
-        total += 2 * (res.capacity_slots + res.swap_slots + _host_tier_slots(cfg, res)) * row_bytes
+        total += 2 * (res.capacity_slots + res.swap_slots + _tier_slots(cfg.host_cache_gib, res)) * row_bytes
     elif cfg.kernel == "cupy":
-        total += (2 * (res.swap_slots + _host_tier_slots(cfg, res)) * res.kernel_heads * res.model.head_dim
-                  * STORAGE_ITEMSIZE[cfg.kv_dtype])
-    return total * cfg.replicas
+        total += 2 * (res.swap_slots + _tier_slots(cfg.host_cache_gib, res)) * row_bytes
+    shared = 2 * _tier_slots(cfg.shared_tier_gib, res) * row_bytes if cfg.kernel != "none" else 0
+    return total * cfg.replicas + shared
 
 
-def _host_tier_slots(cfg: RunConfig, res: Resolved) -> int:
-    """Token slots of a prefix cache's host tier (the kernel runner keeps its K and V in host memory)."""
-    return int(cfg.host_cache_gib * GIB // res.kv_bytes_per_token)
+def _tier_slots(gib: float, res: Resolved) -> int:
+    """Token slots of a prefix cache's host or shared tier of `gib` GiB (the kernel runner keeps their K
+    and V in host memory)."""
+    return int(gib * GIB // res.kv_bytes_per_token)
 
 
 def available_memory_bytes() -> int | None:

@@ -113,6 +113,10 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
     out["prefix_hit_rate_host"] = int(extra.get("prefix_hit_tokens_host", 0)) / query if query else 0.0
     out["host_bytes_loaded"] = int(extra.get("host_bytes_loaded", 0))
     out["host_bytes_demoted"] = int(extra.get("host_bytes_demoted", 0))
+    # a fleet's shared tier, the same way; absent from `extra` without one
+    out["prefix_hit_rate_shared"] = int(extra.get("prefix_hit_tokens_shared", 0)) / query if query else 0.0
+    out["shared_bytes_loaded"] = int(extra.get("shared_bytes_loaded", 0))
+    out["shared_bytes_demoted"] = int(extra.get("shared_bytes_demoted", 0))
     out["block_table_bytes_mean"] = (_dot(steps["block_table_bytes"].to_numpy(), dt) / float(dt.sum())
                                      if dt.sum() > 0 else 0.0)
     running = steps["num_running"].to_numpy()

@@ -89,11 +89,12 @@ def format_summary(summary: dict) -> str:
         ("verify max rel err", summary["verify_max_rel_err"]),
         ("wall time (s)", summary["sim_wall_s"]),
     ]
-    if summary["host_bytes_demoted"]:  # a prefix cache's host tier was used
-        rows.insert(rows.index(("prefix hit rate", summary["prefix_hit_rate"])) + 1,
-                    ("host tier: hit rate, GB loaded / demoted",
-                     f"{summary['prefix_hit_rate_host']:.4g}, {summary['host_bytes_loaded'] / 1e9:.4g} / "
-                     f"{summary['host_bytes_demoted'] / 1e9:.4g}"))
+    tiers = [(name, summary[f"prefix_hit_rate_{tier}"], summary[f"{tier}_bytes_loaded"],
+              summary[f"{tier}_bytes_demoted"]) for tier, name in (("host", "host tier"), ("shared", "shared tier"))
+             if summary[f"{tier}_bytes_demoted"]]  # a prefix cache's host tier, a fleet's shared tier, if used
+    at = rows.index(("prefix hit rate", summary["prefix_hit_rate"])) + 1
+    rows[at:at] = [(f"{name}: hit rate, GB loaded / demoted", f"{rate:.4g}, {loaded / 1e9:.4g} / {demoted / 1e9:.4g}")
+                   for name, rate, loaded, demoted in tiers]
     if "replicas" in summary:  # a fleet: kv slots and memory are per replica, requests and latency the fleet's
         rows = [("kv slots per replica", value) if name == "kv slots" else (name, value) for name, value in rows]
         rows.insert(1, ("replicas, router, load imbalance (max/mean)",

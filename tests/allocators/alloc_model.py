@@ -1,11 +1,12 @@
 """A miniature engine for allocator tests: it executes what a strategy returns on a fake KV pool.
 
 The pool stores token ids instead of K/V rows. Every write, copy-on-write pair, admission copy and
-swap move, and a host tier's demotes and promotes (into a model host tier), is executed exactly as the
-engine would, and `verify()` reads each sequence back through
-`slot_mapping` and `describe`: a wrong block table, a missed copy or a prefix hit onto the wrong
-block shows up as a wrong token. `reference_partition()` recomputes the six-way split of held memory
-from the sequences' slot mappings alone, independently of the strategy's counters.
+swap move, a host tier's demotes and promotes (into a model host tier) and a fleet's shared-tier moves
+(into a model shared tier, one array for every replica's model), is executed exactly as the engine
+would, and `verify()` reads each sequence back through `slot_mapping` and `describe`: a wrong block
+table, a missed copy or a prefix hit onto the wrong block shows up as a wrong token.
+`reference_partition()` recomputes the six-way split of held memory from the sequences' slot
+mappings alone, independently of the strategy's counters.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ _DEMOTED, _PROMOTED = -2, -3  # what a block holds once its content moved to the
 
 
 class PoolModel:
-    def __init__(self, strategy, host_slots: int = 0) -> None:
+    def __init__(self, strategy, host_slots: int = 0, shared: np.ndarray | None = None) -> None:
+        """`shared`: the fleet's model shared tier (token ids, one array for every replica's model); built
+        here when the strategy has a shared tier and none is given."""
         self.s = strategy
         self.bs = strategy.block_size
         self.device = np.full(strategy.virtual_slots, -1, dtype=np.int64)  # [virtual_slots] token ids
@@ -31,6 +34,9 @@ class PoolModel:
         tier_blocks = strategy.host_tier_blocks  # a prefix cache's host tier, 0 for none
         self.tier = np.full(tier_blocks * self.bs, -1, dtype=np.int64) if tier_blocks else None
         self.tier_used: set[int] = set()  # host-tier blocks holding a demoted block, from the moves alone
+        if shared is None and strategy.shared_tier_blocks:
+            shared = np.full(strategy.shared_tier_blocks * self.bs, -1, dtype=np.int64)
+        self.shared = shared
         self.effects = strategy.end_step()  # after the last operation (a fresh strategy has done nothing)
 
     # -- operations, each executed like the engine would ------------------------------------------
@@ -121,31 +127,46 @@ class PoolModel:
         self.placed_len.update((i, len(self.tokens[i])) for i in seq_ids)
 
     def _held_blocks(self) -> set[int]:
-        """Device blocks the on-device sequences hold (with a host tier only: none may be demoted)."""
-        if self.tier is None:
+        """Device blocks the on-device sequences hold (with a host or shared tier only: none may be demoted)."""
+        if self.tier is None and self.shared is None:
             return set()
         bs = self.bs
         return {int(slot) // bs for i in self.on_device()
                 for slot in self.s.slot_mapping(i, 0, len(self.tokens[i]))[::bs].tolist()}
 
     def _host_moves(self, held: set[int]) -> None:
-        """Execute the host tier's moves of the operation just made, demotes first as the engine does
-        (one operation is one step here); the source of each move is poisoned after it."""
-        self.effects = self.s.end_step()
-        if self.tier is None:
-            return
-        bs, device, tier = self.bs, self.device, self.tier
-        demotes, promotes = self.effects.demote, self.effects.promote
-        for dev, host in demotes.tolist():
+        """Execute the tiers' moves of the operation just made in the kernel runner's order (one operation
+        is one step here): shared-tier spills, host-tier demotes, shared-tier demotes, host-tier promotes,
+        shared-tier promotes. A demoted device block and a promoted host-tier block are poisoned after
+        the move (a shared-tier promote copies: its entry stays)."""
+        self.effects = effects = self.s.end_step()
+        for kind in ("demote", "promote", "shared_spill", "shared_demote", "shared_promote"):
+            dst = getattr(effects, kind)[:, 1]
+            assert np.unique(dst).size == dst.size, f"{kind}: a step writes a block twice"
+        shared_dst = np.concatenate([effects.shared_spill[:, 1], effects.shared_demote[:, 1]])
+        assert np.unique(shared_dst).size == shared_dst.size, "a step writes a shared block twice"
+        bs, device, tier, shared = self.bs, self.device, self.tier, self.shared
+        for host, block in effects.shared_spill.tolist():
+            assert host in self.tier_used, f"host block {host} spilled, but it holds nothing"
+            shared[block * bs:(block + 1) * bs] = tier[host * bs:(host + 1) * bs]
+        for dev, host in effects.demote.tolist():
             assert dev not in held, f"block {dev}, held by a live sequence, was demoted"
             tier[host * bs:(host + 1) * bs] = device[dev * bs:(dev + 1) * bs]
             device[dev * bs:(dev + 1) * bs] = _DEMOTED
             self.tier_used.add(host)
-        for host, dev in promotes.tolist():
+        for dev, block in effects.shared_demote.tolist():
+            assert dev not in held, f"block {dev}, held by a live sequence, was demoted"
+            shared[block * bs:(block + 1) * bs] = device[dev * bs:(dev + 1) * bs]
+            device[dev * bs:(dev + 1) * bs] = _DEMOTED
+        for host, dev in effects.promote.tolist():
             assert host in self.tier_used, f"host block {host} promoted, but it holds nothing"
             device[dev * bs:(dev + 1) * bs] = tier[host * bs:(host + 1) * bs]
             tier[host * bs:(host + 1) * bs] = _PROMOTED
             self.tier_used.remove(host)
+        for block, dev in effects.shared_promote.tolist():
+            rows = shared[block * bs:(block + 1) * bs]
+            assert (rows >= 0).all(), f"shared block {block} promoted, but it holds nothing"
+            device[dev * bs:(dev + 1) * bs] = rows
 
     def host_tier_slots(self) -> tuple[int, int, int] | None:
         """(host used, host free, host capacity) slots as the engine's step row reports them; None

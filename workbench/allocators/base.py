@@ -7,7 +7,7 @@ contiguous strategies use `block_size == 1`, so a slot is a block.
 
 Verbs that mutate state say so in their docstring; everything else is a pure query.
 
-Optional capabilities (layer groups, pages mapped on demand, a host tier) are members of the protocol
+Optional capabilities (layer groups, pages mapped on demand, a host tier, a shared tier) are members of the protocol
 with neutral defaults, so the scheduler and the engine never ask what kind of strategy they hold; what
 a step did beyond its allocations comes back from `end_step` as plain data.
 
@@ -196,6 +196,10 @@ class StepEffects(NamedTuple):
     unmapped: np.ndarray = NO_RANGES  # int64 [k, 2] slot ranges [start, stop) whose pages were unmapped
     demote: np.ndarray = NO_PAIRS  # int32 [k, 2] (device block, host-tier block): evicted prefix blocks kept
     promote: np.ndarray = NO_PAIRS  # int32 [k, 2] (host-tier block, device block): host-tier hits loaded
+    # the fleet's shared tier (`allocators.prefix.shared_port`): this replica's moves in and out of it
+    shared_spill: np.ndarray = NO_PAIRS  # int32 [k, 2] (host-tier block, shared block): host-tier drops kept
+    shared_demote: np.ndarray = NO_PAIRS  # int32 [k, 2] (device block, shared block): evicted blocks kept
+    shared_promote: np.ndarray = NO_PAIRS  # int32 [k, 2] (shared block, device block): shared hits loaded
     columns: tuple[tuple[str, int], ...] = ()  # the strategy's own step columns (name, value), same names each step
 
 
@@ -317,7 +321,15 @@ class Strategy(ABC):
     overlap_map: bool = False  # mapping overlaps the step's compute
     # a prefix cache's host tier (`allocators.prefix.host_tier`)
     host_tier_blocks: int = 0  # blocks of host memory holding demoted prefix blocks; 0: no host tier
-    overlap_load: bool = False  # host-tier loads overlap the step's compute
+    overlap_load: bool = False  # host-tier (and shared-tier) loads overlap the step's compute
+    # the fleet's shared tier (`allocators.prefix.shared_tier`), one object for every replica
+    shared_tier = None  # the SharedTier this strategy demotes to and promotes from; None: no shared tier
+    shared_link_gb_s: float = 0.0  # GB/s of the link a shared-tier promote crosses (the clock's)
+
+    @property
+    def shared_tier_blocks(self) -> int:
+        """Blocks of the shared tier (0: none)."""
+        return 0 if self.shared_tier is None else self.shared_tier.num_blocks
 
     @property
     def virtual_slots(self) -> int:

@@ -8,7 +8,8 @@ one module plus one `Registration` in `_BUILTIN` (or a `register` call from a pl
 
 Every strategy class takes `capacity_slots`, `block_size`, `max_model_len`, `swap_slots` and
 exactly the keyword options its registration declares, plus `geometry` (the model's KV shape) when
-the registration says `kv_geometry`; `create` passes nothing else.
+the registration says `kv_geometry`, and `shared_tier` (a fleet's one shared pool) when it declares
+`shared_tier_gib` and the caller hands one; `create` passes nothing else.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.allocators.base import KernelMode, Strategy
+from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.config import Resolved, RunConfig
 from workbench.presets import model_from_name
@@ -45,6 +47,8 @@ class Registration:
         return self.kernel_mode == "paged"
 
 
+# a prefix cache's options: its eviction order, its own host tier and the fleet's shared tier
+PREFIX_TIER_OPTIONS = ("eviction", "host_cache_gib", "overlap_load", "shared_tier_gib", "shared_link_gb_s")
 _BUILTIN = (
     Registration("contiguous-max", "workbench.allocators.contiguous.max:ContiguousMax", "contiguous",
                  "contiguous", "Contiguous (max)", "Contig.\nmax", "#D55E00", "s", options=("fit",)),
@@ -57,10 +61,9 @@ _BUILTIN = (
                  "#0072B2", "o"),
     Registration("paged-prefix", "workbench.allocators.prefix.paged_prefix:PagedPrefixStrategy", "paged", "paged",
                  "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v",
-                 options=("eviction", "host_cache_gib", "overlap_load"), prefix_cache=True, kv_geometry=True),
+                 options=PREFIX_TIER_OPTIONS, prefix_cache=True, kv_geometry=True),
     Registration("radix", "workbench.allocators.prefix.radix:RadixStrategy", "paged", "paged", "Radix tree (SGLang)",
-                 "Radix\ntree", "#009E73", "P", options=("eviction", "host_cache_gib", "overlap_load"),
-                 prefix_cache=True, kv_geometry=True),
+                 "Radix\ntree", "#009E73", "P", options=PREFIX_TIER_OPTIONS, prefix_cache=True, kv_geometry=True),
     Registration("virtual-contiguous", "workbench.allocators.virtual.contiguous:VirtualContiguous", "contiguous",
                  "virtual", "Virtual contiguous (vAttention)", "vAttn", "#000000", "X",
                  options=("page_kib", "max_batch", "page_reuse", "map_us_per_page", "overlap_map"), kv_geometry=True),
@@ -111,15 +114,22 @@ def option_default(option: str) -> Any:
 
 
 def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_len: int, swap_slots: int = 0,
-           geometry: KVGeometry | None = None, **options: Any) -> Strategy:
+           geometry: KVGeometry | None = None, shared_tier: SharedTier | None = None, **options: Any) -> Strategy:
     """A fresh strategy instance (its counters, e.g. prefix hits, start at zero). `options` are run
     options the strategy declares (e.g. `fit`); an undeclared or invalid one is a ValueError. `geometry`
     (the model's KV shape) goes to strategies registered with `kv_geometry`; they assume the default
-    model's without it."""
+    model's without it. `shared_tier`: the fleet's one pool (`create_shared_tier`), handed to every
+    replica's strategy; without it a strategy given `shared_tier_gib` builds a pool of its own."""
     reg = get(name)
     if geometry is not None and not reg.kv_geometry:
         raise ValueError(f"strategy {name!r} takes no KV geometry")
+    if shared_tier is not None:
+        if "shared_tier_gib" not in reg.options:
+            raise ValueError(f"strategy {name!r} takes no shared tier")
+        options = {**options, "shared_tier": shared_tier}
     for option, value in options.items():
+        if option == "shared_tier":
+            continue
         if option not in reg.options:
             raise ValueError(f"strategy {name!r} takes no option {option!r} "
                              f"(it takes: {', '.join(reg.options) or 'none'})")
@@ -187,8 +197,15 @@ def _import_factory(factory: str) -> Any:
     return getattr(importlib.import_module(module), cls)
 
 
-def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
-    """The strategy of a run: `cfg.strategy` on the resolved pool, given exactly its declared options."""
+def create_shared_tier(cfg: RunConfig, resolved: Resolved) -> SharedTier | None:
+    """The fleet's shared tier of `cfg.shared_tier_gib` (None for 0), sized at the model's bytes per block:
+    build it once and hand it to every replica's `create_from_config`."""
+    return shared_tier_for(cfg.shared_tier_gib, cfg.block_size, KVGeometry.of(resolved.model, cfg.kv_dtype))
+
+
+def create_from_config(cfg: RunConfig, resolved: Resolved, shared_tier: SharedTier | None = None) -> Strategy:
+    """The strategy of a run: `cfg.strategy` on the resolved pool, given exactly its declared options (and
+    `shared_tier`, the fleet's pool, if given; a strategy builds its own from `cfg.shared_tier_gib` without)."""
     reg = get(cfg.strategy)
     if resolved.layer_groups and reg.block_sized:
         units = sum(u for _, u in resolved.layer_groups)
@@ -198,7 +215,7 @@ def create_from_config(cfg: RunConfig, resolved: Resolved) -> Strategy:
     geometry = KVGeometry.of(resolved.model, cfg.kv_dtype) if reg.kv_geometry else None
     return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
                   max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots, geometry=geometry,
-                  **{option: getattr(cfg, option) for option in reg.options})
+                  shared_tier=shared_tier, **{option: getattr(cfg, option) for option in reg.options})
 
 
 def check_options(cfg: RunConfig) -> None:

@@ -61,7 +61,7 @@ def check_profile(cfg) -> None:
 
 
 def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_map: bool = False, *,
-               paged_kernel: bool, overlap_load: bool = False) -> RooflineClock:
+               paged_kernel: bool, overlap_load: bool = False, shared_link_gb_s: float = 0.0) -> RooflineClock:
     """The run's clock: the profile's constants where it fixes them, the flags elsewhere; page mapping
     costs come from the strategy (`allocators.base.page_map_cost`). The per-block attention cost is
     the paged kernel's (`paged_kernel`: the strategy's kernel addresses blocks); a contiguous kernel
@@ -78,4 +78,4 @@ def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_m
                          overlap_map=overlap_map, host_link_gbps=profile.host_link_gbps,
                          swap_s_per_transfer=profile.swap_s_per_transfer,
                          attn_s_per_block=profile.attn_s_per_block if paged_kernel else 0.0,
-                         overlap_load=overlap_load)
+                         overlap_load=overlap_load, shared_link_gb_s=shared_link_gb_s)

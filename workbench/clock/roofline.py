@@ -10,7 +10,9 @@ The constants come from a clock profile (workbench.clock.profiles, docs/clock-pr
 per-block attention cost and the per-copy swap cost are zero except where a profile measured them.
 
 A prefix cache's host tier loads its promoted blocks over the same host link as swaps:
-after the compute, or with `--overlap-load` only where the load outlasts it (docs/engine.md).
+after the compute, or with `--overlap-load` only where the load outlasts it (docs/engine.md). A fleet's
+shared tier loads its hits over its own link (`--shared-link-gb-s`), charged the same way; a step that
+loads from both tiers moves the two one after the other (docs/fleet.md).
 
 Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
 new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
@@ -58,7 +60,8 @@ class RooflineClock:
     def __init__(self, model: ModelPreset, gpu: GpuPreset, kv_bytes_per_token: int, block_size: int, *,
                  eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
                  map_s_per_page: float = 0.0, overlap_map: bool = False, host_link_gbps: float | None = None,
-                 swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0, overlap_load: bool = False) -> None:
+                 swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0, overlap_load: bool = False,
+                 shared_link_gb_s: float = 0.0) -> None:
         # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
         # a step that has both costs the two in sequence, each with its own weight pass and overhead
         self.separate_prefill = separate_prefill
@@ -83,15 +86,18 @@ class RooflineClock:
         self.map_s_per_page = map_s_per_page
         self.overlap_map = overlap_map
         self.load_s_per_block = self.block_bytes / self.link_bytes_per_s
+        # a shared-tier block crosses the shared link (0: no shared tier, nothing is ever loaded from one)
+        self.shared_load_s_per_block = self.block_bytes / (shared_link_gb_s * 1e9) if shared_link_gb_s else 0.0
         self.overlap_load = overlap_load
 
     def cost_s(self, cost, measured_attention_s: float | None = None) -> float:
         """Duration of the step a `workbench.clock.step_cost.StepCost` describes; see `step_s`. Host-tier
-        loads are added to it, or with `overlap_load` hidden behind it up to its length."""
+        and shared-tier loads (one after the other) are added to it, or with `overlap_load` hidden behind it
+        up to its length."""
         step_s = self._compute_cost_s(cost, measured_attention_s)
-        if not cost.loaded_blocks:
+        if not (cost.loaded_blocks or cost.shared_loaded_blocks):
             return step_s
-        load_s = cost.loaded_blocks * self.load_s_per_block
+        load_s = cost.loaded_blocks * self.load_s_per_block + cost.shared_loaded_blocks * self.shared_load_s_per_block
         return max(step_s, load_s) if self.overlap_load else step_s + load_s
 
     def _compute_cost_s(self, cost, measured_attention_s: float | None) -> float:

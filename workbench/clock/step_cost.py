@@ -33,6 +33,7 @@ class StepCost(NamedTuple):
     mapped_pages: int = 0  # physical pages mapped on demand (virtual-memory strategies; 0 for the others)
     decode_blocks: int = 0  # KV blocks the decoding sequences' attention reads, summed over sequences
     loaded_blocks: int = 0  # prefix blocks promoted from a host tier (host -> device over the host link)
+    shared_loaded_blocks: int = 0  # prefix blocks copied in from a fleet's shared tier (over the shared link)
 
     @property
     def num_tokens(self) -> int:

@@ -90,12 +90,22 @@ class KVContent:
         return to_storage(k, model_dtype), to_storage(v, model_dtype)
 
 
+def shared_tier_arrays(num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """K and V of a fleet's shared tier, host memory [num_slots, num_kv_heads, head_dim] each: built once
+    and handed to every replica's KVPool, so a block one replica demotes is the block another promotes."""
+    shape = (max(num_slots, 1), num_kv_heads, head_dim)
+    return np.zeros(shape, dtype=STORAGE_DTYPES[kv_dtype]), np.zeros(shape, dtype=STORAGE_DTYPES[kv_dtype])
+
+
 class KVPool:
     """Device K/V arrays [num_slots, num_kv_heads, head_dim] for one layer and a host swap pool.
     Every method mutates the arrays through the cache kernels of `backend`."""
 
     def __init__(self, num_slots: int, host_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str,
-                 backend: str, tier_slots: int = 0) -> None:
+                 backend: str, tier_slots: int = 0, shared_kv: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """`shared_kv`: the fleet's shared tier (`shared_tier_arrays`), the same two arrays in every replica's
+        pool; None without a shared tier."""
         self.backend = backend
         self.kv_dtype = kv_dtype
         dtype = STORAGE_DTYPES[kv_dtype]
@@ -111,6 +121,7 @@ class KVPool:
         tier_shape = (max(tier_slots, 1), num_kv_heads, head_dim)
         self.tier_k = np.zeros(tier_shape, dtype=dtype)  # [tier_slots, num_kv_heads, head_dim]
         self.tier_v = np.zeros(tier_shape, dtype=dtype)
+        self.shared_k, self.shared_v = shared_kv if shared_kv is not None else (None, None)
 
     def _device_arrays(self, num_slots: int, num_kv_heads: int, head_dim: int):
         """K and V, zeroed (NumPy's zeros are committed by the OS only where written, so a large virtual
@@ -149,6 +160,27 @@ class KVPool:
         """Copy host-tier blocks into device blocks: `moves` int32 [k, 2] (tier block, device block)."""
         self._move_blocks((self.tier_k, self.tier_v), (self.k, self.v), moves, block_size)
 
+    def spill_shared(self, moves: np.ndarray, block_size: int) -> None:
+        """Copy host-tier blocks into shared-tier blocks: `moves` int32 [k, 2] (tier block, shared block). Both
+        sides are host memory (a memcpy, or an RDMA write into a remote pool): a NumPy copy on every backend."""
+        src = _block_rows(moves[:, 0], block_size)
+        dst = _block_rows(moves[:, 1], block_size)
+        self.shared_k[dst] = self.tier_k[src]
+        self.shared_v[dst] = self.tier_v[src]
+
+    def demote_shared(self, moves: np.ndarray, block_size: int) -> None:
+        """Copy device blocks into shared-tier blocks: `moves` int32 [k, 2] (device block, shared block)."""
+        self._move_blocks((self.k, self.v), (self.shared_k, self.shared_v), moves, block_size)
+
+    def promote_shared(self, moves: np.ndarray, block_size: int) -> None:
+        """Copy shared-tier blocks into device blocks: `moves` int32 [k, 2] (shared block, device block)."""
+        self._move_blocks((self.shared_k, self.shared_v), (self.k, self.v), moves, block_size)
+
     def _move_blocks(self, src, dst, moves: np.ndarray, block_size: int) -> None:
         """Copy (K, V) blocks of `src` into `dst`: `moves` int32 [k, 2] (source block, destination block)."""
         kernels.block_swap(*src, *dst, np.ascontiguousarray(moves, dtype=np.int32), block_size, backend=self.backend)
+
+
+def _block_rows(blocks: np.ndarray, block_size: int) -> np.ndarray:
+    """The slots of `blocks` (int32 [k]), block by block, int64 [k × block_size]."""
+    return (blocks.astype(np.int64)[:, None] * block_size + np.arange(block_size)).ravel()

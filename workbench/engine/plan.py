@@ -97,7 +97,7 @@ class StepPlan(NamedTuple):
     started: tuple[Resumed, ...]  # groups swapped back in this step
     prefills: tuple[Prefill, ...]
     # block moves, executed in this order before any write: swap-outs, (effects.unmapped released,
-    # effects.demote, effects.promote), swap-ins, copies
+    # effects.shared_spill, .demote, .shared_demote, .promote, .shared_promote), swap-ins, copies
     swap_out: np.ndarray  # int32 [k, 2] (device block, host block)
     swap_in: np.ndarray  # int32 [k, 2] (host block, device block)
     copies: np.ndarray  # int32 [k, 2] (src block, dst block): copy-on-write and prompt copies
@@ -109,7 +109,7 @@ class StepPlan(NamedTuple):
     kernel: KernelInputs | None  # None when no kernel runs in this simulation
     # the strategy's `end_step`: pages mapped and unmapped (unmapped ranges are released in the pool after
     # the swap-outs, before the rest), a host tier's demotes (each reads its device block before anything of
-    # the step writes it) and promotes, and the strategy's own step columns
+    # the step writes it) and promotes, the same for the fleet's shared tier, and the strategy's own step columns
     effects: StepEffects = NO_EFFECTS
 
 

@@ -86,10 +86,16 @@ class KernelRunner:
             pool.swap_out(plan.swap_out, bs)
         if len(effects.unmapped):  # after the swap-outs read them, before anything maps pages again
             pool.release(effects.unmapped)
+        if len(effects.shared_spill):  # host-tier drops, before the demotes below overwrite their host blocks
+            pool.spill_shared(effects.shared_spill, bs)
         if len(effects.demote):  # before anything of the step writes the device blocks it reads
             pool.demote(effects.demote, bs)
+        if len(effects.shared_demote):
+            pool.demote_shared(effects.shared_demote, bs)
         if len(effects.promote):
             pool.promote(effects.promote, bs)
+        if len(effects.shared_promote):
+            pool.promote_shared(effects.shared_promote, bs)
         if len(plan.swap_in):
             pool.swap_in(plan.swap_in, bs)
         if len(plan.copies):

@@ -173,8 +173,8 @@ class Scheduler:
         effects = strategy.end_step()
         cost = batch.meter.cost(len(ids), prefills, started, len(copies_arr), len(swap_out_arr) + len(swap_in_arr),
                                 effects.mapped_pages)
-        if len(effects.promote):
-            cost = cost._replace(loaded_blocks=len(effects.promote))
+        if len(effects.promote) or len(effects.shared_promote):
+            cost = cost._replace(loaded_blocks=len(effects.promote), shared_loaded_blocks=len(effects.shared_promote))
         kernel = None
         if self.config.kernel_every is not None:
             kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, decode_seq_ids,

@@ -72,11 +72,13 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     res = check_config(cfg)
     requests = build_workload(cfg)
     check_servable(cfg, res, requests)
+    shared_tier = registry.create_shared_tier(cfg, res)  # one pool for every replica (None: no shared tier)
     if cfg.replicas > 1:
-        strategies = [registry.create_from_config(cfg, res) for _ in range(cfg.replicas)]
+        strategies = [registry.create_from_config(cfg, res, shared_tier) for _ in range(cfg.replicas)]
         result = simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0)
     else:
-        result = simulate(cfg, requests, registry.create_from_config(cfg, res), progress=progress, wall0_s=wall0)
+        result = simulate(cfg, requests, registry.create_from_config(cfg, res, shared_tier), progress=progress,
+                          wall0_s=wall0)
     if out_dir is not None:
         write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,
                       result.requests, result.summary)
@@ -105,11 +107,16 @@ def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, pro
 def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Strategy], *, progress: bool = False,
                    wall0_s: float | None = None) -> RunResult:
     """Replay `requests` on one replica per strategy (each fresh, mutated) behind `cfg.router`
-    (docs/fleet.md). Returns the fleet's tables (a `replica` column in both) and summary."""
+    (docs/fleet.md). Returns the fleet's tables (a `replica` column in both) and summary. With a shared
+    tier, every strategy holds the same one (`registry.create_shared_tier`), and so do the kernel pools."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
     res = cfg.resolve()
     backend = kernel_backend(cfg)
-    members = [fleet.Member(make_replica(cfg, res, s, [], backend)) for s in strategies]
+    if len({id(s.shared_tier) for s in strategies}) > 1:
+        raise ValueError("the replicas of a fleet hold different shared tiers: build one "
+                         "(registry.create_shared_tier) and hand it to every replica's strategy")
+    shared_kv = shared_kv_of(cfg, res, strategies[0], backend)
+    members = [fleet.Member(make_replica(cfg, res, s, [], backend, shared_kv=shared_kv)) for s in strategies]
     router = make_router(cfg.router, len(members), block_size=strategies[0].block_size, seed=cfg.seed,
                          overlap_weight=cfg.kv_overlap_weight)
     try:
@@ -121,10 +128,21 @@ def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Str
     return RunResult(*fleet.merge(cfg, members, requests, placed, imbalance, extras, time.perf_counter() - wall0_s))
 
 
+def shared_kv_of(cfg: RunConfig, res: Resolved, strategy: Strategy, backend: str):
+    """The K and V arrays of `strategy`'s shared tier for the kernel pools (None without a shared tier or a kernel)."""
+    if backend == "none" or not strategy.shared_tier_blocks:
+        return None
+    from workbench.engine.kvpool import shared_tier_arrays
+    return shared_tier_arrays(strategy.shared_tier_blocks * strategy.block_size, res.kernel_heads,
+                              res.model.head_dim, cfg.kv_dtype)
+
+
 def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: list[Request], backend: str, *,
-                 timers: StepTimers | None = None) -> Replica:
+                 timers: StepTimers | None = None, shared_kv=None) -> Replica:
     """One replica serving `requests` (a list it may be handed more of later, in arrival order) on a fresh
-    `strategy`, with its own token store, kernel runner (unless `backend` is none) and clock."""
+    `strategy`, with its own token store, kernel runner (unless `backend` is none) and clock. `shared_kv`:
+    the K and V of the fleet's shared tier (`shared_kv_of`), the same for every replica; a replica whose
+    strategy has a shared tier builds them without (a fleet of one)."""
     tokens = TokenStore()
     sched = make_scheduler(cfg, res, strategy, requests, tokens, kernel_every=None if backend == "none"
                            else cfg.kernel_every)
@@ -136,13 +154,17 @@ def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: li
         if strategy.page_tokens:  # pages mapped on demand: CUDA virtual memory, emulated on the CPU
             from workbench.engine.kvpool_vmm import VirtualKVPool as pool_class
             paging = {"page_rows": strategy.page_tokens}
+        if shared_kv is None:
+            shared_kv = shared_kv_of(cfg, res, strategy, backend)
         pool = pool_class(strategy.virtual_slots, res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
-                          backend, tier_slots=strategy.host_tier_blocks * strategy.block_size, **paging)
+                          backend, tier_slots=strategy.host_tier_blocks * strategy.block_size, shared_kv=shared_kv,
+                          **paging)
         group_size = res.model.num_heads // res.model.num_kv_heads
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
                               head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
     clock = make_clock(cfg, res, strategy.block_size, strategy.map_s_per_page, strategy.overlap_map,
-                       paged_kernel=strategy.kernel_mode == "paged", overlap_load=strategy.overlap_load)
+                       paged_kernel=strategy.kernel_mode == "paged", overlap_load=strategy.overlap_load,
+                       shared_link_gb_s=strategy.shared_link_gb_s if strategy.shared_tier_blocks else 0.0)
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
     return Replica(sched, runner, clock, measured=cfg.clock == "measured", attention_scale=attention_scale,

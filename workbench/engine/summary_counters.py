@@ -1,7 +1,8 @@
 """The summary's whole-run counters from a strategy's `counters()` (docs/outputs.md): prefix-cache
-lookups, hits and evictions, and with a host tier its hits and the bytes moved each way over the host
-link. The host tier's two step columns (`host_token_slots`, `host_free_slots`) come with each step's
-`StepEffects` instead."""
+lookups, hits and evictions, with a host tier its hits and the bytes moved each way over the host
+link, and with a fleet's shared tier this replica's hits there and the bytes it moved in and out. The
+tiers' step columns (`host_token_slots`, `host_free_slots`, `shared_token_slots`, `shared_free_slots`)
+come with each step's `StepEffects` instead."""
 
 from __future__ import annotations
 
@@ -16,4 +17,8 @@ def summary_counters(counters: dict[str, int], block_bytes: int) -> dict[str, An
         totals.update(prefix_hit_tokens_host=counters["prefix_hit_tokens_host"],
                       host_bytes_loaded=counters["host_blocks_loaded"] * block_bytes,
                       host_bytes_demoted=counters["host_blocks_demoted"] * block_bytes)
+    if "shared_blocks_loaded" in counters:  # a shared tier
+        totals.update(prefix_hit_tokens_shared=counters["prefix_hit_tokens_shared"],
+                      shared_bytes_loaded=counters["shared_blocks_loaded"] * block_bytes,
+                      shared_bytes_demoted=counters["shared_blocks_demoted"] * block_bytes)
     return totals

@@ -22,7 +22,8 @@ from workbench.results import summarize
 from workbench.workload.request import Request
 
 SUMMED_EXTRA = ("prefix_query_tokens", "prefix_hit_tokens", "prefix_evicted_blocks", "prefix_hit_tokens_host",
-                "host_bytes_loaded", "host_bytes_demoted", "kernel_time_s")
+                "host_bytes_loaded", "host_bytes_demoted", "prefix_hit_tokens_shared", "shared_bytes_loaded",
+                "shared_bytes_demoted", "kernel_time_s")
 
 
 class Member:

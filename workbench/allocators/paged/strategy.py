@@ -11,6 +11,9 @@ decode, keys from `prefix.chains`), hands blocks that reach refcount 0 to it (re
 cached, evictable) and evicts through it when the free stack is empty. Without one it is `paged`.
 With a `HostTier` (`host_tier`) too, evicted blocks are demoted to host memory and a prompt's chain
 continues past its device hits into the host tier, whose blocks are promoted (`allocators.prefix.host_tier`).
+With a fleet's `SharedTier` (`shared_tier`) below that, what the host tier drops (or, without one, what
+the device evicts) is demoted into the shared pool, and the chain continues past the host-tier hits into
+it; a shared hit is copied, not moved (`allocators.prefix.shared_tier`, `.shared_port`).
 
 State lives in numpy arrays (refcounts, a free-block stack, per-sequence columns and a 2-D block
 table); a decode step is two compiled passes over the batch (`paged.loops`), so its cost grows with
@@ -37,6 +40,7 @@ import numpy as np
 
 from workbench.allocators.base import (
     NO_EFFECTS,
+    NO_PAIRS,
     AdmitResult,
     AppendResult,
     PagedDescriptor,
@@ -52,6 +56,8 @@ from workbench.allocators.paged.tables import BlockTables
 from workbench.allocators.prefix.chains import SeqChains
 from workbench.allocators.prefix.host_tier import HostTier
 from workbench.allocators.prefix.index import PrefixIndex
+from workbench.allocators.prefix.shared_port import SharedTierPort
+from workbench.allocators.prefix.shared_tier import SharedTier
 from workbench.intmath import cdiv
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
@@ -65,7 +71,8 @@ class PagedStrategy(PagedSwap, Strategy):
     supports_swap = True
 
     def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
-                 prefix_index: PrefixIndex | None = None, host_tier: HostTier | None = None) -> None:
+                 prefix_index: PrefixIndex | None = None, host_tier: HostTier | None = None,
+                 shared_tier: SharedTier | None = None) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if capacity_slots < block_size:
@@ -79,6 +86,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0  # device hits
         self.prefix_hit_tokens_host = 0  # host-tier hits (promoted)
+        self.prefix_hit_tokens_shared = 0  # shared-tier hits (copied in)
         self.prefix_evicted_blocks = 0
         self.swapped_out_blocks = 0  # blocks moved device→host so far
         self.swapped_in_blocks = 0
@@ -93,7 +101,11 @@ class PagedStrategy(PagedSwap, Strategy):
         self.prefix = prefix_index  # None: no prefix caching
         self.wants_token_ids = prefix_index is not None
         self._chains = SeqChains(block_size) if prefix_index is not None else None
-        self.host_tier = host_tier  # None: evicted prefix blocks are dropped
+        self.host_tier = host_tier  # None: evicted prefix blocks are dropped (or go to the shared tier)
+        if shared_tier is not None and prefix_index is None:
+            raise ValueError("a shared tier holds prefix blocks: it needs a prefix cache")
+        self.shared_tier = shared_tier  # the fleet's pool, one object for every replica; None: no shared tier
+        self._shared = SharedTierPort(shared_tier) if shared_tier is not None else None  # this replica's moves
 
     # -- optional capabilities (allocators.base) ------------------------------------------------
 
@@ -102,24 +114,39 @@ class PagedStrategy(PagedSwap, Strategy):
         return 0 if self.host_tier is None else self.host_tier.num_blocks
 
     def end_step(self) -> StepEffects:
-        """Mutates: the host tier's step ends (its demotes and promotes, and its two step columns:
-        cached token slots and free ones, which sum to the tier's capacity)."""
-        tier = self.host_tier
-        if tier is None:
+        """Mutates: the tiers' step ends: the host tier's demotes and promotes and its two step columns
+        (cached token slots and free ones, which sum to the tier's capacity), and this replica's moves in
+        and out of the shared tier with the shared pool's two columns (the whole fleet's pool, as it
+        stands after this step)."""
+        host, shared = self.host_tier, self._shared
+        if host is None and shared is None:
             return NO_EFFECTS
-        demote, promote = tier.take_moves()
-        used = tier.num_used()
-        columns = (("host_token_slots", used * self.block_size),
-                   ("host_free_slots", (tier.num_blocks - used) * self.block_size))
-        return StepEffects(demote=demote, promote=promote, columns=columns)
+        bs = self.block_size
+        demote = promote = spill = shared_demote = shared_promote = NO_PAIRS
+        columns: tuple[tuple[str, int], ...] = ()
+        if host is not None:
+            demote, promote = host.take_moves()
+            used = host.num_used()
+            columns += (("host_token_slots", used * bs), ("host_free_slots", (host.num_blocks - used) * bs))
+        if shared is not None:
+            spill, shared_demote, shared_promote = shared.take_moves()
+            used = shared.tier.num_used()
+            columns += (("shared_token_slots", used * bs),
+                        ("shared_free_slots", (shared.tier.num_blocks - used) * bs))
+        return StepEffects(demote=demote, promote=promote, shared_spill=spill, shared_demote=shared_demote,
+                           shared_promote=shared_promote, columns=columns)
 
     def counters(self) -> dict[str, int]:
-        """The prefix counters, and with a host tier its hits and the blocks moved each way."""
+        """The prefix counters, and with a host or shared tier its hits and the blocks moved each way."""
         counters = super().counters()
         if self.host_tier is not None:
             counters.update(prefix_hit_tokens_host=self.prefix_hit_tokens_host,
                             host_blocks_loaded=self.host_tier.promoted_blocks,
                             host_blocks_demoted=self.host_tier.demoted_blocks)
+        if self._shared is not None:
+            counters.update(prefix_hit_tokens_shared=self.prefix_hit_tokens_shared,
+                            shared_blocks_loaded=self._shared.loaded_blocks,
+                            shared_blocks_demoted=self._shared.demoted_blocks)
         return counters
 
     # -- prefix caching (identity without an index) --------------------------------------------
@@ -136,7 +163,8 @@ class PagedStrategy(PagedSwap, Strategy):
     def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
         spec = SeqSpec(token_ids, token_ids.shape[0])
         hits, keys = self._lookup(spec)
-        return (hits.shape[0] + self._host_lookup(spec, keys, hits.shape[0])) * self.block_size
+        num_host = self._host_lookup(spec, keys, hits.shape[0])
+        return (hits.shape[0] + num_host + self._shared_lookup(spec, keys, hits.shape[0] + num_host)) * self.block_size
 
     def _host_lookup(self, spec: SeqSpec, keys: np.ndarray, num_dev: int) -> int:
         """Pure. How many full blocks after the `num_dev` device hits the host tier holds (0 without one)."""
@@ -144,11 +172,18 @@ class PagedStrategy(PagedSwap, Strategy):
             return 0
         return self.host_tier.lookup(keys[num_dev:(spec.num_tokens - 1) // self.block_size])
 
+    def _shared_lookup(self, spec: SeqSpec, keys: np.ndarray, num_above: int) -> int:
+        """Pure. How many full blocks after the `num_above` device and host-tier hits the shared tier holds
+        (0 without one): the walk goes down the tiers and never back up."""
+        if self._shared is None:
+            return 0
+        return self._shared.lookup(keys[num_above:(spec.num_tokens - 1) // self.block_size])
+
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
-                     num_hit: int, num_held: int, num_host: int = 0) -> None:
+                     num_hit: int, num_held: int, num_host: int = 0, num_shared: int = 0) -> None:
         """Mutates the prefix index, the chains and counters after a successful admission; only the
-        `num_held` tokens held (a chunked admission's first chunk) fill blocks now. The `num_host`
-        blocks after the `num_hit` device hits were promoted: they are registered like new ones."""
+        `num_held` tokens held (a chunked admission's first chunk) fill blocks now. The `num_host` then
+        `num_shared` blocks after the `num_hit` device hits were promoted: they are registered like new ones."""
         if self.prefix is None:
             return
         keys = keys[:num_held // self.block_size]
@@ -163,6 +198,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
         self.prefix_hit_tokens_host += num_host * self.block_size
+        self.prefix_hit_tokens_shared += num_shared * self.block_size
 
     def _num_cached_blocks(self) -> int:
         return 0 if self.prefix is None else self.prefix.num_evictable()
@@ -184,10 +220,17 @@ class PagedStrategy(PagedSwap, Strategy):
             raise RuntimeError(f"out of blocks: need {k}, {self.num_allocatable_blocks()} allocatable")
         taken = self._free.pop(self._free.size)
         self.prefix_evicted_blocks += k - taken.shape[0]
-        if self.host_tier is None:
+        if self.host_tier is None and self._shared is None:
             return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
         evicted, keys = self.prefix.evict_keyed(k - taken.shape[0])
-        self.host_tier.demote(keys, evicted)  # copied out before the step's writes reuse them
+        # copied out before the step's writes reuse them: into the host tier, whose drops go to the shared
+        # tier, or straight into the shared tier
+        if self.host_tier is None:
+            self._shared.demote(keys, evicted)
+        else:
+            dropped = self.host_tier.demote(keys, evicted)
+            if self._shared is not None:
+                self._shared.take_dropped(dropped)
         return np.concatenate([taken, evicted])
 
     def _release(self, blocks: np.ndarray) -> None:
@@ -208,7 +251,8 @@ class PagedStrategy(PagedSwap, Strategy):
         hits, keys = self._lookup(spec)
         num_hit = hits.shape[0]
         num_host = self._host_lookup(spec, keys, num_hit)  # promoted into the first fresh blocks
-        num_tokens = spec.num_held((num_hit + num_host) * bs)
+        num_shared = self._shared_lookup(spec, keys, num_hit + num_host)  # copied into the next ones
+        num_tokens = spec.num_held((num_hit + num_host + num_shared) * bs)
         num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
         need = num_blocks - num_hit
@@ -216,11 +260,16 @@ class PagedStrategy(PagedSwap, Strategy):
         if need > allocatable:
             return AdmitResult(False, reason=f"needs {need} blocks, {allocatable} allocatable")
         n = len(seq_ids)
-        # out of the host tier before taking device blocks, whose evictions demote into it
+        # out of the host tier (and kept in the shared one) before taking device blocks, whose evictions
+        # demote into them
         host_blocks = self.host_tier.take(keys[num_hit:num_hit + num_host]) if num_host else None
+        num_above = num_hit + num_host
+        shared_blocks = self._shared.read(keys[num_above:num_above + num_shared]) if num_shared else None
         fresh = self._take_after_claiming(hits, n, need)
         if num_host:
             self.host_tier.promote(host_blocks, fresh[:num_host])
+        if num_shared:
+            self._shared.promote(shared_blocks, fresh[num_host:num_host + num_shared])
         self._refcount[fresh] = n
         blocks = np.concatenate([hits, fresh]) if num_hit else fresh
         for seq_id in seq_ids:
@@ -228,8 +277,8 @@ class PagedStrategy(PagedSwap, Strategy):
         self._written_slots += num_tokens - num_hit * bs + revived * bs  # promoted blocks arrive written
         self._logical_slots += n * num_tokens
         self._table_entries += n * num_blocks
-        self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens, num_host)
-        return AdmitResult(True, cached_tokens=(num_hit + num_host) * bs)
+        self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens, num_host, num_shared)
+        return AdmitResult(True, cached_tokens=(num_hit + num_host + num_shared) * bs)
 
     def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
         """Mutates on success. The group's shared table grows: its partial last block, held by the
@@ -388,3 +437,5 @@ class PagedStrategy(PagedSwap, Strategy):
             self.prefix.check_integrity(self._refcount, free)
         if self.host_tier is not None:
             self.host_tier.check_integrity()
+        if self.shared_tier is not None:
+            self.shared_tier.check_integrity()

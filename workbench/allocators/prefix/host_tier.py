@@ -8,7 +8,9 @@ exclusive: a promoted block leaves the host tier, a demoted one the device index
 
 Keys are the device index's chain keys (`prefix.chains`: a key names its whole prefix), so a lookup
 is a walk over a prompt's keys. The host pool has its own eviction order, least recently used first:
-a demote into a full pool drops its LRU entry (its KV is lost).
+a demote into a full pool drops its LRU entry (its KV is lost, or passed down to a fleet's shared tier,
+`prefix.shared_tier`). An entry demoted this step is not dropped again in the same step: its host block
+would be written twice by one step's moves.
 
 Moves are recorded here and handed to the engine once per step (`take_moves`), demotes then
 promotes, each in the order they were decided. The kernel runner executes them before any other
@@ -43,6 +45,7 @@ class HostTier:
         self._read_this_step: list[int] = []  # host blocks promoted this step, free once it ends
         self._demotes: list[tuple[int, int]] = []  # (device block, host block), in order
         self._promotes: list[tuple[int, int]] = []  # (host block, device block), in order
+        self._written_this_step: set[int] = set()  # host blocks a demote writes this step: not replaced again
         self.demoted_blocks = 0  # device→host copies so far
         self.promoted_blocks = 0  # host→device copies so far
 
@@ -70,27 +73,39 @@ class HostTier:
         self._promotes.extend(zip(host_blocks.tolist(), device_blocks.tolist(), strict=True))
         self.promoted_blocks += host_blocks.shape[0]
 
-    def demote(self, keys: np.ndarray, device_blocks: np.ndarray) -> None:
+    def demote(self, keys: np.ndarray, device_blocks: np.ndarray) -> list[tuple[int, int, int]]:
         """Mutates. Device blocks (int32 [k]) evicted from the device index under `keys` (uint64 [k])
-        are copied into host blocks: a free one, else the least recently used entry's (dropped). A key
-        the tier holds already is only marked used (its host copy is the same prefix); with no host
-        block free nor held (all read this step), the block is dropped."""
-        index = self._block_of_key
+        are copied into host blocks: a free one, else the least recently used entry's (dropped), but
+        never a block written by a demote this step (each host block is written at most once a step,
+        so the step's moves need no order among themselves). A key the tier holds already is only
+        marked used (its host copy is the same prefix); with no host block free nor replaceable, the
+        evicted block is dropped.
+
+        Returns what left the tier, in order, for a tier below it (`prefix.shared_tier`): (key, host
+        block, -1) per dropped entry, whose KV is still in that host block until the step's demotes
+        run; (key, -1, device block) per evicted block that found no host block."""
+        index, written = self._block_of_key, self._written_this_step
+        dropped = []
         for key, device in zip(keys.tolist(), device_blocks.tolist(), strict=True):
             if key in index:
                 index.move_to_end(key)
                 continue
             if self._free.size:
                 host = int(self._free.pop(1)[0])
-            elif index:
-                _, host = index.popitem(last=False)
-                del self._key_of_block[host]
             else:
-                continue
+                victim = next((k for k, b in index.items() if b not in written), None)
+                if victim is None:
+                    dropped.append((key, -1, device))
+                    continue
+                host = index.pop(victim)
+                del self._key_of_block[host]
+                dropped.append((victim, host, -1))
             index[key] = host
             self._key_of_block[host] = key
+            written.add(host)
             self._demotes.append((device, host))
             self.demoted_blocks += 1
+        return dropped
 
     def take_moves(self) -> tuple[np.ndarray, np.ndarray]:
         """Mutates. The step ends: its (demotes int32 [k, 2] (device, host), promotes int32 [m, 2]
@@ -98,6 +113,7 @@ class HostTier:
         demotes = np.array(self._demotes, dtype=np.int32).reshape(-1, 2) if self._demotes else _NO_PAIRS
         promotes = np.array(self._promotes, dtype=np.int32).reshape(-1, 2) if self._promotes else _NO_PAIRS
         self._demotes, self._promotes = [], []
+        self._written_this_step.clear()
         if self._read_this_step:
             self._free.push(np.array(self._read_this_step, dtype=np.int32))
             self._read_this_step = []
@@ -122,17 +138,21 @@ class HostTier:
 
 
 def host_tier_for(host_cache_gib: float, block_size: int, geometry: KVGeometry | None) -> HostTier | None:
-    """The host tier of `host_cache_gib` GiB (None for 0): as many blocks as fit at the model's bytes
-    per block (`geometry`, the default model's without one); raises ValueError if not even one fits."""
+    """The host tier of `host_cache_gib` GiB (None for 0), sized by `tier_blocks`."""
     if not host_cache_gib:
         return None
+    return HostTier(tier_blocks(host_cache_gib, block_size, geometry, "host_cache_gib", "no host tier"))
+
+
+def tier_blocks(gib: float, block_size: int, geometry: KVGeometry | None, flag: str, none: str) -> int:
+    """Blocks of a tier of `gib` GiB at the model's bytes per block (`geometry`, the default model's
+    without one); raises ValueError naming `flag` if not even one fits or the slot ids would overflow."""
     geometry = geometry or KVGeometry.of(DEFAULT_GEOMETRY_MODEL, "fp16")
     block_bytes = geometry.num_buffers * geometry.buffer_bytes_per_token * block_size
-    num_blocks = int(host_cache_gib * GIB // block_bytes)
+    num_blocks = int(gib * GIB // block_bytes)
     if num_blocks < 1:
-        raise ValueError(f"host_cache_gib = {host_cache_gib} holds no KV block of {block_bytes} bytes; raise it "
-                         f"or use 0 (no host tier)")
+        raise ValueError(f"{flag} = {gib} holds no KV block of {block_bytes} bytes; raise it or use 0 ({none})")
     if num_blocks * block_size > MAX_HOST_TIER_SLOTS:
-        raise ValueError(f"host_cache_gib = {host_cache_gib} is {num_blocks * block_size} token slots, more than "
+        raise ValueError(f"{flag} = {gib} is {num_blocks * block_size} token slots, more than "
                          f"{MAX_HOST_TIER_SLOTS} (int32 slot ids); lower it")
-    return HostTier(num_blocks)
+    return num_blocks
