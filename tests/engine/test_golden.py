@@ -56,25 +56,27 @@ def test_outputs_match_the_recorded_ones(strategy, workload):
     assert not numerics_problems(got)
 
 
-# (Numba CPU target, workloads): every case in the full run; the quick run takes an fp16 run with
-# preemption by swapping, for every strategy
+# (Numba CPU target, workloads, strategies): every case in the full run; the quick run takes an fp16 run with
+# preemption by swapping, on one strategy per way the kernels address the pool (contiguous extents, a page
+# table with prefix hits, pages mapped on demand)
 OTHER_TARGETS = [
-    pytest.param("x86-64", ("chat-swap",), id="x86-64-quick"),
-    pytest.param("x86-64", tuple(sorted(WORKLOADS)), id="x86-64", marks=pytest.mark.slow),
+    pytest.param("x86-64", ("chat-swap",), ("contiguous-max", "paged-prefix", "virtual-contiguous"),
+                 id="x86-64-quick"),
+    pytest.param("x86-64", tuple(sorted(WORKLOADS)), tuple(sorted(GOLDEN)), id="x86-64", marks=pytest.mark.slow),
 ]
 
 
-@pytest.mark.parametrize(("cpu_name", "workloads"), OTHER_TARGETS)
-def test_golden_outputs_under_another_numba_cpu_target(cpu_name, workloads, tmp_path):
+@pytest.mark.parametrize(("cpu_name", "workloads", "strategies"), OTHER_TARGETS)
+def test_golden_outputs_under_another_numba_cpu_target(cpu_name, workloads, strategies, tmp_path):
     """Kernels compiled for the x86-64 baseline (another vector width, another summation order) change the
     kernel numerics' last bits at most: memory, scheduling and timing tables stay identical."""
-    command = [sys.executable, "-m", "tests.engine.golden", "--print", "--workloads", *workloads]
+    command = [sys.executable, "-m", "tests.engine.golden", "--print", "--workloads", *workloads, "--", *strategies]
     done = subprocess.run(command, cwd=REPO,
                           env=numba_env_for_target(cpu_name, tmp_path),
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout)
-    assert sorted(got) == sorted(GOLDEN) and all(sorted(cases) == sorted(workloads) for cases in got.values())
+    assert sorted(got) == sorted(strategies) and all(sorted(cases) == sorted(workloads) for cases in got.values())
     for strategy, cases in got.items():
         for workload, case in cases.items():
             assert exact_part(case) == exact_part(_expected(strategy, workload)), f"{strategy}/{workload}"

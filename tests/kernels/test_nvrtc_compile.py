@@ -14,12 +14,13 @@ pytest.importorskip("cuda.bindings.nvrtc")
 
 from workbench.kernels import nvrtc, source  # noqa: E402
 
-# (arch, head dims compiled): every launcher variant for sm_90 (H100/H200) and sm_80 (A100) in the full run;
-# the quick run compiles sm_90's at the largest head dim (registers, and with them spills, grow with it)
+# (arch, head dims, row tiles compiled): every launcher variant for sm_90 (H100/H200) and sm_80 (A100) in the
+# full run; the quick run compiles sm_90's largest per KV dtype and addressing, the largest head dim at the
+# most rows per block (a thread's accumulators, and with them registers and spills, grow with both)
 TARGETS = [
-    pytest.param(("sm_90", (max(source.HEAD_DIMS),)), id="sm_90-quick"),
-    pytest.param(("sm_90", source.HEAD_DIMS), id="sm_90", marks=pytest.mark.slow),
-    pytest.param(("sm_80", source.HEAD_DIMS), id="sm_80", marks=pytest.mark.slow),
+    pytest.param(("sm_90", (max(source.HEAD_DIMS),), (max(source.ROW_TILES),)), id="sm_90-quick"),
+    pytest.param(("sm_90", source.HEAD_DIMS, source.ROW_TILES), id="sm_90", marks=pytest.mark.slow),
+    pytest.param(("sm_80", source.HEAD_DIMS, source.ROW_TILES), id="sm_80", marks=pytest.mark.slow),
 ]
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"] if os.path.isfile(p)), None)
 
@@ -29,21 +30,22 @@ def test_nvrtc_is_the_cuda_13_0_series():
     assert nvrtc.nvrtc_version() == (13, 0)
 
 
-def attention_names(head_dims: tuple[int, ...]) -> list[str]:
-    """The launcher's attention variants at these head dims, and the merge kernel."""
-    return [*source.all_attention_kernel_names(head_dims), source.MERGE_KERNEL_NAME]
+def attention_names(head_dims: tuple[int, ...], row_tiles: tuple[int, ...] = source.ROW_TILES) -> list[str]:
+    """The launcher's attention variants at these head dims and row tiles, and the merge kernel."""
+    return [*source.all_attention_kernel_names(head_dims, row_tiles), source.MERGE_KERNEL_NAME]
 
 
 @functools.cache
-def compiled_for(arch: str, head_dims: tuple[int, ...]) -> list[nvrtc.CompiledModule]:
+def compiled_for(arch: str, head_dims: tuple[int, ...], row_tiles: tuple[int, ...]) -> list[nvrtc.CompiledModule]:
     """Both sources for one arch; NVRTC releases the GIL, so the two compilations run side by side."""
-    jobs = [(source.ATTENTION_CU, attention_names(head_dims)), (source.CACHE_OPS_CU, source.cache_kernel_names())]
+    jobs = [(source.ATTENTION_CU, attention_names(head_dims, row_tiles)),
+            (source.CACHE_OPS_CU, source.cache_kernel_names())]
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
         return list(pool.map(lambda job: nvrtc.compile_cubin(job[0], job[1], arch), jobs))
 
 
 @pytest.fixture(params=TARGETS)
-def target(request) -> tuple[str, tuple[int, ...]]:
+def target(request) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
     return request.param
 
 
@@ -71,12 +73,13 @@ def test_the_launcher_knows_every_variant():
     assert len(set(source.all_attention_kernel_names())) == 2 * 4 * 5 * 4
     assert len(attention_names(source.HEAD_DIMS)) == 2 * 4 * 5 * 4 + 1
     assert len(attention_names((256,))) == 2 * 4 * 4 + 1
+    assert len(attention_names((256,), (8,))) == 2 * 4 + 1
     assert len(set(source.cache_kernel_names())) == 4 + 3
 
 
 def test_every_requested_variant_is_instantiated(target, compiled):
     attention, cache_ops = compiled
-    assert len(attention.lowered_names) == len(attention_names(target[1]))
+    assert len(attention.lowered_names) == len(attention_names(*target[1:]))
     assert len(cache_ops.lowered_names) == 4 + 3
     assert len(set(attention.lowered_names.values())) == len(attention.lowered_names)
 

@@ -96,14 +96,15 @@ def attention_kernel_name(addressing: str, kv_dtype: str, head_dim: int, rows: i
     return f"kvw::{addressing}_attention<{CUDA_KV_TYPES[kv_dtype]}, {head_dim}, {rows}>"
 
 
-def all_attention_kernel_names(head_dims: tuple[int, ...] = HEAD_DIMS) -> list[str]:
-    """Every attention instantiation a launcher may ask for (at these head dims)."""
+def all_attention_kernel_names(head_dims: tuple[int, ...] = HEAD_DIMS,
+                               row_tiles: tuple[int, ...] = ROW_TILES) -> list[str]:
+    """Every attention instantiation a launcher may ask for (at these head dims and row tiles)."""
     return [
         attention_kernel_name(addressing, kv_dtype, head_dim, rows)
         for addressing in ("paged", "contiguous")
         for kv_dtype in CUDA_KV_TYPES
         for head_dim in head_dims
-        for rows in ROW_TILES
+        for rows in row_tiles
     ]
 
 
