@@ -107,11 +107,15 @@ def test_a_member_reports_what_a_router_reads():
     assert member.outstanding() == 3 and member.active_blocks() == 0
     assert member.queued_prefill_tokens() == sum(r.prompt_tokens for r in requests)  # routed, not yet arrived
     assert member.cached_prompt_tokens(requests[0].prompt_token_ids()) == 0
+    system_blocks_tokens = 64 // cfg.block_size * cfg.block_size  # the shared system prompt's full blocks
     while member.scheduler.log.num_finished < 3:
-        member.replica.step()
         not_admitted = np.isnan(member.scheduler.log.admitted_s[:3])  # no preemption, no chunks in this run
         assert member.queued_prefill_tokens() == sum(r.prompt_tokens for r, wait in zip(requests, not_admitted,
                                                                                          strict=True) if wait)
+        # a request routed here and not admitted shares the system prompt with the first one
+        inflight = member.inflight_prompt_tokens(requests[0].prompt_token_ids())
+        assert inflight >= system_blocks_tokens if not_admitted.any() else inflight == 0
+        member.replica.step()
     assert member.outstanding() == 0 and member.active_blocks() == 0
     # the shared system prompt stays cached
     assert member.cached_prompt_tokens(requests[0].prompt_token_ids()) >= 64 - cfg.block_size

@@ -17,12 +17,14 @@ BLOCK = 4
 
 @dataclass
 class View:
-    """A scripted replica: its load, held blocks, cached prompt tokens and queued prefill tokens."""
+    """A scripted replica: its load, held blocks, cached prompt tokens, prompt tokens a request queued there
+    shares and queued prefill tokens."""
 
     load: int = 0
     blocks: int = 0
     cached: int = 0
     queued: int = 0
+    inflight: int = 0
 
     def outstanding(self) -> int:
         return self.load
@@ -32,6 +34,9 @@ class View:
 
     def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
         return self.cached
+
+    def inflight_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        return self.inflight
 
     def queued_prefill_tokens(self) -> int:
         return self.queued
@@ -129,3 +134,15 @@ def test_kv_exact_weighs_blocks_to_prefill_against_blocks_held():
     assert r.choose(prompt, [View(blocks=10, cached=12, load=4), View(blocks=4, load=1)]) == 1  # 12 = 12: load
     heavy = make_router("kv-exact", 2, block_size=BLOCK, seed=0, overlap_weight=4.0)  # 4 + 11 < 16 + 3
     assert heavy.choose(prompt, [View(blocks=10, cached=12), View(blocks=3)]) == 0
+
+
+def test_kv_exact_counts_a_prefix_queued_on_a_replica_as_cached_there():
+    r = router("kv-exact", 2)
+    prompt = request(0, (1, 16))  # 4 blocks
+    # replica 0 caches nothing yet, but a request queued there (its 8 prompt tokens counted as queued
+    # prefill) shares 3 blocks: (8 + 16 - 12) / 4 + 5 + 1 = 9 against replica 1's 4 + 6 = 10
+    assert r.choose(prompt, [View(blocks=5, queued=8, inflight=12), View(blocks=6)]) == 0
+    assert r.choose(prompt, [View(blocks=5, queued=8), View(blocks=6)]) == 1  # without it: 6 + 9 > 10
+    # the larger of the two counts, not their sum: they may cover the same blocks
+    assert r.choose(prompt, [View(blocks=5, queued=8, cached=8, inflight=12), View(blocks=6)]) == 0
+    assert r.choose(prompt, [View(blocks=5, queued=8, cached=12, inflight=8), View(blocks=6)]) == 0

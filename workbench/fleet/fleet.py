@@ -11,11 +11,13 @@ this loop.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from workbench.allocators.prefix.keys import block_keys
 from workbench.config import RunConfig
 from workbench.fleet.routers import Router
 from workbench.results import summarize
@@ -34,6 +36,11 @@ class Member:
         self.replica = replica
         self.scheduler = replica.scheduler
         self.strategy = replica.scheduler.strategy
+        # requests routed here and not yet admitted (`inflight_prompt_tokens`): request index -> prompt
+        # block keys, and how many of them hold each key; followed from the first query on
+        self._inflight: dict[int, list[int]] = {}
+        self._inflight_keys: Counter[int] = Counter()
+        self._followed = 0  # requests of the scheduler's list taken into `_inflight` so far
 
     def outstanding(self) -> int:
         log = self.scheduler.log
@@ -45,6 +52,25 @@ class Member:
 
     def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
         return self.strategy.cached_prompt_tokens(token_ids)
+
+    def inflight_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        """Leading full blocks of a prompt (int32 [T]), in tokens, that a request routed here and not yet
+        admitted shares with it: its cache will hold them once that request is computed, which the
+        replica's first-come-first-served queue does before it computes this one."""
+        log, requests = self.scheduler.log, self.scheduler.requests
+        for index in range(self._followed, len(requests)):
+            keys = block_keys(requests[index].prompt_token_ids(), self.strategy.block_size).tolist()
+            self._inflight[index] = keys
+            self._inflight_keys.update(keys)
+        self._followed = len(requests)
+        for index in [i for i in self._inflight if not np.isnan(log.admitted_s[i]) or log.status[i] != "pending"]:
+            self._inflight_keys.subtract(self._inflight.pop(index))
+        matched = 0
+        for key in block_keys(token_ids, self.strategy.block_size).tolist():
+            if self._inflight_keys[key] <= 0:
+                break
+            matched += 1
+        return matched * self.strategy.block_size
 
     def queued_prefill_tokens(self) -> int:
         sched = self.scheduler

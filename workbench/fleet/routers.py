@@ -36,6 +36,11 @@ class ReplicaView(Protocol):
         """Leading tokens of a prompt (int32 [T]) this replica's KV cache holds now (0 without a prefix cache)."""
         ...
 
+    def inflight_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        """Leading full blocks of a prompt (int32 [T]), in tokens, shared with a request routed here and not
+        yet admitted (its blocks enter the cache before this prompt is computed)."""
+        ...
+
     def queued_prefill_tokens(self) -> int:
         """Prompt tokens routed here that no step has computed yet (waiting requests, whole; a
         recompute-preempted one with its output so far; the rest of a prompt prefilled in chunks)."""
@@ -132,16 +137,22 @@ class Session(Router):
 
 
 class KVExact(Router):
-    """Reads every replica's real KV cache (the bound a router with perfect KV events reaches) and weighs
-    it against load as NVIDIA Dynamo's KV router (`DefaultWorkerSelector`) does:
+    """Reads every replica's real KV cache, and the prompts routed to it that it has not admitted yet (the
+    bound a router with perfect KV events and its own routing record reaches), and weighs that against
+    load as NVIDIA Dynamo's KV router (`DefaultWorkerSelector`) does:
 
-        prefill_blocks = (queued prefill tokens + prompt tokens - cached prompt tokens) / block_size
+        cached_tokens  = max(prompt tokens its cache holds, prompt tokens a request queued there shares)
+        prefill_blocks = (queued prefill tokens + prompt tokens - cached_tokens) / block_size
         decode_blocks  = blocks held by running requests + prompt blocks not cached
         cost = overlap_weight * prefill_blocks + decode_blocks    (overlap_weight: --kv-overlap-weight)
 
     the lowest cost wins (then the fewest outstanding requests, then the lowest index: Dynamo at its
-    default temperature 0). Dynamo counts a prompt block as new to decode unless a running request holds
-    it; here every cached block counts as held (a cached, unheld block is not told apart)."""
+    default temperature 0). The queued prompts count because the replica computes them, and so caches
+    their blocks, before the new request (first come, first served): a router that read the cache alone
+    would split a burst of requests sharing a new prefix over every replica, each of which then computes
+    it (Dynamo likewise predicts the blocks of the requests it routed before their KV events arrive).
+    Dynamo counts a prompt block as new to decode unless a running request holds it; here every cached
+    block counts as held (a cached, unheld block is not told apart)."""
 
     name = "kv-exact"
 
@@ -151,7 +162,7 @@ class KVExact(Router):
 
         def cost(i: int) -> tuple[float, int, int]:
             view = replicas[i]
-            cached_tokens = view.cached_prompt_tokens(token_ids)
+            cached_tokens = max(view.cached_prompt_tokens(token_ids), view.inflight_prompt_tokens(token_ids))
             prefill_blocks = (view.queued_prefill_tokens() + request.prompt_tokens - cached_tokens) / self.block_size
             decode_blocks = view.active_blocks() + prompt_blocks - cached_tokens // self.block_size
             return self.overlap_weight * prefill_blocks + decode_blocks, view.outstanding(), i
