@@ -204,7 +204,6 @@ class RunConfig:
                              f"max_num_seqs = {self.max_num_seqs}")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("n > 1 and beam_width > 1 are contradictory: choose parallel sampling or beam search")
-        self._check_disaggregated()
 
     def _check_disaggregated(self) -> None:
         """Disaggregated prefill/decode (docs/fleet.md): both pools or neither, and a consistent fleet size."""
@@ -231,6 +230,8 @@ class RunConfig:
 
     def resolve(self) -> Resolved:
         """The derived sizes of this run; raises ValueError naming the flag for impossible combinations."""
+        # here, not on construction: a sweep checks each axis value alone, and the pools go in pairs
+        self._check_disaggregated()
         model = model_from_name(self.model)
         max_model_len = self.max_model_len or model.max_model_len
         model = dataclasses.replace(model, max_model_len=max_model_len)
