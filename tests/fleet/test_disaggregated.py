@@ -163,8 +163,13 @@ def test_every_strategy_passes_kernel_verification_disaggregated(name):
     assert not numerics_problems(outputs_of(result))
     assert summary["kv_transfer_bytes"] == int((result.requests["prompt_tokens"]
                                                 * cfg.resolve().kv_bytes_per_token).sum())
+    per = summary["per_replica"]
+    # the fleet's prefix hits are the prefill replicas', request by request
+    assert summary["prefix_hit_tokens"] == result.requests["prefix_hit_tokens"].sum() == \
+        per[0]["prefix_hit_tokens"] + per[1]["prefix_hit_tokens"]
+    assert summary["prefix_query_tokens"] == per[0]["prefix_query_tokens"] + per[1]["prefix_query_tokens"]
     if registry.get(name).prefix_cache:  # the decode replica's own cache held part of some shipped prompts
-        assert summary["per_replica"][2]["prefix_hit_tokens"] > 0
+        assert per[2]["prefix_hit_tokens"] > 0
     json.dumps(summary)
 
 
@@ -331,3 +336,16 @@ def test_random_walks_keep_the_invariants(seed):
     assert summary["kv_transfer_bytes"] == int((table.loc[multi, "prompt_tokens"]).sum()) * res.kv_bytes_per_token
     for s in strategies:
         s.check_integrity()
+
+
+def test_a_hybrid_pool_takes_shipped_prompts_longer_than_its_window():
+    """gpt-oss-20b's window layers (128 tokens) and full layers each get the shipped rows through their own
+    slot mapping, and decode attention over both tables matches the reference."""
+    from workbench.engine.simulation import run
+
+    cfg = RunConfig(strategy="paged", model="gpt-oss-20b", max_model_len=1024, kernel_heads=1, kernel="numba",
+                    workload="fixed:prompt=150,output=200", num_requests=6, rate=1000.0, block_size=16, seed=3,
+                    kv_slots=4000, verify_every=1, prefill_replicas=1, decode_replicas=1)
+    summary = run(cfg)
+    assert summary["num_finished"] == 6 and summary["verify_max_rel_err"] <= 1e-2
+    assert summary["kv_transfer_bytes"] == 6 * 150 * cfg.resolve().kv_bytes_per_token

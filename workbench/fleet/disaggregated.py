@@ -33,6 +33,7 @@ from workbench.results import summarize
 from workbench.workload.request import Request
 
 PREFILLED, LANDED = 0, 1  # event kinds, in their order at one instant
+PREFILL_COUNTED = ("prefix_query_tokens", "prefix_hit_tokens", "prefix_hit_tokens_host", "prefix_hit_tokens_shared")
 
 
 @dataclass
@@ -186,7 +187,11 @@ def merge(cfg: RunConfig, prefill: list[Member], decode: list[Member], requests:
                                                                   ignore_index=True)
     req_table = requests_table(requests, flow, logs[:len(prefill)], logs[len(prefill):])
     finished = req_table["status"] == "finished"
+    # a prompt's prefix hit saves compute on its prefill replica: the fleet's lookups and hits are the prefill
+    # replicas' (a decode replica's own, at admissions and recomputes, stay in its per-replica summary)
+    looked_up = extras[:len(prefill)]
     extra = {**extras[0], **{key: sum(e.get(key, 0) for e in extras) for key in SUMMED_EXTRA},
+             **{key: sum(e.get(key, 0) for e in looked_up) for key in PREFILL_COUNTED},
              "verify_max_rel_err": _nanmax([e["verify_max_rel_err"] for e in extras]), "sim_wall_s": wall_s,
              "kernel_gbps": float(np.mean([e["kernel_gbps"] for e in extras]))}
     # every finished request's tokens once (one sequence each): the prefill side's first token is part of it
@@ -199,9 +204,9 @@ def merge(cfg: RunConfig, prefill: list[Member], decode: list[Member], requests:
 
 def requests_table(requests: list[Request], flow: Flow, prefill_logs: list[pd.DataFrame],
                    decode_logs: list[pd.DataFrame]) -> pd.DataFrame:
-    """One row per request in the trace's order: arrival and admission from its prefill replica; first
-    token (the decode replica's admission of its KV), finish and status from its decode replica when it
-    reached one, else from its prefill replica; hits and preemptions summed over both."""
+    """One row per request in the trace's order: arrival, admission and prefix hits from its prefill
+    replica; first token (the decode replica's admission of its KV), finish and status from its decode
+    replica when it reached one, else from its prefill replica; preemptions summed over both."""
     pre = _rows(prefill_logs, flow.prefill, flow.prefill_row)
     reached = flow.decode >= 0
     dec = _rows(decode_logs, np.where(reached, flow.decode, 0), np.where(reached, flow.decode_row, 0)) \
@@ -214,7 +219,7 @@ def requests_table(requests: list[Request], flow: Flow, prefill_logs: list[pd.Da
         "finish_s": _either(reached, dec, pre, "finish_s"),
         "prompt_tokens": [r.prompt_tokens for r in requests],
         "output_tokens": [r.output_tokens for r in requests],
-        "prefix_hit_tokens": pre["prefix_hit_tokens"].to_numpy() + _or_zero(reached, dec, "prefix_hit_tokens"),
+        "prefix_hit_tokens": pre["prefix_hit_tokens"].to_numpy(),
         "num_preemptions": pre["num_preemptions"].to_numpy() + _or_zero(reached, dec, "num_preemptions"),
         "status": _either(reached, dec, pre, "status"),
     })
