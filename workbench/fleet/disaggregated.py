@@ -150,8 +150,10 @@ class Disaggregated:
         self.in_flight[d] -= 1
 
     def _step(self, who: int) -> None:
-        if who >= len(self.prefill):
-            self.done += self.decode[who - len(self.prefill)].replica.step()
+        if who >= len(self.prefill):  # a decode replica ends requests by finishing or rejecting them
+            log = self.decode[who - len(self.prefill)].scheduler.log
+            rejected = log.num_rejected
+            self.done += self.decode[who - len(self.prefill)].replica.step() + log.num_rejected - rejected
             return
         member = self.prefill[who]
         member.replica.step()
