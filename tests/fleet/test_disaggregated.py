@@ -302,6 +302,7 @@ def test_random_walks_keep_the_invariants(seed):
                        workload="multi-turn" if seed % 2 else "alpaca-like",
                        preemption=str(rng.choice(["recompute", "swap"])), swap_gib=0.01,
                        chunked_prefill=bool(rng.integers(0, 2)), kv_link_gb_s=float(rng.choice([0.05, 25.0])),
+                       admission=str(rng.choice(["fcfs", "skip"])), watermark_frac=float(rng.choice([0.0, 0.05])),
                        router=str(rng.choice(["round-robin", "least-loaded", "kv-exact", "cache-aware"])))
     from workbench.engine.simulation import make_replica
     from workbench.fleet.fleet import Member
@@ -332,7 +333,8 @@ def test_random_walks_keep_the_invariants(seed):
     assert (table.loc[multi, "kv_arrived_s"] > table.loc[multi, "prefill_finish_s"]).all()
     finished_on_decode = sum(m.scheduler.log.num_finished for m in members[num_prefill:])
     assert finished_on_decode == int(multi.sum())
-    assert (steps.loc[steps["replica"] < num_prefill, "num_decode_tokens"] == 0).all()
+    on_prefill = steps[steps["replica"] < num_prefill]
+    assert (on_prefill["num_decode_tokens"] == 0).all() and (on_prefill["preemptions"] == 0).all()
     assert summary["kv_transfer_bytes"] == int((table.loc[multi, "prompt_tokens"]).sum()) * res.kv_bytes_per_token
     for s in strategies:
         s.check_integrity()
