@@ -27,10 +27,8 @@ REQUEST_COLUMNS = (
     "prefix_hit_tokens", "num_preemptions", "status",
 )
 
-# a fleet run (docs/fleet.md): the replica of each step and request, the summary's own keys, and the
-# request columns of disaggregated prefill/decode (its prefill replica, when its prefill ended, when its KV
-# reached its decode replica)
-FLEET_COLUMN = "replica"
+# a fleet run (docs/fleet.md): the summary's own keys, and the request columns of disaggregated
+# prefill/decode (its prefill replica, when its prefill ended, when its KV reached its decode replica)
 FLEET_SUMMARY_KEYS = ("replicas", "router", "load_imbalance", "kv_transfer_bytes", "per_replica")
 DISAGGREGATED_REQUEST_COLUMNS = ("prefill_replica", "prefill_finish_s", "kv_arrived_s")
 

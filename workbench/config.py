@@ -314,8 +314,8 @@ STORAGE_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
     """What a run allocates up front in host memory: the strategy's per-block arrays, and unless the
     kernel is off or on a GPU the kernel layer's K and V pools, device and swap; once per replica (prefill and
-    decode replicas alike). With a
-    kernel, the host tier's K and V (per replica) and the shared tier's (once: one pool for the fleet)."""
+    decode replicas alike). With a kernel, the host tier's K and V (per replica) and the shared tier's (once:
+    one pool for the fleet)."""
     blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
     total = blocks * ALLOCATOR_BYTES_PER_BLOCK
     row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
