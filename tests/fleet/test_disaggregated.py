@@ -351,3 +351,20 @@ def test_a_hybrid_pool_takes_shipped_prompts_longer_than_its_window():
     summary = run(cfg)
     assert summary["num_finished"] == 6 and summary["verify_max_rel_err"] <= 1e-2
     assert summary["kv_transfer_bytes"] == 6 * 150 * cfg.resolve().kv_bytes_per_token
+
+
+@pytest.mark.parametrize(("strategy", "preemption"), [("radix", "recompute"), ("paged", "swap")])
+def test_chunked_prefill_and_preemption_on_both_sides_verify(strategy, preemption):
+    """Chunked prefill on every replica, small pools under a high rate: prefills in chunks on the prefill side,
+    shipped prompts landing whole on the decode side, preemptions there recomputing in chunks or swapping;
+    the kernels check every step."""
+    cfg = small_config(strategy=strategy, prefill_replicas=1, decode_replicas=2, kv_slots=384, max_model_len=320,
+                       workload="multi-turn", num_requests=24, rate=400.0, chunked_prefill=True,
+                       max_num_batched_tokens=64, max_num_seqs=16, preemption=preemption, swap_gib=0.01)
+    result = run_pd(cfg, build_workload(cfg))
+    summary, steps = result.summary, result.steps
+    assert summary["num_finished"] == 24 and summary["verify_max_rel_err"] <= tolerance("fp32")
+    decode = steps[steps["replica"] >= 1]
+    assert decode["preemptions"].sum() > 0
+    assert (decode["swapped_blocks"].sum() > 0) == (preemption == "swap")
+    assert (decode["num_prefill_tokens"].sum() > 0) == (preemption == "recompute")
