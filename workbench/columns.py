@@ -27,6 +27,11 @@ REQUEST_COLUMNS = (
     "prefix_hit_tokens", "num_preemptions", "status",
 )
 
+# a fleet run (docs/fleet.md): the summary's own keys, and the request columns of disaggregated
+# prefill/decode (its prefill replica, when its prefill ended, when its KV reached its decode replica)
+FLEET_SUMMARY_KEYS = ("replicas", "router", "load_imbalance", "kv_transfer_bytes", "per_replica")
+DISAGGREGATED_REQUEST_COLUMNS = ("prefill_replica", "prefill_finish_s", "kv_arrived_s")
+
 # mem_<kind>_frac for each slot column, e.g. token_slots -> mem_token_frac
 MEM_FRAC_KEYS = tuple("mem_" + c.removesuffix("_slots") + "_frac" for c in SLOT_COLUMNS)
 MEM_FRAC_SAT_KEYS = tuple(k + "_sat" for k in MEM_FRAC_KEYS)

@@ -16,6 +16,7 @@ from typing import Any
 from workbench.clock.profiles import PROFILE_NAMES, check_profile
 from workbench.errors import shown
 from workbench.presets import (
+    DEFAULT_KV_LINK_GB_S,
     DEFAULT_SHARED_LINK_GB_S,
     GIB,
     GpuPreset,
@@ -179,6 +180,14 @@ class RunConfig:
                      + " | ".join(ROUTER_NAMES), choices=ROUTER_NAMES)
     kv_overlap_weight: float = _f(1.0, "kv-exact router: weight of a prompt block a replica would prefill against a "
                                   "block its running requests hold (Dynamo's --kv-overlap-score-weight)", ge=0, le=1e6)
+    # disaggregated prefill/decode (docs/fleet.md): both 0 = colocated replicas
+    prefill_replicas: int = _f(0, "disaggregated prefill/decode: replicas that only prefill prompts (the router "
+                                  "picks among them), with --decode-replicas; 0 = colocated", ge=0, le=MAX_REPLICAS)
+    decode_replicas: int = _f(0, "disaggregated prefill/decode: replicas that only decode, each request's KV "
+                                 "shipped to them from its prefill replica; 0 = colocated", ge=0, le=MAX_REPLICAS)
+    kv_link_gb_s: float = _f(DEFAULT_KV_LINK_GB_S, "GB/s (10^9 bytes/s) of each prefill replica's link a prompt's "
+                             "KV crosses to its decode replica, one direction (default 25: one 200 Gb/s RDMA NIC "
+                             "port)", gt=0, le=1e6)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -196,8 +205,33 @@ class RunConfig:
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("n > 1 and beam_width > 1 are contradictory: choose parallel sampling or beam search")
 
+    def _check_disaggregated(self) -> None:
+        """Disaggregated prefill/decode (docs/fleet.md): both pools or neither, and a consistent fleet size."""
+        prefill, decode = self.prefill_replicas, self.decode_replicas
+        if (prefill == 0) != (decode == 0):
+            raise ValueError(f"prefill_replicas ({prefill}) and decode_replicas ({decode}) go together: both >= 1 "
+                             f"(disaggregated) or both 0 (colocated)")
+        if not prefill:
+            return
+        if self.replicas not in (1, prefill + decode):
+            raise ValueError(f"replicas ({self.replicas}) contradicts prefill_replicas + decode_replicas "
+                             f"({prefill} + {decode}): leave replicas at 1 or set it to {prefill + decode}")
+        if self.n > 1 or self.beam_width > 1:
+            raise ValueError("disaggregated prefill/decode ships one sequence's KV per request: n > 1 and "
+                             "beam_width > 1 are not built for it")
+        if self.shared_tier_gib:
+            raise ValueError("shared_tier_gib with prefill_replicas/decode_replicas is not built: a shared tier "
+                             "serves colocated replicas")
+
+    @property
+    def num_engines(self) -> int:
+        """Engines the run builds: prefill + decode replicas when disaggregated, else `replicas`."""
+        return self.prefill_replicas + self.decode_replicas if self.prefill_replicas else self.replicas
+
     def resolve(self) -> Resolved:
         """The derived sizes of this run; raises ValueError naming the flag for impossible combinations."""
+        # here, not on construction: a sweep checks each axis value alone, and the pools go in pairs
+        self._check_disaggregated()
         model = model_from_name(self.model)
         max_model_len = self.max_model_len or model.max_model_len
         model = dataclasses.replace(model, max_model_len=max_model_len)
@@ -279,8 +313,9 @@ STORAGE_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
     """What a run allocates up front in host memory: the strategy's per-block arrays, and unless the
-    kernel is off or on a GPU the kernel layer's K and V pools, device and swap; once per replica. With a
-    kernel, the host tier's K and V (per replica) and the shared tier's (once: one pool for the fleet)."""
+    kernel is off or on a GPU the kernel layer's K and V pools, device and swap; once per replica (prefill and
+    decode replicas alike). With a kernel, the host tier's K and V (per replica) and the shared tier's (once:
+    one pool for the fleet)."""
     blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
     total = blocks * ALLOCATOR_BYTES_PER_BLOCK
     row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
@@ -289,7 +324,7 @@ def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
     elif cfg.kernel == "cupy":
         total += 2 * (res.swap_slots + _tier_slots(cfg.host_cache_gib, res)) * row_bytes
     shared = 2 * _tier_slots(cfg.shared_tier_gib, res) * row_bytes if cfg.kernel != "none" else 0
-    return total * cfg.replicas + shared
+    return total * cfg.num_engines + shared
 
 
 def _tier_slots(gib: float, res: Resolved) -> int:
@@ -318,7 +353,7 @@ def _check_host_memory(cfg: RunConfig, res: Resolved) -> None:
         if cfg.kernel != "none":
             parts += f", K/V of {res.kernel_heads} heads"
             remedy += ", --kernel-heads or use --kernel none"
-        pools = f"{cfg.replicas} KV pools" if cfg.replicas > 1 else "the KV pool"
-        raise ValueError(f"{pools} of {res.capacity_slots} slots need{'s' if cfg.replicas == 1 else ''} "
+        pools = f"{cfg.num_engines} KV pools" if cfg.num_engines > 1 else "the KV pool"
+        raise ValueError(f"{pools} of {res.capacity_slots} slots need{'s' if cfg.num_engines == 1 else ''} "
                          f"{need / GIB:.3g} GiB of host memory ({parts}), but this machine has "
                          f"{available / GIB:.3g} GiB available; lower {remedy}")

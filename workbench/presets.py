@@ -19,6 +19,9 @@ DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 # A fleet's shared KV tier is reached over the datacenter network: one 200 Gb/s RDMA NIC port (ConnectX-6/7
 # at 200 Gb/s, the per-GPU NIC of common H100/H200 clusters runs 200-400 Gb/s) moves 25 GB/s one way.
 DEFAULT_SHARED_LINK_GB_S = 25.0
+# Disaggregated prefill/decode ships a prompt's KV from a prefill GPU to a decode GPU over the same kind of
+# NIC: one 200 Gb/s RDMA port per GPU (Mooncake's and vLLM's NIXL transfers run over GPUDirect RDMA), 25 GB/s.
+DEFAULT_KV_LINK_GB_S = 25.0
 # Far above any real model, low enough that sizes and modeled step times stay finite and in int64.
 MODEL_LIMITS = {"num_layers": 2**16, "num_heads": 2**16, "num_kv_heads": 2**16, "head_dim": 2**16,
                 "max_model_len": 2**31 - 1, "params_b": 1e6}

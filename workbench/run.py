@@ -99,6 +99,8 @@ def format_summary(summary: dict) -> str:
         rows = [("kv slots per replica", value) if name == "kv slots" else (name, value) for name, value in rows]
         rows.insert(1, ("replicas, router, load imbalance (max/mean)",
                         f"{summary['replicas']}, {summary['router']}, {summary['load_imbalance']:.3f}"))
+        if summary["kv_transfer_bytes"]:  # disaggregated prefill/decode
+            rows.insert(2, ("KV shipped prefill -> decode (GB)", f"{summary['kv_transfer_bytes'] / 1e9:.4g}"))
     width = max(len(name) for name, _ in rows)
 
     def fmt(value) -> str:

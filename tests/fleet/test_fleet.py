@@ -12,13 +12,14 @@ import pytest
 from tests.engine.conftest import checked_strategy, replace, small_config
 from tests.engine.golden import WORKLOADS, exact_part, load, numerics_problems, outputs_of
 from workbench.allocators import registry
+from workbench.columns import FLEET_SUMMARY_KEYS
 from workbench.config import ROUTER_NAMES
 from workbench.engine import RunResult
 from workbench.engine.simulation import simulate_fleet
 from workbench.workload import build_workload
 
 GOLDEN = load()
-FLEET_KEYS = ("replicas", "router", "load_imbalance", "per_replica")
+FLEET_KEYS = FLEET_SUMMARY_KEYS
 
 
 def as_single(result: RunResult) -> RunResult:

@@ -12,7 +12,9 @@ per-block attention cost and the per-copy swap cost are zero except where a prof
 A prefix cache's host tier loads its promoted blocks over the same host link as swaps:
 after the compute, or with `--overlap-load` only where the load outlasts it (docs/engine.md). A fleet's
 shared tier loads its hits over its own link (`--shared-link-gb-s`), charged the same way; a step that
-loads from both tiers moves the two one after the other (docs/fleet.md).
+loads from both tiers moves the two one after the other (docs/fleet.md). Disaggregated prefill/decode
+charges a prompt's KV on its prefill replica's link (`link_s`), outside any step: the fleet's event loop
+holds the request until the transfer ends.
 
 Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
 new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
@@ -52,6 +54,12 @@ def gemm_shape_frac(tokens: int) -> float:
     x0, x1 = _SHAPE_LOG2[i - 1], _SHAPE_LOG2[i]
     y0, y1 = GEMM_SHAPE_POINTS[i - 1][1], GEMM_SHAPE_POINTS[i][1]
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def link_s(num_bytes: int, link_gb_s: float) -> float:
+    """Seconds `num_bytes` take over a link of `link_gb_s` GB/s (10^9 bytes/s) at its full rate: a
+    disaggregated prefill replica's KV transfer to a decode replica (docs/fleet.md)."""
+    return num_bytes / (link_gb_s * 1e9)
 
 
 class RooflineClock:

@@ -7,6 +7,10 @@ group allocates its prompt plus the tokens it had generated: one sequence re-pre
 its prompt; n > 1 samples share the prompt and each appends its own generated tokens.
 
 With admission `skip`, a group the pool cannot place stays waiting and the next one is tried.
+
+A group whose prompt KV was shipped from a prefill replica (disaggregated prefill/decode, docs/fleet.md)
+waits in the same queue under the same rules (order, max_num_seqs, watermark) but spends no token budget:
+its admission allocates the prompt's blocks and writes the shipped rows (`Landed`), computing nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 
 from workbench.allocators.base import SeqSpec, Strategy
 from workbench.engine.groups import Group, GroupState
-from workbench.engine.plan import Prefill
+from workbench.engine.plan import Landed, Prefill
 from workbench.engine.prefill_chunks import PrefillChunks, append_recomputed, shared_token_ids
 from workbench.engine.request_log import RequestLog
 from workbench.engine.tokens import TokenStore
@@ -68,10 +72,11 @@ class Admission:
         self.log.rejected(g.index, reason)
 
     def admit(self, now_s: float, running_seqs: int, prefills: list[Prefill], copies: list[np.ndarray],
-              budget: int) -> tuple[int, int]:
+              budget: int, landed: list[Landed]) -> tuple[int, int]:
         """Admit waiting groups in order until one does not fit or (chunked prefill) a chunk spends the
-        budget, with `running_seqs` sequences on the device and no group swapped out. Returns (the extent
-        refused to the first group that did not fit (0 if none), the sequences on the device after)."""
+        budget, with `running_seqs` sequences on the device and no group swapped out; groups whose KV was
+        shipped here go to `landed`. Returns (the extent refused to the first group that did not fit (0 if
+        none), the sequences on the device after)."""
         passed = 0  # groups left waiting ahead of the one tried (admission skip), in arrival order
         refused_extent = 0
         # (skip) the fewest blocks and the smallest extent refused this step: admissions only take memory,
@@ -84,9 +89,12 @@ class Admission:
             if num_seqs > self.max_num_seqs:
                 self.reject(self._take(passed), f"{num_seqs} sequences > max_num_seqs ({self.max_num_seqs})")
                 continue
-            if self.chunks is not None:
+            if g.transferred:  # blocks for the shipped prompt, no compute: no token budget
+                tokens = g.request.prompt_tokens
+            elif self.chunks is not None:
                 tokens = min(tokens, budget)  # the first chunk; blocks follow the chunks
-            if tokens > budget or not budget or running_seqs + num_seqs > self.max_num_seqs:
+            if (not g.transferred and (tokens > budget or not budget)) or \
+                    running_seqs + num_seqs > self.max_num_seqs:
                 return refused_extent, running_seqs
             pool_empty = running_seqs == 0
             needed_blocks = cdiv(tokens, self.strategy.block_size) + num_seqs - 1
@@ -120,6 +128,10 @@ class Admission:
             self._take(passed)
             self.log.admitted(g.index, now_s, outcome.cached_tokens)
             running_seqs += num_seqs
+            if isinstance(outcome, Landed):  # its first token came with its KV: TTFT ends here (docs/fleet.md)
+                self.log.first_token(g.index, now_s)
+                landed.append(outcome)
+                continue
             budget -= outcome.write_tokens
             prefills.append(outcome)
             if not outcome.completes:  # its chunk spent the budget (or the pool has no room for more)
@@ -135,7 +147,7 @@ class Admission:
 
     # ---- placing one group -------------------------------------------------------------------
     def place(self, g: Group, num_seqs: int, budget: int, copies: list[np.ndarray], pool_empty: bool
-              ) -> Prefill | Refused:
+              ) -> Prefill | Landed | Refused:
         """Mutates on success: the group's sequences (ids and tokens at its first admission) get the
         KV of its prompt, plus what it generated before a recompute; with chunked prefill only the
         first chunk of at most `budget` tokens. Block copies go to `copies`. On refusal the strategy
@@ -144,10 +156,25 @@ class Admission:
             g.seq_ids = list(range(self.next_seq_id, self.next_seq_id + num_seqs))
             self.next_seq_id += num_seqs
             self.tokens.add(g.seq_ids, g.request)
+        if g.transferred:
+            return self._land(g, copies)
         if self.chunks is not None:
             outcome = self.chunks.admit(g, budget, copies)
             return outcome if isinstance(outcome, Prefill) else Refused(outcome.needed_extent_slots, outcome.reason)
         return self._place_whole(g, num_seqs, copies, pool_empty)
+
+    def _land(self, g: Group, copies: list[np.ndarray]) -> Landed | Refused:
+        """A shipped prompt takes its blocks whole (never in chunks: its KV exists already); a prefix cache
+        supplies what it holds, and the rest of the rows are written from the shipped copy."""
+        result = self.strategy.admit(g.seq_ids, SeqSpec(g.request.prompt_token_ids(), g.final_len))
+        if not result.admitted:
+            return Refused(result.needed_extent_slots, result.reason)
+        if result.copies is not None and len(result.copies):
+            copies.append(result.copies)
+        g.kv_len = g.request.prompt_tokens
+        g.transferred = False  # from now on it is any decoding group: a recompute preemption recomputes
+        g.state = GroupState.STARTING
+        return Landed(g.index, g.seq_ids[0], result.cached_tokens, g.kv_len)
 
     def _place_whole(self, g: Group, num_seqs: int, copies: list[np.ndarray], pool_empty: bool) -> Prefill | Refused:
         strategy = self.strategy

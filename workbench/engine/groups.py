@@ -36,6 +36,9 @@ class Group:
     synced_step: int = 0
     epoch: int = 0  # bumped whenever the group stops running; stale finish entries carry an old epoch
     state: GroupState = GroupState.WAITING
+    # disaggregated decode replica: the prompt's KV and first token come from a prefill replica, so the
+    # group's first admission writes the shipped rows and computes nothing (a later recompute computes)
+    transferred: bool = False
 
     @property
     def num_seqs(self) -> int:

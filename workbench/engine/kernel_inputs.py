@@ -11,21 +11,23 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import AppendResult, Strategy
-from workbench.engine.plan import NO_SLOTS, GroupKernelInputs, KernelInputs, Prefill, SeqWrite
+from workbench.engine.plan import NO_SLOTS, GroupKernelInputs, KernelInputs, Landed, Prefill, SeqWrite
 
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
 
 
 def kernel_inputs(strategy: Strategy, attention: bool, ids: list[int], decode_seq_ids, positions, token_ids,
-                  prefills: list[Prefill], appended: AppendResult | None) -> KernelInputs:
+                  prefills: list[Prefill], appended: AppendResult | None, landed: list[Landed] = ()) -> KernelInputs:
     """Pure reads of the strategy. `decode_seq_ids`, `positions`, `token_ids` describe the decode batch
-    `ids` (None when it is empty), `appended` is the step's decode append (None when nothing decodes)."""
+    `ids` (None when it is empty), `appended` is the step's decode append (None when nothing decodes);
+    `landed` sequences have their shipped rows written, with no query."""
     writes = []
     for p in prefills:
         for sample, seq_id in enumerate(p.seq_ids):
             # the first sequence computes the prompt; the others only their own recomputed tokens
             query_start = p.start if sample == 0 else max(p.start, p.prompt_tokens)
             writes.append(SeqWrite(seq_id, p.start, p.stop, min(query_start, p.stop)))
+    writes += [SeqWrite(t.seq_id, t.cached_tokens, t.kv_len, t.kv_len) for t in landed]
     extend_ids = [w.seq_id for w in writes if w.query_start < w.stop]
     groups = []
     for gi, layers in enumerate(strategy.layer_groups):

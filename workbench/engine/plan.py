@@ -51,6 +51,19 @@ class Resumed(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Landed:
+    """A request whose prompt KV a prefill replica computed and shipped here (disaggregated prefill/decode,
+    docs/fleet.md), admitted this step: its one sequence's rows [cached_tokens, kv_len) are written from the
+    transferred copy and nothing is computed for it; like a swapped-in group it decodes from the next step
+    (it is also one of the plan's `started`)."""
+
+    request_index: int
+    seq_id: int
+    cached_tokens: int  # prompt tokens the replica's own prefix cache held already (not written again)
+    kv_len: int  # the prompt
+
+
+@dataclass(frozen=True, slots=True)
 class SeqWrite:
     """An admitted sequence's KV rows [start, stop) are written (into each layer group's slots,
     `GroupKernelInputs.write_slots`); its extend attention has queries at positions [query_start, stop)
@@ -94,7 +107,7 @@ class StepPlan(NamedTuple):
 
     step: int
     decode_requests: tuple[int, ...]  # request index of each group decoding this step, batch order
-    started: tuple[Resumed, ...]  # groups swapped back in this step
+    started: tuple[Resumed, ...]  # groups swapped back in this step, and those of `landed`
     prefills: tuple[Prefill, ...]
     # block moves, executed in this order before any write: swap-outs, (effects.unmapped released,
     # effects.shared_spill, .demote, .shared_demote, .promote, .shared_promote), swap-ins, copies
@@ -111,6 +124,7 @@ class StepPlan(NamedTuple):
     # the swap-outs, before the rest), a host tier's demotes (each reads its device block before anything of
     # the step writes it) and promotes, the same for the fleet's shared tier, and the strategy's own step columns
     effects: StepEffects = NO_EFFECTS
+    landed: tuple[Landed, ...] = ()  # requests whose transferred prompt KV is admitted this step
 
 
 def concat_pairs(parts: list[np.ndarray]) -> np.ndarray:

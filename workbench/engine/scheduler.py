@@ -26,7 +26,7 @@ from workbench.engine.beam_forks import BeamForks
 from workbench.engine.decode_batch import DecodeBatch
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.kernel_inputs import kernel_inputs
-from workbench.engine.plan import Prefill, Resumed, StepPlan, concat_pairs
+from workbench.engine.plan import Landed, Prefill, Resumed, StepPlan, concat_pairs
 from workbench.engine.prefill_chunks import PrefillChunks
 from workbench.engine.request_log import RequestLog
 from workbench.engine.tokens import TokenStore
@@ -82,6 +82,8 @@ class Scheduler:
         # token ids of the decode batch are computed when the strategy caches decode-filled blocks or a
         # kernel writes them
         self.needs_token_ids = strategy.wants_token_ids or config.kernel_every is not None
+        # requests (by index) whose prompt KV and first token a prefill replica made (docs/fleet.md)
+        self.transferred: set[int] = set()
 
     # ---- queue state -------------------------------------------------------------------------
     @property
@@ -100,18 +102,24 @@ class Scheduler:
             if total > max_len:
                 self.admission.reject(group, f"prompt+output ({total}) > max_model_len ({max_len})")
             else:
+                if i in self.transferred:  # it generated its first token on its prefill replica
+                    self.transferred.discard(i)
+                    group.generated, group.transferred = 1, True
                 self.live[i] = group
                 self.waiting.append(group)
 
-    def add_request(self, request: Request) -> None:
+    def add_request(self, request: Request, *, transferred: bool = False) -> None:
         """Mutates. One more request, arriving no earlier than those already given (a fleet's router hands
-        each replica its requests as they arrive)."""
+        each replica its requests as they arrive). `transferred`: its prompt's KV and first token were made
+        by a prefill replica and arrive with it (a disaggregated decode replica, docs/fleet.md)."""
         if self.requests and request.arrival_s < self.requests[-1].arrival_s:
             raise ValueError(f"request {request.request_id} arrives at {request.arrival_s} s, before the last "
                              f"one given ({self.requests[-1].arrival_s} s)")
         self.requests.append(request)
         self.log.grow(1)
         self.has_beams = self.has_beams or request.beam_width > 1
+        if transferred:
+            self.transferred.add(len(self.requests) - 1)
 
     def has_work(self) -> bool:
         return bool(self.batch or self.waiting or self.swapped or self._partial())
@@ -161,6 +169,7 @@ class Scheduler:
         started: list[Resumed] = []
         swap_in: list[np.ndarray] = []
         prefills: list[Prefill] = []
+        landed: list[Landed] = []
         refused_extent = 0
         if not preemptions:
             if self._partial() is not None:
@@ -168,7 +177,9 @@ class Scheduler:
             self._swap_in(started, swap_in)
             if not self.swapped and self._partial() is None:
                 refused_extent, self.num_running_seqs = self.admission.admit(
-                    now_s, self.num_running_seqs, prefills, copies, budget)
+                    now_s, self.num_running_seqs, prefills, copies, budget, landed)
+                if landed:  # a shipped prompt holds its blocks from now and decodes from the next step, as a swap-in
+                    started += [Resumed(t.request_index, 1, t.kv_len) for t in landed]
         copies_arr, swap_out_arr, swap_in_arr = concat_pairs(copies), concat_pairs(swap_out), concat_pairs(swap_in)
         effects = strategy.end_step()
         cost = batch.meter.cost(len(ids), prefills, started, len(copies_arr), len(swap_out_arr) + len(swap_in_arr),
@@ -178,10 +189,10 @@ class Scheduler:
         kernel = None
         if self.config.kernel_every is not None:
             kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, decode_seq_ids,
-                                   positions, token_ids, prefills, appended)
+                                   positions, token_ids, prefills, appended, landed)
         return StepPlan(self.step, decode_requests, tuple(started), tuple(prefills), swap_out_arr, swap_in_arr,
                         copies_arr, tuple(forks), preemptions, refused_extent, strategy.snapshot(refused_extent),
-                        cost, kernel, effects)
+                        cost, kernel, effects, tuple(landed))
 
     def complete(self, plan: StepPlan, now_s: float) -> int:
         """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished

@@ -29,7 +29,7 @@ from workbench.engine.scheduler import Scheduler, SchedulerConfig
 from workbench.engine.summary_counters import summary_counters
 from workbench.engine.tokens import TokenStore
 from workbench.errors import UnservableError
-from workbench.fleet import fleet
+from workbench.fleet import disaggregated, fleet
 from workbench.fleet.registry import make_router
 from workbench.paths import REPO_ROOT
 from workbench.results import summarize, write_outputs
@@ -73,7 +73,10 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     requests = build_workload(cfg)
     check_servable(cfg, res, requests)
     shared_tier = registry.create_shared_tier(cfg, res)  # one pool for every replica (None: no shared tier)
-    if cfg.replicas > 1:
+    if cfg.prefill_replicas:
+        strategies = [registry.create_from_config(cfg, res) for _ in range(cfg.num_engines)]
+        result = simulate_disaggregated(cfg, requests, strategies, progress=progress, wall0_s=wall0)
+    elif cfg.replicas > 1:
         strategies = [registry.create_from_config(cfg, res, shared_tier) for _ in range(cfg.replicas)]
         result = simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0)
     else:
@@ -126,6 +129,33 @@ def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Str
             m.replica.close()
     extras = [replica_extra(res, m.replica, backend) for m in members]
     return RunResult(*fleet.merge(cfg, members, requests, placed, imbalance, extras, time.perf_counter() - wall0_s))
+
+
+def simulate_disaggregated(cfg: RunConfig, requests: list[Request], strategies: list[Strategy], *,
+                           progress: bool = False, wall0_s: float | None = None) -> RunResult:
+    """Replay `requests` on `cfg.prefill_replicas` prefill replicas behind `cfg.router` and decode replicas
+    after them, one per strategy (each fresh, mutated; prefill first), the KV of each prompt shipped over its
+    prefill replica's link (docs/fleet.md). Returns the fleet's tables (one row per request) and summary."""
+    wall0_s = time.perf_counter() if wall0_s is None else wall0_s
+    res = cfg.resolve()
+    backend = kernel_backend(cfg)
+    num_prefill = cfg.prefill_replicas
+    if not 0 < num_prefill < len(strategies):
+        raise ValueError(f"{len(strategies)} strategies for {num_prefill} prefill replicas: at least one decode "
+                         f"replica must follow them")
+    members = [fleet.Member(make_replica(cfg, res, s, [], backend)) for s in strategies]
+    router = make_router(cfg.router, num_prefill, block_size=strategies[0].block_size, seed=cfg.seed,
+                         overlap_weight=cfg.kv_overlap_weight)
+    loop = disaggregated.Disaggregated(members[:num_prefill], members[num_prefill:], router, requests,
+                                       kv_bytes_per_token=res.kv_bytes_per_token, kv_link_gb_s=cfg.kv_link_gb_s)
+    try:
+        flow = loop.run(progress)
+    finally:
+        for m in members:
+            m.replica.close()
+    extras = [replica_extra(res, m.replica, backend) for m in members]
+    return RunResult(*disaggregated.merge(cfg, members[:num_prefill], members[num_prefill:], requests, flow, extras,
+                                          time.perf_counter() - wall0_s))
 
 
 def shared_kv_of(cfg: RunConfig, res: Resolved, strategy: Strategy, backend: str):

@@ -145,9 +145,11 @@ def _nanmax(values: list[float]) -> float:
     return max(numbers) if numbers else float("nan")
 
 
-def fleet_summary(cfg: RunConfig, per_replica: list[dict[str, Any]], imbalance: list[float]) -> dict[str, Any]:
-    """The fleet's own keys: its size and router, the load imbalance (mean over arrivals of max/mean
-    outstanding requests over replicas) and every replica's own summary."""
+def fleet_summary(cfg: RunConfig, per_replica: list[dict[str, Any]], imbalance: list[float],
+                  kv_transfer_bytes: int = 0) -> dict[str, Any]:
+    """The fleet's own keys (columns.FLEET_SUMMARY_KEYS): its size and router, the load imbalance (mean over
+    arrivals of max/mean outstanding requests over the replicas the router picks from), the KV bytes shipped
+    prefill -> decode (0 for colocated replicas) and every replica's own summary."""
     return {"replicas": len(per_replica), "router": cfg.router,
             "load_imbalance": float(np.mean(imbalance)) if imbalance else 1.0,
-            "per_replica": per_replica}
+            "kv_transfer_bytes": kv_transfer_bytes, "per_replica": per_replica}
