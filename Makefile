@@ -10,6 +10,9 @@ STAMP_DEV := $(VENV)/.installed-dev
 NUMBA_SOURCES_HASH := $(shell grep -rl --include='*.py' numba workbench | sort | xargs cat | cksum | cut -d' ' -f1)
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.cache/numba/$(NUMBA_SOURCES_HASH)
 export MPLBACKEND ?= Agg
+# Bytecode is cached (Python's default), even where the shell turns it off: otherwise every test worker,
+# notebook kernel and sweep process compiles its modules again, and pytest rewrites every test module again
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: demo test test-all lint bench gpu-check figures paper notebooks lab clean
 
