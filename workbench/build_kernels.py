@@ -3,12 +3,14 @@
 Both are otherwise built on first use and cached on disk: the `cuda-cpu` shim library by g++ (about half
 a minute, `cuda_cpu.cache_dir()`) and the Numba kernels (`NUMBA_CACHE_DIR`). Processes that start
 together with cold caches (test workers, sweep workers) would each compile the Numba kernels and queue on
-the shim's build lock; `make test` runs this first instead, the g++ build and the Numba compilation side
-by side. A second run finds both cached and returns at once.
+the shim's build lock. `python -m workbench.build_kernels` builds both side by side; `make test` compiles
+the Numba part before the tests start and lets the shim build beside them (`... build_kernels shim`).
+A second run finds both cached and returns at once.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import threading
 import time
@@ -70,9 +72,13 @@ def compile_allocators() -> None:
                       workload="system-prompt:k=2,system=40,lengths=alpaca", num_requests=4))
 
 
-def build(*, shim: bool = True) -> dict[str, float]:
-    """Build the shim (with `shim` and when this machine can: g++ and CUDA headers) on a thread while the
-    Numba kernels compile on this one. Returns seconds per part; raises what a build raised."""
+PARTS = ("numba", "shim")
+
+
+def build(parts: tuple[str, ...] = PARTS) -> dict[str, float]:
+    """Build `parts`: "numba" (every Numba specialization) and "shim" (the cuda-cpu library, where this
+    machine can build it: g++ and CUDA headers), the shim on a thread while the Numba kernels compile on
+    this one. Returns seconds per part built; raises what a build raised."""
     took: dict[str, float] = {}
     failed: list[BaseException] = []
 
@@ -85,13 +91,14 @@ def build(*, shim: bool = True) -> dict[str, float]:
         took["cuda-cpu shim"] = time.perf_counter() - t0
 
     thread = None
-    if shim and "cuda-cpu" in kernels.available_backends() and _shim_headers():
+    if "shim" in parts and "cuda-cpu" in kernels.available_backends() and _shim_headers():
         thread = threading.Thread(target=build_shim, name="shim-build")
         thread.start()
-    t0 = time.perf_counter()
-    compile_numba()
-    compile_allocators()
-    took["numba"] = time.perf_counter() - t0
+    if "numba" in parts:
+        t0 = time.perf_counter()
+        compile_numba()
+        compile_allocators()
+        took["numba"] = time.perf_counter() - t0
     if thread is not None:
         thread.join()
     if failed:
@@ -107,9 +114,18 @@ def _shim_headers() -> bool:
     return True
 
 
-def main() -> int:
-    took = build()
-    print("kernels built: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in took.items()), file=sys.stderr)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workbench.build_kernels", description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", choices=PARTS, help="what to build (default: both, side by side)")
+    args = parser.parse_args(argv)
+    try:
+        took = build(tuple(args.parts) or PARTS)
+    except cuda_cpu.ShimBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if took:
+        print("kernels built: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in took.items()),
+              file=sys.stderr)
     return 0
 
 
