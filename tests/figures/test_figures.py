@@ -57,7 +57,10 @@ SPECS = {
                         "zip": [{"chunked_prefill": [False, True], "max_num_batched_tokens": [None, 64]}]},
     "fleet": {"base": {**TINY, "strategy": "paged-prefix", "workload": "system-prompt:k=4,system=128",
                        "rate": 80.0},
-              "axes": {"replicas": [2, 3], "router": ["round-robin", "cache-aware"]}},
+              "zip": [{"replicas": [2, 2, 3, 3, 2, 3],
+                       "router": ["round-robin", "cache-aware", "round-robin", "cache-aware", "cache-aware",
+                                  "cache-aware"],
+                       "prefill_replicas": [0, 0, 0, 0, 1, 1], "decode_replicas": [0, 0, 0, 0, 1, 2]}]},
     "hybrid": {"base": {**TINY, "model": "gpt-oss-20b", "max_model_len": 1024, "kv_slots": None,
                         "workload": "fixed:prompt=300,output=300", "num_requests": 12, "rate": 1000.0},
                "axes": {"kv_gib": [0.06, 0.12], "hybrid": ["on", "off"]}},
@@ -256,8 +259,9 @@ def test_chunked_prefill_bars_are_the_summary(built):
 
 
 def test_fleet_bars_are_the_summary(built):
-    _, summary = built["fleet"]
-    fig, (hits, ttft) = figure(built, "fleet")
+    _, everything = built["fleet"]
+    summary = everything[everything["prefill_replicas"] == 0]
+    fig, (hits, ttft, layouts, tpot) = figure(built, "fleet")
     bars = [p for p in hits.patches if p.get_height() > 0]
     assert len(bars) == len(summary)
     heights = sorted(round(p.get_height(), 9) for p in bars)
@@ -265,6 +269,13 @@ def test_fleet_bars_are_the_summary(built):
     medians = sorted(round(p.get_height(), 12) for p in ttft.patches)
     assert medians == sorted(round(v, 12) for v in summary["ttft_p50_s"])
     assert [t.get_text() for t in hits.get_xticklabels()] == ["round-robin", "cache-aware"]
+    # colocated against disaggregated at equal GPU count, behind cache-aware
+    assert [t.get_text() for t in layouts.get_xticklabels()] == ["2 colocated", "1P + 1D", "3 colocated", "1P + 2D"]
+    order = [(2, 0), (2, 1), (3, 0), (3, 1)]
+    rows = everything[everything["router"] == "cache-aware"].set_index(["replicas", "prefill_replicas"]).loc[order]
+    np.testing.assert_allclose([p.get_height() for p in layouts.patches], rows["ttft_p50_s"], rtol=1e-12)
+    np.testing.assert_allclose(tpot.lines[0].get_ydata(), rows["tpot_p99_s"] * 1e3, rtol=1e-12)
+    assert (everything["kv_transfer_bytes"][everything["prefill_replicas"] > 0] > 0).all()
 
 
 def test_a_rebuild_reuses_the_finished_points(built):
