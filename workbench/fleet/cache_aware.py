@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from workbench.allocators.prefix.keys import block_keys
+from workbench.allocators.prefix.keys import block_keys, leading_held
 from workbench.fleet.routers import ReplicaView, Router, least_loaded
 from workbench.workload.request import Request
 
@@ -43,12 +43,7 @@ class PromptTree:
 
     def matched_blocks(self, keys: list[int]) -> int:
         """Pure. Leading blocks of a prompt (its block keys) that the tree holds."""
-        matched = 0
-        for key in keys:
-            if key not in self._keys:
-                break
-            matched += 1
-        return matched
+        return leading_held(keys, self._keys)
 
     def insert(self, keys: list[int]) -> None:
         """Mutates. The prompt's blocks become the most recently used; the oldest leaves go above the limit."""

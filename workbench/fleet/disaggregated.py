@@ -27,7 +27,7 @@ import pandas as pd
 
 from workbench.clock.roofline import link_s
 from workbench.config import RunConfig
-from workbench.fleet.fleet import SUMMED_EXTRA, Member, _nanmax, fleet_summary
+from workbench.fleet.fleet import SUMMED_EXTRA, Member, _nanmax, fleet_summary, replica_tables
 from workbench.fleet.routers import Router
 from workbench.results import summarize
 from workbench.workload.request import Request
@@ -176,17 +176,7 @@ def merge(cfg: RunConfig, prefill: list[Member], decode: list[Member], requests:
     """The fleet's steps table (replica: prefill replicas 0..P-1, decode replicas P..P+D-1), its requests
     table (one row per request, end to end) and its summary (`kv_transfer_bytes` added)."""
     members = [*prefill, *decode]
-    steps, per_replica, logs = [], [], []
-    for k, (m, extra) in enumerate(zip(members, extras, strict=True)):
-        replica_steps = m.replica.steps.to_frame()
-        replica_requests = m.scheduler.log.to_frame(m.scheduler.requests)
-        per_replica.append(summarize(replica_steps, replica_requests, capacity_slots=m.strategy.capacity_slots,
-                                     generated_tokens=m.scheduler.log.generated_tokens,
-                                     extra={**extra, "sim_wall_s": 0.0}))
-        steps.append(replica_steps.assign(replica=k))
-        logs.append(replica_requests)
-    step_table = pd.concat(steps, ignore_index=True).sort_values(["t_s", "replica"], kind="stable",
-                                                                  ignore_index=True)
+    step_table, logs, per_replica = replica_tables(members, extras)
     req_table = requests_table(requests, flow, logs[:len(prefill)], logs[len(prefill):])
     finished = req_table["status"] == "finished"
     # a prompt's prefix hit saves compute on its prefill replica: the fleet's lookups and hits are the prefill

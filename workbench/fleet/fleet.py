@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.allocators.prefix.keys import block_keys
+from workbench.allocators.prefix.keys import block_keys, leading_held
 from workbench.config import RunConfig
 from workbench.fleet.routers import Router
 from workbench.results import summarize
@@ -64,13 +64,12 @@ class Member:
             self._inflight_keys.update(keys)
         self._followed = len(requests)
         for index in [i for i in self._inflight if not np.isnan(log.admitted_s[i]) or log.status[i] != "pending"]:
-            self._inflight_keys.subtract(self._inflight.pop(index))
-        matched = 0
-        for key in block_keys(token_ids, self.strategy.block_size).tolist():
-            if self._inflight_keys[key] <= 0:
-                break
-            matched += 1
-        return matched * self.strategy.block_size
+            for key in self._inflight.pop(index):
+                self._inflight_keys[key] -= 1
+                if not self._inflight_keys[key]:
+                    del self._inflight_keys[key]  # a key present is held by a request still in flight
+        keys = block_keys(token_ids, self.strategy.block_size).tolist()
+        return leading_held(keys, self._inflight_keys) * self.strategy.block_size
 
     def queued_prefill_tokens(self) -> int:
         sched = self.scheduler
@@ -112,18 +111,8 @@ def merge(cfg: RunConfig, members: list[Member], requests: list[Request], placed
           ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     """The fleet's steps and requests tables (a `replica` column in both) and its summary, from the
     replicas' own tables and `extras` (each replica's summary keys its tables cannot give)."""
-    steps, tables, per_replica = [], [], []
-    for k, (m, extra) in enumerate(zip(members, extras, strict=True)):
-        replica_steps = m.replica.steps.to_frame()
-        replica_requests = m.scheduler.log.to_frame(m.scheduler.requests)
-        per_replica.append(summarize(replica_steps, replica_requests, capacity_slots=m.strategy.capacity_slots,
-                                     generated_tokens=m.scheduler.log.generated_tokens,
-                                     extra={**extra, "sim_wall_s": 0.0}))
-        steps.append(replica_steps.assign(replica=k))
-        tables.append(replica_requests.assign(replica=k))
-    # steps in time order (a replica's own steps keep their order); requests in the workload's order
-    step_table = pd.concat(steps, ignore_index=True).sort_values(["t_s", "replica"], kind="stable",
-                                                                  ignore_index=True)
+    step_table, tables, per_replica = replica_tables(members, extras)
+    tables = [table.assign(replica=k) for k, table in enumerate(tables)]
     order = {r.request_id: i for i, r in enumerate(requests)}
     req_table = pd.concat(tables, ignore_index=True)
     req_table = req_table.iloc[np.argsort(req_table["request_id"].map(order).to_numpy(), kind="stable")]
@@ -137,6 +126,24 @@ def merge(cfg: RunConfig, members: list[Member], requests: list[Request], placed
                         generated_tokens=sum(m.scheduler.log.generated_tokens for m in members), extra=extra)
     summary.update(fleet_summary(cfg, per_replica, imbalance))
     return step_table, req_table, summary
+
+
+def replica_tables(members: list[Member], extras: list[dict[str, Any]]
+                   ) -> tuple[pd.DataFrame, list[pd.DataFrame], list[dict[str, Any]]]:
+    """The fleet's steps table (every replica's steps with its index in `replica`, in time order; a
+    replica's own steps keep their order), each replica's own requests table, and each one's summary."""
+    steps, tables, per_replica = [], [], []
+    for k, (m, extra) in enumerate(zip(members, extras, strict=True)):
+        replica_steps = m.replica.steps.to_frame()
+        replica_requests = m.scheduler.log.to_frame(m.scheduler.requests)
+        per_replica.append(summarize(replica_steps, replica_requests, capacity_slots=m.strategy.capacity_slots,
+                                     generated_tokens=m.scheduler.log.generated_tokens,
+                                     extra={**extra, "sim_wall_s": 0.0}))
+        steps.append(replica_steps.assign(replica=k))
+        tables.append(replica_requests)
+    step_table = pd.concat(steps, ignore_index=True).sort_values(["t_s", "replica"], kind="stable",
+                                                                  ignore_index=True)
+    return step_table, tables, per_replica
 
 
 def _nanmax(values: list[float]) -> float:

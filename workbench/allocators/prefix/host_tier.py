@@ -29,6 +29,7 @@ from collections import OrderedDict
 import numpy as np
 
 from workbench.allocators.paged.block_stack import BlockStack
+from workbench.allocators.prefix.keys import leading_held
 from workbench.allocators.virtual.pages import DEFAULT_GEOMETRY_MODEL, KVGeometry
 from workbench.presets import GIB
 
@@ -51,13 +52,7 @@ class HostTier:
 
     def lookup(self, keys: np.ndarray) -> int:
         """Pure. How many leading `keys` (uint64 [k]) the host tier holds."""
-        index = self._block_of_key
-        n = 0
-        for key in keys.tolist():
-            if key not in index:
-                break
-            n += 1
-        return n
+        return leading_held(keys.tolist(), self._block_of_key)
 
     def take(self, keys: np.ndarray) -> np.ndarray:
         """Mutates. Remove the entries of `keys` (uint64 [k], all held: a `lookup` run) before they are

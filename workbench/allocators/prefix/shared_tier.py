@@ -27,6 +27,7 @@ import numpy as np
 
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.prefix.host_tier import tier_blocks
+from workbench.allocators.prefix.keys import leading_held
 
 NOT_STORED = -1  # `store`: the key was held already (only marked used), or no block could take it
 
@@ -41,13 +42,7 @@ class SharedTier:
 
     def lookup(self, keys: np.ndarray) -> int:
         """Pure. How many leading `keys` (uint64 [k]) the pool holds."""
-        index = self._block_of_key
-        n = 0
-        for key in keys.tolist():
-            if key not in index:
-                break
-            n += 1
-        return n
+        return leading_held(keys.tolist(), self._block_of_key)
 
     def read(self, keys: np.ndarray) -> np.ndarray:
         """Mutates. The blocks of `keys` (uint64 [k], all held: a `lookup` run), int32 [k], about to be
