@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from workbench.allocators.prefix.keys import block_keys, leading_held
+from workbench.allocators.prefix.keys import block_keys
+from workbench.allocators.prefix.leading import leading_held
 from workbench.fleet.routers import ReplicaView, Router, least_loaded
 from workbench.workload.request import Request
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.allocators.prefix.keys import block_keys, leading_held
+from workbench.allocators.prefix.keys import block_keys
+from workbench.allocators.prefix.leading import leading_held
 from workbench.config import RunConfig
 from workbench.fleet.routers import Router
 from workbench.results import summarize

@@ -29,7 +29,7 @@ from collections import OrderedDict
 import numpy as np
 
 from workbench.allocators.paged.block_stack import BlockStack
-from workbench.allocators.prefix.keys import leading_held
+from workbench.allocators.prefix.leading import leading_held
 from workbench.allocators.virtual.pages import DEFAULT_GEOMETRY_MODEL, KVGeometry
 from workbench.presets import GIB
 

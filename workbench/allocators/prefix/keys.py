@@ -73,13 +73,3 @@ def tail_term_sum(token_ids: np.ndarray, block_size: int) -> np.uint64:
     tail = token_ids[token_ids.shape[0] // block_size * block_size:]
     return token_terms(tail, np.arange(tail.shape[0]), block_size).sum(dtype=np.uint64)
 
-
-def leading_held(keys, held) -> int:
-    """Pure. How many leading chain `keys` (an iterable of ints) are in `held` (anything with `in`): a key
-    names its whole prefix, so the walk stops at the first one missing."""
-    n = 0
-    for key in keys:
-        if key not in held:
-            break
-        n += 1
-    return n

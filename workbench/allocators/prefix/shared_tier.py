@@ -27,7 +27,7 @@ import numpy as np
 
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.prefix.host_tier import tier_blocks
-from workbench.allocators.prefix.keys import leading_held
+from workbench.allocators.prefix.leading import leading_held
 
 NOT_STORED = -1  # `store`: the key was held already (only marked used), or no block could take it
 
