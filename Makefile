@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
+STAMP_LAB := $(VENV)/.installed-lab
 # Numba keys its on-disk cache on the defining file only, so a kernel that inlines helpers from a
 # sibling module would keep stale machine code after that module changes: key the cache directory
 # on every Numba-using source instead.
@@ -27,6 +28,11 @@ $(STAMP_RUN): pyproject.toml setup.py | $(BIN)/python
 $(STAMP_DEV): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@ $(STAMP_RUN)
+
+# JupyterLab only where a person reads the notebooks: the tests execute them with a kernel and a client
+$(STAMP_LAB): $(STAMP_DEV)
+	$(BIN)/python -m pip install -q -e '.[dev,notebooks]'
+	touch $@
 
 demo: $(STAMP_RUN)
 	$(BIN)/python -m workbench.sweep --resume   # a second `make demo` reuses the finished points
@@ -73,7 +79,7 @@ paper: $(STAMP_RUN)
 notebooks: $(STAMP_DEV)
 	$(BIN)/python -m workbench.notebook notebooks/*.ipynb
 
-lab: $(STAMP_DEV)
+lab: $(STAMP_LAB)
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 clean:
