@@ -12,6 +12,7 @@ import pytest
 from tests.engine.conftest import checked_strategy, replace, small_config
 from tests.engine.golden import WORKLOADS, exact_part, load, numerics_problems, outputs_of
 from workbench.allocators import registry
+from workbench.allocators.prefix.keys import block_keys
 from workbench.columns import FLEET_SUMMARY_KEYS
 from workbench.config import ROUTER_NAMES
 from workbench.engine import RunResult
@@ -114,7 +115,7 @@ def test_a_member_reports_what_a_router_reads():
         assert member.queued_prefill_tokens() == sum(r.prompt_tokens for r, wait in zip(requests, not_admitted,
                                                                                          strict=True) if wait)
         # a request routed here and not admitted shares the system prompt with the first one
-        inflight = member.inflight_prompt_tokens(requests[0].prompt_token_ids())
+        inflight = member.inflight_prompt_tokens(block_keys(requests[0].prompt_token_ids(), cfg.block_size).tolist())
         assert inflight >= system_blocks_tokens if not_admitted.any() else inflight == 0
         member.replica.step()
     assert member.outstanding() == 0 and member.active_blocks() == 0

@@ -35,7 +35,7 @@ class View:
     def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
         return self.cached
 
-    def inflight_prompt_tokens(self, token_ids: np.ndarray) -> int:
+    def inflight_prompt_tokens(self, prompt_keys: list[int]) -> int:
         return self.inflight
 
     def queued_prefill_tokens(self) -> int:

@@ -54,9 +54,9 @@ class Member:
     def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
         return self.strategy.cached_prompt_tokens(token_ids)
 
-    def inflight_prompt_tokens(self, token_ids: np.ndarray) -> int:
-        """Leading full blocks of a prompt (int32 [T]), in tokens, that a request routed here and not yet
-        admitted shares with it: its cache will hold them once that request is computed, which the
+    def inflight_prompt_tokens(self, prompt_keys: list[int]) -> int:
+        """Leading full blocks of a prompt (its `block_keys`), in tokens, that a request routed here and not
+        yet admitted shares with it: its cache will hold them once that request is computed, which the
         replica's first-come-first-served queue does before it computes this one."""
         log, requests = self.scheduler.log, self.scheduler.requests
         for index in range(self._followed, len(requests)):
@@ -69,8 +69,7 @@ class Member:
                 self._inflight_keys[key] -= 1
                 if not self._inflight_keys[key]:
                     del self._inflight_keys[key]  # a key present is held by a request still in flight
-        keys = block_keys(token_ids, self.strategy.block_size).tolist()
-        return leading_held(keys, self._inflight_keys) * self.strategy.block_size
+        return leading_held(prompt_keys, self._inflight_keys) * self.strategy.block_size
 
     def queued_prefill_tokens(self) -> int:
         sched = self.scheduler
@@ -120,7 +119,7 @@ def merge(cfg: RunConfig, members: list[Member], requests: list[Request], placed
     req_table = req_table.reset_index(drop=True)
     assert np.array_equal(req_table["replica"].to_numpy(), placed), "a request's row is not on its replica"
     extra = {**extras[0], **{key: sum(e.get(key, 0) for e in extras) for key in SUMMED_EXTRA},
-             "verify_max_rel_err": _nanmax([e["verify_max_rel_err"] for e in extras]),
+             "verify_max_rel_err": nanmax([e["verify_max_rel_err"] for e in extras]),
              "sim_wall_s": wall_s}
     extra["kernel_gbps"] = float(np.mean([e["kernel_gbps"] for e in extras]))
     summary = summarize(step_table, req_table, capacity_slots=members[0].strategy.capacity_slots,
@@ -147,7 +146,7 @@ def replica_tables(members: list[Member], extras: list[dict[str, Any]]
     return step_table, tables, per_replica
 
 
-def _nanmax(values: list[float]) -> float:
+def nanmax(values: list[float]) -> float:
     """The largest value that is a number; NaN when none is (no replica verified anything)."""
     numbers = [v for v in values if not np.isnan(v)]
     return max(numbers) if numbers else float("nan")

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
+from workbench.allocators.prefix.keys import block_keys
 from workbench.workload.request import Request
 
 SESSION_POINTS_PER_REPLICA = 160  # points of each replica on the hash ring (ketama's count)
@@ -36,9 +37,9 @@ class ReplicaView(Protocol):
         """Leading tokens of a prompt (int32 [T]) this replica's KV cache holds now (0 without a prefix cache)."""
         ...
 
-    def inflight_prompt_tokens(self, token_ids: np.ndarray) -> int:
-        """Leading full blocks of a prompt (int32 [T]), in tokens, shared with a request routed here and not
-        yet admitted (its blocks enter the cache before this prompt is computed)."""
+    def inflight_prompt_tokens(self, prompt_keys: list[int]) -> int:
+        """Leading full blocks of a prompt (its `prefix.keys.block_keys`), in tokens, shared with a request
+        routed here and not yet admitted (its blocks enter the cache before this prompt is computed)."""
         ...
 
     def queued_prefill_tokens(self) -> int:
@@ -158,11 +159,12 @@ class KVExact(Router):
 
     def choose(self, request: Request, replicas: Sequence[ReplicaView]) -> int:
         prompt_blocks = -(-request.prompt_tokens // self.block_size)
-        token_ids = request.prompt_token_ids()  # once, for every replica's lookup
+        token_ids = request.prompt_token_ids()  # once, for every replica's lookups
+        keys = block_keys(token_ids, self.block_size).tolist()
 
         def cost(i: int) -> tuple[float, int, int]:
             view = replicas[i]
-            cached_tokens = max(view.cached_prompt_tokens(token_ids), view.inflight_prompt_tokens(token_ids))
+            cached_tokens = max(view.cached_prompt_tokens(token_ids), view.inflight_prompt_tokens(keys))
             prefill_blocks = (view.queued_prefill_tokens() + request.prompt_tokens - cached_tokens) / self.block_size
             decode_blocks = view.active_blocks() + prompt_blocks - cached_tokens // self.block_size
             return self.overlap_weight * prefill_blocks + decode_blocks, view.outstanding(), i
