@@ -127,6 +127,9 @@ class RunConfig:
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
+    tp: int = _f(1, "tensor-parallel GPUs per replica: each holds 1/tp of the weights and of every KV block's "
+                    "heads, one KV manager for all of them; the clock adds two all-reduces per layer over "
+                    "the GPUs' link (docs/engine.md)", ge=1, le=64)
     gpu_memory_utilization: float = _f(0.9, "fraction of GPU memory the server may use when deriving KV capacity",
                                        gt=0, le=1)
     kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU", gt=0)
@@ -233,6 +236,9 @@ class RunConfig:
         # here, not on construction: a sweep checks each axis value alone, and the pools go in pairs
         self._check_disaggregated()
         model = model_from_name(self.model)
+        if model.num_kv_heads % self.tp:
+            raise ValueError(f"tp ({self.tp}) must divide the model's {model.num_kv_heads} kv heads: each GPU holds "
+                             f"whole heads of every block")
         max_model_len = self.max_model_len or model.max_model_len
         model = dataclasses.replace(model, max_model_len=max_model_len)
         gpu = gpu_from_name(self.gpu)
@@ -240,7 +246,7 @@ class RunConfig:
             capacity_slots = self.kv_slots
         else:
             capacity_slots = kv_capacity_slots(model, self.kv_dtype, kv_gib=self.kv_gib, gpu=gpu,
-                                               gpu_memory_utilization=self.gpu_memory_utilization)
+                                               gpu_memory_utilization=self.gpu_memory_utilization, num_gpus=self.tp)
         if capacity_slots < max_model_len:
             raise ValueError(f"the KV pool ({capacity_slots} slots) cannot hold a single request of "
                              f"max_model_len = {max_model_len} tokens; raise --kv-gib/--kv-slots or lower "

@@ -133,6 +133,7 @@ class GpuPreset:
     hbm_gb_s: float  # GB/s, 1e9 bytes per second
     peak_tflops: float  # dense fp16/bf16 TFLOP/s
     host_link_gb_s: float = 32.0  # GB/s host->device, one direction of the GPU's host interconnect
+    gpu_link_gb_s: float = 300.0  # GB/s GPU->GPU, one direction of its NVLink (tensor parallelism's all-reduces)
 
 
 MODELS: dict[str, ModelPreset] = {
@@ -175,11 +176,12 @@ GPUS: dict[str, GpuPreset] = {
         # host link: one direction of PCIe, the datasheets' bidirectional figure halved. A100 40/80 GB
         # (SXM and PCIe): "PCIe Gen4: 64 GB/s" (NVIDIA A100 Tensor Core GPU datasheet, 2021); H100 SXM:
         # "PCIe Gen5: 128 GB/s" (NVIDIA H100 Tensor Core GPU datasheet, 2023); H200: "PCIe Gen5:
-        # 128 GB/s" (NVIDIA H200 Tensor Core GPU product brief, 2024)
-        GpuPreset("a100-40gb", 40, 1555, 312, 32.0),
-        GpuPreset("a100-80gb", 80, 2039, 312, 32.0),
-        GpuPreset("h100-sxm", 80, 3350, 989, 64.0),
-        GpuPreset("h200", 141, 4800, 989, 64.0),
+        # 128 GB/s" (NVIDIA H200 Tensor Core GPU product brief, 2024). GPU link: one direction of NVLink,
+        # the same datasheets' bidirectional "NVLink: 600 GB/s" (A100 SXM) and "900 GB/s" (H100 SXM, H200) halved
+        GpuPreset("a100-40gb", 40, 1555, 312, 32.0, 300.0),
+        GpuPreset("a100-80gb", 80, 2039, 312, 32.0, 300.0),
+        GpuPreset("h100-sxm", 80, 3350, 989, 64.0, 450.0),
+        GpuPreset("h200", 141, 4800, 989, 64.0, 450.0),
     ]
 }
 
@@ -257,10 +259,12 @@ def kv_capacity_slots(
     gpu: GpuPreset | None = None,
     gpu_memory_utilization: float = 0.9,
     activation_reserve_gib: float = 1.0,
+    num_gpus: int = 1,
 ) -> int:
     """KV capacity in token slots: floor(kv_bytes / kv_bytes_per_token).
 
-    kv_bytes is `kv_gib × 2^30` when given, else `gpu_memory × utilization − weights − activations`.
+    kv_bytes is `kv_gib × 2^30` when given, else `num_gpus × (gpu_memory × utilization − activations)
+    − weights`: under tensor parallelism each GPU holds its share of the weights and of every block.
     """
     if kv_gib is not None:
         if not kv_gib > 0:
@@ -269,11 +273,12 @@ def kv_capacity_slots(
     else:
         if gpu is None:
             raise ValueError("either kv_gib or gpu must be given")
-        kv_bytes = (gpu.memory_gib * gpu_memory_utilization - activation_reserve_gib) * GIB
+        kv_bytes = num_gpus * (gpu.memory_gib * gpu_memory_utilization - activation_reserve_gib) * GIB
         kv_bytes -= model.weight_bytes()
         if kv_bytes <= 0:
+            gpus = f"{num_gpus} × {gpu.name}" if num_gpus > 1 else gpu.name
             raise ValueError(
                 f"model {model.name} ({model.weight_bytes() / GIB:.1f} GiB of weights) leaves no KV memory "
-                f"on {gpu.name} ({gpu.memory_gib} GiB × {gpu_memory_utilization})"
+                f"on {gpus} ({gpu.memory_gib} GiB × {gpu_memory_utilization} each)"
             )
     return math.floor(kv_bytes / model.kv_bytes_per_token(kv_dtype))

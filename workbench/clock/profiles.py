@@ -77,5 +77,5 @@ def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_m
                          separate_prefill=profile.separate_prefill, map_s_per_page=map_s_per_page,
                          overlap_map=overlap_map, host_link_gbps=profile.host_link_gbps,
                          swap_s_per_transfer=profile.swap_s_per_transfer,
-                         attn_s_per_block=profile.attn_s_per_block if paged_kernel else 0.0,
+                         attn_s_per_block=profile.attn_s_per_block if paged_kernel else 0.0, tp=cfg.tp,
                          overlap_load=overlap_load, shared_link_gb_s=shared_link_gb_s)

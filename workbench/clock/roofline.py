@@ -16,6 +16,12 @@ loads from both tiers moves the two one after the other (docs/fleet.md). Disaggr
 charges a prompt's KV on its prefill replica's link (`link_s`), outside any step: the fleet's event loop
 holds the request until the transfer ends.
 
+Tensor parallelism (`--tp N`) splits every weight matrix and every KV block's heads over N GPUs: each
+reads 1/N of the weights and of the KV and does 1/N of the FLOPs at its own bandwidth and peak, and
+each layer adds two all-reduces of the step's activations (after attention and after the MLP) over
+the GPUs' link, on the critical path as in Megatron-LM's layout: a ring all-reduce moves
+2 (N − 1) / N of the bytes per GPU, plus a fixed latency per call.
+
 Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
 new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
 ahead while the GPU computes), only where it outlasts the compute.
@@ -32,6 +38,13 @@ from workbench.presets import GpuPreset, ModelPreset
 # with pinned memory; the same fraction of the GPU preset's datasheet link (`host_link_gb_s`) is used
 # unless a clock profile measured the link itself.
 HOST_LINK_EFF = 25.0 / 32.0
+
+# NCCL's ring all-reduce between NVLink-connected GPUs reaches about 3/4 of the link's one-way rate as
+# bus bandwidth on large messages and costs about 10 µs per call on small ones (nccl-tests
+# all_reduce_perf on 8-GPU A100 and H100 servers: ~230 and ~360 GB/s bus bandwidth).
+GPU_LINK_EFF = 0.75
+ALLREDUCE_LATENCY_S = 10e-6
+ACTIVATION_BYTES = 2  # fp16 / bf16 activations
 
 # A GEMM with few rows (the step's tokens) under-fills the GPU: its output tiles do not cover the
 # SMs in whole waves (tile and wave quantization, NVIDIA's "Matrix Multiplication Background User's
@@ -69,7 +82,7 @@ class RooflineClock:
                  eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
                  map_s_per_page: float = 0.0, overlap_map: bool = False, host_link_gbps: float | None = None,
                  swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0, overlap_load: bool = False,
-                 shared_link_gb_s: float = 0.0) -> None:
+                 shared_link_gb_s: float = 0.0, tp: int = 1) -> None:
         # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
         # a step that has both costs the two in sequence, each with its own weight pass and overhead
         self.separate_prefill = separate_prefill
@@ -79,17 +92,25 @@ class RooflineClock:
         self.block_bytes = float(kv_bytes_per_token * block_size)
         # QK^T and PV: 2 flops per multiply-add each, per query head, layer and key
         self.attn_flops_per_key = 4.0 * model.num_layers * model.num_heads * model.head_dim
-        self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw
-        self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops  # large GEMMs; scaled by gemm_shape_frac
+        # tensor parallelism: tp GPUs, each with its own HBM, SMs and host link, work on their shards at once
+        self.tp = tp
+        self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw * tp
+        self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops * tp  # large GEMMs; scaled by gemm_shape_frac
         link_gb_s = gpu.host_link_gb_s * HOST_LINK_EFF if host_link_gbps is None else host_link_gbps
-        self.link_bytes_per_s = link_gb_s * 1e9
+        self.link_bytes_per_s = link_gb_s * 1e9 * tp
+        # two all-reduces per layer of every token's activations (hidden = heads × head_dim)
+        ring_bytes_per_token = 2.0 * (tp - 1) / tp * model.num_heads * model.head_dim * ACTIVATION_BYTES
+        self.allreduce_s_per_token = (2 * model.num_layers * ring_bytes_per_token
+                                      / (gpu.gpu_link_gb_s * 1e9 * GPU_LINK_EFF))
+        self.allreduce_fixed_s = 2 * model.num_layers * ALLREDUCE_LATENCY_S if tp > 1 else 0.0
         # a swapped block is one host<->device copy per layer for its keys and one for its values
         # (vLLM's swap_blocks issues a cudaMemcpyAsync per block and cache tensor), each with a fixed cost
         self.swap_fixed_s_per_block = 2 * model.num_layers * swap_s_per_transfer
         # decode attention visits each KV block once per query head and layer (vLLM 0.1's paged kernel:
         # one thread block per head and sequence, its warps loop over the blocks), each visit with a
         # fixed cost on top of the bytes (block-table load, branches; docs/clock-profiles.md)
-        self.attn_s_per_block_read = attn_s_per_block * model.num_layers * model.num_heads
+        # (under tensor parallelism each GPU visits its own heads' blocks, at the same time as the others)
+        self.attn_s_per_block_read = attn_s_per_block * model.num_layers * model.num_heads / tp
         self.step_overhead_s = step_overhead_s
         self.map_s_per_page = map_s_per_page
         self.overlap_map = overlap_map
@@ -127,9 +148,10 @@ class RooflineClock:
         `num_tokens` through the linear layers (prefill + decode); `kv_read_tokens` KV rows read by
         attention, summed over sequences; `attn_query_ctx` keys attended, summed over query tokens;
         `copied_blocks` copy-on-write copies; `swapped_blocks` moved over the host link.
-        With `measured_attention_s` (full-model attention wall time) the attention terms are replaced
-        by the measurement and the rest stays modeled. `mapped_pages`: pages mapped on demand;
-        `decode_blocks`: KV blocks the decoding sequences' attention reads, summed over sequences."""
+        With `measured_attention_s` (full-model attention wall time on one device) the attention terms
+        are replaced by the measurement (split over the tensor-parallel GPUs) and the rest stays modeled.
+        `mapped_pages`: pages mapped on demand; `decode_blocks`: KV blocks the decoding sequences'
+        attention reads, summed over sequences."""
         written = num_tokens * self.kv_bytes_per_token + 2.0 * copied_blocks * self.block_bytes
         linear_flops = 2.0 * self.params * num_tokens
         flops_per_s = self.flops_per_s * gemm_shape_frac(num_tokens)
@@ -140,7 +162,9 @@ class RooflineClock:
             compute_s += decode_blocks * self.attn_s_per_block_read  # a measured kernel includes its own
         else:
             compute_s = max((self.weight_bytes + written) / self.bytes_per_s,
-                            linear_flops / flops_per_s) + measured_attention_s
+                            linear_flops / flops_per_s) + measured_attention_s / self.tp
+        if self.tp > 1:
+            compute_s += self.allreduce_fixed_s + num_tokens * self.allreduce_s_per_token
         map_s = mapped_pages * self.map_s_per_page
         compute_s = max(compute_s, map_s) if self.overlap_map else compute_s + map_s
         swap_s = (swapped_blocks * self.block_bytes / self.link_bytes_per_s

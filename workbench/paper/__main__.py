@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.experiments import builtin_dir
-from workbench.paper.rows import CLOCK, build_rows, headline, load_values, markdown
+from workbench.paper.rows import NO_RUN_SOURCES, build_rows, headline, load_values, markdown
 from workbench.paths import REPO_ROOT
 from workbench.sweep.executors import Executor, LocalExecutor
 from workbench.sweep.replaced import POINTS_DIR
@@ -45,8 +45,9 @@ def scaled(spec: SweepSpec, frac: float) -> SweepSpec:
 
 
 def experiment_names(values: dict) -> list[str]:
-    """The sweep files the table reads (the clock-only sections run none)."""
-    return list(dict.fromkeys(entry["experiment"] for entry in values.values() if entry["experiment"] != CLOCK))
+    """The sweep files the table reads (the clock and preset sections run none)."""
+    return list(dict.fromkeys(entry["experiment"] for entry in values.values()
+                              if entry["experiment"] not in NO_RUN_SOURCES))
 
 
 def points_dirs(names: list[str], out_dir: Path) -> dict[str, Path]:

@@ -64,9 +64,7 @@ def _kind(entry: dict, key: str) -> str:
 
 
 def _source(entry: dict) -> str:
-    if entry["experiment"] == "clock":
-        return "workbench/paper/micro.py"
-    return f"experiments/{entry['experiment']}"
+    return NO_RUN_SOURCES.get(entry["experiment"], f"experiments/{entry['experiment']}")
 
 
 def _gap(entry: dict, key: str) -> str:
@@ -126,6 +124,18 @@ def _points_dir(points_dir: Path | None, section: str) -> Path:
 def _point_tables(points_dir: Path, point: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
     folder = points_dir / point["point_id"]
     return pd.read_parquet(folder / "steps.parquet"), pd.read_parquet(folder / "requests.parquet")
+
+
+def table1(entry: dict, table: pd.DataFrame | None = None, points_dir: Path | None = None) -> list[Row]:
+    """The KV slots a model's server holds, from the GPUs' memory (`--tp` of them), its weights and the
+    utilization: `RunConfig.resolve()` with no `--kv-gib`."""
+    rows = []
+    for model, spec in entry["rows"].items():
+        ours = RunConfig(model=model, gpu=spec["gpu"], tp=spec["tp"]).resolve().capacity_slots
+        gpus = f"{spec['tp']} × {spec['gpu']}" if spec["tp"] > 1 else spec["gpu"]
+        rows.append(_rel_row(entry, f"{model} on {gpus}: KV slots", model, spec["slots"], ours,
+                             entry["tolerance_frac"]))
+    return rows
 
 
 # Fig. 2 segments: the paper's bar -> the workbench's saturated-window fractions (docs/memory.md)
@@ -272,9 +282,11 @@ def fig19(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     return rows
 
 
-SECTIONS = {"fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15, "prefix": prefix, "fig18a": fig18a,
-            "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b, "fig19": fig19}
+SECTIONS = {"table1": table1, "fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15, "prefix": prefix,
+            "fig18a": fig18a, "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b, "fig19": fig19}
 CLOCK = "clock"  # the `experiment` of a section computed on the clock alone
+PRESETS = "presets"  # the `experiment` of a section computed from resolved configurations
+NO_RUN_SOURCES = {CLOCK: "workbench/paper/micro.py", PRESETS: "workbench/presets.py"}
 
 
 def build_rows(values: dict[str, Any], tables: dict[str, pd.DataFrame],
@@ -284,7 +296,7 @@ def build_rows(values: dict[str, Any], tables: dict[str, pd.DataFrame],
     rows: list[Row] = []
     for section, entry in values.items():
         name = entry["experiment"]
-        if name == CLOCK:
+        if name in NO_RUN_SOURCES:
             rows += SECTIONS[section](entry)
         else:
             rows += SECTIONS[section](entry, tables[name], (points_dirs or {}).get(name))
