@@ -67,7 +67,7 @@ def test_separate_prefill_costs_a_mixed_step_as_two_iterations():
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_a_profile_fixes_its_constants_and_rejects_flags_it_fixes(name):
     profile = PROFILES[name]
-    cfg = RunConfig(clock_profile=name, gpu=profile.gpu or "a100-40gb")
+    cfg = RunConfig(clock_profile=name, gpu=profile.gpus[0] if profile.gpus else "a100-40gb")
     clock = make_clock(cfg, cfg.resolve(), 16, paged_kernel=True)
     for flag in PROFILE_FLAGS:
         if getattr(profile, flag) is not None:
@@ -76,8 +76,8 @@ def test_a_profile_fixes_its_constants_and_rejects_flags_it_fixes(name):
     assert clock.separate_prefill == profile.separate_prefill
     expected_overhead = profile.step_overhead_s if profile.step_overhead_s is not None else cfg.step_overhead_s
     assert clock.step_overhead_s == expected_overhead
-    if profile.gpu is not None:
-        other = next(g for g in GPUS if g != profile.gpu)
+    if profile.gpus:
+        other = next(g for g in GPUS if g not in profile.gpus)
         with pytest.raises(ValueError, match="was fitted on gpu"):
             dataclasses.replace(cfg, gpu=other)
 

@@ -18,10 +18,24 @@ from workbench.sweep import load_spec
 
 
 def _expected_items(values):
-    """One graded row per Fig. 2 segment and per Fig. 13 system, one per entry elsewhere."""
+    """One graded row per Fig. 2 segment and per Fig. 13 system, per model for Fig. 12's ShareGPT
+    ratios, one per entry elsewhere."""
+    models = {p.config.model for p in load_spec(EXPERIMENTS_DIR / values["fig12"]["experiment"]).points()}
     for section, entry in values.items():
-        for value in entry["rows"].values():
-            yield from (value if section in ("fig2", "fig13") else [value])
+        for key, value in entry["rows"].items():
+            if section == "fig12":
+                yield from (value.values() if key == "alpaca" else [v for v in value.values() for _ in models])
+            else:
+                yield from (value if section in ("fig2", "fig13") else [value])
+
+
+def _ranges(spec):
+    """Every `range` in a row's spec, however deep."""
+    if isinstance(spec, dict):
+        if "range" in spec:
+            yield spec["range"]
+        for value in spec.values():
+            yield from _ranges(value)
 
 
 def _graded(rows):
@@ -44,11 +58,13 @@ def reduced_table(tmp_path_factory):
     out = tmp_path_factory.mktemp("paper")
     names = experiment_names(values)
     skip_without_traces_of(*(EXPERIMENTS_DIR / name for name in names))
-    # the shared-prefix points need ~300 requests before a queue builds; the rest ~100
-    prefix = values["prefix"]["experiment"]
-    tables = run_experiments([n for n in names if n != prefix], out, executor=InlineExecutor(), frac=0.04,
+    # most points queue within ~100 requests; the shared-prefix points need ~300, and Fig. 12's largest
+    # servers (OPT-175B on 8 GPUs: 256 sequences at once) ~300 ShareGPT and ~900 Alpaca requests
+    larger = {values["prefix"]["experiment"]: 0.2, values["fig12"]["experiment"]: 0.3}
+    tables = run_experiments([n for n in names if n not in larger], out, executor=InlineExecutor(), frac=0.04,
                              progress=False)
-    tables |= run_experiments([prefix], out, executor=InlineExecutor(), frac=0.2, progress=False)
+    for name, frac in larger.items():
+        tables |= run_experiments([name], out, executor=InlineExecutor(), frac=frac, progress=False)
     return values, tables, R.build_rows(values, tables, points_dirs(names, out))
 
 
@@ -141,10 +157,9 @@ def test_every_band_is_two_sided_and_sourced():
     values = R.load_values()
     for section, entry in values.items():
         assert len(entry["band"]) > 20, section
-        for key, spec in entry["rows"].items():
-            if isinstance(spec, dict) and "range" in spec:
-                lo, hi = (float(v) for v in spec["range"])
-                assert math.isfinite(lo) and math.isfinite(hi) and lo < hi, (section, key)
+        for lo, hi in _ranges(entry["rows"]):
+            lo, hi = float(lo), float(hi)
+            assert math.isfinite(lo) and math.isfinite(hi) and lo < hi, section
     with pytest.raises(ValueError, match="two-sided"):
         R._range_row(values["fig12"], "x", "paged_over_oracle", {"paper": "> 1", "range": [1, math.inf]}, 2.0)
 

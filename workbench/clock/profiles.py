@@ -21,7 +21,7 @@ from workbench.clock.roofline import RooflineClock
 class ClockProfile:
     name: str
     summary: str
-    gpu: str | None = None  # the GPU preset it was fitted on (None: any)
+    gpus: tuple[str, ...] = ()  # the GPU presets it holds on: the one it was fitted on and its siblings (empty: any)
     eff_bw: float | None = None  # None: the run's flag
     eff_flops: float | None = None
     step_overhead_s: float | None = None
@@ -35,12 +35,15 @@ PROFILES: dict[str, ClockProfile] = {p.name: p for p in (
     ClockProfile("roofline", "the run's --eff-bw, --eff-flops and --step-overhead-s on the GPU's datasheet figures"),
     # Fitted to the vLLM paper (Kwon et al., SOSP 2023): OPT-13B on one A100-40GB, vLLM 0.1 with
     # PyTorch eager kernels and a Python scheduler, so each step costs far more than the roofline.
+    # The paper also serves OPT-175B on A100-80GBs: the same chip, software and link, so the same
+    # efficiencies and overheads (with that GPU's own memory and bandwidth).
     # Per-block costs (docs/clock-profiles.md): the swap link and per-copy cost fitted to Fig. 19a
     # (swapping 256 tokens in and out at block sizes 1-256), the attention cost per block visit to
     # Fig. 18a (the paged kernel at block 16 against FasterTransformer's contiguous one).
     ClockProfile("vllm-sosp23-a100", "fitted to the vLLM paper's OPT-13B / A100-40GB measurements "
-                 "(docs/clock-profiles.md)", gpu="a100-40gb", eff_bw=0.55, eff_flops=0.75, step_overhead_s=0.016,
-                 separate_prefill=True, host_link_gbps=12.4, swap_s_per_transfer=2.57e-6, attn_s_per_block=1.6e-9),
+                 "(docs/clock-profiles.md)", gpus=("a100-40gb", "a100-80gb"), eff_bw=0.55, eff_flops=0.75,
+                 step_overhead_s=0.016, separate_prefill=True, host_link_gbps=12.4, swap_s_per_transfer=2.57e-6,
+                 attn_s_per_block=1.6e-9),
 )}
 
 PROFILE_NAMES = tuple(PROFILES)
@@ -56,8 +59,8 @@ def check_profile(cfg) -> None:
         if getattr(profile, flag) is not None and getattr(cfg, flag) != defaults[flag]:
             raise ValueError(f"clock_profile {profile.name} fixes {flag} "
                              f"({getattr(profile, flag)}); drop {flag} or use clock_profile roofline")
-    if profile.gpu is not None and cfg.gpu != profile.gpu:
-        raise ValueError(f"clock_profile {profile.name} was fitted on gpu {profile.gpu}, not {cfg.gpu}")
+    if profile.gpus and cfg.gpu not in profile.gpus:
+        raise ValueError(f"clock_profile {profile.name} was fitted on gpu {' or '.join(profile.gpus)}, not {cfg.gpu}")
 
 
 def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_map: bool = False, *,

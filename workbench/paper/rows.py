@@ -176,12 +176,27 @@ def config_of(points_dir: Path, point: pd.Series) -> RunConfig:
 
 
 def fig12(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
-    """The rate a system sustains = its token throughput while a queue is present (Fig. 12's knee)."""
-    tput = {s: _point(table, strategy=s)["throughput_tok_s_sat"] for s in ("paged", "contiguous-oracle",
-                                                                           "contiguous-max")}
-    ratios = {"paged_over_oracle": tput["paged"] / tput["contiguous-oracle"],
-              "paged_over_max": tput["paged"] / tput["contiguous-max"]}
-    return [_range_row(entry, key.replace("_", " "), key, spec, ratios[key]) for key, spec in entry["rows"].items()]
+    """The rate a system sustains = its token throughput while a queue is present (Fig. 12's knee), for
+    each model: ShareGPT's ratios against the text's range, Alpaca's comparison of OPT-175B."""
+    def ratio(model: str, workload: str, other: str) -> float:
+        sub = table[(table["model"] == model) & table["workload"].str.contains(workload)]
+        return (_point(sub, strategy="paged")["throughput_tok_s_sat"]
+                / _point(sub, strategy=other)["throughput_tok_s_sat"])
+
+    models = list(dict.fromkeys(table["model"]))
+    others = {"paged_over_oracle": "contiguous-oracle", "paged_over_max": "contiguous-max"}
+    rows = []
+    for key, spec in entry["rows"]["sharegpt"].items():
+        for model in models:
+            rows.append(_range_row(entry, f"sharegpt, {model}: {key.replace('_', ' ')}", key, spec,
+                                   ratio(model, "sharegpt", others[key])))
+    spec = entry["rows"]["alpaca"]["opt175b_oracle_advantage_over_others"]
+    smaller = [m for m in models if m != "opt-175b"]
+    advantage = (ratio("opt-175b", "alpaca", "contiguous-oracle")
+                 / min(ratio(m, "alpaca", "contiguous-oracle") for m in smaller))
+    rows.append(_range_row(entry, "alpaca: opt-175b's paged / oracle over the other models' smallest",
+                           "opt175b_oracle_advantage_over_others", spec, advantage))
+    return rows
 
 
 def fig13(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
