@@ -228,6 +228,29 @@ def fig15(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     return rows + derived
 
 
+def sec63(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
+    """The artifact's sharing estimator on ShareGPT."""
+    rows = []
+    folder = _points_dir(points_dir, "sec63")
+    for key, paper in entry["rows"].items():
+        mode, width = key.split("-")
+        where = {"n": int(width), "beam_width": 1} if mode == "parallel" else {"n": 1, "beam_width": int(width)}
+        steps, _ = _point_tables(folder, _point(table, **where))
+        rows.append(_rel_row(entry, key, key, paper, 100 * artifact.fig15_saving(steps), entry["tolerance_frac"]))
+    return rows
+
+
+def fig14(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
+    """paged's sustained rate over Orca (Oracle)'s, at each beam width."""
+    rows = []
+    for key, spec in entry["rows"].items():
+        sub = table[table["beam_width"] == spec["beam_width"]]
+        ratio = (_point(sub, strategy="paged")["throughput_tok_s_sat"]
+                 / _point(sub, strategy="contiguous-oracle")["throughput_tok_s_sat"])
+        rows.append(_rel_row(entry, f"{key}: paged / oracle", key, spec["paper"], ratio, entry["tolerance_frac"]))
+    return rows
+
+
 def prefix(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
     rows = []
     for key, paper in entry["rows"].items():
@@ -297,7 +320,8 @@ def fig19(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     return rows
 
 
-SECTIONS = {"table1": table1, "fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15, "prefix": prefix,
+SECTIONS = {"table1": table1, "fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15, "sec63": sec63,
+            "fig14": fig14, "prefix": prefix,
             "fig18a": fig18a, "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b, "fig19": fig19}
 CLOCK = "clock"  # the `experiment` of a section computed on the clock alone
 PRESETS = "presets"  # the `experiment` of a section computed from resolved configurations
