@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 import workbench
 from workbench.figures import style
 from workbench.figures.caption import add_caption, caption_line
-from workbench.figures.registry import check_name, experiment_path, is_timed, plotter
+from workbench.figures.registry import caption_note, check_name, experiment_path, is_timed, plotter
 from workbench.paths import IN_CHECKOUT, REPO_ROOT
 from workbench.sweep.executors import Executor, LocalExecutor
 from workbench.sweep.hooks import FigureHooks
@@ -35,7 +35,7 @@ def draw(name: str, sweep_dir: Path) -> Figure:
     summary = read_summary(sweep_dir)
     with style.figure_style():
         fig = plotter(name)(summary, Path(sweep_dir))
-        add_caption(fig, caption_line(summary))
+        add_caption(fig, "\n".join(filter(None, [caption_line(summary), caption_note(name, summary)])))
     return fig
 
 
