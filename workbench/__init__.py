@@ -11,9 +11,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-# `run` and `sweep` are modules (the command-line tools) that can be called as the functions of workbench.api
-_MODULES = ("run", "sweep", "plot", "api")
-_API = ("Result", "flags", "strategies", "models", "gpus", "traces")
+# `run`, `sweep` and `traces` are modules (command-line tools) that can be called as functions of the API
+_MODULES = ("run", "sweep", "traces", "plot", "api")
+_API = ("Result", "load", "point", "flags", "strategies", "models", "gpus")
 __all__ = ["ConfigError", *_API, *_MODULES]
 
 

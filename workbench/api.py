@@ -6,6 +6,8 @@
     result.steps, result.requests, result.summary                  # DataFrames, in memory
     result.save("runs/paged")                                      # the four files of `--out`
     table = wb.sweep("quickstart")                                 # the summary table of a sweep
+    wb.point(table, table.point_id[0]).requests                    # one point of it, as a Result
+    wb.load("runs/paged")                                          # a saved run or point, as a Result
     wb.strategies(), wb.models(), wb.gpus(), wb.traces(), wb.flags()
 
 `run` takes the flags of `python -m workbench.run` by their config names (`--kv-gib` is `kv_gib`) and
@@ -77,6 +79,30 @@ class Result:
             raise ConfigError(str(exc)) from None
         write_result(self, final, replace=force)
         return final
+
+
+def load(path: str | Path) -> Result:
+    """The run written into the directory `path` (by `Result.save`, `python -m workbench.run --out`, or a
+    sweep's `points/<id>/`), read back as a Result."""
+    import json
+
+    folder = Path(path)
+    description = json.loads((folder / "config.json").read_text())
+    config = RunConfig.from_dict(description["config"])
+    return Result(config, pd.read_parquet(folder / "steps.parquet"), pd.read_parquet(folder / "requests.parquet"),
+                  json.loads((folder / "summary.json").read_text()), description)
+
+
+def point(table: pd.DataFrame, point_id: str) -> Result:
+    """The point `point_id` of the sweep whose summary table `workbench.sweep` returned (or a part of it),
+    read back as a Result: its steps and requests tables too."""
+    sweep_dir = table.attrs.get("sweep_dir")
+    if sweep_dir is None:
+        raise ValueError("this table does not say where its sweep is: pass a table workbench.sweep returned, "
+                         "or read the point with workbench.load(<sweep dir>/points/<point id>)")
+    if point_id not in set(table["point_id"]):
+        raise ValueError(f"point {point_id!r} is not in this table")
+    return load(Path(sweep_dir) / "points" / point_id)
 
 
 def write_result(result: Result, path: Path, *, replace: bool) -> None:

@@ -58,8 +58,10 @@ def latency_vs_rate(data: Data) -> Figure:
 
 def timeline(data: Data, sweep_dir: str | Path | None = None) -> Figure:
     """The pool's partition over simulated time, one panel per run: from each Result's steps, or, for a
-    sweep's summary table, from the steps.parquet of its points in `sweep_dir`."""
+    sweep's summary table, from the steps.parquet of its points in `sweep_dir` (default: where the sweep
+    that returned the table ran)."""
     if isinstance(data, pd.DataFrame):
+        sweep_dir = sweep_dir or data.attrs.get("sweep_dir")  # a table workbench.sweep returned knows it
         if sweep_dir is None:
             raise ValueError("timeline of a summary table needs the sweep's directory (sweep_dir=) for the steps")
         return _drawn(data, lambda rows: fragmentation_timeline.plot(rows, Path(sweep_dir)))

@@ -129,6 +129,11 @@ def test_save_refuses_results_as_out_does(tmp_path):
         other.save(tmp_path / "file")
     other.save(out, force=True)
     assert json.loads((out / "config.json").read_text())["seed"] == 5
+    back = wb.load(out)  # read back: the same tables and figures
+    pd.testing.assert_frame_equal(back.steps, other.steps)
+    pd.testing.assert_frame_equal(back.requests, other.requests)
+    pd.testing.assert_frame_equal(back.summary, other.summary)
+    assert back.config == other.config
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "run"]  # no temporary or replaced copy
 
 
@@ -151,6 +156,17 @@ def test_a_sweep_resumes_and_its_rows_are_the_results(tmp_path, monkeypatch):
         assert list(row.columns) == list(swept.columns)
         pd.testing.assert_frame_equal(row.drop(columns=list(WALL_KEYS)), swept.drop(columns=list(WALL_KEYS)),
                                       check_dtype=False)
+    # a point of it, read back whole: the tables of the same run in memory
+    paged = table[table["strategy"] == "paged"]
+    kept = wb.point(paged, paged["point_id"].item())
+    fresh = wb.run(**{**TINY, "strategy": "paged"})
+    pd.testing.assert_frame_equal(kept.steps, fresh.steps)
+    pd.testing.assert_frame_equal(kept.requests, fresh.requests)
+    assert kept.config == fresh.config and kept.description == json.loads(json.dumps(fresh.description))
+    with pytest.raises(ValueError, match="not in this table"):
+        wb.point(paged, table["point_id"].iloc[0])
+    with pytest.raises(ValueError, match="does not say where its sweep is"):
+        wb.point(fresh.summary, fresh.summary["point_id"].item())
     with pytest.raises(wb.ConfigError, match="already holds a sweep; pass --resume"):
         wb.sweep(SPEC, resume=False, progress=False)
     with pytest.raises(wb.ConfigError, match="strategy"):

@@ -72,8 +72,11 @@ def test_timeline_stacks_each_results_steps(results, tmp_path):
                      jobs=1, progress=False)
     fig = wb.plot.timeline(table, tmp_path / "s")
     assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == ["Paged (16)"]
+    plt.close(fig)
+    fig = wb.plot.timeline(table)  # the table says where its sweep ran
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == ["Paged (16)"]
     with pytest.raises(ValueError, match="sweep_dir"):
-        wb.plot.timeline(table)
+        wb.plot.timeline(pd.DataFrame(table.to_dict("list")))
     plt.close(fig)
 
 

@@ -242,7 +242,9 @@ def sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | No
                                                scheduler=scheduler, workers=workers, max_points=max_points)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return run_sweep(sweep_spec, out_dir, executor=pool, resume=resume, force=force, progress=progress)
+    table = run_sweep(sweep_spec, out_dir, executor=pool, resume=resume, force=force, progress=progress)
+    table.attrs["sweep_dir"] = str(out_dir)  # where `workbench.api.point` reads a point's tables
+    return table
 
 
 def _say(line: str | None) -> None:
