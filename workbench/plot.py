@@ -5,6 +5,7 @@ figures/ are (their style and caption line).
     wb.plot.memory(wb.sweep("quickstart"))      # where the KV cache goes, per strategy
     wb.plot.timeline(result)                     # the pool's partition over simulated time
     wb.plot.latency_vs_rate(table)               # normalized latency against the request rate
+    wb.plot.figure("block_size", table)          # any figure of figures/ from a sweep of its kind
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from matplotlib.figure import Figure
 
 from workbench.api import Result
 from workbench.figures import fragmentation_timeline, memory_waste, style, throughput_vs_rate
+from workbench.figures.build import draw_table
 from workbench.figures.caption import add_caption, caption_line
 
 Data = Result | Sequence[Result] | pd.DataFrame
@@ -69,3 +71,11 @@ def timeline(data: Data, sweep_dir: str | Path | None = None) -> Figure:
     summary = summary_of(results)
     steps = {r.summary["point_id"].iloc[0]: r.steps for r in results}
     return _drawn(summary, lambda rows: fragmentation_timeline.plot_steps(rows, steps.__getitem__))
+
+
+def figure(name: str, table: pd.DataFrame, sweep_dir: str | Path | None = None) -> Figure:
+    """Figure `name` of `python -m workbench.figures` (`workbench.figures.registry.FIGURE_NAMES`) drawn from a
+    sweep's summary table, as the figures under figures/ are from theirs; figures that read the points'
+    steps find them in `sweep_dir` (default: where the sweep that returned the table ran)."""
+    sweep_dir = sweep_dir or table.attrs.get("sweep_dir")
+    return draw_table(name, table, Path(sweep_dir) if sweep_dir is not None else Path())

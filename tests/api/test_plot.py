@@ -85,3 +85,19 @@ def test_anything_else_is_refused():
         wb.plot.memory({"strategy": "paged"})
     with pytest.raises(ValueError, match="no rows"):
         wb.plot.memory(pd.DataFrame())
+
+
+def test_a_registered_figure_draws_from_a_sweep_table_as_from_its_directory(tmp_path):
+    from workbench.figures.build import draw
+
+    table = wb.sweep({"name": "f", "base": {**TINY, "rate": 40.0},
+                      "axes": {"strategy": ["contiguous-max", "paged"]}}, tmp_path / "s", jobs=1, progress=False)
+    for name in ("memory_waste", "fragmentation_timeline"):
+        mine, theirs = wb.plot.figure(name, table), draw(name, tmp_path / "s")
+        assert [t.get_text() for t in mine.texts] == [t.get_text() for t in theirs.texts]
+        for a, b in zip(mine.axes, theirs.axes, strict=True):
+            assert [p.get_height() for p in a.patches] == [p.get_height() for p in b.patches]
+            assert [c.get_paths()[0].vertices.tolist() for c in a.collections] == \
+                   [c.get_paths()[0].vertices.tolist() for c in b.collections]
+        plt.close(mine)
+        plt.close(theirs)
