@@ -161,7 +161,7 @@ def flags() -> pd.DataFrame:
 
 def strategies() -> pd.DataFrame:
     """The registered allocation strategies: family, how the kernel addresses the pool, the flags each
-    takes, whether it holds a prefix cache, and what it is (its class's first docstring line)."""
+    takes, whether it holds a prefix cache, and what it is (the first paragraph of its docstring)."""
     from workbench.allocators import registry
 
     rows = []
@@ -170,7 +170,7 @@ def strategies() -> pd.DataFrame:
         module, cls = reg.factory.split(":")
         found = importlib.import_module(module)
         doc = getattr(found, cls).__doc__ or found.__doc__ or ""
-        summary = doc.strip().split("\n")[0].removeprefix(f"`{name}`: ")
+        summary = " ".join(doc.strip().split("\n\n")[0].split()).removeprefix(f"`{name}`: ")  # its first paragraph
         rows.append({"strategy": name, "label": reg.label, "family": reg.family, "kernel_mode": reg.kernel_mode,
                      "block_sized": reg.block_sized, "prefix_cache": reg.prefix_cache,
                      "flags": ", ".join(reg.options), "description": summary})
