@@ -213,3 +213,26 @@ def test_import_is_cheap_and_the_names_call_whichever_python_binds():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(len(TRACES)), str(len(registry.names()))]
+
+
+def test_the_sweep_command_and_the_call_give_the_same_table_and_errors(tmp_path, capsys):
+    from workbench.sweep.cli import main as sweep_main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps(SPEC))
+    assert sweep_main([str(spec), "--out", str(tmp_path / "cli"), "-j", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    table = wb.sweep(spec, tmp_path / "api", jobs=1, progress=False)
+    cli = pd.read_parquet(tmp_path / "cli" / "summary.parquet")
+    pd.testing.assert_frame_equal(cli.drop(columns=list(WALL_KEYS)), table.drop(columns=list(WALL_KEYS)))
+    for bad in ({**SPEC, "axes": {"strategy": ["nope"]}}, {**SPEC, "base": {**TINY, "block_size": 0}},
+                {**SPEC, "colour": 1}):
+        spec.write_text(json.dumps(bad))
+        assert sweep_main([str(spec), "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        with pytest.raises(wb.ConfigError) as raised:
+            wb.sweep(spec, tmp_path / "bad", progress=False)
+        assert err == f"error: {raised.value}\n"
+    assert sweep_main([str(tmp_path / "cli" / "nothing.yaml"), "--out", str(tmp_path / "cli")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert not (tmp_path / "bad").exists()
