@@ -93,13 +93,13 @@ def policy_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def caption_note(summary: pd.DataFrame) -> str:
-    """What the figure draws once, and where the other policies are."""
+    """What the figure draws once, and where the other policies are (a line each)."""
     rows = cache_rows(summary)
     same = [group for group in coinciding(rows) if len(group) > 1]
     parts = [f"{' and '.join(group)} give identical hit rates and throughput at every point: drawn once as "
              f"'{group_label(group)}'" for group in same]
     parts.append(f"lines: eviction {reference_policy(rows)}; every policy's device-only hit rate in the table")
-    return "; ".join(parts)
+    return "\n".join(parts)  # a line each: the caption stays as wide as the figure
 
 
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
@@ -168,7 +168,7 @@ def _table(ax, table: pd.DataFrame, *, multiple: bool) -> None:
     labels = [f"{cache}: {policy}" if multiple else policy for cache, policy in table.index]
     cells = [[f"{v:.1f}" for v in row] for row in table.to_numpy(dtype=float)]
     drawn = ax.table(cellText=cells, rowLabels=labels, colLabels=[f"{k:,.0f}K" for k in table.columns],
-                     colWidths=[0.2] * len(table.columns), loc="center right", cellLoc="right")
+                     colWidths=[0.2] * len(table.columns), loc="center", cellLoc="right")
     drawn.auto_set_font_size(False)
     drawn.set_fontsize(6.5)
     ax.set_title("Hit rate (%), device only, by eviction policy", fontsize="x-small")
