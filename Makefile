@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_LAB := $(VENV)/.installed-lab
+STAMP_DOCS := $(VENV)/.installed-docs
 # Numba keys its on-disk cache on the defining file only, so a kernel that inlines helpers from a
 # sibling module would keep stale machine code after that module changes: key the cache directory
 # on every Numba-using source instead.
@@ -15,7 +16,7 @@ export MPLBACKEND ?= Agg
 # notebook kernel and sweep process compiles its modules again, and pytest rewrites every test module again
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: demo test test-all lint bench gpu-check figures paper notebooks lab clean
+.PHONY: demo test test-all lint bench gpu-check figures paper notebooks lab docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +33,10 @@ $(STAMP_DEV): pyproject.toml setup.py | $(BIN)/python
 # JupyterLab only where a person reads the notebooks: the tests execute them with a kernel and a client
 $(STAMP_LAB): $(STAMP_DEV)
 	$(BIN)/python -m pip install -q -e '.[dev,notebooks]'
+	touch $@
+
+$(STAMP_DOCS): $(STAMP_DEV)
+	$(BIN)/python -m pip install -q -e '.[dev,docs]'
 	touch $@
 
 demo: $(STAMP_RUN)
@@ -78,6 +83,11 @@ paper: $(STAMP_RUN)
 # executes every notebook at full size and stores its outputs (figures, tables) in place
 notebooks: $(STAMP_DEV)
 	$(BIN)/python -m workbench.notebook notebooks/*.ipynb
+
+# the user docs, the API reference generated from the docstrings and the figure gallery, into build/site;
+# --strict: a broken link, anchor or API reference fails the build
+docs: $(STAMP_DOCS)
+	$(BIN)/mkdocs build --strict
 
 lab: $(STAMP_LAB)
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/

@@ -117,8 +117,8 @@ def out_of_kind(tmp_path_factory, monkeypatch, case: tuple[str, str], force: boo
     out = make(root, kind, tool)
     started = []
     if tool == "run":
-        real = engine.run
-        monkeypatch.setattr(engine, "run", lambda *a, **k: started.append(1) or real(*a, **k))
+        real = engine.run_in_memory
+        monkeypatch.setattr(engine, "run_in_memory", lambda *a, **k: started.append(1) or real(*a, **k))
         main, argv = run_main, [*TINY, "--out", str(out)]
     else:
         def recorded_run(cfg, out_dir):
@@ -157,7 +157,7 @@ def out_of_kind(tmp_path_factory, monkeypatch, case: tuple[str, str], force: boo
 @pytest.mark.parametrize("kind", ["link-loop", "file", "below-a-file"])
 def test_the_unusable_kinds_are_refused(tmp_path, monkeypatch, kind, capsys):
     out = make(tmp_path, kind, "run")
-    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("simulated before checking --out"))
+    monkeypatch.setattr(engine, "run_in_memory", lambda *a, **k: pytest.fail("simulated before checking --out"))
     assert run_main([*TINY, "--out", str(out)]) == 2
     assert capsys.readouterr().err.startswith(f"error: --out {out}")
 

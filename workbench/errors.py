@@ -57,3 +57,9 @@ class TraceError(RuntimeError):
 class UnservableError(ValueError):
     """The run's configuration can serve no request of its workload, so it would measure nothing; the
     message names the request tried and why it is refused."""
+
+
+class ConfigError(ValueError):
+    """A run or sweep that cannot start as asked: a bad flag, a contradictory combination, a workload the
+    configuration cannot serve, or an output directory that must not be touched. The message is the line
+    the command-line tools print after `error: `."""

@@ -3,8 +3,8 @@
 Importing this module sets display options for a notebook (figures at a readable resolution, tables
 that fit a page). The notebooks run at full size; with WORKBENCH_NOTEBOOK_SMALL=1 (the tests set it)
 `model()` gives a tiny model and `size()` the small request counts, so each notebook runs in well
-under a minute. Runs go under $WORKBENCH_RUNS_DIR/notebooks (default ../runs/notebooks, the
-checkout's runs/ when the notebook runs from notebooks/).
+under a minute. Sweeps go under $WORKBENCH_RUNS_DIR (default ../runs/notebooks: the checkout's runs/
+when the notebook runs from notebooks/).
 
 `python -m workbench.notebook NOTEBOOK...` (`make notebooks`) executes notebooks at full size and
 stores their outputs in place, so that they read with figures on a code-hosting site.
@@ -21,6 +21,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from workbench import paths
 from workbench.paths import IN_CHECKOUT, REPO_ROOT
 
 SMALL = os.environ.get("WORKBENCH_NOTEBOOK_SMALL") == "1"
@@ -44,8 +45,14 @@ def size(full, small):
     return small if SMALL else full
 
 
+# `workbench.sweep` writes a sweep under $WORKBENCH_RUNS_DIR when no directory is named: a notebook's go to the
+# checkout's runs/notebooks (a notebook runs in notebooks/), or wherever the environment points them (the tests)
+os.environ.setdefault("WORKBENCH_RUNS_DIR", str(Path("..") / "runs" / "notebooks"))
+
+
 def runs_dir() -> Path:
-    return Path(os.environ.get("WORKBENCH_RUNS_DIR", "../runs")) / "notebooks"
+    """Where this notebook's sweeps go when none is named."""
+    return paths.runs_dir()
 
 
 def trace(name: str) -> Path | None:

@@ -20,3 +20,9 @@ def shared_traces_dir() -> Path | None:
         if path.is_dir():
             return path
     return None
+
+
+def runs_dir() -> Path:
+    """Where sweeps go when no output directory is named: $WORKBENCH_RUNS_DIR, else `runs` in the working
+    directory."""
+    return Path(os.environ.get("WORKBENCH_RUNS_DIR") or "runs")

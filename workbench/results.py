@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import columns as C
-from workbench.outdir import install, staging_dir
+from workbench.outdir import OutputExistsError, install, staging_dir
 
 # Storage order of a step row: the float columns, then the integer columns.
 FLOAT_STEP_COLUMNS = ("t_s", "dt_s", "kernel_time_s")
@@ -172,10 +172,11 @@ def summary_problem(summary: Any) -> str | None:
 
 
 def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, requests: pd.DataFrame,
-                  summary: dict[str, Any]) -> None:
+                  summary: dict[str, Any], *, replace: bool = False) -> None:
     """Write the four run files (docs/outputs.md) into a temporary sibling of `out_dir` and rename it to
-    `out_dir`, so the directory appears only when complete. An `out_dir` holding results is never overwritten: it raises
-    OutputExistsError and the new files stay in the temporary directory it names."""
+    `out_dir`, so the directory appears only when complete. An `out_dir` holding results is overwritten only
+    with `replace` (`outdir.install`: the old one is removed once the new one is in place); otherwise it
+    raises OutputExistsError and the new files stay in the temporary directory it names."""
     staged = staging_dir(out_dir)
     staged.mkdir(parents=True)
     try:
@@ -183,7 +184,9 @@ def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, re
         steps.to_parquet(staged / "steps.parquet", index=False)
         requests.to_parquet(staged / "requests.parquet", index=False)
         (staged / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+        install(staged, out_dir, replace=replace)
+    except OutputExistsError:  # the message names `staged`, where the new result is kept
+        raise
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
-    install(staged, out_dir, replace=False)

@@ -60,7 +60,7 @@ def tree(path) -> dict[str, bytes]:
     (["--seed", "1.5"], "error: argument --seed: invalid int value: '1.5' (see python -m workbench.run --help)"),
 ])
 def test_bad_values_are_one_line_before_any_work(argv, message, capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("the run started"))
+    monkeypatch.setattr(engine, "run_in_memory", lambda *a, **k: pytest.fail("the run started"))
     out = tmp_path / "out"
     assert status_of([*TINY, *argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -133,7 +133,7 @@ def test_a_run_failing_while_writing_leaves_nothing_and_the_old_result_whole(tmp
 ])
 def test_an_unusable_out_is_found_before_simulating(tmp_path, monkeypatch, capsys, make_bad):
     bad = make_bad(tmp_path)
-    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("simulated before checking --out"))
+    monkeypatch.setattr(engine, "run_in_memory", lambda *a, **k: pytest.fail("simulated before checking --out"))
     assert main([*TINY, "--out", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: --out {bad}") and err.count("\n") == 1

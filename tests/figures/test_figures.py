@@ -333,35 +333,119 @@ def test_provenance_records_whether_an_input_was_dirty(tmp_path, monkeypatch):
 
 
 def test_prefix_policies_lines_are_the_summary_beside_the_infinite_cache_bound(built):
-    from workbench.figures.prefix_policies import infinite_cache_bound
+    from workbench.figures.prefix_policies import (
+        cache_rows,
+        coinciding,
+        group_label,
+        infinite_cache_bound,
+        policy_table,
+        reference_policy,
+    )
 
     _, summary = built["prefix_policies"]
     fig, axes = figure(built, "prefix_policies")
     workloads = list(dict.fromkeys(summary["workload"]))
-    assert len(axes) == 2 * len(workloads) == 4  # a row (hit rate, throughput) per workload, in sweep order
-    keys = ["strategy", "eviction", "host_cache_gib"]
+    assert len(axes) == 3 * len(workloads) == 6  # a row (hit rate, throughput, policy table) per workload
+    rows_all = cache_rows(summary)
+    groups = coinciding(rows_all)
+    policy = reference_policy(rows_all)
+    assert policy == "lru"
     bounds = []
-    for workload, hits, speed in zip(workloads, axes[0::2], axes[1::2], strict=True):
+    for workload, hits, speed, cells in zip(workloads, axes[0::3], axes[1::3], axes[2::3], strict=True):
         rows = summary[summary["workload"] == workload]
         assert hits.get_title() == style.workload_label(workload)
         lines = {line.get_label(): line for line in hits.get_lines()}
-        for (strategy, eviction, gib), part in rows.groupby(keys):
-            part = part.sort_values("kv_slots")
-            label = f"{style.strategy_label(strategy)}, {eviction}" + (f" + {gib:g} GiB host tier" if gib else "")
-            hit_rate = part["prefix_hit_rate"] + part["prefix_hit_rate_host"]  # the host's is 0 without a tier
-            np.testing.assert_allclose(lines[label].get_ydata(), hit_rate.to_numpy(dtype=float) * 100)
+        drawn = 0
+        for group in groups:
+            for gib, part in rows[(rows["eviction"] == policy)].groupby("host_cache_gib"):
+                label = f"{group_label(group)}, {policy}" + (f" + {gib:g} GiB host tier" if gib else "")
+                for strategy in group:  # each strategy of a group has exactly the drawn values
+                    mine = part[part["strategy"] == strategy].sort_values("kv_slots")
+                    hit_rate = mine["prefix_hit_rate"] + mine["prefix_hit_rate_host"]
+                    np.testing.assert_array_equal(lines[label].get_ydata(), hit_rate.to_numpy(dtype=float) * 100)
+                drawn += 1
         tiered = rows[rows["host_cache_gib"] > 0]
         assert (tiered["prefix_hit_rate_host"] > 0).any(), "the tiny sweep's host tier serves some hits"
         bound = [line for label, line in lines.items() if label.startswith("infinite cache")]
-        assert len(bound) == 1
+        assert len(bound) == 1 and len(lines) == drawn + 1 and len(speed.get_lines()) == drawn
         assert bound[0].get_ydata()[0] == pytest.approx(infinite_cache_bound(rows.iloc[0]) * 100)
         bounds.append(bound[0].get_ydata()[0])
         # a bound for runs without preemption (a recomputed request hits its own blocks again), both tiers' hits
         calm = rows[rows["num_preemptions"] == 0]
         calm_hits = (calm["prefix_hit_rate"] + calm["prefix_hit_rate_host"]) * 100
         assert len(calm) and (calm_hits <= bound[0].get_ydata()[0] + 1e-9).all()
-        assert len(speed.get_lines()) == rows.groupby(keys).ngroups
+        # the table: every policy's device-only hit rate, one cell per capacity, as drawn
+        (table,) = cells.tables
+        texts = {(r, c): cell.get_text().get_text() for (r, c), cell in table.get_celld().items()}
+        device = rows[rows["host_cache_gib"] == 0]
+        evictions = list(dict.fromkeys(device["eviction"]))
+        sizes = sorted(device["kv_slots"].unique())
+        for group_index, group in enumerate(groups):
+            for i, eviction in enumerate(evictions):
+                row = 1 + group_index * len(evictions) + i
+                label = f"{group_label(group)}: {eviction}" if len(groups) > 1 else eviction
+                assert texts[(row, -1)] == label
+                for j, size in enumerate(sizes):
+                    hit = device[(device["strategy"] == group[0]) & (device["eviction"] == eviction)
+                                 & (device["kv_slots"] == size)]["prefix_hit_rate"].item()
+                    assert texts[(row, j)] == f"{hit * 100:.1f}"
+                    assert policy_table(summary).loc[(workload, group_label(group), eviction), size / 1000] == \
+                        pytest.approx(hit * 100, rel=1e-12)
     assert bounds[0] != bounds[1], "each row is drawn against its own workload's bound"
+    plt.close(fig)
+
+
+def test_prefix_policies_draws_coinciding_caches_once_and_says_so(built):
+    from workbench.figures.prefix_policies import caption_note, coinciding, plot
+
+    _, summary = built["prefix_policies"]
+    # radix's points made equal to paged-prefix's: one series, named by both, in the caption too
+    twin = summary[summary["strategy"] == "paged-prefix"].assign(strategy="radix")
+    same = pd.concat([summary[summary["strategy"] == "paged-prefix"], twin], ignore_index=True)
+    assert coinciding(same.assign(hit_rate=same["prefix_hit_rate"], host_gib=same["host_cache_gib"])) == \
+        [["paged-prefix", "radix"]]
+    note = caption_note(same)
+    assert "paged-prefix and radix give identical hit rates and throughput at every point" in note
+    with style.figure_style():
+        fig = plot(same, Path())
+    labels = {line.get_label() for ax in fig.axes for line in ax.get_lines()}
+    assert "Paged + prefix cache = Radix tree (SGLang), lru" in labels
+    assert not [label for label in labels if label.startswith("Radix")]
+    plt.close(fig)
+    # one point apart: two series again
+    differ = same.copy()
+    differ.loc[differ.index[-1], "throughput_tok_s"] += 1.0
+    assert coinciding(differ.assign(hit_rate=differ["prefix_hit_rate"], host_gib=differ["host_cache_gib"])) == \
+        [["paged-prefix"], ["radix"]]
+    assert "identical" not in caption_note(differ)
+
+
+# at most this many entries in any legend of a figure: more and the eye finds nothing
+MAX_LEGEND_ENTRIES = 6
+
+
+def test_every_figure_keeps_its_legends_short_and_carries_its_caption_line(built):
+    from workbench.figures.caption import caption_line
+
+    for name in FIGURE_NAMES:
+        _, summary = built[name]
+        fig = draw(name, built[name][0])
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+        for legend in legends:
+            entries = [t.get_text() for t in legend.get_texts()]
+            assert len(entries) <= MAX_LEGEND_ENTRIES, f"{name}: {len(entries)} legend entries: {entries}"
+        assert caption_line(summary) in [t.get_text().split("\n")[0] for t in fig.texts], name
+        plt.close(fig)
+
+
+def test_block_size_never_joins_page_sized_points(built):
+    fig, axes = figure(built, "block_size")
+    page_sized = [line for ax in axes for line in ax.get_lines()
+                  if line.get_label().startswith(style.strategy_label("virtual-contiguous"))]
+    assert len(page_sized) == 2 * len(axes)  # one per workload in each panel
+    assert all(line.get_linestyle() == "None" for line in page_sized)  # markers only
+    vattn = [t.get_text() for ax in axes for t in ax.texts]
+    assert "4 KiB" in vattn and "8 KiB" in vattn  # each page-sized point says its page size
     plt.close(fig)
 
 

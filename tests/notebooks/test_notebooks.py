@@ -49,6 +49,20 @@ def test_the_first_code_cell_is_for_the_reader(path):
     assert "WORKBENCH_" not in first and "os.environ" not in first and "SMALL" not in first
 
 
+# a notebook calls the public API (workbench.run, workbench.sweep, workbench.plot): it neither removes
+# directories nor builds the paths of runs itself
+PLUMBING = ("rmtree", "run_sweep(", "LocalExecutor(", "/ \"points\"", "engine.run(", "read_parquet(")
+API_NOTEBOOKS = ["01-quickstart", "02-fragmentation-anatomy", "03-block-size-tradeoff", "04-prefix-sharing",
+                 "05-hybrid-models", "07-prefix-caching-policies", "09-fleet"]
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in API_NOTEBOOKS], ids=lambda p: p.stem)
+def test_a_notebook_uses_the_api_not_the_plumbing(path):
+    source = "".join(cell.source for cell in _code_cells(nbformat.read(path, as_version=4)))
+    assert "import workbench as wb" in source
+    assert not [word for word in PLUMBING if word in source]
+
+
 def _experiments_run_by(book) -> list[Path]:
     """The built-in experiments a notebook runs: named in its cells, and the paper's when it runs them
     all (`run_experiments`). Traces a notebook opens itself go through `workbench.notebook.trace`, which
@@ -83,5 +97,6 @@ def test_executes(path, tmp_path, monkeypatch):
     errors = [out for cell in _code_cells(book) for out in cell.outputs if out.output_type == "error"]
     assert not errors
     assert _images(book), f"{path.name} shows no figure"
-    if "runs_dir()" in "".join(cell.source for cell in _code_cells(book)):
-        assert list((tmp_path / "notebooks").iterdir()), "the notebook wrote its runs under WORKBENCH_RUNS_DIR"
+    source = "".join(cell.source for cell in _code_cells(book))
+    if "runs_dir()" in source or "wb.sweep(" in source:
+        assert list(tmp_path.iterdir()), "the notebook wrote its sweeps under WORKBENCH_RUNS_DIR"

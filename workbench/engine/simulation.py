@@ -68,6 +68,15 @@ def check_config(cfg: RunConfig) -> Resolved:
 def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) -> dict[str, Any]:
     """Run one simulation; with `out_dir`, write config.json, steps.parquet, requests.parquet and
     summary.json there. Returns the summary (keys = columns.SUMMARY_KEYS)."""
+    result, description = run_in_memory(cfg, progress=progress)
+    if out_dir is not None:
+        write_outputs(Path(out_dir), description, result.steps, result.requests, result.summary)
+    return result.summary
+
+
+def run_in_memory(cfg: RunConfig, *, progress: bool = False) -> tuple[RunResult, dict[str, Any]]:
+    """Run one simulation, keeping its tables in memory: the tables and summary, and config.json's
+    contents (`run_description`)."""
     wall0 = time.perf_counter()
     res = check_config(cfg)
     requests = build_workload(cfg)
@@ -82,10 +91,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     else:
         result = simulate(cfg, requests, registry.create_from_config(cfg, res, shared_tier), progress=progress,
                           wall0_s=wall0)
-    if out_dir is not None:
-        write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,
-                      result.requests, result.summary)
-    return result.summary
+    return result, run_description(cfg, res, result.summary["kernel_backend"])
 
 
 def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, progress: bool = False,

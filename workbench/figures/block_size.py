@@ -7,7 +7,8 @@ generated-token throughput — from the `clock: roofline` points — and the dec
 attended token, from the `clock: measured` points (`kernel_cost.decode_ns_per_token`).
 
 Strategies sized by physical pages instead of blocks (virtual-contiguous: vAttention) are drawn as
-dotted series at their page size in tokens, `page_kib` over one token's row in a layer buffer; their
+hollow markers, each labelled with its page size, at that page size in tokens (`page_kib` over one
+token's row in a layer buffer), with no line between them: they ran at those page sizes only. Their
 "block tables" are the driver's page tables.
 """
 
@@ -57,10 +58,15 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
             label = style.workload_label(workload) if paged else f"{style.strategy_label(strategy)}, " \
                                                                 f"{style.workload_label(workload)}"
             for ylabel, values in panels(part, sweep_dir).items():
-                by_label[ylabel].plot(part["granule"].to_numpy(), values, label=label,
-                                      marker=WORKLOAD_MARKERS[i % len(WORKLOAD_MARKERS)],
-                                      linestyle="-" if paged else ":", color=None if paged else f"C{i}",
-                                      markerfacecolor=None if paged else "white")
+                ax = by_label[ylabel]
+                # page-sized points are separate runs at page sizes, not a curve over block sizes: no line
+                ax.plot(part["granule"].to_numpy(), values, label=label,
+                        marker=WORKLOAD_MARKERS[i % len(WORKLOAD_MARKERS)], linestyle="-" if paged else "none",
+                        color=None if paged else f"C{i}", markerfacecolor=None if paged else "white")
+                if not paged:
+                    for x, y, kib in zip(part["granule"], values, part["page_kib"], strict=True):
+                        ax.annotate(style.page_label(int(kib)), (x, y), xytext=(3, 3), textcoords="offset points",
+                                    fontsize=5.5, color=f"C{i}")
     for ylabel, ax in by_label.items():
         ax.set_ylabel(ylabel)
         ax.set_xscale("log", base=2)

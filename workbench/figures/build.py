@@ -12,12 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from matplotlib.figure import Figure
 
 import workbench
 from workbench.figures import style
 from workbench.figures.caption import add_caption, caption_line
-from workbench.figures.registry import check_name, experiment_path, is_timed, plotter
+from workbench.figures.registry import caption_note, check_name, experiment_path, is_timed, plotter
 from workbench.paths import IN_CHECKOUT, REPO_ROOT
 from workbench.sweep.executors import Executor, LocalExecutor
 from workbench.sweep.hooks import FigureHooks
@@ -32,10 +33,15 @@ RUNS_DIR = Path("runs")
 
 def draw(name: str, sweep_dir: Path) -> Figure:
     """Figure `name` plotted from the finished sweep in `sweep_dir` (its summary.parquet)."""
-    summary = read_summary(sweep_dir)
+    return draw_table(name, read_summary(sweep_dir), Path(sweep_dir))
+
+
+def draw_table(name: str, summary: pd.DataFrame, sweep_dir: Path) -> Figure:
+    """Figure `name` plotted from a sweep's summary table; figures that read the points' steps find them in
+    `sweep_dir`. The caption line says what was measured, and what the figure adds (`caption_note`)."""
     with style.figure_style():
         fig = plotter(name)(summary, Path(sweep_dir))
-        add_caption(fig, caption_line(summary))
+        add_caption(fig, "\n".join(filter(None, [caption_line(summary), caption_note(name, summary)])))
     return fig
 
 

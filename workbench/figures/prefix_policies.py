@@ -1,11 +1,17 @@
 """prefix_policies: prefix caches and eviction policies against the device pool's capacity.
 
-One row per workload. Left: token-level prefix-cache hit rate of every (strategy with a prefix cache,
-`--eviction`) pair against the KV pool's capacity, beside the workload's infinite-cache bound (dashed:
-what a cache that never evicts would serve, with one prompt token always computed;
-`workload.describe`, computed from the workload's segments, not from a run). Points with a host tier
-(`host_cache_gib` > 0) are drawn as their own curves, hit rate = device + host hits, with hollow
-markers. Right: output-token throughput at the same points.
+One row per workload. Left: token-level prefix-cache hit rate (device + host hits) against the KV
+pool's capacity, beside the workload's infinite-cache bound (dashed: what a cache that never evicts
+would serve, with one prompt token always computed; `workload.describe`, computed from the
+workload's segments, not from a run). Middle: output-token throughput at the same points. The
+lines are the reference eviction policy (the sweep's first, lru in the shipped experiment), device
+only and with each host tier; colour says which cache, line style and marker which tier. Right: a
+table of every eviction policy's device-only hit rate at each capacity, since the policies differ
+by less than a line's width.
+
+Caches whose every point gives the same hit rates and throughput (on block-hashed traces, the radix
+tree at page = block holds exactly the blocks paged-prefix holds) are drawn once, under one name
+joined by `=`, and the caption line says so.
 """
 
 from __future__ import annotations
@@ -23,9 +29,13 @@ from workbench.figures import style
 from workbench.workload import build_workload
 from workbench.workload.describe import prefix_sharing
 
-POLICY_LINESTYLES = {"lru": "-", "fifo": "--", "lfu": ":", "depth": "-."}
-UNDERLAY_WIDTH = 1.8  # points added to the line of each strategy drawn before another
+TIER_STYLES = (("-", "o", None), ("--", "s", "white"), (":", "^", "white"))  # linestyle, marker, marker face
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
+
+
+def tier_style(i: int) -> tuple[str, str, str | None]:
+    """Line style, marker and marker face of the i-th host tier (0: device only)."""
+    return TIER_STYLES[i % len(TIER_STYLES)]
 
 
 def infinite_cache_bound(row: pd.Series) -> float:
@@ -34,41 +44,105 @@ def infinite_cache_bound(row: pd.Series) -> float:
     return prefix_sharing(build_workload(cfg), int(row["block_size"])).bound_frac
 
 
+def cache_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """The points of strategies with a prefix cache, with `hit_rate` (device + host hits) and `host_gib`."""
+    rows = summary[summary["strategy"].map(style.has_prefix_cache).astype(bool)]
+    host_rate = rows["prefix_hit_rate_host"] if "prefix_hit_rate_host" in rows else 0.0
+    host_gib = rows["host_cache_gib"] if "host_cache_gib" in rows else 0.0
+    return rows.assign(hit_rate=rows["prefix_hit_rate"] + host_rate, host_gib=host_gib)
+
+
+_POINT = ["workload", "eviction", "host_gib", "kv_slots"]
+
+
+def coinciding(rows: pd.DataFrame) -> list[list[str]]:
+    """The strategies of `rows` (`cache_rows`) in groups whose points are equal: the same points with the
+    same hit rate and throughput. In sweep order; a strategy alone is a group of one."""
+    measured = {name: part.set_index(_POINT)[["hit_rate", "throughput_tok_s"]].sort_index()
+                for name, part in rows.groupby("strategy", sort=False)}
+    groups: list[list[str]] = []
+    for name, values in measured.items():
+        same = next((g for g in groups if measured[g[0]].equals(values)), None)
+        if same is None:
+            groups.append([name])
+        else:
+            same.append(name)
+    return groups
+
+
+def group_label(group: list[str]) -> str:
+    return " = ".join(style.strategy_label(name) for name in group)
+
+
+def reference_policy(rows: pd.DataFrame) -> str:
+    """The eviction policy the lines draw: the sweep's first."""
+    return str(rows["eviction"].iloc[0])
+
+
+def policy_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Device-only hit rate (% of prompt tokens) of every (workload, cache, eviction policy), one column per
+    KV capacity in thousand token slots; coinciding caches (`coinciding`) are one row, named with `=`."""
+    rows = cache_rows(summary)
+    groups = coinciding(rows)
+    rows = rows[(rows["host_gib"] == 0) & rows["strategy"].isin([group[0] for group in groups])]
+    names = {group[0]: group_label(group) for group in groups}
+    table = rows.assign(cache=rows["strategy"].map(names), capacity_k=rows["kv_slots"] / 1000,
+                        hit_rate_pct=rows["prefix_hit_rate"] * 100)
+    return table.pivot_table(index=["workload", "cache", "eviction"], columns="capacity_k", values="hit_rate_pct",
+                             sort=False)
+
+
+def caption_note(summary: pd.DataFrame) -> str:
+    """What the figure draws once, and where the other policies are (a line each)."""
+    rows = cache_rows(summary)
+    same = [group for group in coinciding(rows) if len(group) > 1]
+    parts = [f"{' and '.join(group)} give identical hit rates and throughput at every point: drawn once as "
+             f"'{group_label(group)}'" for group in same]
+    parts.append(f"lines: eviction {reference_policy(rows)}; every policy's device-only hit rate in the table")
+    return "\n".join(parts)  # a line each: the caption stays as wide as the figure
+
+
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     del sweep_dir
-    rows = summary[summary["strategy"].map(style.has_prefix_cache).astype(bool)]
+    rows = cache_rows(summary)
+    groups = coinciding(rows)
+    tiers = sorted(rows["host_gib"].unique())
     workloads = list(dict.fromkeys(rows["workload"]))  # in sweep order
-    fig, axes = style.new_figure(len(workloads), 2, width_in=style.PAGE_WIDTH_IN, height_in=0.6 + 2.8 * len(workloads))
-    axes = np.asarray(axes).reshape(len(workloads), 2)
-    # strategies that give the same hits (radix at page = block and paged-prefix do) would hide each other:
-    # the ones drawn first are drawn wider, so each shows as an outline around the next
-    underlay_width = {name: UNDERLAY_WIDTH * i for i, name in enumerate(reversed(dict.fromkeys(rows["strategy"])))}
-    for (hits, speed), workload in zip(axes, workloads, strict=True):
-        _plot_workload(hits, speed, rows[rows["workload"] == workload], underlay_width)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    keep = [i for i, label in enumerate(labels) if not label.startswith("infinite cache")]
-    bound = Line2D([], [], color="black", linestyle="--", linewidth=0.8)
-    fig.legend([handles[i] for i in keep] + [bound], [labels[i] for i in keep] + ["infinite cache (the bound)"],
-               loc="outside upper center", ncols=3, fontsize="x-small")
+    fig, axes = style.new_figure(len(workloads), 3, width_in=style.PAGE_WIDTH_IN, height_in=0.8 + 2.6 * len(workloads),
+                                 gridspec_kw={"width_ratios": [1.0, 1.0, 1.05]})
+    axes = np.asarray(axes).reshape(len(workloads), 3)
+    table = policy_table(summary)
+    for (hits, speed, cells), workload in zip(axes, workloads, strict=True):
+        _plot_workload(hits, speed, rows[rows["workload"] == workload], groups, tiers)
+        _table(cells, table.loc[workload], multiple=len(groups) > 1)
+    handles = [Line2D([], [], color=style.strategy_color(g[0]), linewidth=2.0) for g in groups]
+    labels = [group_label(g) for g in groups]
+    for i, gib in enumerate(tiers):
+        linestyle, marker, face = tier_style(i)
+        handles.append(Line2D([], [], color="#444444", linestyle=linestyle, marker=marker, markerfacecolor=face))
+        labels.append(f"{reference_policy(rows)}, device only" if gib == 0 else f"+ {gib:g} GiB host tier")
+    handles.append(Line2D([], [], color="black", linestyle="--", linewidth=0.8))
+    labels.append("infinite cache (the bound)")
+    fig.legend(handles, labels, loc="outside upper center", ncols=3, fontsize="x-small")
     return fig
 
 
-def _plot_workload(hits, speed, rows: pd.DataFrame, underlay_width: dict[str, float]) -> None:
-    """One workload's hit-rate and throughput panels; `underlay_width` is added to each strategy's line."""
-    host_gib = rows["host_cache_gib"] if "host_cache_gib" in rows else pd.Series(0.0, index=rows.index)
-    for (strategy, eviction, gib), part in rows.groupby(["strategy", "eviction", host_gib], sort=False):
-        part = part.sort_values("kv_slots")
-        x = part["kv_slots"].to_numpy() / 1000
-        label = f"{style.strategy_label(strategy)}, {eviction}"
-        width = underlay_width[strategy]
-        kw = dict(marker=style.strategy_marker(strategy), color=style.strategy_color(strategy),
-                  linestyle=POLICY_LINESTYLES.get(eviction, "-"), label=label, linewidth=1.2 + width)
-        hit_rate = part["prefix_hit_rate"].to_numpy(dtype=float)
-        if gib > 0:  # a host tier: its hits count too
-            hit_rate = hit_rate + part["prefix_hit_rate_host"].to_numpy(dtype=float)
-            kw.update(linewidth=2.2 + width, markerfacecolor="white", label=f"{label} + {gib:g} GiB host tier")
-        hits.plot(x, hit_rate * 100, **kw)
-        speed.plot(x, part["throughput_tok_s"].to_numpy(dtype=float), **kw)
+def _plot_workload(hits, speed, rows: pd.DataFrame, groups: list[list[str]], tiers: list[float]) -> None:
+    """One workload's hit-rate and throughput panels: the reference policy of each group at each tier."""
+    policy = reference_policy(rows)
+    for group in groups:
+        for i, gib in enumerate(tiers):
+            linestyle, marker, face = tier_style(i)
+            part = rows[(rows["strategy"] == group[0]) & (rows["eviction"] == policy) & (rows["host_gib"] == gib)]
+            if part.empty:
+                continue
+            part = part.sort_values("kv_slots")
+            x = part["kv_slots"].to_numpy() / 1000
+            tier = "" if gib == 0 else f" + {gib:g} GiB host tier"
+            kw = dict(color=style.strategy_color(group[0]), linestyle=linestyle, marker=marker,
+                      markerfacecolor=face, label=f"{group_label(group)}, {policy}{tier}")
+            hits.plot(x, part["hit_rate"].to_numpy(dtype=float) * 100, **kw)
+            speed.plot(x, part["throughput_tok_s"].to_numpy(dtype=float), **kw)
     bound = infinite_cache_bound(rows.iloc[0]) * 100
     hits.axhline(bound, color="black", linestyle="--", linewidth=0.8, label=f"infinite cache ({bound:.1f}%)")
     hits.annotate(f"infinite cache {bound:.1f}%", (0.02, bound), xycoords=("axes fraction", "data"),
@@ -85,6 +159,19 @@ def _plot_workload(hits, speed, rows: pd.DataFrame, underlay_width: dict[str, fl
     hits.set_title(style.workload_label(str(rows["workload"].iloc[0])))
     speed.set_ylabel("Throughput (output tokens/s)")
     speed.set_title("Throughput")
+
+
+def _table(ax, table: pd.DataFrame, *, multiple: bool) -> None:
+    """The device-only hit rates of one workload as a table: a row per policy (per cache and policy when
+    several caches are drawn), a column per capacity."""
+    ax.axis("off")
+    labels = [f"{cache}: {policy}" if multiple else policy for cache, policy in table.index]
+    cells = [[f"{v:.1f}" for v in row] for row in table.to_numpy(dtype=float)]
+    drawn = ax.table(cellText=cells, rowLabels=labels, colLabels=[f"{k:,.0f}K" for k in table.columns],
+                     colWidths=[0.2] * len(table.columns), loc="center", cellLoc="right")
+    drawn.auto_set_font_size(False)
+    drawn.set_fontsize(6.5)
+    ax.set_title("Hit rate (%), device only, by eviction policy", fontsize="x-small")
 
 
 def _missing(value) -> bool:

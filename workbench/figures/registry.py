@@ -38,3 +38,10 @@ def is_timed(name: str) -> bool:
     """Figures of measured wall times run their points one at a time and single-threaded."""
     check_name(name)
     return bool(getattr(importlib.import_module(f"workbench.figures.{name}"), "TIMED", False))
+
+
+def caption_note(name: str, summary: pd.DataFrame) -> str:
+    """What a figure adds to its caption line (its module's `caption_note`), '' when nothing."""
+    check_name(name)
+    note = getattr(importlib.import_module(f"workbench.figures.{name}"), "caption_note", None)
+    return note(summary) if note else ""

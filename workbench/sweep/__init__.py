@@ -3,6 +3,7 @@ cluster, each point written atomically, summarized in one parquet table."""
 
 from __future__ import annotations
 
+from workbench.callable_module import make_callable
 from workbench.sweep.executors import DaskExecutor, Executor, LocalExecutor, make_executor
 from workbench.sweep.runner import SweepError, run_sweep
 from workbench.sweep.spec import Point, SpecError, SweepSpec, config_id, load_spec, parse_spec
@@ -12,3 +13,6 @@ __all__ = [
     "DaskExecutor", "Executor", "LocalExecutor", "Point", "SpecError", "SweepError", "SweepSpec", "config_id",
     "load_spec", "make_executor", "parse_spec", "read_summary", "run_sweep",
 ]
+
+
+make_callable(__name__, "workbench.sweep.runner:sweep")  # `workbench.sweep(spec)` is workbench.sweep.runner.sweep

@@ -14,15 +14,14 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.clean_exit import OneLineParser, print_error
-from workbench.experiments import builtin_names, find_experiment
-from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError, make_executor
+from workbench.experiments import builtin_names
+from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError
 from workbench.sweep.hooks import FigureHooks
 from workbench.sweep.lock import SweepLocked
-from workbench.sweep.runner import SweepError, check_out_dir, run_sweep
-from workbench.sweep.spec import MAX_POINTS, SweepSpec, load_spec
+from workbench.sweep.runner import SweepError, open_sweep, run_sweep
+from workbench.sweep.spec import MAX_POINTS, SweepSpec
 
 DEFAULT_EXPERIMENT = "quickstart"
-DEFAULT_RUNS_DIR = Path("runs")
 
 # the figures a reader compares strategies by, in table order
 TABLE_KEYS = (
@@ -37,7 +36,8 @@ def build_parser() -> OneLineParser:
     parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
                         help=f"sweep YAML file, or a built-in experiment: {', '.join(builtin_names())} "
                              f"(default: {DEFAULT_EXPERIMENT})")
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default: runs/<experiment name>)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default: runs/<experiment name>; $WORKBENCH_RUNS_DIR for runs/)")
     parser.add_argument("--executor", choices=EXECUTOR_NAMES, default="local",
                         help="local: process pool on this machine; dask: a Dask distributed cluster")
     parser.add_argument("-j", "--jobs", type=int, default=None,
@@ -80,12 +80,11 @@ def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> i
     if args.resume and args.force:
         parser.error("--resume keeps the points in OUT and --force replaces them: choose one")
     try:  # bad input or an OUT that must not be touched: one line, exit 2, nothing written
-        spec = load_spec(find_experiment(args.experiment), max_points=None if args.yes else MAX_POINTS)
+        spec, executor, out_dir = open_sweep(args.experiment, args.out, resume=args.resume, force=args.force,
+                                             executor=args.executor, jobs=args.jobs, scheduler=args.scheduler,
+                                             workers=args.workers, max_points=None if args.yes else MAX_POINTS)
         if spec.figure and figures is not None:
             figures.check(spec.figure)  # before the sweep, not after it
-        executor = make_executor(args.executor, jobs=args.jobs, scheduler=args.scheduler, workers=args.workers)
-        out_dir = args.out or DEFAULT_RUNS_DIR / spec.name
-        out_dir = check_out_dir(out_dir, resume=args.resume, force=args.force)
     except ValueError as exc:
         print_error(exc)
         return 2

@@ -20,7 +20,7 @@ import shutil
 import stat
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,13 +31,15 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from workbench.config import RunConfig
-from workbench.errors import shown
+from workbench.errors import ConfigError, shown
+from workbench.experiments import find_experiment
 from workbench.outdir import TMP_PREFIX, OutputExistsError, check_target, install, staging_dir
+from workbench.paths import runs_dir
 from workbench.results import summary_problem
-from workbench.sweep.executors import Executor, LocalExecutor
+from workbench.sweep.executors import Executor, LocalExecutor, make_executor
 from workbench.sweep.lock import LOCK_FILE, SweepLock
 from workbench.sweep.replaced import POINTS_DIR, asides, discard, move_aside, put_back
-from workbench.sweep.spec import Point, SweepSpec, config_id, describe
+from workbench.sweep.spec import MAX_POINTS, Point, SweepSpec, config_id, describe, load_spec, parse_spec
 from workbench.sweep.summary import POINT_SUMMARY_FILE, SUMMARY_FILE, summary_table, write_summary
 
 BROKEN_DIR = "broken"
@@ -194,6 +196,54 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None
         write_summary(table, out_dir)
         if replaced is not None:
             discard(replaced)
+    return table
+
+
+def load_sweep_spec(spec: SweepSpec | Mapping[str, Any] | str | Path, *,
+                    max_points: int | None = MAX_POINTS) -> SweepSpec:
+    """A sweep spec from a parsed spec, a mapping (the YAML document as data), a YAML file or the name of
+    a built-in experiment. Raises SpecError (a ValueError) naming the key at fault."""
+    if isinstance(spec, SweepSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        return parse_spec(dict(spec), max_points=max_points)
+    return load_spec(find_experiment(spec), max_points=max_points)
+
+
+def open_sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | None = None, *,
+               resume: bool = False, force: bool = False, executor: str = "local", jobs: int | None = None,
+               scheduler: str | None = None, workers: int | None = None,
+               max_points: int | None = MAX_POINTS) -> tuple[SweepSpec, Executor, Path]:
+    """Everything checked before a sweep starts: its spec, its executor, and its output directory (default:
+    `paths.runs_dir() / <spec name>`), resolved. Raises ValueError (one line) and writes nothing."""
+    sweep_spec = load_sweep_spec(spec, max_points=max_points)
+    pool = make_executor(executor, jobs=jobs, scheduler=scheduler, workers=workers)
+    out_dir = check_out_dir(Path(out) if out is not None else runs_dir() / sweep_spec.name, resume=resume,
+                            force=force)
+    return sweep_spec, pool, out_dir
+
+
+def sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | None = None, *,
+          resume: bool | None = None, force: bool = False, executor: str = "local", jobs: int | None = None,
+          scheduler: str | None = None, workers: int | None = None, progress: bool = True,
+          max_points: int | None = MAX_POINTS) -> pd.DataFrame:
+    """Run a sweep and return its summary table (one row per point: `point_id`, the configuration, the
+    summary figures), as `python -m workbench.sweep` does.
+
+    `spec` is a mapping (`{"base": {...}, "axes": {...}}`, the YAML as data), a YAML file, or a built-in
+    experiment's name. Points go to `out/points/<id>/` (default `out`: `$WORKBENCH_RUNS_DIR/<name>`, else
+    `runs/<name>`). `resume` (the default unless `force`) keeps the complete points already in `out` and runs
+    the rest, so a cell run again costs nothing; `force` replaces them; `resume=False` refuses an `out`
+    holding a sweep. `executor` is `local` (a process pool of `jobs` workers) or `dask`.
+    """
+    resume = not force if resume is None else resume
+    try:
+        sweep_spec, pool, out_dir = open_sweep(spec, out, resume=resume, force=force, executor=executor, jobs=jobs,
+                                               scheduler=scheduler, workers=workers, max_points=max_points)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    table = run_sweep(sweep_spec, out_dir, executor=pool, resume=resume, force=force, progress=progress)
+    table.attrs["sweep_dir"] = str(out_dir)  # where `workbench.api.point` reads a point's tables
     return table
 
 

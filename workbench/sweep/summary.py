@@ -34,16 +34,17 @@ def read_point_summary(point_dir: Path) -> dict[str, Any]:
         raise RuntimeError(f"{path}: cannot read the point's summary: {exc}") from None
 
 
+def summary_row(point_id: str, config: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+    """One row of the table: the point id, the run configuration, then the run's summary figures."""
+    row: dict[str, Any] = {"point_id": point_id}
+    row.update({(f"config_{k}" if k in figures else k): v for k, v in config.items()})
+    row.update(figures)
+    return row
+
+
 def summary_table(points: Sequence[Point], points_dir: Path) -> pd.DataFrame:
-    rows = []
-    for point in points:
-        figures = read_point_summary(points_dir / point.point_id)
-        config = point.config.to_dict()
-        row: dict[str, Any] = {"point_id": point.point_id}
-        row.update({(f"config_{k}" if k in figures else k): v for k, v in config.items()})
-        row.update(figures)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([summary_row(point.point_id, point.config.to_dict(),
+                                     read_point_summary(points_dir / point.point_id)) for point in points])
 
 
 def write_summary(table: pd.DataFrame, out_dir: Path) -> Path:
