@@ -8,8 +8,8 @@ warp issues per byte it streams. A static count: branches inside the body count 
 what a full tile (the common case) executes, give or take the masked tail.
 
 Per *unique* KV byte: when a block spreads its rows over several warps that walk the same positions
-(ROWS / min(ROWS, MAX_WARP_ROWS) of them, read from attention.cu), each byte is loaded and converted by
-every one of them, so the block issues that many times the per-byte cost for each byte it needs.
+(ROWS / WARP_ROWS of them; attention.cu's Tiling, mirrored by `warps_per_kv_byte`), each byte is loaded and
+converted by every one of them, so the block issues that many times the per-byte cost for each byte it needs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.kernels import nvrtc, source
+from workbench.kernels import launch, nvrtc, source
 
 _INSTRUCTION = re.compile(r"^\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<text>[^;]*);")
 _BRANCH = re.compile(r"\bBRA\s+(?:`\()?0x(?P<target>[0-9a-f]+)")
@@ -48,12 +48,27 @@ class LoopCost:
         return self.instructions_per_kv_byte * self.warps_per_kv_byte
 
 
+_TYPE_BYTES = {"float": 4, "__half": 2, "__nv_bfloat16": 2, "kvw::Fp8E4M3": 1}
+
+
+def lane_elements(type_bytes: int, head_dim: int) -> int:
+    """Elements of a head row one lane holds: the load vector (kv_common.cuh's RowVec, mirrored by
+    `launch.vector_bytes`) times attention.cu's VECS (vectors per lane of a power-of-two lane group)."""
+    vector = launch.vector_bytes(head_dim, type_bytes) // type_bytes
+    per_row = head_dim // vector
+    group = min(1 << (per_row - 1).bit_length(), 32)
+    return -(-per_row // group) * vector
+
+
 def warps_per_kv_byte(expression: str, attention_source: str) -> int:
-    """Warps of one block that walk the same KV positions: ROWS (the expression's last template argument)
-    over the rows one warp keeps (attention.cu's MAX_WARP_ROWS, capped at ROWS)."""
-    rows = int(expression.rsplit(",", 1)[1].strip(" >"))
-    found = re.search(r"constexpr int MAX_WARP_ROWS = (\d+);", attention_source)
-    return rows // min(rows, int(found[1])) if found else 1
+    """Warps of one block that walk the same KV positions: ROWS over the rows one warp keeps, which is
+    attention.cu's MAX_LANE_ROW_VALUES over the elements a lane holds per row, capped at ROWS."""
+    type_name, head_dim, rows = (part.strip(" >") for part in expression.split("<", 1)[1].rsplit(",", 2))
+    found = re.search(r"constexpr int MAX_LANE_ROW_VALUES = (\d+);", attention_source)
+    if not found:
+        raise SystemExit("attention.cu: MAX_LANE_ROW_VALUES not found; warps per KV byte unknown")
+    warp_rows = min(int(rows), int(found[1]) // lane_elements(_TYPE_BYTES[type_name], int(head_dim)))
+    return int(rows) // warp_rows
 
 
 def find_tool(name: str) -> str | None:

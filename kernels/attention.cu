@@ -7,13 +7,16 @@
 // and Q new tokens sits at position L - Q + j and sees positions 0..L - Q + j (causal); with a
 // sliding window W > 0 (argument `window`, 0 = full attention) only L - Q + j - W + 1..L - Q + j.
 //
-// Warps: the block's rows are spread over ROW_WARPS warps of at most WARP_ROWS rows each (so no
-// lane holds the state of more than 4 rows); the warps that share rows split the KV positions into
-// tiles. Inside a warp, a power-of-two lane group (GROUP lanes) covers one head row with 16-byte
+// Warps: the block's rows are spread over ROW_WARPS warps of at most WARP_ROWS rows each (a lane
+// keeps q and acc of at most MAX_LANE_ROW_VALUES values: 8 rows, or 4 of fp8's 16-code vectors, so a GQA
+// group of 8 sits in one warp and each K/V byte is loaded once except in fp8); the warps that share rows
+// split the KV positions into tiles. Inside a warp, a power-of-two lane group (GROUP lanes) covers one head row with 16-byte
 // vector loads, SLOTS = 32 / GROUP rows side by side, and a tile is STEPS such steps. Each tile is
 // three passes, so the loads of a whole tile are in flight together: (1) the slots of every token
 // (page table reads, positions past the end clamped to the last visible one), (2) every K and V
-// vector, raw, (3) convert, score, one max and one rescale for the tile, accumulate. In the run of
+// vector, raw, (3) convert, score (partial dot products summed over the lane group through shared
+// memory, or shuffles where a lane would get no whole sum), one max and one rescale for the tile,
+// accumulate. In the run of
 // full tiles, (1) of the next tile is issued right after (2), so its page-table reads overlap (3). The running
 // max m is warp-uniform (the tile max is reduced over the warp); sums l and accumulators acc are
 // per row slot and simply added at the end. Warps sharing rows merge through shared memory, KV
@@ -32,7 +35,11 @@ constexpr int ATTN_WARPS = ATTN_THREADS / WARP_SIZE;
 // __launch_bounds__ minimum resident blocks per SM: two leave ptxas the full 255 registers (with the
 // thread count alone it squeezes small tiles into 64 and spills); split-K reads the real occupancy.
 constexpr int ATTN_MIN_BLOCKS = 2;
-constexpr int MAX_WARP_ROWS = 4;        // rows whose state one lane keeps
+// Query and accumulator values one lane keeps per row slice, over all its rows: a warp takes as many rows as
+// keep q and acc within 2 x 64 registers (8 rows of the 8-element vectors of every 2- and 4-byte dtype, 4 rows
+// of fp8's 16-code vectors), leaving the rest of 255 for a tile's loads. A warp holding a whole GQA group of 8
+// loads each K/V byte once; split over two warps, both would load it.
+constexpr int MAX_LANE_ROW_VALUES = 64;
 constexpr int TILE_VECS_PER_LANE = 4;   // K (and V) vectors one lane has in flight per tile
 constexpr unsigned FULL_MASK = 0xffffffffu;
 constexpr float LOG2E = 1.4426950408889634f;
@@ -50,11 +57,16 @@ struct Tiling {
   static constexpr int SLOTS = WARP_SIZE / GROUP;                // token rows a warp reads per step
   static constexpr int VECS = (V::PER_ROW + GROUP - 1) / GROUP;  // vectors per lane (last may be idle)
   static constexpr int ELEMS = VECS * V::ELEMS;                  // elements per lane
+  static constexpr int MAX_WARP_ROWS = MAX_LANE_ROW_VALUES / ELEMS;
   static constexpr int WARP_ROWS = ROWS < MAX_WARP_ROWS ? ROWS : MAX_WARP_ROWS;
   static constexpr int ROW_WARPS = ROWS / WARP_ROWS;             // warps per token range
   static constexpr int TOKEN_WARPS = ATTN_WARPS / ROW_WARPS;     // warps splitting the positions
   static constexpr int STEPS = TILE_VECS_PER_LANE / VECS > 0 ? TILE_VECS_PER_LANE / VECS : 1;
   static constexpr int TILE = STEPS * SLOTS;                     // positions per warp per tile
+  static constexpr int PARTIALS = STEPS * WARP_ROWS;             // partial scores per lane per tile
+  // Score sums through shared memory when each lane of a head row takes whole sums (attention_block)
+  static constexpr bool SHARED_REDUCE = GROUP >= 4 && PARTIALS % GROUP == 0;
+  static constexpr int RED_STRIDE = WARP_SIZE + 4;  // padded: vector reads of different rows hit different banks
   static_assert(ROWS % WARP_ROWS == 0 && ATTN_WARPS % ROW_WARPS == 0, "rows must tile the warps");
 };
 
@@ -111,18 +123,18 @@ __device__ __forceinline__ void attention_block(
   const int end = imin(begin + partition_tokens, visible_max);
 
   float q_reg[L::WARP_ROWS][L::ELEMS];
-  int limit[L::WARP_ROWS];  // positions below this are visible to the row (and inside the partition)
-  int lower[L::WARP_ROWS];  // positions from this on are inside the row's window
+  // Positions below limit(r) are visible to the warp's row r (and inside the partition); positions from
+  // lower(r) on are inside its window. Recomputed where masked tiles need them, not kept in registers.
+  const auto limit = [&](int r) { return imin(end, row_visible(first_row + r)); };
+  const auto lower = [&](int r) { return row_first(first_row + r); };
   int min_limit = end;      // the smallest limit of the warp's real rows (padding rows' results are dropped)
   int max_lower = begin;    // the largest window start of the warp's real rows
   float m[L::WARP_ROWS], l[L::WARP_ROWS], acc[L::WARP_ROWS][L::ELEMS];
 #pragma unroll
   for (int r = 0; r < L::WARP_ROWS; ++r) {
-    limit[r] = imin(end, row_visible(first_row + r));
-    lower[r] = row_first(first_row + r);
     if (row0 + first_row + r < num_rows) {
-      min_limit = imin(min_limit, limit[r]);
-      max_lower = imax(max_lower, lower[r]);
+      min_limit = imin(min_limit, limit(r));
+      max_lower = imax(max_lower, lower(r));
     }
     m[r] = -INFINITY;
     l[r] = 0.f;
@@ -137,20 +149,63 @@ __device__ __forceinline__ void attention_block(
   }
 
   const auto table = addr.sequence(seq);
-  const long long head_offset = (long long)kv_head * HEAD_DIM;
-  const long long slot_stride = (long long)num_kv_heads * HEAD_DIM;
+  // The block's kv head in each pool, seen as bytes: a row's offset is one 32 x 32 -> 64-bit multiply.
+  const char* const k_head = reinterpret_cast<const char*>(k_pool + (long long)kv_head * HEAD_DIM);
+  const char* const v_head = reinterpret_cast<const char*>(v_pool + (long long)kv_head * HEAD_DIM);
+  const int slot_bytes = num_kv_heads * HEAD_DIM * int(sizeof(T));
   // One tile of L::TILE positions from `base`. MASKED: some position of the tile is past a real
   // row's limit or before a real row's window start, so positions are clamped for loading and masked
   // per row; full tiles skip both. (Positions are never below `begin`: nothing is clamped downwards.)
   // (The lambda is inlined at both calls, so each copy is compiled with MASKED a constant.)
-  // (1) the element offset of each step's K/V row in the tile at `base`; positions past the partition are
+  // (1) the byte offset of each step's K/V row in the tile at `base`; positions past the partition are
   // clamped to its last one (masked tiles, and the prefetch of the tile after the last full one).
   const auto tile_rows = [&](const int base, long long (&row_at)[L::STEPS], const bool CLAMP) {
 #pragma unroll
     for (int s = 0; s < L::STEPS; ++s) {
       const int pos = base + s * L::SLOTS + slot;
-      row_at[s] = table.slot(CLAMP ? imin(pos, end - 1) : pos) * slot_stride + head_offset;
+      row_at[s] = (long long)table.slot(CLAMP ? imin(pos, end - 1) : pos) * slot_bytes;
     }
+  };
+  // Sums each lane's partial scores over the GROUP lanes of its head row. Through shared memory when every
+  // lane can take whole sums (L::SHARED_REDUCE): each lane has stored its R partials, a lane adds up R / GROUP
+  // of its row's partial columns (GROUP / 4 vector reads each) and stores the sums, and every lane reads its
+  // row's R sums back: about R + 2 R / GROUP + R / 4 + 2 instructions where a butterfly of shuffles takes
+  // 2 R log2(GROUP). Two __syncwarp per tile order the stores before the reads and the reads before the next
+  // tile's stores.
+  // (The partials share their memory with the accumulators that the warps merge after the tiles.)
+  __shared__ union {
+    float red[ATTN_WARPS][L::SHARED_REDUCE ? L::PARTIALS : 1][L::RED_STRIDE];
+    float acc[L::TOKEN_WARPS][ROWS][HEAD_DIM];
+  } s_work;
+  __shared__ __align__(16) float s_sum[ATTN_WARPS][L::SHARED_REDUCE ? L::SLOTS : 1][L::PARTIALS];
+  const auto reduce_scores = [&](float (&score)[L::STEPS][L::WARP_ROWS]) {
+    if (!L::SHARED_REDUCE) {
+#pragma unroll
+      for (int offset = L::GROUP / 2; offset > 0; offset /= 2)
+#pragma unroll
+        for (int s = 0; s < L::STEPS; ++s)
+#pragma unroll
+          for (int r = 0; r < L::WARP_ROWS; ++r) score[s][r] += __shfl_xor_sync(FULL_MASK, score[s][r], offset);
+      return;
+    }
+    constexpr int SUMS = L::PARTIALS / L::GROUP;  // sums one lane adds up
+    __syncwarp();  // the tile's partials are stored (as each was computed)
+#pragma unroll
+    for (int k = 0; k < SUMS; ++k) {
+      const int j = g * SUMS + k;
+      float sum = 0.f;
+#pragma unroll
+      for (int c = 0; c < L::GROUP; c += 4) {
+        const float4 x = *reinterpret_cast<const float4*>(&s_work.red[warp][j][slot * L::GROUP + c]);
+        sum += (x.x + x.y) + (x.z + x.w);
+      }
+      s_sum[warp][slot][j] = sum;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < L::STEPS; ++s)
+#pragma unroll
+      for (int r = 0; r < L::WARP_ROWS; ++r) score[s][r] = s_sum[warp][slot][s * L::WARP_ROWS + r];
   };
   // One tile whose rows `row_at` holds. PREFETCH: once its loads are issued, `row_at` becomes the next
   // tile's rows, so the page-table reads of the next tile are in flight during this tile's math instead
@@ -162,8 +217,8 @@ __device__ __forceinline__ void attention_block(
 #pragma unroll
       for (int i = 0; i < L::VECS; ++i) {
         const int vec = imin(g + i * L::GROUP, V::PER_ROW - 1);  // idle lanes re-read a valid vector
-        k_raw[s][i] = load_vec<T, V::ELEMS>(k_pool + row_at[s] + vec * V::ELEMS);
-        v_raw[s][i] = load_vec<T, V::ELEMS>(v_pool + row_at[s] + vec * V::ELEMS);
+        k_raw[s][i] = load_vec<T, V::ELEMS>(reinterpret_cast<const T*>(k_head + row_at[s]) + vec * V::ELEMS);
+        v_raw[s][i] = load_vec<T, V::ELEMS>(reinterpret_cast<const T*>(v_head + row_at[s]) + vec * V::ELEMS);
       }
     if (PREFETCH) tile_rows(base + L::TOKEN_WARPS * L::TILE, row_at, true);
     float score[L::STEPS][L::WARP_ROWS];  // (3) scores, reduced over the lane group
@@ -175,17 +230,15 @@ __device__ __forceinline__ void attention_block(
         vec_to_float(k_raw[s][i], k + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
 #pragma unroll
       for (int r = 0; r < L::WARP_ROWS; ++r) {
-        score[s][r] = 0.f;
+        float partial = 0.f;
 #pragma unroll
-        for (int e = 0; e < L::ELEMS; ++e) score[s][r] += q_reg[r][e] * k[e];
+        for (int e = 0; e < L::ELEMS; ++e) partial += q_reg[r][e] * k[e];
+        // stored as soon as it is complete, so no lane holds a tile of partials (registers, not instructions)
+        if (L::SHARED_REDUCE) s_work.red[warp][s * L::WARP_ROWS + r][lane] = partial;
+        score[s][r] = partial;
       }
     }
-#pragma unroll
-    for (int offset = L::GROUP / 2; offset > 0; offset /= 2)
-#pragma unroll
-      for (int s = 0; s < L::STEPS; ++s)
-#pragma unroll
-        for (int r = 0; r < L::WARP_ROWS; ++r) score[s][r] += __shfl_xor_sync(FULL_MASK, score[s][r], offset);
+    reduce_scores(score);
     float tile_max[L::WARP_ROWS];
 #pragma unroll
     for (int r = 0; r < L::WARP_ROWS; ++r) {
@@ -193,7 +246,7 @@ __device__ __forceinline__ void attention_block(
 #pragma unroll
       for (int s = 0; s < L::STEPS; ++s) {
         const int pos = base + s * L::SLOTS + slot;
-        if (MASKED && (pos >= limit[r] || pos < lower[r])) score[s][r] = -INFINITY;
+        if (MASKED && (pos >= limit(r) || pos < lower(r))) score[s][r] = -INFINITY;
         tile_max[r] = fmaxf(tile_max[r], score[s][r]);
       }
     }
@@ -261,7 +314,7 @@ __device__ __forceinline__ void attention_block(
       for (int e = 0; e < L::ELEMS; ++e) acc[r][e] += __shfl_xor_sync(FULL_MASK, acc[r][e], offset);
     }
 
-  __shared__ float s_acc[L::TOKEN_WARPS][ROWS][HEAD_DIM];
+  __syncthreads();  // every warp is past its tiles: s_work holds accumulators from here on
   __shared__ float s_m[L::TOKEN_WARPS][ROWS];
   __shared__ float s_l[L::TOKEN_WARPS][ROWS];
   if (slot == 0) {
@@ -276,7 +329,7 @@ __device__ __forceinline__ void attention_block(
 #pragma unroll
         for (int e = 0; e < V::ELEMS; ++e) {
           const int vec = g + i * L::GROUP;
-          if (vec < V::PER_ROW) s_acc[token_warp][first_row + r][vec * V::ELEMS + e] = acc[r][i * V::ELEMS + e];
+          if (vec < V::PER_ROW) s_work.acc[token_warp][first_row + r][vec * V::ELEMS + e] = acc[r][i * V::ELEMS + e];
         }
     }
   }
@@ -293,7 +346,7 @@ __device__ __forceinline__ void attention_block(
       for (int w = 0; w < L::TOKEN_WARPS; ++w) {
         const float c = exp2f(s_m[w][r] - m_all);
         l_all += s_l[w][r] * c;
-        a_all += s_acc[w][r][d] * c;
+        a_all += s_work.acc[w][r][d] * c;
       }
     }
     const float o = l_all > 0.f ? __fdividef(a_all, l_all) * KvUnit<T>::value : 0.f;

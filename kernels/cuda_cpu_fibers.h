@@ -37,8 +37,8 @@ constexpr size_t STACK_BYTES = 64 * 1024;  // per fiber; kernels keep their arra
 constexpr int SHUFFLE_SLACK = 2;
 
 // Warp: at a shuffle, waiting to deposit its value (a warp-mate lags SHUFFLE_SLACK behind) or for its
-// source lane's value of the same shuffle.
-enum class Wait : uint8_t { Running, Block, Warp, Done };
+// source lane's value of the same shuffle. WarpBarrier: at a __syncwarp, waiting for the rest of its warp.
+enum class Wait : uint8_t { Running, Block, Warp, WarpBarrier, Done };
 
 struct Fiber {
   void* sp = nullptr;  // saved stack pointer while switched out

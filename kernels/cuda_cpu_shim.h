@@ -15,7 +15,8 @@
 // of passing because the writer happens to run first. The full-warp shuffles (`__shfl_xor_sync`,
 // `__shfl_sync`, `__shfl_down_sync`, full mask, width 32) exchange values and nothing else: a lane
 // continues as soon as its source lane has reached the same shuffle, possibly before other lanes of
-// its warp have (a shuffle is no memory fence on a GPU either; `__syncwarp` would be). Lanes pair their
+// its warp have (a shuffle is no memory fence on a GPU either; `__syncwarp` is). `__syncwarp()` (full
+// mask) waits for the 32 lanes of the warp at the same call site, the warp's barrier and fence. Lanes pair their
 // n-th shuffles, which must be at the same call site; a lane runs at most SHUFFLE_SLACK shuffles ahead
 // of the slowest lane of its warp. Threads that wait at different call sites, wait while others have
 // exited, or pass a different number of shuffles than their warp-mates by a barrier or the end abort
@@ -25,8 +26,8 @@
 // array (or any array of known size) then aborts with its file and line instead of reading a neighbour.
 //
 // Supported subset: the above plus the intrinsics defined below (`__launch_bounds__` is accepted
-// and ignored); no atomics, no dynamic shared memory, no `__syncwarp`, no cooperative groups, no
-// inline PTX.
+// and ignored); no atomics, no dynamic shared memory, no partial-mask `__syncwarp`, no cooperative
+// groups, no inline PTX.
 #pragma once
 
 #include "cuda_cpu_fibers.h"
@@ -38,12 +39,13 @@
 
 namespace cuda_cpu {
 
-// "waits at __syncthreads file:line", "waits at a warp shuffle file:line" or "has exited".
+// "waits at __syncthreads file:line", "... at __syncwarp ...", "... at a warp shuffle ..." or "has exited".
 inline void describe_wait(const Fiber& f, char* text, size_t size) {
   if (f.wait == Wait::Done) {
     std::snprintf(text, size, "has exited");
   } else {
-    const char* what = f.wait == Wait::Block ? "__syncthreads" : "a warp shuffle";
+    const char* what = f.wait == Wait::Block ? "__syncthreads" : f.wait == Wait::WarpBarrier ? "__syncwarp"
+                                                                                             : "a warp shuffle";
     std::snprintf(text, size, "waits at %s %s:%d", what, f.file, f.line);
   }
 }
@@ -110,6 +112,17 @@ inline bool advance_shuffle(Executor& ex, Fiber& f) {
   return true;
 }
 
+// Lane f waits at a __syncwarp: once all 32 lanes of its warp do, at the same call site, they run on.
+inline void advance_warp_barrier(Executor& ex, const Fiber& f) {
+  Fiber* lanes = warp_of(ex, f);
+  for (int i = 0; i < WARP; ++i)
+    if (lanes[i].wait != Wait::WarpBarrier) return;
+  for (int i = 0; i < WARP; ++i)
+    if (lanes[i].line != f.line || std::strcmp(lanes[i].file, f.file) != 0)
+      describe_mismatch(ex, f, lanes[i], "divergent __syncwarp");
+  for (int i = 0; i < WARP; ++i) lanes[i].wait = Wait::Running;
+}
+
 // Aborts unless every lane of every warp has completed the same number of shuffles (`where`: the barrier
 // or the end of the block they all reached): a lane that skipped a full-warp shuffle.
 inline void check_shuffle_counts(const Executor& ex, const char* where) {
@@ -135,6 +148,12 @@ inline bool release_block(Executor& ex) {
                                             : &warp_of(ex, f)[f.shfl_src];
     if (!blocker || blocker == &f) fail("internal: a warp shuffle that can complete was not released");
     describe_mismatch(ex, f, *blocker, "divergent warp shuffle");
+  }
+  for (const Fiber& f : ex.fibers) {  // a __syncwarp some warp-mate never reaches
+    if (f.wait != Wait::WarpBarrier) continue;
+    const Fiber* lanes = warp_of(ex, f);
+    for (int i = 0; i < WARP; ++i)
+      if (lanes[i].wait != Wait::WarpBarrier) describe_mismatch(ex, f, lanes[i], "divergent __syncwarp");
   }
   const Fiber* first = nullptr;  // the first thread still waiting somewhere
   for (const Fiber& f : ex.fibers)
@@ -196,6 +215,7 @@ inline void run_block(Executor& ex) {
     for (const int i : ex.order) {
       Fiber& f = ex.fibers[i];
       if (f.wait == Wait::Warp) advance_shuffle(ex, f);
+      if (f.wait == Wait::WarpBarrier) advance_warp_barrier(ex, f);
       if (f.wait != Wait::Running) continue;
       current_fiber = &f;
       cuda_cpu_switch_stack(&ex.scheduler_sp, f.sp);
@@ -300,6 +320,15 @@ inline void __syncthreads(const char* file = __builtin_FILE(), int line = __buil
   f.file = file;
   f.line = line;
   f.wait = cuda_cpu::Wait::Block;
+  cuda_cpu::yield_to_scheduler();
+}
+
+inline void __syncwarp(unsigned mask = 0xffffffffu, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  if (mask != 0xffffffffu) cuda_cpu::fail("%s:%d: only full-warp __syncwarp (mask 0xffffffff) is supported", file, line);
+  cuda_cpu::Fiber& f = cuda_cpu::self();
+  f.file = file;
+  f.line = line;
+  f.wait = cuda_cpu::Wait::WarpBarrier;
   cuda_cpu::yield_to_scheduler();
 }
 

@@ -3,13 +3,24 @@
 // kernel is written once against the policy interface, so the page-table indirection is the only
 // difference between the two.
 //
-// Pool layout (DESIGN §7): K and V are [num_slots, num_kv_heads, head_dim] in the KV dtype.
+// Pool layout (DESIGN §7): K and V are [num_slots, num_kv_heads, head_dim] in the KV dtype. Slot indices
+// are int, as everywhere they are stored (page tables, extents, slot mappings); element offsets are 64-bit.
 // This file is plain CUDA C++ that NVRTC compiles as is and the CPU shim (cuda_cpu_shim.h) runs on
 // the host; keep it inside the shim's subset (no inline PTX, no cooperative groups).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+// sm_89 and later widen two e4m3 codes to a half2 in one instruction (cvt.rn.f16x2.e4m3x2, through
+// cuda_fp8.h) to the codes' own values; sm_80 and the CPU shim use the integer form below, which gives
+// value / 256. Both are exact, so the results agree bit for bit (KvUnit carries the factor).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && __has_include(<cuda_fp8.h>)
+#include <cuda_fp8.h>
+#define KVW_FP8_HARDWARE_DECODE 1
+#else
+#define KVW_FP8_HARDWARE_DECODE 0
+#endif
 
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -31,23 +42,28 @@ struct Fp8E4M3 {
   unsigned char bits;
 };
 
-// to_float of an fp8 code is its value / KvUnit (256): the code's exponent and mantissa moved into a
-// half (shifted left by 7) are exactly that, subnormals included, so decoding is one conversion;
-// the attention kernel folds the 256 into its query scale and output. Other dtypes decode exactly.
+// to_float of an fp8 code is its value / KvUnit: without the hardware decode 256 (the code's exponent
+// and mantissa moved into a half, shifted left by 7, are exactly value / 256, subnormals included, so
+// decoding is one conversion), with it 1; the attention kernel folds KvUnit into its query scale and
+// output. Other dtypes decode exactly.
 template <typename T>
 struct KvUnit {
   static constexpr float value = 1.f;
 };
 template <>
 struct KvUnit<Fp8E4M3> {
-  static constexpr float value = 256.f;
+  static constexpr float value = KVW_FP8_HARDWARE_DECODE ? 1.f : 256.f;
 };
 
 __device__ __forceinline__ float to_float(Fp8E4M3 x) {
+#if KVW_FP8_HARDWARE_DECODE
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x.bits, __NV_E4M3)));
+#else
   __half_raw h;
   h.x = (unsigned short)(((x.bits & 0x80u) << 8) | ((x.bits & 0x7Fu) << 7));
   const float value = __half2float(__half(h));
   return (x.bits & 0x7Fu) == 0x7Fu ? __int_as_float(0x7fc00000) : value;  // NaN stays NaN
+#endif
 }
 
 // The cache write's float -> e4m3 rounding (workbench/kernels/fp8.py `quantize` defines it): round to
@@ -85,8 +101,8 @@ __device__ __forceinline__ unsigned char scaled_e4m3(float x, float scale) {
 // every row of every head starts on a vector boundary when the pool base is 16-byte aligned (the
 // launchers check that); at most 8 elements of a 2- or 4-byte type (a lane holds ELEMS query and
 // accumulator values per row). fp8 takes 16 codes: half the lanes per row of 8-code vectors, so half
-// the score-reduction shuffles and tile overhead per byte (0.475 -> 0.385 SASS instructions per KV byte
-// at GQA 4 on sm_90), for all 255 registers (no spills in any variant) and 2 blocks per SM instead of 3.
+// the score-reduction work and tile overhead per byte (docs/kernels.md), for up to 255 registers (no
+// spills in any variant) and 2 blocks per SM instead of 3.
 template <typename T, int HEAD_DIM>
 struct RowVec {
   static constexpr int ROW_BYTES = HEAD_DIM * int(sizeof(T));
@@ -139,18 +155,27 @@ __device__ __forceinline__ __half2 e4m3x2_to_half2(unsigned x) {
   return __half2(h);
 }
 
-// dst = the vector's codes as float (value / KvUnit), two codes per integer operation, or zeros when
-// `valid` is false.
+// dst = the vector's codes as float (value / KvUnit), two codes per instruction (the hardware's) or per
+// integer operation, or zeros when `valid` is false.
 template <int ELEMS>
 __device__ __forceinline__ void vec_to_float(const Vec<Fp8E4M3, ELEMS>& raw, float* dst, bool valid) {
 #pragma unroll
   for (int i = 0; i < ELEMS / 4; ++i) {
+#if KVW_FP8_HARDWARE_DECODE
+    const float2 low = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(raw.w[i] & 0xFFFFu, __NV_E4M3)));
+    const float2 high = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(raw.w[i] >> 16, __NV_E4M3)));
+    dst[4 * i] = valid ? low.x : 0.f;
+    dst[4 * i + 1] = valid ? low.y : 0.f;
+    dst[4 * i + 2] = valid ? high.x : 0.f;
+    dst[4 * i + 3] = valid ? high.y : 0.f;
+#else
     const float2 even = __half22float2(e4m3x2_to_half2(raw.w[i]));      // codes 0 and 2 of the word
     const float2 odd = __half22float2(e4m3x2_to_half2(raw.w[i] >> 8));  // codes 1 and 3
     dst[4 * i] = valid ? even.x : 0.f;
     dst[4 * i + 1] = valid ? odd.x : 0.f;
     dst[4 * i + 2] = valid ? even.y : 0.f;
     dst[4 * i + 3] = valid ? odd.y : 0.f;
+#endif
   }
 }
 
@@ -186,9 +211,9 @@ struct PagedAddressing {
   struct Sequence {
     const int* __restrict__ pages;  // [num_blocks of the sequence]
     FastDivmod block;
-    __device__ __forceinline__ long long slot(int pos) const {
+    __device__ __forceinline__ int slot(int pos) const {
       const int page = block.div(pos);
-      return (long long)pages[page] * block.d + (pos - page * block.d);
+      return pages[page] * block.d + (pos - page * block.d);
     }
   };
   __device__ __forceinline__ Sequence sequence(int seq) const {
@@ -205,8 +230,8 @@ struct ContiguousAddressing {
   __device__ __forceinline__ int kv_len(int seq) const { return kv_lens[seq]; }
 
   struct Sequence {
-    long long start;
-    __device__ __forceinline__ long long slot(int pos) const { return start + pos; }
+    int start;
+    __device__ __forceinline__ int slot(int pos) const { return start + pos; }
   };
   __device__ __forceinline__ Sequence sequence(int seq) const { return Sequence{kv_start[seq]}; }
 };

@@ -27,3 +27,20 @@ extern "C" long long probe_e4m3_sweep(unsigned start, unsigned step, long long n
   }
   return mismatches;
 }
+
+// For each 32-bit word of four e4m3 codes: ours[4i..4i+3] = kv_common.cuh's integer decode (the shim's and
+// sm_80's; value / KvUnit, 256 here), nvidia[4i..4i+3] = cuda_fp8.hpp's __nv_cvt_fp8x2_to_halfraw2 of its two
+// code pairs (the conversion the kernel runs on sm_89+, one cvt.rn.f16x2.e4m3x2 instruction there).
+extern "C" void probe_e4m3_decode(const unsigned* words, float* ours, float* nvidia, long long n) {
+  for (long long i = 0; i < n; ++i) {
+    kvw::Vec<kvw::Fp8E4M3, 4> raw;
+    raw.w[0] = words[i];
+    kvw::vec_to_float(raw, ours + 4 * i, true);
+    const __half2 low(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(words[i] & 0xFFFFu), __NV_E4M3));
+    const __half2 high(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(words[i] >> 16), __NV_E4M3));
+    nvidia[4 * i] = __low2float(low);
+    nvidia[4 * i + 1] = __high2float(low);
+    nvidia[4 * i + 2] = __low2float(high);
+    nvidia[4 * i + 3] = __high2float(high);
+  }
+}

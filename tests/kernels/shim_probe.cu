@@ -1,5 +1,5 @@
 // Test-only CUDA kernels for the CPU shim (tests/kernels/test_cuda_cpu_shim.py): shuffle semantics,
-// per-block shared memory behind __syncthreads, and planted barrier bugs the shim must abort on.
+// per-block shared memory behind __syncthreads and __syncwarp, and planted barrier bugs the shim must catch.
 
 constexpr unsigned FULL = 0xffffffffu;
 
@@ -42,6 +42,16 @@ __global__ void exit_before_syncthreads(int* out) {
   out[threadIdx.x] = 1;
 }
 
+// Planted bug: odd and even lanes wait at different __syncwarp call sites.
+__global__ void divergent_syncwarp(int* out) {
+  if (threadIdx.x % 2) {
+    __syncwarp();
+  } else {
+    __syncwarp();
+  }
+  out[threadIdx.x] = 1;
+}
+
 // Planted bug: odd and even lanes shuffle at different call sites.
 __global__ void divergent_shuffle(int* out) {
   int value = threadIdx.x;
@@ -77,4 +87,15 @@ __global__ void shared_past_end(int salt, int* out) {
   s[threadIdx.x / 32][threadIdx.x % 32] = salt + int(threadIdx.x);
   __syncthreads();
   out[threadIdx.x] = s[threadIdx.x / 32][threadIdx.x % 32 + 1];
+}
+
+// Lane l of each warp reads what lane l + 1 wrote to shared memory: with SYNC a __syncwarp between the
+// write and the read (correct), without it a planted bug (the reader's lane may run before the writer's).
+template <bool SYNC>
+__global__ void warp_exchange(int salt, int* out) {
+  __shared__ int s[64];
+  const int lane = threadIdx.x % 32, warp_base = threadIdx.x - lane;
+  s[threadIdx.x] = salt + int(threadIdx.x);
+  if (SYNC) __syncwarp();
+  out[threadIdx.x] = s[warp_base + (lane + 1) % 32];
 }

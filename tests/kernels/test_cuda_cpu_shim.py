@@ -149,6 +149,31 @@ def test_a_shuffle_used_as_a_fence_is_caught_in_every_order(probe, order):
     assert (_planted(probe, 1, order, salt) != expected).any()
 
 
+def test_a_missing_syncwarp_is_caught_once_lanes_leave_index_order(probe):
+    """Lane l reads lane l + 1's shared write: behind __syncwarp every order gives it, without it only some."""
+    lane = np.arange(64) % 32
+    expected = lambda salt: salt + (np.arange(64) - lane) + (lane + 1) % 32
+    for salt, order in enumerate(["index", "reversed", "shuffled"], start=4000):
+        np.testing.assert_array_equal(_planted(probe, 4, order, salt), expected(salt), err_msg=order)
+    for salt, order in enumerate(["reversed", "shuffled"], start=5000):
+        assert (_planted(probe, 3, order, salt) != expected(salt)).any(), order
+
+
+def test_divergent_syncwarp_aborts_with_both_sites(probe_path):
+    result = _run_bug(probe_path, 3)
+    odd = _line_of("divergent_syncwarp", "__syncwarp();", 0)
+    even = _line_of("divergent_syncwarp", "__syncwarp();", 1)
+    assert result.returncode != 0 and "returned normally" not in result.stdout
+    found = re.search(
+        r"divergent __syncwarp in block \(0,0,0\): thread \((\d+),0,0\) waits at __syncwarp "
+        r"\S*shim_probe\.cu:(\d+), but thread \((\d+),0,0\) waits at __syncwarp \S*shim_probe\.cu:(\d+)",
+        result.stderr,
+    )
+    assert found, result.stderr
+    sites = {int(found[1]) % 2: int(found[2]), int(found[3]) % 2: int(found[4])}
+    assert sites == {1: odd, 0: even}
+
+
 def test_a_read_past_a_shared_array_aborts_with_its_line(probe_path):
     """The shim is built with -fsanitize=bounds: the read would otherwise return the next row's element."""
     result = _run_bug(probe_path, 2, "probe_planted({which}, 7, out_ptr)")

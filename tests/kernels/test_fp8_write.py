@@ -34,7 +34,21 @@ def probe():
     lib.probe_e4m3.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
     lib.probe_e4m3_sweep.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_longlong, ctypes.c_void_p]
     lib.probe_e4m3_sweep.restype = ctypes.c_longlong
+    lib.probe_e4m3_decode.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
     return lib
+
+
+def test_both_fp8_decodes_give_every_code_pair_exactly(probe):
+    """The attention kernel widens fp8 codes with NVIDIA's conversion on sm_89+ and with integer operations
+    elsewhere (value / 256, the shim's path): every pair of codes in either half of a word decodes to the same
+    value both ways, NaN to NaN, and to the e4m3 table's value."""
+    pairs = np.arange(1 << 16, dtype=np.uint32)
+    words = pairs | (pairs[::-1] << 16)
+    ours, nvidia = (np.full(4 * len(words), -1.0, dtype=np.float32) for _ in range(2))
+    probe.probe_e4m3_decode(words.ctypes.data, ours.ctypes.data, nvidia.ctypes.data, len(words))
+    np.testing.assert_array_equal(ours * 256, nvidia)
+    codes = words.view(np.uint8)  # little-endian: code k of word i is byte 4i + k
+    np.testing.assert_array_equal(nvidia, fp8.E4M3_VALUES[codes].astype(np.float32))
 
 
 def test_cuda_conversion_matches_nvidia_cvt_on_a_sweep_of_float32(probe):
