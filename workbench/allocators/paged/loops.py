@@ -128,12 +128,14 @@ def release_row(row, length, num_blocks, table, refcount, block_size, released):
 
 
 @njit(cache=True)
-def reserved_slots(live_rows, length, final_len, num_blocks, table, refcount, block_size, scratch):
-    """Pure (scratch is restored). Unwritten slots of held blocks that some holder will write: only
-    last blocks can be partial; a shared one counts once, with its furthest-reaching holder."""
+def reserved_slots(live, swapped, length, final_len, num_blocks, table, refcount, block_size, scratch):
+    """Pure (scratch is restored). Unwritten slots of held blocks that some holder will write, over the
+    on-device rows (`live` bool [capacity_rows] and not `swapped`): only last blocks can be partial; a
+    shared one counts once, with its furthest-reaching holder."""
     total = 0
-    for i in range(live_rows.shape[0]):
-        r = live_rows[i]
+    for r in range(live.shape[0]):
+        if not live[r] or swapped[r] != 0:
+            continue
         start = (num_blocks[r] - 1) * block_size
         gap = min(final_len[r] - start, block_size) - (length[r] - start)
         b = table[r, num_blocks[r] - 1]
@@ -141,8 +143,9 @@ def reserved_slots(live_rows, length, final_len, num_blocks, table, refcount, bl
             total += gap
         else:
             scratch[b] = max(scratch[b], gap + 1)  # +1: zero marks "not yet seen"
-    for i in range(live_rows.shape[0]):
-        r = live_rows[i]
+    for r in range(live.shape[0]):
+        if not live[r] or swapped[r] != 0:
+            continue
         b = table[r, num_blocks[r] - 1]
         if scratch[b] > 0:
             total += scratch[b] - 1

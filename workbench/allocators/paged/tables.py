@@ -138,7 +138,7 @@ class BlockTables:
     def reserved_slots(self, refcount: np.ndarray) -> int:
         """Unwritten slots of held blocks that a holder will write (module rule of `paged`)."""
         c = self.seqs.column
-        return int(loops.reserved_slots(self.on_device_rows(), c("length"), c("final_len"), c("num_blocks"),
+        return int(loops.reserved_slots(self.seqs.live, c("swapped"), c("length"), c("final_len"), c("num_blocks"),
                                         self._table, refcount, self.block_size, self._scratch))
 
     def _flat_index(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
