@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from workbench.workload.request import Request
-from workbench.workload.request_columns import request_columns
+from workbench.workload.request import Request, request_columns
 
 _FLOAT_FIELDS = ("admitted_s", "first_token_s", "finish_s")
 _INT_FIELDS = ("prefix_hit_tokens", "num_preemptions")

@@ -30,8 +30,7 @@ from workbench.engine.plan import Landed, Prefill, Resumed, StepPlan, concat_pai
 from workbench.engine.prefill_chunks import PrefillChunks
 from workbench.engine.request_log import RequestLog
 from workbench.engine.tokens import TokenStore
-from workbench.workload.request import Request
-from workbench.workload.request_columns import any_beam_search
+from workbench.workload.request import Request, any_beam_search
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,7 @@ from workbench.paths import REPO_ROOT
 from workbench.results import REQUESTS_TABLE, STEPS_TABLE, summarize_chunks, write_json, write_outputs
 from workbench.table_sink import MemorySink, ParquetSink, TableSink
 from workbench.workload import build_workload, check_workload
-from workbench.workload.request import Request
-from workbench.workload.request_columns import shortest_request
+from workbench.workload.request import Request, shortest_request
 
 
 @dataclass(frozen=True)

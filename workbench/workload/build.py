@@ -28,7 +28,7 @@ class Workload:
 
 def build_workload(cfg: RunConfig) -> Sequence[Request]:
     """Requests sorted by arrival, ids 0..N-1, the first arriving at t = 0; same cfg, same requests (columns
-    read as a sequence of `Request`s: workbench.workload.request_columns).
+    read as a sequence of `Request`s: workbench.workload.request.RequestColumns).
     Never empty: the first arrival is at t = 0 and RunConfig keeps duration and the cap positive."""
     return load_workload(cfg).requests
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.workload.request import Segment, mix64, output_keys
-from workbench.workload.request_columns import RequestColumns
+from workbench.workload.request import RequestColumns, Segment, mix64, output_keys
 
 
 @dataclass(frozen=True, slots=True)
