@@ -373,8 +373,19 @@ class PagedStrategy(PagedSwap, Strategy):
         return self._append_counted(rows, num_new, token_ids)
 
     def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
-        """`append` when the pool can supply it, else None (nothing changed); the batch is counted once."""
+        """`append` when the pool can supply it, else None (nothing changed); the batch is counted once, and
+        without a prefix cache (blocks come from the free stack alone) counted, taken and written in one
+        compiled call."""
         rows = self.tables.seqs.rows(seq_ids)
+        if self.prefix is None:
+            appended = self.tables.append_from(seq_ids, rows, self._refcount, self._free)
+            if appended is None:
+                return None
+            slots, copies, copied_slots, grown = appended
+            self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
+            self._logical_slots += rows.shape[0]
+            self._table_entries += grown
+            return AppendResult(slots=slots, copies=copies)
         num_new = self.tables.count_append(seq_ids, rows, self._refcount)
         if num_new > self.num_allocatable_blocks():
             return None
