@@ -53,90 +53,81 @@ def _leaf_sum(x, start, n):
 
 
 @njit(cache=True)
-def _leaf_sizes(n):
-    """The lengths of the leaves of NumPy's pairwise tree over n values, left to right, int64."""
-    out = np.empty(max(1, 2 * (n // (PAIRWISE_BLOCK // 2)) + 2), dtype=np.int64)
-    stack = np.empty(128, dtype=np.int64)
-    stack[0] = n
-    top = 1
-    k = 0
-    while top:
-        top -= 1
-        m = stack[top]
-        if m <= PAIRWISE_BLOCK:
-            out[k] = m
-            k += 1
-            continue
-        half = m // 2
-        half -= half % 8
-        stack[top] = m - half  # the right half is visited after the left
-        stack[top + 1] = half
-        top += 2
-    return out[:k]
-
-
-@njit(cache=True)
-def _sum_leaves(x, sizes, first, sums):
-    """Sums of consecutive leaves of x (sizes[first:]) while x holds them whole; returns (leaves summed,
-    values used)."""
-    at = 0
-    k = first
-    while k < sizes.shape[0] and at + sizes[k] <= x.shape[0]:
-        sums[k] = _leaf_sum(x, at, sizes[k])
-        at += sizes[k]
-        k += 1
-    return k - first, at
-
-
-@njit(cache=True)
-def _combine(n, sums):
-    """The tree's total from its leaf sums, in NumPy's order (left subtree + right subtree)."""
-    # post-order walk with an explicit stack of (length, state); values pushed as subtrees finish
-    lengths = np.empty(128, dtype=np.int64)
-    states = np.empty(128, dtype=np.int64)  # 0: not yet split, 1: left done, 2: both done
-    values = np.empty(128, dtype=np.float64)
-    nv = 0
+def _schedule(n):
+    """NumPy's pairwise tree over n values as a schedule: the leaves' lengths, left to right (uint8 [k]), and
+    how many subtrees end with each leaf (uint8 [k]): after leaf j, that many times the last two partial
+    sums are replaced by their sum (left + right), which is the tree's own order of additions."""
+    bound = max(1, 2 * (n // (PAIRWISE_BLOCK // 2)) + 2)  # leaves are longer than PAIRWISE_BLOCK / 2 - 8
+    sizes = np.zeros(bound, dtype=np.uint8)
+    merges = np.zeros(bound, dtype=np.uint8)
+    lengths = np.empty(128, dtype=np.int64)  # the walk's stack: a subtree's length and how far it got
+    states = np.empty(128, dtype=np.int64)  # 0: not split yet, 1: left half done, 2: both halves done
     lengths[0] = n
     states[0] = 0
     top = 1
-    leaf = 0
+    k = 0
     while top:
         m = lengths[top - 1]
         if m <= PAIRWISE_BLOCK:
-            values[nv] = sums[leaf]
-            nv += 1
-            leaf += 1
+            sizes[k] = m
+            k += 1
             top -= 1
             continue
         half = m // 2
-        half -= half % 8
+        half -= half % UNROLL
         state = states[top - 1]
+        states[top - 1] = state + 1
         if state == 0:
-            states[top - 1] = 1
             lengths[top] = half
-            states[top] = 0
-            top += 1
         elif state == 1:
-            states[top - 1] = 2
             lengths[top] = m - half
-            states[top] = 0
-            top += 1
         else:
-            values[nv - 2] = values[nv - 2] + values[nv - 1]
-            nv -= 1
+            merges[k - 1] += 1  # this subtree's sum = left + right, right after its last leaf
             top -= 1
-    return values[0]
+            continue
+        states[top] = 0
+        top += 1
+    return sizes[:k], merges[:k]
+
+
+_SCHEDULES: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # n -> schedule, shared by sums of equal length
+
+
+def _schedule_of(n: int) -> tuple[np.ndarray, np.ndarray]:
+    if n not in _SCHEDULES:
+        if len(_SCHEDULES) > 64:
+            _SCHEDULES.clear()
+        _SCHEDULES[n] = _schedule(n)
+    return _SCHEDULES[n]
+
+
+@njit(cache=True)
+def _feed(x, sizes, merges, leaf, partials, depth):
+    """Sum the leaves sizes[leaf:] that x holds whole and fold them into `partials[:depth]` as the schedule
+    says; returns (leaves done, values used, depth)."""
+    at = 0
+    k = leaf
+    while k < sizes.shape[0] and at + sizes[k] <= x.shape[0]:
+        partials[depth] = _leaf_sum(x, at, sizes[k])
+        depth += 1
+        for _ in range(merges[k]):
+            partials[depth - 2] = partials[depth - 2] + partials[depth - 1]
+            depth -= 1
+        at += sizes[k]
+        k += 1
+    return k - leaf, at, depth
 
 
 class PairwiseSum:
-    """`np.sum` of a float64 sequence of known length `n`, fed in order by `add` (any chunking).
-    `add` mutates; `total` once every value was added."""
+    """`np.sum` of a float64 sequence of known length `n`, fed in order by `add` (any chunking), holding
+    one partial sum per level of the tree. `add` mutates; `total` once every value was added."""
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self._sizes = _leaf_sizes(n) if n else np.zeros(0, dtype=np.int64)
-        self._sums = np.zeros(self._sizes.shape[0], dtype=np.float64)
-        self._done = 0  # leaves summed
+        self._sizes, self._merges = _schedule_of(n) if n else (np.zeros(0, np.uint8), np.zeros(0, np.uint8))
+        self._partials = np.zeros(128, dtype=np.float64)
+        self._depth = 0
+        self._leaf = 0  # leaves summed
         self._carry = np.zeros(0, dtype=np.float64)  # values of the next leaf seen so far
         self._seen = 0
 
@@ -144,8 +135,8 @@ class PairwiseSum:
         values = np.asarray(values, dtype=np.float64)
         self._seen += values.shape[0]
         x = np.concatenate([self._carry, values]) if self._carry.shape[0] else np.ascontiguousarray(values)
-        done, used = _sum_leaves(x, self._sizes, self._done, self._sums)
-        self._done += done
+        done, used, self._depth = _feed(x, self._sizes, self._merges, self._leaf, self._partials, self._depth)
+        self._leaf += done
         self._carry = x[used:].copy()
 
     def total(self) -> float:
@@ -153,7 +144,7 @@ class PairwiseSum:
             raise ValueError(f"PairwiseSum of {self.n} values was given {self._seen}")
         if not self.n:
             return 0.0
-        return float(_combine(self.n, self._sums))
+        return float(self._partials[0])
 
 
 class BufferedSum:

@@ -246,8 +246,9 @@ class _RequestSums:
     def __init__(self, num_finished: int) -> None:
         self.num_finished = num_finished
         self.normalized = PairwiseSum(num_finished)
-        self.ttft: list[np.ndarray] = []
-        self.tpot: list[np.ndarray] = []
+        self.ttft = np.empty(num_finished)  # [num_finished], filled in request order
+        self.tpot = np.empty(num_finished)  # [finished with more than one output token]
+        self._num_ttft = self._num_tpot = 0
 
     def add(self, chunk: pd.DataFrame) -> None:
         done = (chunk["status"] == "finished").to_numpy()
@@ -256,16 +257,18 @@ class _RequestSums:
         finish = chunk["finish_s"].to_numpy()[done]
         output = chunk["output_tokens"].to_numpy()[done]
         self.normalized.add((finish - arrival) / output)
-        self.ttft.append(first - arrival)
+        self.ttft[self._num_ttft:self._num_ttft + arrival.shape[0]] = first - arrival
+        self._num_ttft += arrival.shape[0]
         multi = output > 1
-        self.tpot.append((finish[multi] - first[multi]) / (output[multi] - 1))
+        tpot = (finish[multi] - first[multi]) / (output[multi] - 1)
+        self.tpot[self._num_tpot:self._num_tpot + tpot.shape[0]] = tpot
+        self._num_tpot += tpot.shape[0]
 
     def figures(self, out: dict[str, Any]) -> None:
         """Mutates `out`: the request table's summary keys."""
         n = self.num_finished
         out["normalized_latency_s_per_tok"] = self.normalized.total() / n if n else math.nan
-        ttft = np.concatenate(self.ttft) if self.ttft else np.zeros(0)
-        tpot = np.concatenate(self.tpot) if self.tpot else np.zeros(0)
+        ttft, tpot = self.ttft[:self._num_ttft], self.tpot[:self._num_tpot]
         out["ttft_p50_s"], out["ttft_p99_s"] = _percentile(ttft, 50), _percentile(ttft, 99)
         out["tpot_p50_s"], out["tpot_p99_s"] = _percentile(tpot, 50), _percentile(tpot, 99)
 

@@ -147,3 +147,13 @@ def test_a_run_that_fails_midway_leaves_no_output_and_no_staging_directory(tmp_p
     with pytest.raises(OSError, match="No space left"):
         run(cfg, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_grown_log_holds_a_row_for_every_request_given():
+    """A fleet replica's log is read by its router for requests routed and not yet admitted."""
+    log = RequestLog()
+    for i in range(3000):
+        log.grow(1)
+        assert log.status_of(i) == "pending" and np.isnan(log.admitted_s[i])
+    log.finished(2999, 1.0, 5)
+    assert log.status[2999] == "finished" and log.ready == 0

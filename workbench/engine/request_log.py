@@ -39,8 +39,10 @@ class RequestLog:
         self.num_finished = 0
 
     def grow(self, num_requests: int) -> None:
-        """Rows for `num_requests` more requests (a fleet routes them to a replica as they arrive)."""
+        """Rows for `num_requests` more requests (a fleet routes them to a replica as they arrive), held from
+        now on: a fleet's router reads the rows of requests routed and not yet admitted."""
         self.num_requests += num_requests
+        self._row(self.num_requests - 1)
 
     def _row(self, index: int) -> int:
         """The window position of request `index`, the window grown (at least doubled) to hold it."""

@@ -34,6 +34,7 @@ from workbench.engine.tokens import TokenStore
 from workbench.errors import UnservableError
 from workbench.fleet import disaggregated, fleet
 from workbench.fleet.registry import make_router
+from workbench.heap import release_free_memory
 from workbench.outdir import OutputExistsError, install, staging_dir
 from workbench.paths import REPO_ROOT
 from workbench.results import REQUESTS_TABLE, STEPS_TABLE, summarize_chunks, write_json, write_outputs
@@ -81,6 +82,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     res = check_config(cfg)
     requests = build_workload(cfg)
     check_servable(cfg, res, requests)
+    release_free_memory()  # the workload's transient arrays: the run's peak is then the simulation's
     shared_tier = registry.create_shared_tier(cfg, res)  # one pool for every replica (None: no shared tier)
     if cfg.prefill_replicas or cfg.replicas > 1:
         if cfg.prefill_replicas:
@@ -137,6 +139,7 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
         replica.close()
     replica.steps.close()
     sink.close()
+    release_free_memory()  # the engine's freed state, before the summary reads the tables back
     log = replica.scheduler.log
     return summarize_chunks(lambda columns: sink.chunks(STEPS_TABLE, columns),
                             lambda columns: sink.chunks(REQUESTS_TABLE, columns),
