@@ -21,7 +21,6 @@ import pandas as pd
 
 from workbench import columns as C
 from workbench import table_sink
-from workbench.exact_sums import BufferedSum, PairwiseSum
 from workbench.outdir import install, staging_dir
 from workbench.table_sink import MemorySink, TableSink
 
@@ -127,11 +126,13 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     """The run-level figures of docs/outputs.md from the two tables read chunk by chunk (two passes over
     each: the counts, then the sums), equal bit for bit to the figures over the whole columns."""
     num_steps, num_sat = _count(steps, "num_waiting", lambda col: col.to_numpy() > 0)
+    # imported here: exact_sums compiles with Numba, and a sweep worker sets Numba's threads before it loads
+    from workbench.exact_sums import BufferedSum, PairwiseSum
     num_requests, num_finished = _count(requests, "status", lambda col: (col == "finished").to_numpy())
-    step_sums = _StepSums(num_steps, num_sat)
+    step_sums = _StepSums(num_steps, num_sat, PairwiseSum, BufferedSum)
     for chunk in steps(_STEP_INPUTS):
         step_sums.add(chunk)
-    request_sums = _RequestSums(num_finished)
+    request_sums = _RequestSums(num_finished, PairwiseSum)
     for chunk in requests(_REQUEST_INPUTS):
         request_sums.add(chunk)
 
@@ -166,7 +167,7 @@ class _StepSums:
     """The step table's sums, fed chunk by chunk in order (`add` mutates). Each float sum is NumPy's over
     the whole column (PairwiseSum), each mean of an integer column NumPy's cast-and-buffer sum."""
 
-    def __init__(self, num_steps: int, num_sat: int) -> None:
+    def __init__(self, num_steps: int, num_sat: int, PairwiseSum, BufferedSum) -> None:  # noqa: N803 - classes
         self.num_steps, self.num_sat = num_steps, num_sat
         self.last_t_s = 0.0
         self.dt = PairwiseSum(num_steps)
@@ -243,7 +244,7 @@ class _RequestSums:
     normalized latency's mean in NumPy's order, TTFT and TPOT kept for their percentiles (8 bytes each per
     finished request)."""
 
-    def __init__(self, num_finished: int) -> None:
+    def __init__(self, num_finished: int, PairwiseSum) -> None:  # noqa: N803 - a class
         self.num_finished = num_finished
         self.normalized = PairwiseSum(num_finished)
         self.ttft = np.empty(num_finished)  # [num_finished], filled in request order

@@ -42,7 +42,7 @@ class SeqSpec:
     arrive later through `extend`. The prefix cache is still looked up over all of `token_ids`, once.
     None: they hold all of `token_ids`.
 
-    A strategy that reads no token ids (`wants_token_ids` False) may be given `token_ids` None and the
+    A strategy that reads no prompt ids (`needs_prompt_ids` False) may be given `token_ids` None and the
     count alone as `num_tokens`: computing a long prompt's ids costs more than admitting it.
     """
 
@@ -221,6 +221,7 @@ class Strategy(ABC):
     capacity_slots: int  # whole blocks only: the pool's C of docs/memory.md (a tail smaller than a block is not pool)
     supports_swap: bool  # False: swap_out raises and the engine must preempt by recompute
     wants_token_ids: bool = False  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
+    needs_prompt_ids: bool = True  # False: `admit` reads only the count of `SeqSpec.token_ids` (may be given None)
     prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache by this instance (0 without one)
     prefix_hit_tokens: int = 0  # of those, tokens served from the cache
     prefix_evicted_blocks: int = 0  # cached blocks evicted (unregistered and reused) by this instance
@@ -255,7 +256,7 @@ class Strategy(ABC):
         scheduler's one call per decode step; a strategy that counts the step's blocks once overrides it)."""
         if not self.can_append(seq_ids):
             return None
-        return self.append(seq_ids, token_ids)
+        return self.append(seq_ids) if token_ids is None else self.append(seq_ids, token_ids)
 
     @abstractmethod
     def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:

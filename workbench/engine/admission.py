@@ -181,7 +181,7 @@ class Admission:
         req = g.request
         recomputed = g.generated
         paged = strategy.kernel_mode == "paged"
-        if strategy.wants_token_ids:
+        if strategy.needs_prompt_ids:
             spec = SeqSpec(shared_token_ids(self.tokens, g), g.final_len)
         else:  # the count is all it reads (`shared_token_ids`' length)
             spec = SeqSpec(None, g.final_len, num_tokens=req.prompt_tokens + (recomputed if g.num_seqs == 1 else 0))

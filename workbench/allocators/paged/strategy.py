@@ -100,6 +100,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self._table_entries = 0  # sum of table lengths of on-device sequences
         self.prefix = prefix_index  # None: no prefix caching
         self.wants_token_ids = prefix_index is not None
+        self.needs_prompt_ids = prefix_index is not None
         self._chains = SeqChains(block_size) if prefix_index is not None else None
         self.host_tier = host_tier  # None: evicted prefix blocks are dropped (or go to the shared tier)
         if shared_tier is not None and prefix_index is None:
@@ -376,6 +377,8 @@ class PagedStrategy(PagedSwap, Strategy):
         """`append` when the pool can supply it, else None (nothing changed); the batch is counted once, and
         without a prefix cache (blocks come from the free stack alone) counted, taken and written in one
         compiled call."""
+        if type(self).append is not PagedStrategy.append:  # a subclass's own append is the one to run
+            return super().append_if_room(seq_ids, token_ids)
         rows = self.tables.seqs.rows(seq_ids)
         if self.prefix is None:
             appended = self.tables.append_from(seq_ids, rows, self._refcount, self._free)
