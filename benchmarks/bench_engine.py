@@ -9,16 +9,27 @@
    --kernel-heads 8` (one layer of 8 KV and 32 query heads on this CPU: prefill attention of the
    trace's ~1,000-token prompts dominates).
 
+3. With `--requests N` (repeatable), the scale rows instead: `paged`, Llama-3-8B on an H100, 40 GiB of
+   KV, `sharegpt-like` at 40 req/s, `--kernel none`, N requests written to a temporary `--out` (mean batch
+   ~148): steps, CPU seconds, CPU µs per simulated step and peak RSS, each row in a fresh process (peak RSS
+   is per process). `--baseline PATH` runs every row also with the package at PATH (another checkout),
+   alternating, so before and after are measured side by side.
+
 Wall times are noisy on a shared machine: compare rows of one run.
 
     python benchmarks/bench_engine.py [--model llama-3-8b] [--gpu a100-80gb] [--window-s 20]
+    python benchmarks/bench_engine.py --requests 100000 --requests 1000000 [--baseline ../main]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from workbench.allocators import registry
 from workbench.config import RunConfig
@@ -65,12 +76,59 @@ def replay(cfg: RunConfig, *, split: bool) -> tuple[dict, float, float, StepTime
     return result.summary, time.perf_counter() - wall0, time.process_time() - cpu0, timers
 
 
+# one scale row, run in a fresh interpreter: prints "steps cpu_s peak_rss_bytes"
+_SCALE_ROW = """
+import resource, sys, tempfile, time
+from pathlib import Path
+import pyarrow.parquet as pq
+from workbench.config import RunConfig
+from workbench.engine.simulation import run
+cfg = RunConfig(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
+                workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none")
+with tempfile.TemporaryDirectory() as tmp:
+    cpu0 = time.process_time()
+    run(cfg, Path(tmp) / "out")
+    cpu_s = time.process_time() - cpu0
+    steps = pq.ParquetFile(Path(tmp) / "out" / "steps.parquet").metadata.num_rows
+import workbench
+if Path(workbench.__file__).resolve().parent.parent != Path(sys.argv[2]).resolve():
+    sys.exit(f"imported {workbench.__file__}, not the package at {sys.argv[2]}")
+print(steps, cpu_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def scale_row(num_requests: int, package_root: Path) -> tuple[int, float, int]:
+    """(steps, CPU s, peak RSS bytes) of one scale run with the package at `package_root`."""
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    with tempfile.TemporaryDirectory() as cwd:  # `python -c` puts the working directory first on sys.path
+        out = subprocess.run([sys.executable, "-c", _SCALE_ROW, str(num_requests), str(package_root)], env=env,
+                             cwd=cwd, check=True, capture_output=True, text=True).stdout.split()
+    return int(out[0]), float(out[1]), int(out[2])
+
+
+def scale_table(counts: list[int], baseline: Path | None) -> None:
+    here = Path(__file__).resolve().parent.parent
+    roots = [("this", here)] + ([("baseline", baseline)] if baseline is not None else [])
+    print("paged, llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none")
+    print(f"{'package':<9} {'requests':>9} {'steps':>9} {'cpu_s':>8} {'us/step':>8} {'peak RSS MB':>12}")
+    for n in counts:
+        for label, root in roots:  # alternating: the same load on both
+            steps, cpu_s, rss = scale_row(n, root)
+            print(f"{label:<9} {n:>9,} {steps:>9,} {cpu_s:>8.1f} {cpu_s / steps * 1e6:>8.1f} {rss / 1e6:>12.0f}",
+                  flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="llama-3-8b")
     parser.add_argument("--gpu", default="a100-80gb")
     parser.add_argument("--window-s", type=float, default=20.0, help="trace window for the kernel run, seconds")
+    parser.add_argument("--requests", type=int, action="append", help="scale rows: requests per run (repeatable)")
+    parser.add_argument("--baseline", type=Path, help="with --requests: a checkout to run each row with too")
     args = parser.parse_args()
+    if args.requests:
+        scale_table(args.requests, args.baseline)
+        return 0
     try:
         path = resolve("azure-llm-2023-conv")  # cache, shared folder, else a verified download
     except TraceError as exc:

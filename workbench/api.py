@@ -35,6 +35,11 @@ from workbench.sweep.spec import config_id
 from workbench.sweep.summary import summary_row
 
 
+def run_title(cfg: RunConfig) -> str:
+    """The line above a run's table: strategy, block size, model and workload."""
+    return f"{cfg.strategy} (block {cfg.block_size}) · {cfg.model} · {cfg.workload}"
+
+
 class Result:
     """One finished run, held in memory.
 
@@ -60,8 +65,7 @@ class Result:
     @property
     def title(self) -> str:
         """What ran: strategy, block size, model and workload."""
-        cfg = self.config
-        return f"{cfg.strategy} (block {cfg.block_size}) · {cfg.model} · {cfg.workload}"
+        return run_title(self.config)
 
     def __repr__(self) -> str:
         return f"{self.title}\n{format_summary(self.figures)}"

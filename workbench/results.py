@@ -1,7 +1,10 @@
 """Per-step and per-request tables, the run-level summary (docs/memory.md, docs/outputs.md), and atomic writing.
 
-Step rows go into preallocated NumPy columns (one row per engine step, ~100k+ per trace replay),
-so recording a step is two row assignments, not a dict per step.
+Step rows are kept as tuples until `ROWS_PER_CHUNK` of them have come, then handed to the run's table
+sink as one chunk (workbench.table_sink): recording a step is two list appends, and a run of millions
+of steps holds one chunk of rows. The summary is computed from the tables read back chunk by chunk,
+with NumPy's own summation order (workbench.exact_sums), so it is the same, bit for bit, as over the
+whole columns at once, whichever sink held them.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +20,31 @@ import numpy as np
 import pandas as pd
 
 from workbench import columns as C
+from workbench import table_sink
 from workbench.outdir import OutputExistsError, install, staging_dir
+from workbench.table_sink import MemorySink, TableSink
 
 # Storage order of a step row: the float columns, then the integer columns.
 FLOAT_STEP_COLUMNS = ("t_s", "dt_s", "kernel_time_s")
 INT_STEP_COLUMNS = tuple(c for c in C.STEP_COLUMNS if c not in FLOAT_STEP_COLUMNS)
 
+STEPS_TABLE, REQUESTS_TABLE = "steps", "requests"  # the sink's table names (steps.parquet, requests.parquet)
+
+# Reads a table's chunks in order, restricted to the given columns (TableSink.chunks of one table)
+ChunkSource = Callable[[list[str]], Iterable[pd.DataFrame]]
+
 
 class StepLog:
-    """Growable columnar storage of step rows. `record` mutates."""
+    """Step rows on their way to a table sink. `record`, `record_groups` and `close` mutate."""
 
-    def __init__(self, initial_rows: int = 4096) -> None:
-        self.num_rows = 0
-        self.floats = np.zeros((initial_rows, len(FLOAT_STEP_COLUMNS)), dtype=np.float64)
-        self.ints = np.zeros((initial_rows, len(INT_STEP_COLUMNS)), dtype=np.int64)
-        # a hybrid pool's per-group columns (name -> one value per row), recorded beside every row
+    def __init__(self, sink: TableSink | None = None) -> None:
+        self.sink = MemorySink() if sink is None else sink
+        self.rows_per_chunk = table_sink.ROWS_PER_CHUNK
+        self.num_rows = 0  # rows recorded
+        self.num_saturated = 0  # rows with a non-empty queue (num_waiting > 0)
+        self._floats: list[tuple[float, ...]] = []  # rows not yet handed to the sink
+        self._ints: list[tuple[int, ...]] = []
+        # a hybrid pool's per-group columns (name -> one value per buffered row), recorded beside every row
         self.group_columns: dict[str, list[int]] = {}
 
     def record_groups(self, values: dict[str, int]) -> None:
@@ -40,71 +54,91 @@ class StepLog:
 
     def record(self, floats: tuple[float, ...], ints: tuple[int, ...]) -> None:
         """Append one row; `floats` in FLOAT_STEP_COLUMNS order, `ints` in INT_STEP_COLUMNS order."""
-        i = self.num_rows
-        if i == self.floats.shape[0]:
-            self.floats = np.concatenate([self.floats, np.zeros_like(self.floats)])
-            self.ints = np.concatenate([self.ints, np.zeros_like(self.ints)])
-        self.floats[i] = floats
-        self.ints[i] = ints
-        self.num_rows = i + 1
+        if len(self._ints) == self.rows_per_chunk:
+            self._flush()
+        self._floats.append(floats)
+        self._ints.append(ints)
+        self.num_rows += 1
+        self.num_saturated += ints[_WAITING] > 0
+
+    def close(self) -> None:
+        """Hand the last rows to the sink (an empty chunk when there were none, so the table exists)."""
+        if self._ints or not self.num_rows:
+            self._flush()
 
     def to_frame(self) -> pd.DataFrame:
-        n = self.num_rows
+        """The whole table, for a log kept in memory (a fleet's replicas merge theirs)."""
+        self.close()
+        return self.sink.frame(STEPS_TABLE)
+
+    def _flush(self) -> None:
+        n = len(self._ints)
+        floats = np.array(self._floats, dtype=np.float64).reshape(n, len(FLOAT_STEP_COLUMNS))
+        ints = np.array(self._ints, dtype=np.int64).reshape(n, len(INT_STEP_COLUMNS))
         data: dict[str, np.ndarray] = {}
         for j, name in enumerate(FLOAT_STEP_COLUMNS):
-            data[name] = self.floats[:n, j].copy()
+            data[name] = floats[:, j].copy()
         for j, name in enumerate(INT_STEP_COLUMNS):
-            data[name] = self.ints[:n, j].copy()
+            data[name] = ints[:, j].copy()
         for name, values in self.group_columns.items():
             data[name] = np.asarray(values, dtype=np.int64)
-        return pd.DataFrame({name: data[name] for name in (*C.STEP_COLUMNS, *self.group_columns)})
+        self.sink.append(STEPS_TABLE, pd.DataFrame({name: data[name]
+                                                    for name in (*C.STEP_COLUMNS, *self.group_columns)}))
+        self._floats, self._ints = [], []
+        self.group_columns = {name: [] for name in self.group_columns}
 
 
-def _dot(values: np.ndarray, weights: np.ndarray) -> float:
-    """Σ values·weights in float64 by NumPy's pairwise sum, never BLAS: a BLAS dot splits the sum
-    across its threads, so its last bit would depend on the thread count of the machine."""
-    return float(np.sum(values.astype(np.float64) * weights))
+_WAITING = INT_STEP_COLUMNS.index("num_waiting")
 
 
-def _weighted_frac(values: np.ndarray, weights: np.ndarray, capacity_slots: int) -> float:
-    total = float(weights.sum())
-    if total <= 0:
-        return math.nan
-    return _dot(values, weights) / total / capacity_slots
-
-
-def _percentile(values: np.ndarray, q: float) -> float:
-    return float(np.percentile(values, q)) if values.size else math.nan
+def _frame_source(frame: pd.DataFrame) -> ChunkSource:
+    return lambda columns: (frame[columns],)
 
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: int,
               generated_tokens: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """The run-level figures of docs/outputs.md from the two tables.
+    """The run-level figures of docs/outputs.md from the two tables (`summarize_chunks` over one chunk each).
 
     `generated_tokens` counts every sample's tokens of the finished requests; `extra` supplies the
     keys the tables cannot give (prefix counters, kernel figures, wall time)."""
-    dt = steps["dt_s"].to_numpy()  # [num_steps]
-    saturated = steps["num_waiting"].to_numpy() > 0
-    out: dict[str, Any] = {"kv_slots": int(capacity_slots), "num_requests": int(len(requests)),
-                           "sim_time_s": float(steps["t_s"].iloc[-1]) if len(steps) else 0.0}
-    for col, key in zip(C.SLOT_COLUMNS, C.MEM_FRAC_KEYS, strict=True):
-        out[key] = _weighted_frac(steps[col].to_numpy(), dt, capacity_slots)
-    for col, key in zip(C.SLOT_COLUMNS, C.MEM_FRAC_SAT_KEYS, strict=True):
-        out[key] = _weighted_frac(steps[col].to_numpy()[saturated], dt[saturated], capacity_slots)
+    return summarize_chunks(_frame_source(steps), _frame_source(requests), capacity_slots=capacity_slots,
+                            generated_tokens=generated_tokens, extra=extra)
 
-    # free memory in any extent: what a contiguous request could have used if it were one piece
-    unallocated = (steps["free_slots"] + steps["external_frag_slots"]).to_numpy().astype(np.float64)
-    largest = steps["largest_free_extent_slots"].to_numpy().astype(np.float64)
-    frag = np.where(unallocated > 0, 1.0 - largest / np.maximum(unallocated, 1.0), 0.0)
-    out["ext_frag_index"] = float(frag.mean()) if frag.size else 0.0
 
-    logical = _dot(steps["logical_token_slots"].to_numpy(), dt)
-    token = _dot(steps["token_slots"].to_numpy(), dt)
-    out["sharing_saving_frac"] = 1.0 - token / logical if logical > 0 else 0.0
-    allocated = (steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]).to_numpy()
-    unshared = _dot(steps["unshared_block_slots"].to_numpy(), dt)
-    out["block_sharing_saving_frac"] = 1.0 - _dot(allocated, dt) / unshared if unshared > 0 else 0.0
+# weighted by dt: (summary key, the per-step column or columns whose sum is weighted)
+_SLOT_KEYS = tuple(zip(C.SLOT_COLUMNS, C.MEM_FRAC_KEYS, C.MEM_FRAC_SAT_KEYS, strict=True))
+_STEP_INPUTS = ["t_s", "dt_s", "num_waiting", "num_running", *C.SLOT_COLUMNS, "largest_free_extent_slots",
+                "logical_token_slots", "unshared_block_slots", "block_table_bytes", "preemptions", "cow_copies"]
+_REQUEST_INPUTS = ["arrival_s", "first_token_s", "finish_s", "output_tokens", "status"]
 
+
+def _count(source: ChunkSource, column: str, test: Callable[[pd.Series], np.ndarray]) -> tuple[int, int]:
+    """(rows, rows passing `test`) of one column, over every chunk."""
+    rows = hits = 0
+    for chunk in source([column]):
+        rows += len(chunk)
+        hits += int(np.count_nonzero(test(chunk[column])))
+    return rows, hits
+
+
+def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slots: int, generated_tokens: int,
+                     extra: dict[str, Any]) -> dict[str, Any]:
+    """The run-level figures of docs/outputs.md from the two tables read chunk by chunk (two passes over
+    each: the counts, then the sums), equal bit for bit to the figures over the whole columns."""
+    num_steps, num_sat = _count(steps, "num_waiting", lambda col: col.to_numpy() > 0)
+    # imported here: exact_sums compiles with Numba, and a sweep worker sets Numba's threads before it loads
+    from workbench.exact_sums import BufferedSum, PairwiseSum
+    num_requests, num_finished = _count(requests, "status", lambda col: (col == "finished").to_numpy())
+    step_sums = _StepSums(num_steps, num_sat, PairwiseSum, BufferedSum)
+    for chunk in steps(_STEP_INPUTS):
+        step_sums.add(chunk)
+    request_sums = _RequestSums(num_finished, PairwiseSum)
+    for chunk in requests(_REQUEST_INPUTS):
+        request_sums.add(chunk)
+
+    out: dict[str, Any] = {"kv_slots": int(capacity_slots), "num_requests": int(num_requests),
+                           "sim_time_s": step_sums.last_t_s}
+    step_sums.figures(out, capacity_slots)
     query, hit = int(extra["prefix_query_tokens"]), int(extra["prefix_hit_tokens"])
     out["prefix_query_tokens"], out["prefix_hit_tokens"] = query, hit
     out["prefix_hit_rate"] = hit / query if query else 0.0
@@ -117,38 +151,131 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: in
     out["prefix_hit_rate_shared"] = int(extra.get("prefix_hit_tokens_shared", 0)) / query if query else 0.0
     out["shared_bytes_loaded"] = int(extra.get("shared_bytes_loaded", 0))
     out["shared_bytes_demoted"] = int(extra.get("shared_bytes_demoted", 0))
-    out["block_table_bytes_mean"] = (_dot(steps["block_table_bytes"].to_numpy(), dt) / float(dt.sum())
-                                     if dt.sum() > 0 else 0.0)
-    running = steps["num_running"].to_numpy()
-    out["mean_batch_size"] = float(running.mean()) if running.size else 0.0
-    out["max_batch_size"] = int(running.max()) if running.size else 0
-    out["saturated_step_frac"] = float(saturated.mean()) if saturated.size else 0.0
-    out["mean_batch_size_sat"] = float(running[saturated].mean()) if saturated.any() else math.nan
-    # every running sequence samples one token per step (a prefill its first, a recompute its next)
-    sat_s = float(dt[saturated].sum())
-    out["throughput_tok_s_sat"] = float(running[saturated].sum()) / sat_s if sat_s > 0 else math.nan
 
-    finished = requests[requests["status"] == "finished"]
     sim_time = out["sim_time_s"]
-    out["throughput_req_s"] = len(finished) / sim_time if sim_time > 0 else 0.0
+    out["throughput_req_s"] = num_finished / sim_time if sim_time > 0 else 0.0
     out["throughput_tok_s"] = generated_tokens / sim_time if sim_time > 0 else 0.0
-    arrival = finished["arrival_s"].to_numpy()
-    first = finished["first_token_s"].to_numpy()
-    finish = finished["finish_s"].to_numpy()
-    output = finished["output_tokens"].to_numpy()
-    out["normalized_latency_s_per_tok"] = float(((finish - arrival) / output).mean()) if len(finished) else math.nan
-    ttft = first - arrival
-    multi = output > 1
-    tpot = (finish[multi] - first[multi]) / (output[multi] - 1)
-    out["ttft_p50_s"], out["ttft_p99_s"] = _percentile(ttft, 50), _percentile(ttft, 99)
-    out["tpot_p50_s"], out["tpot_p99_s"] = _percentile(tpot, 50), _percentile(tpot, 99)
-    out["num_finished"] = int(len(finished))
-    out["num_rejected"] = int(len(requests) - len(finished))
-    out["num_preemptions"] = int(steps["preemptions"].sum())
-    out["cow_copies"] = int(steps["cow_copies"].sum())
+    request_sums.figures(out)
+    out["num_finished"] = int(num_finished)
+    out["num_rejected"] = int(num_requests - num_finished)
     for key in ("kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s"):
         out[key] = extra[key]
     return {key: out[key] for key in C.SUMMARY_KEYS}
+
+
+class _StepSums:
+    """The step table's sums, fed chunk by chunk in order (`add` mutates). Each float sum is NumPy's over
+    the whole column (PairwiseSum), each mean of an integer column NumPy's cast-and-buffer sum."""
+
+    def __init__(self, num_steps: int, num_sat: int, PairwiseSum, BufferedSum) -> None:  # noqa: N803 - classes
+        self.num_steps, self.num_sat = num_steps, num_sat
+        self.last_t_s = 0.0
+        self.dt = PairwiseSum(num_steps)
+        self.dt_sat = PairwiseSum(num_sat)
+        self.slot_dt = {col: PairwiseSum(num_steps) for col in C.SLOT_COLUMNS}
+        self.slot_dt_sat = {col: PairwiseSum(num_sat) for col in C.SLOT_COLUMNS}
+        self.frag = PairwiseSum(num_steps)
+        self.logical_dt, self.token_dt = PairwiseSum(num_steps), PairwiseSum(num_steps)
+        self.allocated_dt, self.unshared_dt = PairwiseSum(num_steps), PairwiseSum(num_steps)
+        self.table_bytes_dt = PairwiseSum(num_steps)
+        self.running, self.saturated, self.running_sat = BufferedSum(), BufferedSum(), BufferedSum()
+        self.max_running = 0
+        self.running_sat_total = 0  # exact: an integer sum
+        self.preemptions = self.cow_copies = 0
+
+    def add(self, chunk: pd.DataFrame) -> None:
+        if not len(chunk):
+            return
+        col = {name: chunk[name].to_numpy() for name in _STEP_INPUTS}
+        dt = col["dt_s"]
+        sat = col["num_waiting"] > 0
+        self.last_t_s = float(col["t_s"][-1])
+        self.dt.add(dt)
+        self.dt_sat.add(dt[sat])
+        for name in C.SLOT_COLUMNS:
+            weighted = col[name].astype(np.float64) * dt
+            self.slot_dt[name].add(weighted)
+            self.slot_dt_sat[name].add(col[name][sat].astype(np.float64) * dt[sat])
+        # free memory in any extent: what a contiguous request could have used if it were one piece
+        unallocated = (col["free_slots"] + col["external_frag_slots"]).astype(np.float64)
+        largest = col["largest_free_extent_slots"].astype(np.float64)
+        self.frag.add(np.where(unallocated > 0, 1.0 - largest / np.maximum(unallocated, 1.0), 0.0))
+        self.logical_dt.add(col["logical_token_slots"].astype(np.float64) * dt)
+        self.token_dt.add(col["token_slots"].astype(np.float64) * dt)
+        allocated = col["token_slots"] + col["reserved_slots"] + col["internal_frag_slots"]
+        self.allocated_dt.add(allocated.astype(np.float64) * dt)
+        self.unshared_dt.add(col["unshared_block_slots"].astype(np.float64) * dt)
+        self.table_bytes_dt.add(col["block_table_bytes"].astype(np.float64) * dt)
+        running = col["num_running"]
+        self.running.add(running)
+        self.saturated.add(sat)
+        self.running_sat.add(running[sat])
+        self.max_running = max(self.max_running, int(running.max()))
+        self.running_sat_total += int(running[sat].sum())
+        self.preemptions += int(col["preemptions"].sum())
+        self.cow_copies += int(col["cow_copies"].sum())
+
+    def figures(self, out: dict[str, Any], capacity_slots: int) -> None:
+        """Mutates `out`: the step table's summary keys."""
+        dt_total, dt_sat_total = self.dt.total(), self.dt_sat.total()
+        for col, key, key_sat in _SLOT_KEYS:
+            out[key] = self.slot_dt[col].total() / dt_total / capacity_slots if dt_total > 0 else math.nan
+            out[key_sat] = (self.slot_dt_sat[col].total() / dt_sat_total / capacity_slots if dt_sat_total > 0
+                            else math.nan)
+        n = self.num_steps
+        out["ext_frag_index"] = self.frag.total() / n if n else 0.0
+        logical, token = self.logical_dt.total(), self.token_dt.total()
+        out["sharing_saving_frac"] = 1.0 - token / logical if logical > 0 else 0.0
+        unshared = self.unshared_dt.total()
+        out["block_sharing_saving_frac"] = 1.0 - self.allocated_dt.total() / unshared if unshared > 0 else 0.0
+        out["block_table_bytes_mean"] = self.table_bytes_dt.total() / dt_total if dt_total > 0 else 0.0
+        out["mean_batch_size"] = self.running.total() / n if n else 0.0
+        out["max_batch_size"] = self.max_running
+        out["saturated_step_frac"] = self.saturated.total() / n if n else 0.0
+        out["mean_batch_size_sat"] = self.running_sat.total() / self.num_sat if self.num_sat else math.nan
+        # every running sequence samples one token per step (a prefill its first, a recompute its next)
+        out["throughput_tok_s_sat"] = float(self.running_sat_total) / dt_sat_total if dt_sat_total > 0 else math.nan
+        out["num_preemptions"] = self.preemptions
+        out["cow_copies"] = self.cow_copies
+
+
+class _RequestSums:
+    """The finished requests' latency figures, fed chunk by chunk in order (`add` mutates): the
+    normalized latency's mean in NumPy's order, TTFT and TPOT kept for their percentiles (8 bytes each per
+    finished request)."""
+
+    def __init__(self, num_finished: int, PairwiseSum) -> None:  # noqa: N803 - a class
+        self.num_finished = num_finished
+        self.normalized = PairwiseSum(num_finished)
+        self.ttft = np.empty(num_finished)  # [num_finished], filled in request order
+        self.tpot = np.empty(num_finished)  # [finished with more than one output token]
+        self._num_ttft = self._num_tpot = 0
+
+    def add(self, chunk: pd.DataFrame) -> None:
+        done = (chunk["status"] == "finished").to_numpy()
+        arrival = chunk["arrival_s"].to_numpy()[done]
+        first = chunk["first_token_s"].to_numpy()[done]
+        finish = chunk["finish_s"].to_numpy()[done]
+        output = chunk["output_tokens"].to_numpy()[done]
+        self.normalized.add((finish - arrival) / output)
+        self.ttft[self._num_ttft:self._num_ttft + arrival.shape[0]] = first - arrival
+        self._num_ttft += arrival.shape[0]
+        multi = output > 1
+        tpot = (finish[multi] - first[multi]) / (output[multi] - 1)
+        self.tpot[self._num_tpot:self._num_tpot + tpot.shape[0]] = tpot
+        self._num_tpot += tpot.shape[0]
+
+    def figures(self, out: dict[str, Any]) -> None:
+        """Mutates `out`: the request table's summary keys."""
+        n = self.num_finished
+        out["normalized_latency_s_per_tok"] = self.normalized.total() / n if n else math.nan
+        ttft, tpot = self.ttft[:self._num_ttft], self.tpot[:self._num_tpot]
+        out["ttft_p50_s"], out["ttft_p99_s"] = _percentile(ttft, 50), _percentile(ttft, 99)
+        out["tpot_p50_s"], out["tpot_p99_s"] = _percentile(tpot, 50), _percentile(tpot, 99)
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else math.nan
 
 
 def summary_problem(summary: Any) -> str | None:
@@ -180,13 +307,18 @@ def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, re
     staged = staging_dir(out_dir)
     staged.mkdir(parents=True)
     try:
-        (staged / "config.json").write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
+        write_json(staged / "config.json", config)
         steps.to_parquet(staged / "steps.parquet", index=False)
         requests.to_parquet(staged / "requests.parquet", index=False)
-        (staged / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+        write_json(staged / "summary.json", summary)
         install(staged, out_dir, replace=replace)
     except OutputExistsError:  # the message names `staged`, where the new result is kept
         raise
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """config.json and summary.json: indented, keys in the order given."""
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")

@@ -11,14 +11,15 @@ Ctrl-C or SIGTERM exits 130, writing nothing; a failing stdout keeps the written
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from pathlib import Path
 
 from workbench.callable_module import make_callable
 from workbench.clean_exit import OneLineParser, print_error, run_cli
 from workbench.config import RunConfig, describe_bounds
-from workbench.errors import ConfigError, TraceError
-from workbench.outdir import OutputExistsError, check_target
+from workbench.errors import ConfigError, TraceError, UnservableError, WorkloadError
+from workbench.outdir import OutputExistsError, check_target, install, staging_dir
 from workbench.presets import GPUS, MODELS
 from workbench.run_table import format_summary
 
@@ -65,9 +66,12 @@ def build_parser() -> OneLineParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command: the same checks as `workbench.run(**flags)`, but the tables stream to `--out` while the
+    run goes (engine.simulation.run), so a long trace runs in bounded memory."""
     args = build_parser().parse_args(argv)
     values = {name: getattr(args, name) for name in RunConfig.field_names()}
-    from workbench.api import run_checked, run_config, write_result
+    from workbench.api import run_config, run_title
+    from workbench.engine.simulation import run
     try:
         cfg = run_config(**values)
         if args.out is not None:
@@ -75,14 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print_error(exc)
         return 2
+    staged = None if args.out is None else staging_dir(args.out)  # renamed to --out once complete
+    keep_staged = False
     try:
-        result = run_checked(cfg, progress=args.progress)
-        if args.out is not None:
-            write_result(result, args.out, replace=args.force)
+        summary = run(cfg, staged, progress=args.progress)
+        if staged is not None:
+            install(staged, args.out, replace=args.force)
     except OutputExistsError as exc:  # --out appeared while running: the message names where the result is
+        keep_staged = True
         print_error(exc)
         return 2
-    except (ConfigError, TraceError) as exc:  # found once the run has read its workload
+    except (ConfigError, WorkloadError, TraceError, UnservableError) as exc:  # found once the workload is read
         print_error(exc)
         return 2
     except OSError as exc:  # a full disk or a vanished parent: the staged directory goes, nothing else changed
@@ -91,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; nothing was written", file=sys.stderr)
         return 130
-    print(result.title)
-    print(format_summary(result.figures))
+    finally:
+        if staged is not None and not keep_staged:
+            shutil.rmtree(staged, ignore_errors=True)
+    print(run_title(cfg))
+    print(format_summary(summary))
     if args.out is not None:
         print(f"wrote {args.out}/")
     return 0

@@ -81,13 +81,16 @@ class PoolModel:
             self.tokens[seq_id].extend(new.tolist())
         return result
 
-    def append(self, seq_ids: list[int], rng: np.random.Generator) -> None:
-        self.append_tokens(seq_ids, rng.integers(0, 1000, len(seq_ids)).astype(np.int32))
+    def append(self, seq_ids: list[int], rng: np.random.Generator, *, if_room: bool = False) -> None:
+        self.append_tokens(seq_ids, rng.integers(0, 1000, len(seq_ids)).astype(np.int32), if_room=if_room)
 
-    def append_tokens(self, seq_ids: list[int], new: np.ndarray) -> None:
-        """Append these token ids (int32 [len(seq_ids)]), telling a strategy that wants them."""
+    def append_tokens(self, seq_ids: list[int], new: np.ndarray, *, if_room: bool = False) -> None:
+        """Append these token ids (int32 [len(seq_ids)]), telling a strategy that wants them; `if_room`:
+        through `append_if_room` (the scheduler's call), which must not refuse what `can_append` allows."""
         held = self._held_blocks()
-        result = self.s.append(seq_ids, new) if self.s.wants_token_ids else self.s.append(seq_ids)
+        call = self.s.append_if_room if if_room else self.s.append
+        result = call(seq_ids, new) if self.s.wants_token_ids else call(seq_ids)
+        assert result is not None, "append_if_room refused an append the pool has room for"
         self._host_moves(held)
         self._copy(result.copies)
         self.cow_copies += result.copies.shape[0]

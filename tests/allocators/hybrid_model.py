@@ -33,9 +33,11 @@ class HybridPoolModel:
                 self.final[seq_id] = final_len
         return result
 
-    def append(self, seq_ids: list[int], rng: np.random.Generator) -> None:
+    def append(self, seq_ids: list[int], rng: np.random.Generator, *, if_room: bool = False) -> None:
         new = rng.integers(0, 1000, len(seq_ids))
-        result = self.s.append(seq_ids, new.astype(np.int32) if self.s.wants_token_ids else None)
+        call = self.s.append_if_room if if_room else self.s.append
+        result = call(seq_ids, new.astype(np.int32) if self.s.wants_token_ids else None)
+        assert result is not None, "append_if_room refused an append the pool has room for"
         for src, dst in result.copies.tolist():
             self.device[dst * self.bs:(dst + 1) * self.bs] = self.device[src * self.bs:(src + 1) * self.bs]
         for slots in result.group_slots:  # [num_seqs] per group

@@ -32,15 +32,17 @@ BLOCK_SIZES = (1, 3, 16, 256)  # paged kernel mode; contiguous strategies have o
 
 
 def _append_or_refuse(s, model, batch: list[int], rng) -> bool:
-    """Append one token to each of `batch` when the pool can; otherwise show that the refused append
-    raises and leaves the pool as it was. True when appended."""
+    """Append one token to each of `batch` when the pool can (half of the time through `append_if_room`,
+    the scheduler's one call); otherwise show that the refused append raises, that `append_if_room` says
+    None, and that both leave the pool as it was. True when appended."""
     if s.can_append(batch):
-        model.append(batch, rng)
+        model.append(batch, rng, if_room=bool(rng.integers(2)))
         return True
     before = s.snapshot()
     with pytest.raises(RuntimeError):
         s.append(batch)
     assert s.snapshot() == before, "a failed append changed the pool"
+    assert s.append_if_room(batch) is None and s.snapshot() == before, "a refused append_if_room changed the pool"
     return False
 
 def walk_configs(reg: registry.Registration) -> list[tuple[int, dict]]:

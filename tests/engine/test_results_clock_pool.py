@@ -23,7 +23,8 @@ EXTRA = {"prefix_query_tokens": 100, "prefix_hit_tokens": 25, "prefix_evicted_bl
 
 
 def _steps(rows: list[dict]) -> pd.DataFrame:
-    log = StepLog(initial_rows=1)  # forces growth
+    log = StepLog()
+    log.rows_per_chunk = 1  # every row its own chunk: the table is put together from chunks
     for r in rows:
         full = {c: 0 for c in C.STEP_COLUMNS} | r
         log.record(tuple(full[c] for c in FLOAT_STEP_COLUMNS), tuple(full[c] for c in INT_STEP_COLUMNS))

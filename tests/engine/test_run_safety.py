@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from tests.engine.conftest import SMALL_MODEL
@@ -118,7 +119,8 @@ def test_a_run_failing_while_writing_leaves_nothing_and_the_old_result_whole(tmp
     def disk_full(self, *args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", disk_full)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", disk_full)  # a fleet's tables, written whole
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)  # one replica's, streamed in row groups
     out, extra = (tmp_path / "new", []) if target == "new" else (old, ["--force"])
     capsys.readouterr()
     assert main([*TINY, "--seed", "9", "--out", str(out), *extra]) == 1

@@ -40,7 +40,7 @@ def _fixture_bytes(name: str) -> tuple[bytes, bytes]:
     if name in ("azure-llm-2023-conv", "azure-llm-2023-code"):
         data = (FIXTURES / f"azure_{name.rsplit('-', 1)[1]}_head300.csv").read_bytes()
         return data, data
-    if name in ("burstgpt1-head400", "burstgpt3-head400"):
+    if name in ("burstgpt1-head400", "burstgpt3-head400", "burstgpt1-full"):  # the full file's head, for the full
         data = (FIXTURES / f"{name.split('-')[0]}_head200.csv").read_bytes()
         return data, data
     if name == "mooncake-fast25-conversation":

@@ -104,7 +104,8 @@ def test_every_entry_has_a_published_source_and_known_derivation():
         assert entry.licence and entry.rows > 0
         if entry.git_blob_sha1 is not None:  # pinned by the upstream tree's blob id: size and sha256 unknown
             assert len(entry.git_blob_sha1) == 40 and entry.sha256 is None and entry.derive is None
-            assert entry.size_bytes is None and entry.download_size_bytes == UNKNOWN_SIZE_CAP_BYTES
+            assert entry.size_bytes is None
+            assert entry.download_size_bytes == (entry.size_cap_bytes or UNKNOWN_SIZE_CAP_BYTES)
             continue
         assert entry.size_bytes > 0 and len(entry.sha256) == 64
         if entry.derive is None:
@@ -249,3 +250,13 @@ def test_an_entry_needs_exactly_one_pin():
     with pytest.raises(ValueError, match="a derived file needs the sha256"):
         TraceEntry(*fields, None, None, 1, "MIT", "https://example.org/x.csv", "s", derive="lmsys-drop-text",
                    git_blob_sha1="0" * 40)
+
+
+def test_a_blob_pinned_download_past_the_entrys_own_size_cap_is_refused(cache, blob_pinned, monkeypatch):
+    capped = dataclasses.replace(blob_pinned, size_cap_bytes=len(TINY) - 1)
+    monkeypatch.setitem(registry_module.TRACES, "pinned", capped)
+    with pytest.raises(TraceError, match=f"more than the registry's {len(TINY) - 1:,}"):
+        fetch("pinned", progress=False)
+    assert not (cache / "pinned").exists()
+    monkeypatch.setitem(registry_module.TRACES, "pinned", dataclasses.replace(capped, size_cap_bytes=len(TINY)))
+    assert fetch("pinned", progress=False).read_bytes() == TINY

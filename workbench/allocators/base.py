@@ -41,13 +41,21 @@ class SeqSpec:
     of the following tokens (the first chunk, computed in this step), and the rest of `token_ids`
     arrive later through `extend`. The prefix cache is still looked up over all of `token_ids`, once.
     None: they hold all of `token_ids`.
+
+    A strategy that reads no prompt ids (`needs_prompt_ids` False) may be given `token_ids` None and the
+    count alone as `num_tokens`: computing a long prompt's ids costs more than admitting it.
     """
 
-    token_ids: np.ndarray  # int32 [num_tokens]
+    token_ids: np.ndarray | None  # int32 [num_tokens]; None: only the count is given
     final_len: int
     num_new_tokens: int | None = None
+    num_tokens: int = -1  # taken from token_ids when they are given
 
     def __post_init__(self) -> None:
+        if self.token_ids is not None:
+            object.__setattr__(self, "num_tokens", int(self.token_ids.shape[0]))
+        elif self.num_tokens < 0:
+            raise ValueError("a SeqSpec without token ids needs num_tokens")
         if self.num_new_tokens is not None and self.num_new_tokens < 1:
             raise ValueError(f"num_new_tokens must be >= 1 (a chunk computes at least one token), "
                              f"got {self.num_new_tokens}")
@@ -57,10 +65,6 @@ class SeqSpec:
         if self.num_new_tokens is None:
             return self.num_tokens
         return cached_tokens + min(self.num_new_tokens, self.num_tokens - cached_tokens)
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.token_ids.shape[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +221,7 @@ class Strategy(ABC):
     capacity_slots: int  # whole blocks only: the pool's C of docs/memory.md (a tail smaller than a block is not pool)
     supports_swap: bool  # False: swap_out raises and the engine must preempt by recompute
     wants_token_ids: bool = False  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
+    needs_prompt_ids: bool = True  # False: `admit` reads only the count of `SeqSpec.token_ids` (may be given None)
     prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache by this instance (0 without one)
     prefix_hit_tokens: int = 0  # of those, tokens served from the cache
     prefix_evicted_blocks: int = 0  # cached blocks evicted (unregistered and reused) by this instance
@@ -245,6 +250,13 @@ class Strategy(ABC):
         strategy with `wants_token_ids` uses them (to cache blocks filled during decode); callers
         may pass None, and then such a strategy stops caching these sequences' later blocks."""
         ...
+
+    def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
+        """Mutates when it returns a result: `append` if `can_append`, else None and nothing changes (the
+        scheduler's one call per decode step; a strategy that counts the step's blocks once overrides it)."""
+        if not self.can_append(seq_ids):
+            return None
+        return self.append(seq_ids) if token_ids is None else self.append(seq_ids, token_ids)
 
     @abstractmethod
     def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:

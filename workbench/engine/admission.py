@@ -181,7 +181,10 @@ class Admission:
         req = g.request
         recomputed = g.generated
         paged = strategy.kernel_mode == "paged"
-        token_ids = shared_token_ids(self.tokens, g)
+        if strategy.needs_prompt_ids:
+            spec = SeqSpec(shared_token_ids(self.tokens, g), g.final_len)
+        else:  # the count is all it reads (`shared_token_ids`' length)
+            spec = SeqSpec(None, g.final_len, num_tokens=req.prompt_tokens + (recomputed if g.num_seqs == 1 else 0))
         if num_seqs > 1 and recomputed and paged and not pool_empty:
             # the appends below must not fail once the prompt is admitted (its blocks may be registered
             # in a prefix cache before their KV is written): check an upper bound of the blocks first —
@@ -191,13 +194,13 @@ class Admission:
             needed = cdiv(req.prompt_tokens, bs) + num_seqs * (cdiv(recomputed, bs) + 1)
             if strategy.num_allocatable_blocks() < needed:
                 return Refused(0)
-        result = strategy.admit(g.seq_ids, SeqSpec(token_ids, g.final_len))
+        result = strategy.admit(g.seq_ids, spec)
         if not result.admitted:
             return Refused(result.needed_extent_slots, result.reason)
         if result.copies is not None and len(result.copies):
             copies.append(result.copies)
-        g.kv_len = len(token_ids)
-        write_tokens = len(token_ids) - result.cached_tokens
+        g.kv_len = spec.num_tokens
+        write_tokens = spec.num_tokens - result.cached_tokens
         if num_seqs > 1 and recomputed:
             # each sample's own generated tokens follow the shared prompt: one append per position
             for j in range(recomputed):

@@ -20,8 +20,13 @@ class DecodeBatch:
     def __init__(self, meter: CostMeter) -> None:
         self.groups: list[Group] = []  # RUNNING groups, in the order they joined
         self.meter = meter
-        self._ids: list[int] | None = None  # the flattened sequence ids, rebuilt on change
-        self._requests: tuple[int, ...] | None = None  # the groups' request indices, rebuilt on change
+        # The flattened sequence ids: a new list at every change (plans keep the old one); None when it
+        # must be rebuilt from the groups. While every group has one sequence (`_multi` == 0) a group's
+        # position in `groups` is its position here, so joins and leaves edit the list in C.
+        self._ids: list[int] | None = []
+        self._multi = 0  # groups with more than one sequence
+        self._request_list: list[int] = []  # the groups' request indices, batch order
+        self._requests: tuple[int, ...] | None = ()  # that list as a tuple, built once per change
         # A decoding sequence writes position `_pos_base + step`, generated token `_pos_base + step -
         # _prompt_len`; these arrays describe the list `_batch` and are rebuilt when the ids change.
         self._batch: list[int] | None = None
@@ -41,7 +46,7 @@ class DecodeBatch:
     def requests(self) -> tuple[int, ...]:
         """The running groups' request indices, batch order (cached until the batch changes)."""
         if self._requests is None:
-            self._requests = tuple(g.index for g in self.groups)
+            self._requests = tuple(self._request_list)
         return self._requests
 
     def positions(self, ids: list[int], step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -72,7 +77,9 @@ class DecodeBatch:
         """A group with tokens left to generate starts decoding at `step`."""
         g.state = GroupState.RUNNING
         self.groups.append(g)
+        self._request_list.append(g.index)
         self._requests = None
+        self._multi += g.num_seqs > 1
         if self._ids is not None:  # extend the batch (a new list: plans keep the old one)
             self._ids = self._ids + g.seq_ids
         self.meter.add(g.kv_len, g.num_seqs, step, +1)
@@ -80,10 +87,18 @@ class DecodeBatch:
     def leave(self, g: Group, step: int) -> None:
         """A running group stops decoding (finished or preempted); its counters are synced."""
         self.sync(g, step)
-        self.groups.remove(g)
-        self._ids = self._requests = None
+        i = self.groups.index(g)
+        del self.groups[i]
+        del self._request_list[i]
+        self._requests = None
+        if self._ids is not None and not self._multi and g.num_seqs == 1:
+            self._ids = self._ids[:i] + self._ids[i + 1:]
+        else:
+            self._ids = None
+        self._multi -= g.num_seqs > 1
         self.meter.add(g.kv_len, g.num_seqs, step, -1)
 
     def reshaped(self) -> None:
         """A running group's sequences changed (beam branching): rebuild the ids."""
         self._ids = None
+        self._multi = sum(g.num_seqs > 1 for g in self.groups)

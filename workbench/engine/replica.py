@@ -17,6 +17,7 @@ from workbench.clock.roofline import RooflineClock
 from workbench.engine.plan import StepPlan
 from workbench.engine.scheduler import Scheduler
 from workbench.results import StepLog
+from workbench.table_sink import TableSink
 
 
 class StepTimers:
@@ -37,16 +38,17 @@ class Replica:
     """Mutates its scheduler, the runner's pool and its step log."""
 
     def __init__(self, scheduler: Scheduler, runner, clock: RooflineClock, *, measured: bool, attention_scale: float,
-                 timers: StepTimers | None = None) -> None:
+                 timers: StepTimers | None = None, sink: TableSink | None = None) -> None:
         """`runner`: a KernelRunner or None (no kernels); `measured`: the clock takes the measured attention
-        time, scaled by `attention_scale` (one layer's kernel heads -> the whole model)."""
+        time, scaled by `attention_scale` (one layer's kernel heads -> the whole model); `sink`: where the step
+        rows go (None: kept in memory)."""
         self.scheduler = scheduler
         self.runner = runner
         self.clock = clock
         self.measured = measured
         self.attention_scale = attention_scale
         self.timers = timers
-        self.steps = StepLog()
+        self.steps = StepLog(sink)
         self.now_s = 0.0
         self.num_steps = 0  # steps recorded
 

@@ -1,76 +1,139 @@
-"""Per-request records of a run (requests.parquet) and the run's request counters."""
+"""Per-request records of a run (requests.parquet) and the run's request counters.
+
+Rows are kept only for the requests still open: from the first request not yet finished or rejected
+up to the last one seen. Once every request below some index is done, those rows can be taken out
+(`take_done`) and handed to the run's table sink, so the log's memory follows the requests in flight,
+not the length of the trace.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from workbench.workload.request import Request
+from workbench.workload.request import Request, request_columns
+
+_FLOAT_FIELDS = ("admitted_s", "first_token_s", "finish_s")
+_INT_FIELDS = ("prefix_hit_tokens", "num_preemptions")
 
 
 class RequestLog:
-    """One row per request of the workload, NaN until the event happens. Every method mutates."""
+    """One row per request, NaN until the event happens. Every method but `status_of` mutates."""
 
-    def __init__(self, num_requests: int) -> None:
-        self.admitted_s = np.full(num_requests, np.nan)
-        self.first_token_s = np.full(num_requests, np.nan)
-        self.finish_s = np.full(num_requests, np.nan)
-        self.prefix_hit_tokens = np.zeros(num_requests, dtype=np.int64)
-        self.num_preemptions = np.zeros(num_requests, dtype=np.int64)
-        self.status = ["pending"] * num_requests
+    def __init__(self, num_requests: int = 0) -> None:
+        self.num_requests = num_requests  # requests given so far; rows below `base` were taken out
+        self.base = 0
+        self.ready = 0  # every request below this index is done (finished or rejected)
+        capacity = 1024
+        self.admitted_s = np.full(capacity, np.nan)
+        self.first_token_s = np.full(capacity, np.nan)
+        self.finish_s = np.full(capacity, np.nan)
+        self.prefix_hit_tokens = np.zeros(capacity, dtype=np.int64)
+        self.num_preemptions = np.zeros(capacity, dtype=np.int64)
+        self.done = np.zeros(capacity, dtype=bool)
+        self.status: list[str] = ["pending"] * capacity  # of rows base .. base + capacity
         self.generated_tokens = 0  # tokens of finished requests, every sample counted
         self.num_rejected = 0
         self.num_finished = 0
 
     def grow(self, num_requests: int) -> None:
-        """Rows for `num_requests` more requests (a fleet routes them to a replica as they arrive); the
-        arrays at least double when they grow, so n requests added one by one cost O(n)."""
-        size = len(self.status)
-        if size + num_requests > self.finish_s.shape[0]:
-            capacity = max(2 * self.finish_s.shape[0], size + num_requests)
-            for name, fill in (("admitted_s", np.nan), ("first_token_s", np.nan), ("finish_s", np.nan),
-                               ("prefix_hit_tokens", 0), ("num_preemptions", 0)):
-                old = getattr(self, name)
-                new = np.full(capacity, fill, dtype=old.dtype)
-                new[:size] = old[:size]
-                setattr(self, name, new)
-        self.status += ["pending"] * num_requests
+        """Rows for `num_requests` more requests (a fleet routes them to a replica as they arrive), held from
+        now on: a fleet's router reads the rows of requests routed and not yet admitted."""
+        self.num_requests += num_requests
+        self._row(self.num_requests - 1)
+
+    def _row(self, index: int) -> int:
+        """The window position of request `index`, the window grown (at least doubled) to hold it."""
+        j = index - self.base
+        if j >= self.done.shape[0]:
+            self._resize(max(2 * self.done.shape[0], j + 1), 0)
+        return j
+
+    def _resize(self, capacity: int, drop: int) -> None:
+        """The window holds `capacity` rows after dropping its first `drop`."""
+        keep = self.done.shape[0] - drop
+        for name in (*_FLOAT_FIELDS, *_INT_FIELDS, "done"):
+            old = getattr(self, name)
+            fill = np.nan if name in _FLOAT_FIELDS else 0
+            new = np.full(capacity, fill, dtype=old.dtype)
+            new[:min(keep, capacity)] = old[drop:drop + min(keep, capacity)]
+            setattr(self, name, new)
+        self.status = self.status[drop:drop + min(keep, capacity)] + ["pending"] * max(0, capacity - keep)
 
     def admitted(self, index: int, now_s: float, cached_tokens: int) -> None:
         """The request's group got its KV (again, after a recompute preemption)."""
-        if np.isnan(self.admitted_s[index]):
-            self.admitted_s[index] = now_s
-        self.prefix_hit_tokens[index] += cached_tokens
+        j = self._row(index)
+        if np.isnan(self.admitted_s[j]):
+            self.admitted_s[j] = now_s
+        self.prefix_hit_tokens[j] += cached_tokens
 
     def first_token(self, index: int, now_s: float) -> None:
-        if np.isnan(self.first_token_s[index]):
-            self.first_token_s[index] = now_s
+        j = self._row(index)
+        if np.isnan(self.first_token_s[j]):
+            self.first_token_s[j] = now_s
 
     def preempted(self, index: int) -> None:
-        self.num_preemptions[index] += 1
+        self.num_preemptions[self._row(index)] += 1
 
     def finished(self, index: int, now_s: float, generated_tokens: int) -> None:
-        self.finish_s[index] = now_s
-        self.status[index] = "finished"
+        j = self._row(index)
+        self.finish_s[j] = now_s
+        self.status[j] = "finished"
         self.num_finished += 1
         self.generated_tokens += generated_tokens
+        self._done(j)
 
     def rejected(self, index: int, reason: str) -> None:
+        j = self._row(index)
         self.num_rejected += 1
-        self.status[index] = f"rejected: {reason}"
+        self.status[j] = f"rejected: {reason}"
+        self._done(j)
 
-    def to_frame(self, requests: list[Request]) -> pd.DataFrame:
-        """requests.parquet (workbench.columns.REQUEST_COLUMNS)."""
-        n = len(self.status)
+    def status_of(self, index: int) -> str:
+        """Pure. The request's status, while its row is kept."""
+        return self.status[index - self.base]
+
+    def _done(self, j: int) -> None:
+        self.done[j] = True
+        if j == self.ready - self.base:  # the done prefix grows past it, and past what finished before it
+            done, k = self.done, j
+            while k < done.shape[0] and done[k]:
+                k += 1
+            self.ready = self.base + k
+
+    def take_done(self, requests: Sequence[Request]) -> pd.DataFrame | None:
+        """The rows of the requests below `ready` not taken yet, as a requests.parquet chunk, removed from
+        the log (None when there are none)."""
+        num = self.ready - self.base
+        if num <= 0:
+            return None
+        frame = self._frame(requests, self.base, self.ready)
+        self._resize(self.done.shape[0], num)
+        self.base = self.ready
+        return frame
+
+    def to_frame(self, requests: Sequence[Request]) -> pd.DataFrame:
+        """requests.parquet (workbench.columns.REQUEST_COLUMNS), every row, for a log none of whose rows
+        were taken out (a fleet's replicas merge theirs)."""
+        if self.base:
+            raise RuntimeError(f"rows below request {self.base} were taken out of this log")
+        self._row(self.num_requests - 1)  # rows for requests given but never seen (none arrived yet)
+        return self._frame(requests, 0, self.num_requests)
+
+    def _frame(self, requests: Sequence[Request], lo: int, hi: int) -> pd.DataFrame:
+        a, b = lo - self.base, hi - self.base
+        cols = request_columns(requests, lo, hi)
         return pd.DataFrame({
-            "request_id": [r.request_id for r in requests],
-            "arrival_s": [r.arrival_s for r in requests],
-            "admitted_s": self.admitted_s[:n],
-            "first_token_s": self.first_token_s[:n],
-            "finish_s": self.finish_s[:n],
-            "prompt_tokens": [r.prompt_tokens for r in requests],
-            "output_tokens": [r.output_tokens for r in requests],
-            "prefix_hit_tokens": self.prefix_hit_tokens[:n],
-            "num_preemptions": self.num_preemptions[:n],
-            "status": self.status,
+            "request_id": cols.request_id,
+            "arrival_s": cols.arrival_s,
+            "admitted_s": self.admitted_s[a:b].copy(),
+            "first_token_s": self.first_token_s[a:b].copy(),
+            "finish_s": self.finish_s[a:b].copy(),
+            "prompt_tokens": cols.prompt_tokens,
+            "output_tokens": cols.output_tokens,
+            "prefix_hit_tokens": self.prefix_hit_tokens[a:b].copy(),
+            "num_preemptions": self.num_preemptions[a:b].copy(),
+            "status": self.status[a:b],
         })

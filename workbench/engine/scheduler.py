@@ -30,7 +30,7 @@ from workbench.engine.plan import Landed, Prefill, Resumed, StepPlan, concat_pai
 from workbench.engine.prefill_chunks import PrefillChunks
 from workbench.engine.request_log import RequestLog
 from workbench.engine.tokens import TokenStore
-from workbench.workload.request import Request
+from workbench.workload.request import Request, any_beam_search
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,13 @@ class Scheduler:
                                    skip_unplaced=config.admission == "skip")
         self.batch = DecodeBatch(CostMeter(self.block_size, config.attention_windows))
         self.next_arrival = 0  # index of the first request not yet arrived
+        self._next: Request | None = None  # that request, once read (`_next_request`)
         self.swapped: list[Group] = []  # preempted to the host pool; the last preempted returns first
         self.num_running_seqs = 0  # sequences holding device KV: RUNNING and STARTING groups
         self.step = 0  # completed steps
         self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
         self.beams = BeamForks(strategy, tokens, config.seed, self.admission.new_seq_id, config.beam_branch_frac)
-        self.has_beams = any(r.beam_width > 1 for r in requests)
+        self.has_beams = any_beam_search(requests)
         # token ids of the decode batch are computed when the strategy caches decode-filled blocks or a
         # kernel writes them
         self.needs_token_ids = strategy.wants_token_ids or config.kernel_every is not None
@@ -92,11 +93,11 @@ class Scheduler:
 
     def arrive(self, now_s: float) -> None:
         """Mutates. Requests that arrived by `now_s` join the waiting queue (or are rejected)."""
-        reqs, max_len = self.requests, self.config.max_model_len
-        while self.next_arrival < len(reqs) and reqs[self.next_arrival].arrival_s <= now_s:
+        max_len = self.config.max_model_len
+        while (req := self._next_request()) is not None and req.arrival_s <= now_s:
             i = self.next_arrival
-            req = reqs[i]
             self.next_arrival += 1
+            self._next = None
             group = Group(i, req, final_len=req.prompt_tokens + req.output_tokens - 1)
             total = req.prompt_tokens + req.output_tokens
             if total > max_len:
@@ -129,9 +130,14 @@ class Scheduler:
         return None if self.chunks is None else self.chunks.group
 
     def next_arrival_s(self) -> float | None:
-        if self.next_arrival < len(self.requests):
-            return self.requests[self.next_arrival].arrival_s
-        return None
+        req = self._next_request()
+        return None if req is None else req.arrival_s
+
+    def _next_request(self) -> Request | None:
+        """The first request not yet arrived, read from the workload once (None when all have arrived)."""
+        if self._next is None and self.next_arrival < len(self.requests):
+            self._next = self.requests[self.next_arrival]
+        return self._next
 
     def num_waiting(self) -> int:
         return len(self.waiting) + len(self.swapped)
@@ -144,7 +150,14 @@ class Scheduler:
         swap_out: list[np.ndarray] = []
         preemptions = 0
         ids = batch.ids()
-        while ids and not strategy.can_append(ids):
+        decode_seq_ids = positions = token_ids = appended = None
+        while ids:
+            if self.needs_token_ids:
+                decode_seq_ids, positions, generated = batch.positions(ids, self.step)
+                token_ids = self.tokens.generated(decode_seq_ids, generated)
+            appended = strategy.append_if_room(ids, token_ids if strategy.wants_token_ids else None)
+            if appended is not None:
+                break
             partial = self._partial()
             holders = batch.groups if partial is None else [*batch.groups, partial]
             victim = max(holders, key=lambda g: g.index)
@@ -154,13 +167,10 @@ class Scheduler:
                 self._preempt(victim, swap_out)
                 preemptions += 1
             ids = batch.ids()
+        if not ids:
+            decode_seq_ids = positions = token_ids = None
         decode_requests = batch.requests()
-        decode_seq_ids = positions = token_ids = appended = None
-        if ids:
-            if self.needs_token_ids:
-                decode_seq_ids, positions, generated = batch.positions(ids, self.step)
-                token_ids = self.tokens.generated(decode_seq_ids, generated)
-            appended = strategy.append(ids, token_ids) if strategy.wants_token_ids else strategy.append(ids)
+        if appended is not None:
             if len(appended.copies):
                 copies.append(appended.copies)
             batch.meter.decoded(len(ids), self.step)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import shutil
 import subprocess
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from workbench import __version__
+from workbench import __version__, table_sink
 from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.clock.profiles import make_clock
@@ -31,10 +34,13 @@ from workbench.engine.tokens import TokenStore
 from workbench.errors import UnservableError
 from workbench.fleet import disaggregated, fleet
 from workbench.fleet.registry import make_router
+from workbench.heap import release_free_memory
+from workbench.outdir import OutputExistsError, install, staging_dir
 from workbench.paths import REPO_ROOT
-from workbench.results import summarize, write_outputs
+from workbench.results import REQUESTS_TABLE, STEPS_TABLE, summarize_chunks, write_json, write_outputs
+from workbench.table_sink import MemorySink, ParquetSink, TableSink
 from workbench.workload import build_workload, check_workload
-from workbench.workload.request import Request
+from workbench.workload.request import Request, shortest_request
 
 
 @dataclass(frozen=True)
@@ -67,16 +73,52 @@ def check_config(cfg: RunConfig) -> Resolved:
 
 def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) -> dict[str, Any]:
     """Run one simulation; with `out_dir`, write config.json, steps.parquet, requests.parquet and
-    summary.json there. Returns the summary (keys = columns.SUMMARY_KEYS)."""
-    result, description = run_in_memory(cfg, progress=progress)
-    if out_dir is not None:
-        write_outputs(Path(out_dir), description, result.steps, result.requests, result.summary)
-    return result.summary
+    summary.json there. Returns the summary (keys = columns.SUMMARY_KEYS).
+
+    One replica's tables stream to Parquet while it runs (a temporary directory without `out_dir`), so
+    its memory does not grow with the trace; `out_dir` appears only once complete (workbench.outdir),
+    and nothing is left of it after an error."""
+    wall0 = time.perf_counter()
+    res = check_config(cfg)
+    requests = build_workload(cfg)
+    check_servable(cfg, res, requests)
+    release_free_memory()  # the workload's transient arrays: the run's peak is then the simulation's
+    shared_tier = registry.create_shared_tier(cfg, res)  # one pool for every replica (None: no shared tier)
+    if cfg.prefill_replicas or cfg.replicas > 1:
+        if cfg.prefill_replicas:
+            strategies = [registry.create_from_config(cfg, res) for _ in range(cfg.num_engines)]
+            result = simulate_disaggregated(cfg, requests, strategies, progress=progress, wall0_s=wall0)
+        else:
+            strategies = [registry.create_from_config(cfg, res, shared_tier) for _ in range(cfg.replicas)]
+            result = simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0)
+        if out_dir is not None:
+            write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,
+                          result.requests, result.summary)
+        return result.summary
+    final = None if out_dir is None else Path(out_dir)
+    staged = Path(tempfile.mkdtemp(prefix="workbench-run-")) if final is None else staging_dir(final)
+    keep = False  # a refused install keeps the new files where its message says; anything else leaves nothing
+    try:
+        staged.mkdir(parents=True, exist_ok=final is None)
+        summary = simulate_into(cfg, requests, registry.create_from_config(cfg, res, shared_tier),
+                                ParquetSink(staged), progress=progress, wall0_s=wall0)
+        if final is not None:
+            write_json(staged / "config.json", run_description(cfg, res, summary["kernel_backend"]))
+            write_json(staged / "summary.json", summary)
+            try:
+                install(staged, final, replace=False)
+            except OutputExistsError:
+                keep = True
+                raise
+    finally:
+        if not keep:
+            shutil.rmtree(staged, ignore_errors=True)
+    return summary
 
 
 def run_in_memory(cfg: RunConfig, *, progress: bool = False) -> tuple[RunResult, dict[str, Any]]:
-    """Run one simulation, keeping its tables in memory: the tables and summary, and config.json's
-    contents (`run_description`)."""
+    """Run one simulation, keeping its tables in memory (`workbench.run`): the tables and summary, and
+    config.json's contents (`run_description`). `run` streams them to files instead."""
     wall0 = time.perf_counter()
     res = check_config(cfg)
     requests = build_workload(cfg)
@@ -94,23 +136,35 @@ def run_in_memory(cfg: RunConfig, *, progress: bool = False) -> tuple[RunResult,
     return result, run_description(cfg, res, result.summary["kernel_backend"])
 
 
-def simulate(cfg: RunConfig, requests: list[Request], strategy: Strategy, *, progress: bool = False,
+def simulate(cfg: RunConfig, requests: Sequence[Request], strategy: Strategy, *, progress: bool = False,
              timers: StepTimers | None = None, wall0_s: float | None = None) -> RunResult:
     """Replay `requests` on a fresh `strategy` (mutated) under `cfg`; returns the tables and summary."""
+    sink = MemorySink()
+    summary = simulate_into(cfg, requests, strategy, sink, progress=progress, timers=timers, wall0_s=wall0_s)
+    return RunResult(sink.frame(STEPS_TABLE), sink.frame(REQUESTS_TABLE), summary)
+
+
+def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strategy, sink: TableSink, *,
+                  progress: bool = False, timers: StepTimers | None = None, wall0_s: float | None = None
+                  ) -> dict[str, Any]:
+    """`simulate`, its step and request tables handed to `sink` in chunks while it runs (then closed);
+    returns the summary, computed from the sink's tables."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
     res = cfg.resolve()
     backend = kernel_backend(cfg)
-    replica = make_replica(cfg, res, strategy, requests, backend, timers=timers)
+    replica = make_replica(cfg, res, strategy, requests, backend, timers=timers, sink=sink)
     try:
-        _drive(replica, progress)
+        _drive(replica, progress, sink)
     finally:  # a GPU run's virtual memory goes back now, not when the process ends
         replica.close()
-    steps = replica.steps.to_frame()
-    req_table = replica.scheduler.log.to_frame(requests)
-    summary = summarize(steps, req_table, capacity_slots=strategy.capacity_slots,
-                        generated_tokens=replica.scheduler.log.generated_tokens,
-                        extra={**replica_extra(res, replica, backend), "sim_wall_s": time.perf_counter() - wall0_s})
-    return RunResult(steps, req_table, summary)
+    replica.steps.close()
+    sink.close()
+    release_free_memory()  # the engine's freed state, before the summary reads the tables back
+    log = replica.scheduler.log
+    return summarize_chunks(lambda columns: sink.chunks(STEPS_TABLE, columns),
+                            lambda columns: sink.chunks(REQUESTS_TABLE, columns),
+                            capacity_slots=strategy.capacity_slots, generated_tokens=log.generated_tokens,
+                            extra={**replica_extra(res, replica, backend), "sim_wall_s": time.perf_counter() - wall0_s})
 
 
 def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Strategy], *, progress: bool = False,
@@ -173,8 +227,8 @@ def shared_kv_of(cfg: RunConfig, res: Resolved, strategy: Strategy, backend: str
                               res.model.head_dim, cfg.kv_dtype)
 
 
-def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: list[Request], backend: str, *,
-                 timers: StepTimers | None = None, shared_kv=None) -> Replica:
+def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: Sequence[Request], backend: str, *,
+                 timers: StepTimers | None = None, shared_kv=None, sink: TableSink | None = None) -> Replica:
     """One replica serving `requests` (a list it may be handed more of later, in arrival order) on a fresh
     `strategy`, with its own token store, kernel runner (unless `backend` is none) and clock. `shared_kv`:
     the K and V of the fleet's shared tier (`shared_kv_of`), the same for every replica; a replica whose
@@ -204,7 +258,7 @@ def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: li
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
     return Replica(sched, runner, clock, measured=cfg.clock == "measured", attention_scale=attention_scale,
-                   timers=timers)
+                   timers=timers, sink=sink)
 
 
 def replica_extra(res: Resolved, replica: Replica, backend: str) -> dict[str, Any]:
@@ -220,7 +274,7 @@ def replica_extra(res: Resolved, replica: Replica, backend: str) -> dict[str, An
     }
 
 
-def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: list[Request], tokens: TokenStore,
+def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: Sequence[Request], tokens: TokenStore,
                    *, kernel_every: int | None) -> Scheduler:
     config = SchedulerConfig(
         max_model_len=res.model.max_model_len, max_num_seqs=cfg.max_num_seqs,
@@ -237,7 +291,7 @@ def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> No
     measure nothing but rejections and write NaN figures. The request is replayed on a fresh strategy by
     the scheduler itself, so a refusal has the same reason a run would record (max_model_len, the
     pool, a strategy's own limits), whatever the workload's source."""
-    shortest = min(requests, key=lambda r: (r.prompt_tokens + r.output_tokens, r.request_id))
+    shortest = shortest_request(requests)
     alone = [dataclasses.replace(shortest, request_id=0, arrival_s=0.0)]
     sched = make_scheduler(cfg, res, registry.create_from_config(cfg, res), alone, TokenStore(), kernel_every=None)
     now_s = 0.0
@@ -252,7 +306,7 @@ def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> No
     else:
         if not sched.log.num_rejected:
             return
-        reason = sched.log.status[0].removeprefix("rejected: ")
+        reason = sched.log.status_of(0).removeprefix("rejected: ")
     seqs = f" × {shortest.n} samples" if shortest.n > 1 else (
         f" × {shortest.beam_width} beams" if shortest.beam_width > 1 else "")
     raise UnservableError(f"no request of the workload can be served with this configuration: the shortest, "
@@ -260,13 +314,22 @@ def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> No
                           f"output tokens{seqs}), is refused alone in an empty KV pool: {reason}")
 
 
-def _drive(replica: Replica, progress: bool) -> None:
-    """Step the replica until no request is left (a tqdm bar of finished requests with `progress`)."""
+def _drive(replica: Replica, progress: bool, sink: TableSink) -> None:
+    """Step the replica until no request is left (a tqdm bar of finished requests with `progress`), handing
+    the rows of done requests to `sink` in chunks, in request order."""
     from tqdm import tqdm
 
-    with tqdm(total=len(replica.scheduler.requests), unit="req", desc="requests", disable=not progress) as bar:
+    sched = replica.scheduler
+    log, requests = sched.log, sched.requests
+    rows_per_chunk = table_sink.ROWS_PER_CHUNK
+    with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
         while replica.next_event_s() is not None:
             bar.update(replica.step())
+            if log.ready - log.base >= rows_per_chunk:
+                sink.append(REQUESTS_TABLE, log.take_done(requests))
+    done = log.take_done(requests)
+    if done is not None or not log.base:  # the last rows, or the (empty) table of a run without requests
+        sink.append(REQUESTS_TABLE, done if done is not None else log.to_frame(requests))
 
 
 def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:

@@ -46,9 +46,14 @@ class TokenStore:
         return self._beam.get(seq_id, [])
 
     def remove(self, seq_id: int) -> None:
-        """Mutates. The sequence is gone for good (finished, rejected, or a pruned beam)."""
-        self._request.pop(seq_id, None)
+        """Mutates. The sequence is gone for good (finished, rejected, or a pruned beam); its request is
+        forgotten with its last sequence."""
+        request = self._request.pop(seq_id, None)
         self._beam.pop(seq_id, None)
+        if request is not None:
+            unkeyed = self._unkeyed.get(request.request_id)
+            if unkeyed is not None and not any(s in self._request for s in unkeyed):
+                del self._unkeyed[request.request_id]
 
     def request_id(self, seq_id: int) -> int:
         return self._request[seq_id].request_id

@@ -8,7 +8,7 @@ columns, keep the first 45 minutes, count tokens) and checks the result against 
 An entry whose published file could not be read where the entry was written is pinned instead by its
 git blob id (`git_blob_sha1`: SHA-1 of b"blob <size>\\0" + bytes, what `git hash-object` prints and what
 the upstream repository's tree records at the pinned commit); its size is then unknown, and a download
-may bring at most `UNKNOWN_SIZE_CAP_BYTES`.
+may bring at most `UNKNOWN_SIZE_CAP_BYTES`, or the entry's own `size_cap_bytes`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class TraceEntry:
     upstream_sha256: str | None = None  # of the upstream file when it differs from the one used
     upstream_size_bytes: int | None = None
     git_blob_sha1: str | None = None  # the pin of a file used as published whose sha256 is not known
+    size_cap_bytes: int | None = None  # the most a download of unknown size may bring (None: UNKNOWN_SIZE_CAP_BYTES)
 
     def __post_init__(self) -> None:
         if (self.sha256 is None) == (self.git_blob_sha1 is None):
@@ -53,7 +54,7 @@ class TraceEntry:
     @property
     def download_size_bytes(self) -> int:
         """The most bytes a download of `url` may bring: the published file's size where it is known."""
-        return self.upstream_size_bytes or self.size_bytes or UNKNOWN_SIZE_CAP_BYTES
+        return self.upstream_size_bytes or self.size_bytes or self.size_cap_bytes or UNKNOWN_SIZE_CAP_BYTES
 
 
 TRACES: dict[str, TraceEntry] = {
@@ -79,6 +80,14 @@ TRACES: dict[str, TraceEntry] = {
             f"{_RAW}/GitM-Labs/runtime/458dabfd8b873a98338d3d84959b04d0afe4c47d/benchmarks/traffic_replay/"
             "fixtures/burstgpt_slice.csv",
             "first 400 rows of HPMLL/BurstGPT data/BurstGPT_1.csv (BurstGPT, KDD'25)",
+        ),
+        TraceEntry(
+            "burstgpt1-full", "burstgpt1-full", "BurstGPT_1.csv", "burstgpt", None, None, 1_429_700, "CC-BY-4.0",
+            f"{_RAW}/HPMLL/BurstGPT/e92f533b6c85ea7f4164fb3d97d1aa2c3edacbc8/data/BurstGPT_1.csv",
+            "HPMLL/BurstGPT data/BurstGPT_1.csv (BurstGPT, KDD'25): the first two months of Azure OpenAI GPT "
+            "traffic, failed requests included; about 1,429.7k rows as the upstream README states",
+            git_blob_sha1="f95dd2c84454b067fdd0973858c55ecfe31bdad7",
+            size_cap_bytes=128 << 20,  # ~60 MB of CSV (BurstGPT_1 and _2 together are ~188 MB as published)
         ),
         TraceEntry(
             "burstgpt3-head400", "burstgpt3-head400", "BurstGPT_3_head400.csv", "burstgpt",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,13 +21,14 @@ from workbench.workload.table import RequestTable, finalize
 @dataclass(frozen=True)
 class Workload:
     spec: str
-    requests: list[Request]
+    requests: Sequence[Request]  # a RequestColumns: each Request is built when it is read
     source: str  # "synthetic" or the trace file read
     notes: list[str] = field(default_factory=list)  # rows a reader dropped or changed, and why
 
 
-def build_workload(cfg: RunConfig) -> list[Request]:
-    """Requests sorted by arrival, ids 0..N-1, the first arriving at t = 0; same cfg, same list.
+def build_workload(cfg: RunConfig) -> Sequence[Request]:
+    """Requests sorted by arrival, ids 0..N-1, the first arriving at t = 0; same cfg, same requests (columns
+    read as a sequence of `Request`s: workbench.workload.request.RequestColumns).
     Never empty: the first arrival is at t = 0 and RunConfig keeps duration and the cap positive."""
     return load_workload(cfg).requests
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +18,72 @@ from workbench.workload.trace_bytes import read_trace_bytes
 MAX_TOKENS = 2**31 - 1  # token counts beyond this are not lengths but garbage
 
 
-def read_csv(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
-    """(every field as a string, line number of each row int64 [rows]). The file is read by content
-    (`trace_bytes`: plain, gzip, bzip2 or xz, whatever its name). Trailing blank lines are ignored; a
-    file with a header and no rows is an error."""
+CHUNK_ROWS = 200_000  # rows parsed at a time: a column of millions of rows is never held as strings
+
+
+class CsvTable:
+    """A CSV trace whose fields are parsed a chunk of rows at a time, one column per pass (`column_chunks`),
+    so only numeric columns of the whole file are ever held. `columns` is the header; `num_rows` the data
+    rows, trailing blank lines left out; `lines` the 1-based line each row starts on, int64 [num_rows]."""
+
+    def __init__(self, path: Path, data: bytes, columns: list[str], num_rows: int) -> None:
+        self.path = path
+        self._data = data
+        self.columns = columns
+        self.num_rows = num_rows
+        self.lines = _record_lines(data, num_rows)
+
+    def column_chunks(self, column: str) -> Iterator[pd.Series]:
+        """The column's fields as strings, CHUNK_ROWS rows at a time, in order (rows < num_rows)."""
+        index = self.columns.index(column)
+        at = 0
+        for chunk in _parse(self._data, usecols=[index]):
+            if at >= self.num_rows:
+                return
+            yield chunk.iloc[:self.num_rows - at, 0]
+            at += len(chunk)
+
+    def text(self, column: str) -> np.ndarray:
+        """The whole column as strings, object [num_rows] (a column of ids, not of numbers)."""
+        parts = [chunk.to_numpy(dtype=object) for chunk in self.column_chunks(column)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=object)
+
+    def field(self, column: str, row: int) -> str:
+        """The field of one row, as written."""
+        for at, chunk in with_offsets(self.column_chunks(column)):
+            if row < at + len(chunk):
+                return chunk.iloc[row - at]
+        raise IndexError(f"row {row} of {self.num_rows}")
+
+
+def with_offsets(chunks: Iterable[pd.Series]) -> Iterator[tuple[int, pd.Series]]:
+    at = 0
+    for chunk in chunks:
+        yield at, chunk
+        at += len(chunk)
+
+
+def _parse(data: bytes, usecols: list[int] | None = None):
+    """pandas' chunked reader of every field as a string (no NA guessing, blank lines kept as rows)."""
+    return pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, skip_blank_lines=False, engine="c",
+                       encoding="utf-8", compression=None, chunksize=CHUNK_ROWS, usecols=usecols)
+
+
+def read_csv(path: Path) -> CsvTable:
+    """The file as a `CsvTable`, every row checked to have the header's fields. The file is read by
+    content (`trace_bytes`: plain, gzip, bzip2 or xz, whatever its name). Trailing blank lines are
+    ignored; a file with a header and no rows is an error."""
     data = read_trace_bytes(path)
+    columns: list[str] = []
+    num_rows = last_filled = 0  # rows seen; rows up to the last one with a field
     try:
-        frame = pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False, skip_blank_lines=False, engine="c",
-                            encoding="utf-8", compression=None)
+        for chunk in _parse(data):
+            columns = [str(c) for c in chunk.columns]
+            blank = (chunk == "").all(axis=1).to_numpy() if len(chunk.columns) else np.ones(len(chunk), dtype=bool)
+            filled = np.flatnonzero(~blank)
+            if filled.shape[0]:
+                last_filled = num_rows + int(filled[-1]) + 1
+            num_rows += len(chunk)
     except pd.errors.EmptyDataError:
         raise WorkloadError(path, 1, None, "a CSV header line; the file is empty") from None
     except pd.errors.ParserError as exc:
@@ -32,14 +91,9 @@ def read_csv(path: Path) -> tuple[pd.DataFrame, np.ndarray]:
                             str(exc).strip()) from None
     except UnicodeDecodeError as exc:
         raise WorkloadError(path, None, None, "UTF-8 text", exc.reason) from None
-    lines = _record_lines(data, len(frame))  # [rows]
-    blank = (frame == "").all(axis=1).to_numpy() if len(frame.columns) else np.ones(len(frame), dtype=bool)
-    num_rows = len(frame)
-    while num_rows and blank[num_rows - 1]:
-        num_rows -= 1
-    if num_rows == 0:
+    if last_filled == 0:
         raise WorkloadError(path, 2, None, "at least one data row after the header")
-    return frame.iloc[:num_rows], lines[:num_rows]
+    return CsvTable(path, data, columns, last_filled)
 
 
 def _record_lines(data: bytes, num_rows: int) -> np.ndarray:
@@ -58,33 +112,35 @@ def _record_lines(data: bytes, num_rows: int) -> np.ndarray:
     return np.array(starts, dtype=np.int64) if len(starts) == num_rows else plain
 
 
-def require_columns(path: Path, frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
+def require_columns(path: Path, table: CsvTable, columns: tuple[str, ...]) -> None:
     for column in columns:
-        if column not in frame.columns:
-            raise WorkloadError(path, 1, column, f"a column named {column!r} in the header",
-                                ",".join(map(str, frame.columns)))
+        if column not in table.columns:
+            raise WorkloadError(path, 1, column, f"a column named {column!r} in the header", ",".join(table.columns))
 
 
-def numbers(path: Path, frame: pd.DataFrame, lines: np.ndarray, column: str, *, integer: bool) -> np.ndarray:
+def numbers(path: Path, table: CsvTable, column: str, *, integer: bool) -> np.ndarray:
     """The column as finite, non-negative numbers: int64 when `integer`, else float64, [rows]."""
-    raw = frame[column]
-    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)  # [rows], NaN where unparsable
-    bad = ~np.isfinite(values) | (values < 0)
-    if integer:
-        bad |= (values != np.round(values)) | (values > MAX_TOKENS)
-    if bad.any():
-        i = int(np.argmax(bad))
-        kind = "a non-negative integer" if integer else "a finite non-negative number"
-        raise WorkloadError(path, int(lines[i]), column, kind, raw.iloc[i])
-    return values.astype(np.int64) if integer else values
+    parts = []
+    for at, raw in with_offsets(table.column_chunks(column)):
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)  # [rows], NaN where unparsable
+        bad = ~np.isfinite(values) | (values < 0)
+        if integer:
+            bad |= (values != np.round(values)) | (values > MAX_TOKENS)
+        if bad.any():
+            i = int(np.argmax(bad))
+            kind = "a non-negative integer" if integer else "a finite non-negative number"
+            raise WorkloadError(path, int(table.lines[at + i]), column, kind, raw.iloc[i])
+        parts.append(values.astype(np.int64) if integer else values)
+    return np.concatenate(parts)
 
 
-def check_non_decreasing(path: Path, lines: np.ndarray, column: str, times: np.ndarray, raw: pd.Series) -> None:
+def check_non_decreasing(path: Path, table: CsvTable, column: str, times: np.ndarray) -> None:
     back = np.flatnonzero(np.diff(times) < 0)
     if len(back):
         i = int(back[0]) + 1
-        raise WorkloadError(path, int(lines[i]), column, f"a time not before the previous row's "
-                            f"({raw.iloc[i - 1]}): timestamps must not go backwards", raw.iloc[i])
+        raise WorkloadError(path, int(table.lines[i]), column, f"a time not before the previous row's "
+                            f"({table.field(column, i - 1)}): timestamps must not go backwards",
+                            table.field(column, i))
 
 
 def _parser_error_line(message: str) -> int | None:

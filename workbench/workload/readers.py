@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.errors import WorkloadError
-from workbench.workload.csvio import check_non_decreasing, numbers, read_csv, require_columns
+from workbench.workload.csvio import check_non_decreasing, numbers, read_csv, require_columns, with_offsets
 from workbench.workload.distributions import arrival_times_s
 from workbench.workload.failed import FAILED_CHOICES, settle_failed
 from workbench.workload.request import Segment
@@ -38,14 +38,15 @@ LENGTH_COLUMNS = (
 
 def read_azure(path: Path, spec: WorkloadSpec) -> RequestTable:
     spec.check_keys(("failed",))
-    frame, lines = read_csv(path)
-    require_columns(path, frame, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
-    ns = _iso_ns(path, lines, frame["TIMESTAMP"])
-    check_non_decreasing(path, lines, "TIMESTAMP", ns, frame["TIMESTAMP"])
+    table = read_csv(path)
+    require_columns(path, table, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    ns = np.concatenate([_iso_ns(path, table.lines[at:], raw)
+                         for at, raw in with_offsets(table.column_chunks("TIMESTAMP"))])
+    check_non_decreasing(path, table, "TIMESTAMP", ns)
     arrival_s = (ns - ns[0]) / 1e9
-    prompt = numbers(path, frame, lines, "ContextTokens", integer=True)
-    output = numbers(path, frame, lines, "GeneratedTokens", integer=True)
-    kept, prompt, output, notes = settle_failed(path, lines, prompt, output, failed=_failed(spec),
+    prompt = numbers(path, table, "ContextTokens", integer=True)
+    output = numbers(path, table, "GeneratedTokens", integer=True)
+    kept, prompt, output, notes = settle_failed(path, table.lines, prompt, output, failed=_failed(spec),
                                                 prompt_field="ContextTokens", output_field="GeneratedTokens")
     return RequestTable(arrival_s[kept], prompt, output, notes=notes)
 
@@ -64,18 +65,18 @@ def _iso_ns(path: Path, lines: np.ndarray, raw: pd.Series) -> np.ndarray:
 
 def read_burstgpt(path: Path, spec: WorkloadSpec) -> RequestTable:
     spec.check_keys(("failed",))
-    frame, lines = read_csv(path)
-    require_columns(path, frame, ("Timestamp", "Request tokens", "Response tokens"))
-    arrival_s = numbers(path, frame, lines, "Timestamp", integer=False)
-    check_non_decreasing(path, lines, "Timestamp", arrival_s, frame["Timestamp"])
-    prompt = numbers(path, frame, lines, "Request tokens", integer=True)
-    output = numbers(path, frame, lines, "Response tokens", integer=True)
+    csv_table = read_csv(path)
+    require_columns(path, csv_table, ("Timestamp", "Request tokens", "Response tokens"))
+    arrival_s = numbers(path, csv_table, "Timestamp", integer=False)
+    check_non_decreasing(path, csv_table, "Timestamp", arrival_s)
+    prompt = numbers(path, csv_table, "Request tokens", integer=True)
+    output = numbers(path, csv_table, "Response tokens", integer=True)
     was_failed = output == 0  # [rows]
-    kept, prompt, output, notes = settle_failed(path, lines, prompt, output, failed=_failed(spec),
+    kept, prompt, output, notes = settle_failed(path, csv_table.lines, prompt, output, failed=_failed(spec),
                                                 prompt_field="Request tokens", output_field="Response tokens")
     table = RequestTable(arrival_s[kept] - arrival_s[0], prompt, output, notes=notes)
-    if "Session ID" in frame.columns:
-        session = frame["Session ID"].to_numpy()[kept]
+    if "Session ID" in csv_table.columns:
+        session = csv_table.text("Session ID")[kept]
         _session_content(table, [s or None for s in session.tolist()], was_failed[kept])
     return table
 
@@ -111,14 +112,14 @@ def read_lengths(path: Path, spec: WorkloadSpec, *, seed: int, rate: float, max_
     gamma arrivals at `rate` (`cv=1`, Poisson, unless given). `filter=max_model_len` (the default) drops
     pairs with input + output > max_model_len as the vLLM paper did; `filter=none` keeps them."""
     spec.check_keys(("failed", "filter", "cv"))
-    frame, lines = read_csv(path)
-    pair = next((p for p in LENGTH_COLUMNS if p[0] in frame.columns and p[1] in frame.columns), None)
+    table = read_csv(path)
+    pair = next((p for p in LENGTH_COLUMNS if p[0] in table.columns and p[1] in table.columns), None)
     if pair is None:
         expected = " or ".join(f"{a},{b}" for a, b in LENGTH_COLUMNS)
-        raise WorkloadError(path, 1, None, f"a header with the columns {expected}", ",".join(frame.columns))
-    prompt = numbers(path, frame, lines, pair[0], integer=True)
-    output = numbers(path, frame, lines, pair[1], integer=True)
-    kept, prompt, output, notes = settle_failed(path, lines, prompt, output, failed=_failed(spec),
+        raise WorkloadError(path, 1, None, f"a header with the columns {expected}", ",".join(table.columns))
+    prompt = numbers(path, table, pair[0], integer=True)
+    output = numbers(path, table, pair[1], integer=True)
+    kept, prompt, output, notes = settle_failed(path, table.lines, prompt, output, failed=_failed(spec),
                                                 prompt_field=pair[0], output_field=pair[1])
     if spec.get_choice("filter", "max_model_len", ("max_model_len", "none")) == "max_model_len":
         fits = prompt + output <= max_model_len

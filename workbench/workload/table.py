@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.workload.request import Request, Segment, mix64, output_keys
+from workbench.workload.request import RequestColumns, Segment, mix64, output_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +60,8 @@ def finalize(
     num_requests: int | None = None,
     n: int = 1,
     beam_width: int = 1,
-) -> list[Request]:
-    """Requests sorted by arrival with ids 0..N-1 and the first arrival at t = 0.
+) -> RequestColumns:
+    """Requests sorted by arrival with ids 0..N-1 and the first arrival at t = 0 (as columns).
 
     Order of the transforms: stable sort by arrival; keep the first `num_requests`; when `rate` is
     given, stretch time uniformly so the kept requests' mean rate (count / span) equals it; keep
@@ -89,21 +89,39 @@ def finalize(
 
     final_id = np.full(len(table), -1, dtype=np.int64)  # [num_rows] request id of each kept row
     final_id[order] = np.arange(len(order))
-    prompt = table.prompt_tokens[order].tolist()
-    output = table.output_tokens[order].tolist()
-    arrivals = arrival_s.tolist()
-    sessions = [table.session_id[r] for r in order] if table.session_id is not None else [None] * len(order)
+    prompt = table.prompt_tokens[order]
+    output = table.output_tokens[order]
+    sessions = [table.session_id[r] for r in order] if table.session_id is not None else None
     if table.content is None:
-        keys = content_keys(f"unique/{seed}", order).tolist()
-        contents = [(Segment(k, p),) for k, p in zip(keys, prompt, strict=True)]
+        keys, contents = content_keys(f"unique/{seed}", order), None
     else:
         answer_keys = output_keys(np.arange(len(order)), 0).tolist()  # [kept] key of each request's answer
         ids = final_id.tolist()
-        contents = [_resolve(table.content[r], ids, answer_keys, i) for i, r in enumerate(order.tolist())]
-    return [
-        Request(i, arrivals[i], prompt[i], output[i], contents[i], n, beam_width, sessions[i])
-        for i in range(len(order))
-    ]
+        keys, contents = None, [_resolve(table.content[r], ids, answer_keys, i) for i, r in enumerate(order.tolist())]
+    _check_requests(prompt, output, contents, n, beam_width)
+    return RequestColumns(arrival_s, prompt.astype(np.int32), output.astype(np.int32), unique_keys=keys,
+                          contents=contents, n=n, beam_width=beam_width, sessions=sessions)
+
+
+def _check_requests(prompt: np.ndarray, output: np.ndarray, contents: list[tuple[Segment, ...]] | None, n: int,
+                    beam_width: int) -> None:
+    """What `Request` checks of each request, for the whole workload at once: the same error, about the
+    first request that breaks a rule, before anything runs."""
+    for lengths, name in ((prompt, "prompt_tokens"), (output, "output_tokens")):
+        bad = np.flatnonzero(lengths < 1)
+        if bad.shape[0]:
+            raise ValueError(f"request {bad[0]}: {name} must be >= 1, got {lengths[bad[0]]}")
+    if np.iinfo(np.int32).max < max(int(prompt.max(initial=0)), int(output.max(initial=0))):
+        raise ValueError(f"a request has more than {np.iinfo(np.int32).max} prompt or output tokens")
+    if len(prompt) and (n < 1 or beam_width < 1):
+        raise ValueError("request 0: n and beam_width must be >= 1")
+    if len(prompt) and n > 1 and beam_width > 1:
+        raise ValueError("request 0: parallel sampling and beam search are exclusive")
+    if contents is not None:
+        for i, (content, p) in enumerate(zip(contents, prompt.tolist(), strict=True)):
+            covered = sum(part.length for part in content)
+            if covered != p:
+                raise ValueError(f"request {i}: content covers {covered} tokens, prompt has {p}")
 
 
 def _resolve(parts: tuple[Part, ...], final_id: list[int], answer_keys: list[int], request_id: int

@@ -44,6 +44,7 @@ class ContiguousStrategy(Strategy):
     block_size = 1
     supports_swap = True
     wants_token_ids = False
+    needs_prompt_ids = False
     name = "contiguous"
 
     def __init__(self, *, capacity_slots: int, max_model_len: int, fit: str = "first", block_size: int = 1,

@@ -29,3 +29,11 @@ class BlockStack:
     def ids(self) -> np.ndarray:
         """The free block ids (a copy), int32 [size]."""
         return self._ids[:self.size].copy()
+
+    def compiled_view(self) -> tuple[np.ndarray, int]:
+        """(the id array, top last; the stack size) for a compiled pop, which must then call `popped`."""
+        return self._ids, self.size
+
+    def popped(self, k: int) -> None:
+        """Mutates. A compiled caller took the top k ids of `compiled_view`."""
+        self.size -= k

@@ -53,7 +53,7 @@ def count_append(rows, length, final_len, num_blocks, swapped, table, refcount, 
 def apply_append(rows, length, num_blocks, table, refcount, block_size, new_blocks, slots, copies):
     """Mutates table, length, num_blocks, refcount, and fills slots int64 [num_seqs] and the first
     rows of copies int32 [>= num_copies, 2]. `new_blocks` must hold exactly what count_append
-    counted. Returns (number of copies, slots copied, tables grown)."""
+    counted, in the order they are used. Returns (number of copies, slots copied, tables grown)."""
     used = 0
     num_copies = 0
     copied_slots = 0
@@ -86,6 +86,28 @@ def apply_append(rows, length, num_blocks, table, refcount, block_size, new_bloc
         slots[i] = np.int64(b) * block_size + offset
         length[r] = pos + 1
     return num_copies, copied_slots, grown
+
+
+@njit(cache=True)
+def append_from_stack(rows, length, final_len, num_blocks, swapped, table, refcount, block_size, scratch, row_mark,
+                      free_ids, free_size, slots, copies):
+    """`count_append`, then, when the free stack (`free_ids[:free_size]`, top last) holds the blocks and the
+    table is wide enough, the pop of those blocks and `apply_append`, in one call. Returns (status, x, y, z):
+    status < 0: `check_batch`'s error, x the offending index; 1: x blocks needed, fewer free; 2: the table
+    needs x columns (nothing changed in those three); 0: appended, taking x blocks, making y copies of z
+    slots in all, the tables `grown` entries longer: (0, x, y, z, grown)."""
+    num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, table, refcount, block_size,
+                                   scratch, row_mark)
+    if num_new < 0:
+        return num_new, widest, 0, 0, 0
+    if num_new > free_size:
+        return 1, num_new, 0, 0, 0
+    if widest > table.shape[1]:
+        return 2, widest, 0, 0, 0
+    new_blocks = free_ids[free_size - num_new:free_size][::-1]  # the stack's pop order: top first
+    num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, table, refcount, block_size, new_blocks,
+                                                   slots, copies)
+    return 0, num_new, num_copies, copied_slots, grown
 
 
 @njit(cache=True)
@@ -128,12 +150,14 @@ def release_row(row, length, num_blocks, table, refcount, block_size, released):
 
 
 @njit(cache=True)
-def reserved_slots(live_rows, length, final_len, num_blocks, table, refcount, block_size, scratch):
-    """Pure (scratch is restored). Unwritten slots of held blocks that some holder will write: only
-    last blocks can be partial; a shared one counts once, with its furthest-reaching holder."""
+def reserved_slots(live, swapped, length, final_len, num_blocks, table, refcount, block_size, scratch):
+    """Pure (scratch is restored). Unwritten slots of held blocks that some holder will write, over the
+    on-device rows (`live` bool [capacity_rows] and not `swapped`): only last blocks can be partial; a
+    shared one counts once, with its furthest-reaching holder."""
     total = 0
-    for i in range(live_rows.shape[0]):
-        r = live_rows[i]
+    for r in range(live.shape[0]):
+        if not live[r] or swapped[r] != 0:
+            continue
         start = (num_blocks[r] - 1) * block_size
         gap = min(final_len[r] - start, block_size) - (length[r] - start)
         b = table[r, num_blocks[r] - 1]
@@ -141,8 +165,9 @@ def reserved_slots(live_rows, length, final_len, num_blocks, table, refcount, bl
             total += gap
         else:
             scratch[b] = max(scratch[b], gap + 1)  # +1: zero marks "not yet seen"
-    for i in range(live_rows.shape[0]):
-        r = live_rows[i]
+    for r in range(live.shape[0]):
+        if not live[r] or swapped[r] != 0:
+            continue
         b = table[r, num_blocks[r] - 1]
         if scratch[b] > 0:
             total += scratch[b] - 1

@@ -100,6 +100,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self._table_entries = 0  # sum of table lengths of on-device sequences
         self.prefix = prefix_index  # None: no prefix caching
         self.wants_token_ids = prefix_index is not None
+        self.needs_prompt_ids = prefix_index is not None
         self._chains = SeqChains(block_size) if prefix_index is not None else None
         self.host_tier = host_tier  # None: evicted prefix blocks are dropped (or go to the shared tier)
         if shared_tier is not None and prefix_index is None:
@@ -366,11 +367,36 @@ class PagedStrategy(PagedSwap, Strategy):
         nothing, when the pool cannot supply the blocks. With a prefix index, each sequence whose block
         became full with this token registers it under its chain key (`token_ids` None: the batch's
         sequences register nothing more); without one `token_ids` is ignored."""
-        t = self.tables
-        rows = t.seqs.rows(seq_ids)
-        num_new = t.count_append(seq_ids, rows, self._refcount)
+        rows = self.tables.seqs.rows(seq_ids)
+        num_new = self.tables.count_append(seq_ids, rows, self._refcount)
         if num_new > self.num_allocatable_blocks():
             raise RuntimeError(f"out of blocks: append needs {num_new}, {self.num_allocatable_blocks()} allocatable")
+        return self._append_counted(rows, num_new, token_ids)
+
+    def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
+        """`append` when the pool can supply it, else None (nothing changed); the batch is counted once, and
+        without a prefix cache (blocks come from the free stack alone) counted, taken and written in one
+        compiled call."""
+        if type(self).append is not PagedStrategy.append:  # a subclass's own append is the one to run
+            return super().append_if_room(seq_ids, token_ids)
+        rows = self.tables.seqs.rows(seq_ids)
+        if self.prefix is None:
+            appended = self.tables.append_from(seq_ids, rows, self._refcount, self._free)
+            if appended is None:
+                return None
+            slots, copies, copied_slots, grown = appended
+            self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
+            self._logical_slots += rows.shape[0]
+            self._table_entries += grown
+            return AppendResult(slots=slots, copies=copies)
+        num_new = self.tables.count_append(seq_ids, rows, self._refcount)
+        if num_new > self.num_allocatable_blocks():
+            return None
+        return self._append_counted(rows, num_new, token_ids)
+
+    def _append_counted(self, rows: np.ndarray, num_new: int, token_ids: np.ndarray | None) -> AppendResult:
+        """Mutates. `append` of the batch in `rows`, which takes `num_new` blocks (counted, and allocatable)."""
+        t = self.tables
         slots, copies, copied_slots, grown = t.apply_append(rows, self._refcount, self._take(num_new))
         self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
         self._logical_slots += rows.shape[0]

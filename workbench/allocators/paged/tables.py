@@ -15,6 +15,7 @@ import numpy as np
 from workbench.allocators.base import PagedDescriptor
 from workbench.allocators.batch_check import raise_for_status
 from workbench.allocators.paged import loops
+from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.seq_rows import SeqRows
 
 
@@ -110,6 +111,27 @@ class BlockTables:
                                                              refcount, self.block_size, new_blocks, slots, copies)
         return slots, copies[:num_copies], copied_slots, grown
 
+    def append_from(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray, stack: BlockStack):
+        """`count_append` and `apply_append` with blocks popped from `stack`, in one compiled call. Returns
+        None, changing nothing, when the stack holds too few blocks; else what `apply_append` returns."""
+        c = self.seqs.column
+        slots = np.empty(rows.shape[0], dtype=np.int64)
+        copies = np.empty((rows.shape[0], 2), dtype=np.int32)  # a sequence takes at most one block
+        while True:
+            free_ids, free_size = stack.compiled_view()
+            status, x, num_copies, copied_slots, grown = loops.append_from_stack(
+                rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"), self._table, refcount,
+                self.block_size, self._scratch, c("mark"), free_ids, free_size, slots, copies)
+            if status != 2:
+                break
+            self._fit(x)  # a row's table outgrows the array (rare): widen it and count again
+        if status < 0:
+            raise_for_status(status, seq_ids, x)
+        if status == 1:
+            return None
+        stack.popped(x)
+        return slots, copies[:num_copies], copied_slots, grown
+
     def release_row(self, row: int, refcount: np.ndarray) -> tuple[np.ndarray, int]:
         """Mutates refcount: the row lets go of its blocks. Returns the blocks that reached refcount 0
         (int32, head first) and the written slots they held."""
@@ -138,7 +160,7 @@ class BlockTables:
     def reserved_slots(self, refcount: np.ndarray) -> int:
         """Unwritten slots of held blocks that a holder will write (module rule of `paged`)."""
         c = self.seqs.column
-        return int(loops.reserved_slots(self.on_device_rows(), c("length"), c("final_len"), c("num_blocks"),
+        return int(loops.reserved_slots(self.seqs.live, c("swapped"), c("length"), c("final_len"), c("num_blocks"),
                                         self._table, refcount, self.block_size, self._scratch))
 
     def _flat_index(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -54,6 +54,7 @@ class VirtualContiguous(Strategy):
     block_size = 1  # copy and swap pairs are slot pairs, as for contiguous strategies
     supports_swap = True
     wants_token_ids = False
+    needs_prompt_ids = False
 
     def __init__(self, *, capacity_slots: int, max_model_len: int, block_size: int = 1, swap_slots: int = 0,
                  page_kib: int = 2048, max_batch: int = 256, page_reuse: str = "off",
