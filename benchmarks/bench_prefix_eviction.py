@@ -14,7 +14,7 @@ one token per running sequence per step, a sequence freed at its final length; t
 that nothing is ever refused. Printed per row: operations, prefix hit tokens and evicted blocks (which
 must not change when only the speed does) and CPU seconds.
 
-    python benchmarks/bench_prefix_eviction.py [--requests N] [--repeat R]
+    python benchmarks/bench_prefix_eviction.py [--requests N] [--repeat R] [--rows radix,hybrid]
 """
 
 from __future__ import annotations
@@ -107,20 +107,23 @@ def hybrid_pool(max_len: int, running: int):
                                   groups=groups)
 
 
-ROWS = (("radix", "block 1", 8, radix_pool), ("paged-prefix hybrid gpt-oss-120b", "block 16", 16, hybrid_pool))
+ROWS = {"radix": ("radix", "block 1", 8, radix_pool),
+        "hybrid": ("paged-prefix hybrid gpt-oss-120b", "block 16", 16, hybrid_pool)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300, help="requests taken from the trace start")
     parser.add_argument("--repeat", type=int, default=1, help="replays per row (the minimum is printed)")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"rows to run, of {', '.join(ROWS)}")
     args = parser.parse_args()
     prompts, outputs = load_prompts(args.requests)
     max_len = max(p.shape[0] + int(o) for p, o in zip(prompts, outputs, strict=True))
     print(f"{TRACE}: first {len(prompts)} requests, {sum(p.shape[0] for p in prompts):,} prompt tokens, "
           f"outputs capped at {MAX_OUTPUT_TOKENS}")
     print(f"{'pool':<34} {'blocks':>8} {'ops':>8} {'hit tokens':>12} {'evicted':>10} {'CPU s':>7}")
-    for label, bs, running, make in ROWS:
+    for row in args.rows.split(","):
+        label, bs, running, make = ROWS[row]
         ops = build_stream(prompts, outputs, running)
         times = []
         for _ in range(args.repeat):

@@ -242,18 +242,29 @@ class HybridPaged(Strategy):
         if self.prefix is None:
             self._free.push(blocks[self._refcount[blocks] == 0])
             return
-        back = self.prefix.release([e for e in entries if self._refcount[e[0]] == 0])
+        heads = blocks[np.cumsum([0] + [e.shape[0] for e in entries[:-1]])]  # [num_entries] unit 0 of each
+        unheld = (self._refcount[heads] == 0).tolist()
+        back = self.prefix.release([e for e, zero in zip(entries, unheld, strict=True) if zero])
         if back:
             self._free.push(np.concatenate(back))
 
     def _take(self, k: int, group: int) -> np.ndarray:
         """Mutates. k blocks for new content of `group`, int32 [k]; the caller sets their refcounts. Free
         blocks go first; cached entries are evicted (every unit, the surplus to the free stack) only when
-        short."""
-        while self._free.size < k and self.prefix is not None:
-            entry = self.prefix.evict_one()
-            self.prefix_evicted_blocks += entry.shape[0]
-            self._free.push(entry)
+        short, as few as cover the shortfall, in policy order. They are evicted in batches no larger than
+        the fewest entries that could cover what is still short (entries of the largest group), so no more
+        go than one at a time would take, and the free stack ends as those one-at-a-time pushes leave it."""
+        if self.prefix is not None and self._free.size < k:
+            widest = max(g.units for g in self.groups)
+            evicted: list[np.ndarray] = []
+            short = k - self._free.size
+            while short > 0:
+                entries = self.prefix.evict(cdiv(short, widest))
+                evicted += entries
+                short -= sum(e.shape[0] for e in entries)
+            blocks = np.concatenate(evicted[::-1])  # the last evicted on top, as pushed one by one
+            self.prefix_evicted_blocks += blocks.shape[0]
+            self._free.push(blocks)
         taken = self._free.pop(k)
         self._group_of_block[taken] = group
         return taken

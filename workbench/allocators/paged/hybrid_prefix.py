@@ -109,12 +109,12 @@ class HybridPrefixCache:
         `parents` (uint64 [k] each; 0: none); `before[i]` is the table entry preceding entries[i]."""
         if not entries:
             return
-        heads = np.array([e[0] for e in entries], dtype=np.int32)
-        parent_heads = np.array([-1 if b is None else b[0] for b in before], dtype=np.int32)
+        heads = np.fromiter((e[0] for e in entries), dtype=np.int32, count=len(entries))
+        parent_heads = np.fromiter((-1 if b is None else b[0] for b in before), dtype=np.int32, count=len(before))
         self.index.insert(self.salted(parents, group), self.salted(keys, group), heads, parent_heads)
-        for head, entry in zip(heads.tolist(), entries, strict=True):
-            self.entry_of[head] = entry
-            self.group_of[head] = group
+        head_list = heads.tolist()
+        self.entry_of.update(zip(head_list, entries, strict=True))
+        self.group_of.update(dict.fromkeys(head_list, group))
 
     def register_prompt(self, seq_ids: list[int], token_ids: np.ndarray, keys: np.ndarray, num_hit: int) -> None:
         """Mutates. Sequences just admitted hold `token_ids` (int32 [n]), keyed `keys` (uint64 [n // B]):
@@ -130,13 +130,18 @@ class HybridPrefixCache:
     def register_filled(self, seq_ids: list[int], token_ids: np.ndarray | None) -> None:
         """Mutates. Each sequence just wrote one token (`token_ids` int32 [n]; None: unknown from now on). A
         block this filled holds exactly its sequence's tokens (a writer into a shared block copied it
-        first) and is live in every group (its last position was just written): each group registers it."""
-        for seq_id, parent, key in self.advance(seq_ids, token_ids):
-            i = int(self._lengths[self._row[seq_id]]) // self.block_size - 1
-            for gi, g in enumerate(self.groups):
-                table = g.entries[seq_id]
-                self.register(gi, np.array([key], dtype=np.uint64), np.array([parent], dtype=np.uint64),
-                              [table[i]], [table[i - 1] if i else None])
+        first) and is live in every group (its last position was just written): each group registers the
+        step's filled blocks together (a group's keys are its own, so only the order within a group counts)."""
+        filled = self.advance(seq_ids, token_ids)
+        if not filled:
+            return
+        places = [(seq_id, int(self._lengths[self._row[seq_id]]) // self.block_size - 1) for seq_id, _, _ in filled]
+        parents = np.array([parent for _, parent, _ in filled], dtype=np.uint64)
+        keys = np.array([key for _, _, key in filled], dtype=np.uint64)
+        for gi, g in enumerate(self.groups):
+            tables = g.entries
+            self.register(gi, keys, parents, [tables[seq_id][i] for seq_id, i in places],
+                          [tables[seq_id][i - 1] if i else None for seq_id, i in places])
 
     def claim(self, entries: list[Entry], refcount: np.ndarray) -> None:
         """Mutates. Hit entries are about to gain holders: evictable ones leave the cache."""
@@ -147,17 +152,22 @@ class HybridPrefixCache:
     def release(self, entries: list[Entry]) -> list[Entry]:
         """Mutates. Entries whose holders all left, a sequence's head first: registered ones become
         evictable (tail first); returns the others, for the free stack."""
-        back = set(self.index.release(np.array([e[0] for e in entries], dtype=np.int32)).tolist())
-        self.cached_blocks += sum(e.shape[0] for e in entries if int(e[0]) not in back)
-        return [e for e in entries if int(e[0]) in back]
+        if not entries:
+            return []
+        heads = np.fromiter((e[0] for e in entries), dtype=np.int32, count=len(entries))
+        back = np.isin(heads, self.index.release(heads)).tolist()
+        self.cached_blocks += sum(e.shape[0] for e, b in zip(entries, back, strict=True) if not b)
+        return [e for e, b in zip(entries, back, strict=True) if b]
 
-    def evict_one(self) -> Entry:
-        """Mutates. Unregister the eviction policy's next victim; its blocks are the caller's."""
-        head = int(self.index.evict(1)[0])
-        del self.group_of[head]
-        entry = self.entry_of.pop(head)
-        self.cached_blocks -= entry.shape[0]
-        return entry
+    def evict(self, num_entries: int) -> list[Entry]:
+        """Mutates. Unregister the eviction policy's next `num_entries` victims, in its order; their blocks
+        are the caller's."""
+        heads = self.index.evict(num_entries).tolist()
+        for head in heads:
+            del self.group_of[head]
+        entries = list(map(self.entry_of.pop, heads))
+        self.cached_blocks -= sum(map(len, entries))
+        return entries
 
     def evictable_entries(self) -> list[Entry]:
         """The cached entries in no particular order."""

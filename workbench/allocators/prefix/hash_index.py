@@ -49,7 +49,15 @@ class HashPrefixIndex:
         # a chain key names its whole prefix already: parent keys serve only a depth-ordered policy
         del parent_blocks
         index = self._blocks_of_key
-        for parent, key, block in zip(parent_keys.tolist(), keys.tolist(), blocks.tolist(), strict=True):
+        key_list, block_list = keys.tolist(), blocks.tolist()
+        if self._depth_of_block is None and index.keys().isdisjoint(key_list) and \
+                self._key_of_block.keys().isdisjoint(block_list) and len(set(key_list)) == len(key_list) and \
+                len(set(block_list)) == len(block_list):
+            # all new, nothing repeated: what the loop below does, one dict update each
+            self._key_of_block.update(zip(block_list, key_list, strict=True))
+            index.update(zip(key_list, block_list, strict=True))
+            return
+        for parent, key, block in zip(parent_keys.tolist(), key_list, block_list, strict=True):
             if block in self._key_of_block:
                 continue  # already registered (its content never changes while held)
             self._key_of_block[block] = key
@@ -76,10 +84,9 @@ class HashPrefixIndex:
             policy.touch(block)  # a hit is a use (LFU counts it)
 
     def release(self, blocks: np.ndarray) -> np.ndarray:
-        registered = np.fromiter((b in self._key_of_block for b in blocks.tolist()), dtype=bool,
-                                 count=blocks.shape[0])
-        for block in blocks[registered][::-1].tolist():  # tail first: evicted before the head
-            self._policy.add(block)
+        block_list = blocks.tolist()
+        registered = np.fromiter(map(self._key_of_block.__contains__, block_list), dtype=bool, count=len(block_list))
+        self._policy.add_many(blocks[registered][::-1].tolist())  # tail first: evicted before the head
         return blocks[~registered]
 
     def evict(self, k: int) -> np.ndarray:
@@ -88,14 +95,12 @@ class HashPrefixIndex:
     def evict_keyed(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k > len(self._policy):
             raise RuntimeError(f"cannot evict {k} blocks: {len(self._policy)} evictable")
-        evicted = np.empty(k, dtype=np.int32)
-        keys = np.empty(k, dtype=np.uint64)
-        for i in range(k):
-            block = self._policy.pop_victim()
-            keys[i] = self._key_of_block[block]
+        victims = self._policy.pop_victims(k)
+        key_of_block = self._key_of_block
+        keys = np.fromiter((key_of_block[b] for b in victims), dtype=np.uint64, count=k)
+        for block in victims:
             self._unregister(block)
-            evicted[i] = block
-        return evicted, keys
+        return np.array(victims, dtype=np.int32), keys
 
     def _unregister(self, block: int) -> None:
         key = self._key_of_block.pop(block)
