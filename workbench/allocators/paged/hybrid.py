@@ -181,7 +181,7 @@ class HybridPaged(Strategy):
                                "allocatable")
         for g in self.groups:
             for seq_id in seq_ids:
-                self._drop(g.release_dead(seq_id, self._length[seq_id]))
+                self._drop(g.release_dead(seq_id, self._length[seq_id]), g.units)
         bs = self.block_size
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
@@ -226,15 +226,15 @@ class HybridPaged(Strategy):
         if seq_id not in self._length:
             raise ValueError(f"sequence {seq_id} is not live")
         for g in self.groups:
-            self._drop(g.live(seq_id))
+            self._drop(g.live(seq_id), g.units)
             del g.entries[seq_id], g.first_live[seq_id]
         del self._length[seq_id], self._final[seq_id]
         if self.prefix is not None:
             self.prefix.drop(seq_id)
 
-    def _drop(self, entries: list[np.ndarray]) -> None:
-        """Mutates. One holder fewer for each entry (distinct, in table order); an entry at 0 holders
-        goes to the prefix cache when registered there, else to the free stack."""
+    def _drop(self, entries: list[np.ndarray], units: int) -> None:
+        """Mutates. One holder fewer for each entry of one group (`units` blocks each, distinct, in table
+        order); an entry at 0 holders goes to the prefix cache when registered there, else to the free stack."""
         if not entries:
             return
         blocks = np.concatenate(entries)
@@ -242,9 +242,12 @@ class HybridPaged(Strategy):
         if self.prefix is None:
             self._free.push(blocks[self._refcount[blocks] == 0])
             return
-        heads = blocks[np.cumsum([0] + [e.shape[0] for e in entries[:-1]])]  # [num_entries] unit 0 of each
-        unheld = (self._refcount[heads] == 0).tolist()
-        back = self.prefix.release([e for e, zero in zip(entries, unheld, strict=True) if zero])
+        heads = blocks[::units]  # [num_entries] unit 0 of each
+        unheld = self._refcount[heads] == 0
+        if not unheld.any():
+            return
+        picked = [e for e, zero in zip(entries, unheld.tolist(), strict=True) if zero]
+        back = self.prefix.release(picked, heads[unheld], units)
         if back:
             self._free.push(np.concatenate(back))
 

@@ -109,8 +109,12 @@ class HybridPrefixCache:
         `parents` (uint64 [k] each; 0: none); `before[i]` is the table entry preceding entries[i]."""
         if not entries:
             return
-        heads = np.fromiter((e[0] for e in entries), dtype=np.int32, count=len(entries))
-        parent_heads = np.fromiter((-1 if b is None else b[0] for b in before), dtype=np.int32, count=len(before))
+        units = self.groups[group].units
+        heads = np.concatenate(entries)[::units]  # [k] unit 0 of each (a group's entries have its units)
+        parent_heads = np.full(len(before), -1, dtype=np.int32)  # [k] -1: no entry before
+        known = [i for i, b in enumerate(before) if b is not None]
+        if known:
+            parent_heads[known] = np.concatenate([before[i] for i in known])[::units]
         self.index.insert(self.salted(parents, group), self.salted(keys, group), heads, parent_heads)
         head_list = heads.tolist()
         self.entry_of.update(zip(head_list, entries, strict=True))
@@ -149,15 +153,15 @@ class HybridPrefixCache:
             self.index.claim(np.array([e[0] for e in entries], dtype=np.int32))
             self.cached_blocks -= sum(e.shape[0] for e in entries if refcount[e[0]] == 0)
 
-    def release(self, entries: list[Entry]) -> list[Entry]:
-        """Mutates. Entries whose holders all left, a sequence's head first: registered ones become
-        evictable (tail first); returns the others, for the free stack."""
-        if not entries:
-            return []
-        heads = np.fromiter((e[0] for e in entries), dtype=np.int32, count=len(entries))
-        back = np.isin(heads, self.index.release(heads)).tolist()
-        self.cached_blocks += sum(e.shape[0] for e, b in zip(entries, back, strict=True) if not b)
-        return [e for e, b in zip(entries, back, strict=True) if b]
+    def release(self, entries: list[Entry], heads: np.ndarray, units: int) -> list[Entry]:
+        """Mutates. Entries of one group (`units` blocks each, unit 0 `heads` int32 [k]) whose holders all
+        left, a sequence's head first: registered ones become evictable (tail first); returns the others,
+        for the free stack."""
+        head_list = heads.tolist()
+        registered = list(map(self.entry_of.__contains__, head_list))
+        self.index.release(heads)
+        self.cached_blocks += units * sum(registered)
+        return [e for e, known in zip(entries, registered, strict=True) if not known]
 
     def evict(self, num_entries: int) -> list[Entry]:
         """Mutates. Unregister the eviction policy's next `num_entries` victims, in its order; their blocks
