@@ -39,7 +39,7 @@ class HybridPrefixCache:
         self.groups = groups
         self._salt = mix64(np.arange(1, len(groups) + 1, dtype=np.uint64))  # uint64 [num_groups]
         self.entry_of: dict[int, Entry] = {}  # registered head -> its entry
-        self.group_of: dict[int, int] = {}  # registered head -> the group it is registered in
+        self._group_of = np.zeros(0, dtype=np.int64)  # [num_blocks] a registered head's group, -1: none
         self.cached_blocks = 0  # pool blocks of evictable entries (every unit)
         self._chains = SeqChains(block_size)
         self._row: dict[int, int] = {}  # seq id -> its chain row
@@ -116,9 +116,11 @@ class HybridPrefixCache:
         if known:
             parent_heads[known] = np.concatenate([before[i] for i in known])[::units]
         self.index.insert(self.salted(parents, group), self.salted(keys, group), heads, parent_heads)
-        head_list = heads.tolist()
-        self.entry_of.update(zip(head_list, entries, strict=True))
-        self.group_of.update(dict.fromkeys(head_list, group))
+        self.entry_of.update(zip(heads.tolist(), entries, strict=True))
+        if heads.max() >= self._group_of.shape[0]:
+            grow = max(int(heads.max()) + 1, 2 * self._group_of.shape[0]) - self._group_of.shape[0]
+            self._group_of = np.concatenate([self._group_of, np.full(grow, -1, dtype=np.int64)])
+        self._group_of[heads] = group
 
     def register_prompt(self, seq_ids: list[int], token_ids: np.ndarray, keys: np.ndarray, num_hit: int) -> None:
         """Mutates. Sequences just admitted hold `token_ids` (int32 [n]), keyed `keys` (uint64 [n // B]):
@@ -166,10 +168,9 @@ class HybridPrefixCache:
     def evict(self, num_entries: int) -> list[Entry]:
         """Mutates. Unregister the eviction policy's next `num_entries` victims, in its order; their blocks
         are the caller's."""
-        heads = self.index.evict(num_entries).tolist()
-        for head in heads:
-            del self.group_of[head]
-        entries = list(map(self.entry_of.pop, heads))
+        heads = self.index.evict(num_entries)
+        self._group_of[heads] = -1
+        entries = list(map(self.entry_of.pop, heads.tolist()))
         self.cached_blocks -= sum(map(len, entries))
         return entries
 
@@ -224,9 +225,10 @@ class HybridPrefixCache:
         block, -1: none)."""
         self.index.check_integrity(refcount, free_ids)
         registered = self.index.registered_block_ids()
-        assert sorted(registered.tolist()) == sorted(self.entry_of) == sorted(self.group_of), \
+        grouped = np.flatnonzero(self._group_of >= 0)
+        assert sorted(registered.tolist()) == sorted(self.entry_of) == grouped.tolist(), \
             "registered heads differ from the entry map"
-        for head, group in self.group_of.items():
+        for head, group in zip(grouped.tolist(), self._group_of[grouped].tolist(), strict=True):
             assert owner[head] in (-1, group), f"block {head} registered in group {group}, held in {owner[head]}"
         cached = self.evictable_entries()
         assert sum(e.shape[0] for e in cached) == self.cached_blocks, "cached block count drifted"
