@@ -264,7 +264,7 @@ class HybridPaged(Strategy):
             while short > 0:
                 entries = self.prefix.evict(cdiv(short, widest))
                 evicted += entries
-                short -= sum(e.shape[0] for e in entries)
+                short -= sum(map(len, entries))
             blocks = np.concatenate(evicted[::-1])  # the last evicted on top, as pushed one by one
             self.prefix_evicted_blocks += blocks.shape[0]
             self._free.push(blocks)

@@ -110,11 +110,16 @@ class HybridPrefixCache:
         if not entries:
             return
         units = self.groups[group].units
-        heads = np.concatenate(entries)[::units]  # [k] unit 0 of each (a group's entries have its units)
         parent_heads = np.full(len(before), -1, dtype=np.int32)  # [k] -1: no entry before
         known = [i for i, b in enumerate(before) if b is not None]
         if known:
             parent_heads[known] = np.concatenate([before[i] for i in known])[::units]
+        self._register_heads(group, keys, parents, entries, np.concatenate(entries)[::units], parent_heads)
+
+    def _register_heads(self, group: int, keys: np.ndarray, parents: np.ndarray, entries: list[Entry],
+                        heads: np.ndarray, parent_heads: np.ndarray) -> None:
+        """Mutates. `register`, given the entries' unit-0 blocks and those of the entries before them
+        (int32 [k] each; -1: none)."""
         self.index.insert(self.salted(parents, group), self.salted(keys, group), heads, parent_heads)
         self.entry_of.update(zip(heads.tolist(), entries, strict=True))
         if heads.max() >= self._group_of.shape[0]:
@@ -129,8 +134,15 @@ class HybridPrefixCache:
         parents[1:] = keys[:-1]
         for gi, g in enumerate(self.groups):
             table = g.entries[seq_ids[0]]
-            before = [table[i - 1] if i else None for i in range(num_hit, keys.shape[0])]
-            self.register(gi, keys[num_hit:], parents[num_hit:], table[num_hit:keys.shape[0]], before)
+            entries = table[num_hit:keys.shape[0]]
+            if not entries:
+                continue
+            heads = np.concatenate(entries)[::g.units]  # [k] unit 0 of each
+            parent_heads = np.empty_like(heads)  # [k] each entry's predecessor in the table: the one before
+            parent_heads[1:] = heads[:-1]
+            first = table[num_hit - 1] if num_hit else None  # None also where a window released it
+            parent_heads[0] = -1 if first is None else first[0]
+            self._register_heads(gi, keys[num_hit:], parents[num_hit:], entries, heads, parent_heads)
         self.start(seq_ids, token_ids, keys)
 
     def register_filled(self, seq_ids: list[int], token_ids: np.ndarray | None) -> None:
