@@ -11,7 +11,7 @@ import pytest
 
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
-from workbench.allocators.prefix.eviction import POLICIES, make_policy
+from workbench.allocators.prefix.eviction import POLICIES, HeapPolicy, LRUPolicy, make_policy
 
 
 def tokens(n, start=0):
@@ -93,3 +93,64 @@ def test_radix_locks_a_running_path_and_counts_its_unlocked_ancestors_only_after
     s.free(2)
     assert s.cached_block_ids().tolist() == [2, 1, 0]  # leaves first: the tail, then its parents
     s.check_integrity()
+
+
+class HeapLRU(HeapPolicy):
+    """LRU on the shared heap: the reference order of `LRUPolicy`'s ordered dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[int, int] = {}
+
+    def _use(self, block: int) -> None:
+        self._last[block] = self._tick
+
+    def _priority(self, block: int) -> tuple:
+        return (self._last[block],)
+
+    def _forget(self, block: int) -> None:
+        del self._last[block]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lru_ordered_dict_keeps_the_heap_order_through_every_operation(seed):
+    rng = np.random.default_rng(seed)
+    fast, ref = LRUPolicy(), HeapLRU()
+    registered: set[int] = set()  # blocks with statistics (used since they were last evicted)
+    for _ in range(400):
+        op = rng.choice(["add", "add_many", "touch", "remove", "restore", "pop", "pops"])
+        outside = [b for b in registered if b not in ref]
+        if op == "add":
+            block = int(rng.integers(0, 60))
+            if block not in ref:
+                fast.add(block)
+                ref.add(block)
+                registered.add(block)
+        elif op == "add_many":
+            blocks = list(dict.fromkeys(b for b in rng.integers(0, 60, 5).tolist() if b not in ref))
+            fast.add_many(blocks)
+            for block in blocks:
+                ref.add(block)
+            registered.update(blocks)
+        elif op == "touch" and registered:
+            block = sorted(registered)[int(rng.integers(len(registered)))]
+            fast.touch(block)
+            ref.touch(block)
+        elif op == "remove":
+            block = int(rng.integers(0, 60))
+            fast.remove(block)
+            ref.remove(block)
+        elif op == "restore" and outside:
+            block = sorted(outside)[int(rng.integers(len(outside)))]
+            fast.restore(block)
+            ref.restore(block)
+        elif op == "pop" and len(ref):
+            block = ref.pop_victim()
+            assert fast.pop_victim() == block
+            registered.discard(block)
+        elif op == "pops" and len(ref):
+            k = int(rng.integers(1, len(ref) + 1))
+            victims = [ref.pop_victim() for _ in range(k)]
+            assert fast.pop_victims(k) == victims
+            registered.difference_update(victims)
+        assert fast.ids().tolist() == ref.ids().tolist() and len(fast) == len(ref)

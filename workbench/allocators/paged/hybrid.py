@@ -181,7 +181,7 @@ class HybridPaged(Strategy):
                                "allocatable")
         for g in self.groups:
             for seq_id in seq_ids:
-                self._drop(g.release_dead(seq_id, self._length[seq_id]))
+                self._drop(g.release_dead(seq_id, self._length[seq_id]), g.units)
         bs = self.block_size
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
@@ -226,15 +226,15 @@ class HybridPaged(Strategy):
         if seq_id not in self._length:
             raise ValueError(f"sequence {seq_id} is not live")
         for g in self.groups:
-            self._drop(g.live(seq_id))
+            self._drop(g.live(seq_id), g.units)
             del g.entries[seq_id], g.first_live[seq_id]
         del self._length[seq_id], self._final[seq_id]
         if self.prefix is not None:
             self.prefix.drop(seq_id)
 
-    def _drop(self, entries: list[np.ndarray]) -> None:
-        """Mutates. One holder fewer for each entry (distinct, in table order); an entry at 0 holders
-        goes to the prefix cache when registered there, else to the free stack."""
+    def _drop(self, entries: list[np.ndarray], units: int) -> None:
+        """Mutates. One holder fewer for each entry of one group (`units` blocks each, distinct, in table
+        order); an entry at 0 holders goes to the prefix cache when registered there, else to the free stack."""
         if not entries:
             return
         blocks = np.concatenate(entries)
@@ -242,18 +242,32 @@ class HybridPaged(Strategy):
         if self.prefix is None:
             self._free.push(blocks[self._refcount[blocks] == 0])
             return
-        back = self.prefix.release([e for e in entries if self._refcount[e[0]] == 0])
+        heads = blocks[::units]  # [num_entries] unit 0 of each
+        unheld = self._refcount[heads] == 0
+        if not unheld.any():
+            return
+        picked = [e for e, zero in zip(entries, unheld.tolist(), strict=True) if zero]
+        back = self.prefix.release(picked, heads[unheld], units)
         if back:
             self._free.push(np.concatenate(back))
 
     def _take(self, k: int, group: int) -> np.ndarray:
         """Mutates. k blocks for new content of `group`, int32 [k]; the caller sets their refcounts. Free
         blocks go first; cached entries are evicted (every unit, the surplus to the free stack) only when
-        short."""
-        while self._free.size < k and self.prefix is not None:
-            entry = self.prefix.evict_one()
-            self.prefix_evicted_blocks += entry.shape[0]
-            self._free.push(entry)
+        short, as few as cover the shortfall, in policy order. They are evicted in batches no larger than
+        the fewest entries that could cover what is still short (entries of the largest group), so no more
+        go than one at a time would take, and the free stack ends as those one-at-a-time pushes leave it."""
+        if self.prefix is not None and self._free.size < k:
+            widest = max(g.units for g in self.groups)
+            evicted: list[np.ndarray] = []
+            short = k - self._free.size
+            while short > 0:
+                entries = self.prefix.evict(cdiv(short, widest))
+                evicted += entries
+                short -= sum(map(len, entries))
+            blocks = np.concatenate(evicted[::-1])  # the last evicted on top, as pushed one by one
+            self.prefix_evicted_blocks += blocks.shape[0]
+            self._free.push(blocks)
         taken = self._free.pop(k)
         self._group_of_block[taken] = group
         return taken

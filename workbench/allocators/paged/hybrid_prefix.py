@@ -39,7 +39,7 @@ class HybridPrefixCache:
         self.groups = groups
         self._salt = mix64(np.arange(1, len(groups) + 1, dtype=np.uint64))  # uint64 [num_groups]
         self.entry_of: dict[int, Entry] = {}  # registered head -> its entry
-        self.group_of: dict[int, int] = {}  # registered head -> the group it is registered in
+        self._group_of = np.zeros(0, dtype=np.int64)  # [num_blocks] a registered head's group, -1: none
         self.cached_blocks = 0  # pool blocks of evictable entries (every unit)
         self._chains = SeqChains(block_size)
         self._row: dict[int, int] = {}  # seq id -> its chain row
@@ -109,12 +109,23 @@ class HybridPrefixCache:
         `parents` (uint64 [k] each; 0: none); `before[i]` is the table entry preceding entries[i]."""
         if not entries:
             return
-        heads = np.array([e[0] for e in entries], dtype=np.int32)
-        parent_heads = np.array([-1 if b is None else b[0] for b in before], dtype=np.int32)
+        units = self.groups[group].units
+        parent_heads = np.full(len(before), -1, dtype=np.int32)  # [k] -1: no entry before
+        known = [i for i, b in enumerate(before) if b is not None]
+        if known:
+            parent_heads[known] = np.concatenate([before[i] for i in known])[::units]
+        self._register_heads(group, keys, parents, entries, np.concatenate(entries)[::units], parent_heads)
+
+    def _register_heads(self, group: int, keys: np.ndarray, parents: np.ndarray, entries: list[Entry],
+                        heads: np.ndarray, parent_heads: np.ndarray) -> None:
+        """Mutates. `register`, given the entries' unit-0 blocks and those of the entries before them
+        (int32 [k] each; -1: none)."""
         self.index.insert(self.salted(parents, group), self.salted(keys, group), heads, parent_heads)
-        for head, entry in zip(heads.tolist(), entries, strict=True):
-            self.entry_of[head] = entry
-            self.group_of[head] = group
+        self.entry_of.update(zip(heads.tolist(), entries, strict=True))
+        if heads.max() >= self._group_of.shape[0]:
+            grow = max(int(heads.max()) + 1, 2 * self._group_of.shape[0]) - self._group_of.shape[0]
+            self._group_of = np.concatenate([self._group_of, np.full(grow, -1, dtype=np.int64)])
+        self._group_of[heads] = group
 
     def register_prompt(self, seq_ids: list[int], token_ids: np.ndarray, keys: np.ndarray, num_hit: int) -> None:
         """Mutates. Sequences just admitted hold `token_ids` (int32 [n]), keyed `keys` (uint64 [n // B]):
@@ -123,20 +134,32 @@ class HybridPrefixCache:
         parents[1:] = keys[:-1]
         for gi, g in enumerate(self.groups):
             table = g.entries[seq_ids[0]]
-            before = [table[i - 1] if i else None for i in range(num_hit, keys.shape[0])]
-            self.register(gi, keys[num_hit:], parents[num_hit:], table[num_hit:keys.shape[0]], before)
+            entries = table[num_hit:keys.shape[0]]
+            if not entries:
+                continue
+            heads = np.concatenate(entries)[::g.units]  # [k] unit 0 of each
+            parent_heads = np.empty_like(heads)  # [k] each entry's predecessor in the table: the one before
+            parent_heads[1:] = heads[:-1]
+            first = table[num_hit - 1] if num_hit else None  # None also where a window released it
+            parent_heads[0] = -1 if first is None else first[0]
+            self._register_heads(gi, keys[num_hit:], parents[num_hit:], entries, heads, parent_heads)
         self.start(seq_ids, token_ids, keys)
 
     def register_filled(self, seq_ids: list[int], token_ids: np.ndarray | None) -> None:
         """Mutates. Each sequence just wrote one token (`token_ids` int32 [n]; None: unknown from now on). A
         block this filled holds exactly its sequence's tokens (a writer into a shared block copied it
-        first) and is live in every group (its last position was just written): each group registers it."""
-        for seq_id, parent, key in self.advance(seq_ids, token_ids):
-            i = int(self._lengths[self._row[seq_id]]) // self.block_size - 1
-            for gi, g in enumerate(self.groups):
-                table = g.entries[seq_id]
-                self.register(gi, np.array([key], dtype=np.uint64), np.array([parent], dtype=np.uint64),
-                              [table[i]], [table[i - 1] if i else None])
+        first) and is live in every group (its last position was just written): each group registers the
+        step's filled blocks together (a group's keys are its own, so only the order within a group counts)."""
+        filled = self.advance(seq_ids, token_ids)
+        if not filled:
+            return
+        places = [(seq_id, int(self._lengths[self._row[seq_id]]) // self.block_size - 1) for seq_id, _, _ in filled]
+        parents = np.array([parent for _, parent, _ in filled], dtype=np.uint64)
+        keys = np.array([key for _, _, key in filled], dtype=np.uint64)
+        for gi, g in enumerate(self.groups):
+            tables = g.entries
+            self.register(gi, keys, parents, [tables[seq_id][i] for seq_id, i in places],
+                          [tables[seq_id][i - 1] if i else None for seq_id, i in places])
 
     def claim(self, entries: list[Entry], refcount: np.ndarray) -> None:
         """Mutates. Hit entries are about to gain holders: evictable ones leave the cache."""
@@ -144,20 +167,24 @@ class HybridPrefixCache:
             self.index.claim(np.array([e[0] for e in entries], dtype=np.int32))
             self.cached_blocks -= sum(e.shape[0] for e in entries if refcount[e[0]] == 0)
 
-    def release(self, entries: list[Entry]) -> list[Entry]:
-        """Mutates. Entries whose holders all left, a sequence's head first: registered ones become
-        evictable (tail first); returns the others, for the free stack."""
-        back = set(self.index.release(np.array([e[0] for e in entries], dtype=np.int32)).tolist())
-        self.cached_blocks += sum(e.shape[0] for e in entries if int(e[0]) not in back)
-        return [e for e in entries if int(e[0]) in back]
+    def release(self, entries: list[Entry], heads: np.ndarray, units: int) -> list[Entry]:
+        """Mutates. Entries of one group (`units` blocks each, unit 0 `heads` int32 [k]) whose holders all
+        left, a sequence's head first: registered ones become evictable (tail first); returns the others,
+        for the free stack."""
+        head_list = heads.tolist()
+        registered = list(map(self.entry_of.__contains__, head_list))
+        self.index.release(heads)
+        self.cached_blocks += units * sum(registered)
+        return [e for e, known in zip(entries, registered, strict=True) if not known]
 
-    def evict_one(self) -> Entry:
-        """Mutates. Unregister the eviction policy's next victim; its blocks are the caller's."""
-        head = int(self.index.evict(1)[0])
-        del self.group_of[head]
-        entry = self.entry_of.pop(head)
-        self.cached_blocks -= entry.shape[0]
-        return entry
+    def evict(self, num_entries: int) -> list[Entry]:
+        """Mutates. Unregister the eviction policy's next `num_entries` victims, in its order; their blocks
+        are the caller's."""
+        heads = self.index.evict(num_entries)
+        self._group_of[heads] = -1
+        entries = list(map(self.entry_of.pop, heads.tolist()))
+        self.cached_blocks -= sum(map(len, entries))
+        return entries
 
     def evictable_entries(self) -> list[Entry]:
         """The cached entries in no particular order."""
@@ -210,9 +237,10 @@ class HybridPrefixCache:
         block, -1: none)."""
         self.index.check_integrity(refcount, free_ids)
         registered = self.index.registered_block_ids()
-        assert sorted(registered.tolist()) == sorted(self.entry_of) == sorted(self.group_of), \
+        grouped = np.flatnonzero(self._group_of >= 0)
+        assert sorted(registered.tolist()) == sorted(self.entry_of) == grouped.tolist(), \
             "registered heads differ from the entry map"
-        for head, group in self.group_of.items():
+        for head, group in zip(grouped.tolist(), self._group_of[grouped].tolist(), strict=True):
             assert owner[head] in (-1, group), f"block {head} registered in group {group}, held in {owner[head]}"
         cached = self.evictable_entries()
         assert sum(e.shape[0] for e in cached) == self.cached_blocks, "cached block count drifted"

@@ -8,9 +8,10 @@ need not be in the set, its statistics are kept while it stays registered); `pop
 next block to evict and forgets its statistics (the block is reused for new content). Policies
 know nothing of keys or tokens, so any index can use any policy.
 
-Every policy is a heap of (priority, entry number, block) with lazy deletion: a block's live entry
-is the one whose number `_entry` remembers; older entries are skipped when popped. Priorities use a
-logical clock (`_tick`, one tick per use), never wall time, so runs are reproducible.
+Every policy but `lru` is a heap of (priority, entry number, block) with lazy deletion: a block's live
+entry is the one whose number `_entry` remembers; older entries are skipped when popped. `lru` keeps the
+same order in an ordered dict (a use always moves a block to the back). Priorities use a logical clock
+(`_tick`, one tick per use), never wall time, so runs are reproducible.
 
 | name | priority (smallest evicted first) |
 |---|---|
@@ -26,6 +27,7 @@ turns) is reused by every request that hangs off it, a deep block by few.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from typing import Protocol
 
 import numpy as np
@@ -34,6 +36,10 @@ import numpy as np
 class EvictionPolicy(Protocol):
     def add(self, block: int) -> None:
         """Mutates. `block` becomes evictable (it is not in the set); this counts as a use."""
+        ...
+
+    def add_many(self, blocks: list[int]) -> None:
+        """Mutates. `add` each of `blocks` (distinct), in order."""
         ...
 
     def restore(self, block: int) -> None:
@@ -51,6 +57,10 @@ class EvictionPolicy(Protocol):
     def pop_victim(self) -> int:
         """Mutates. Remove and return the block to evict next, forgetting its statistics; raises
         KeyError when empty."""
+        ...
+
+    def pop_victims(self, k: int) -> list[int]:
+        """Mutates. `pop_victim` k times (k <= len), the victims in order."""
         ...
 
     wants_depth: bool  # the index calls `set_depth` when it registers a block
@@ -108,6 +118,10 @@ class HeapPolicy:
         self._use(block)
         self._push(block)
 
+    def add_many(self, blocks: list[int]) -> None:
+        for block in blocks:
+            self.add(block)
+
     def restore(self, block: int) -> None:
         self._push(block)
 
@@ -130,6 +144,9 @@ class HeapPolicy:
                 return block
         raise KeyError("no evictable block")
 
+    def pop_victims(self, k: int) -> list[int]:
+        return [self.pop_victim() for _ in range(k)]
+
     def __len__(self) -> int:
         return len(self._entry)
 
@@ -141,34 +158,72 @@ class HeapPolicy:
         return np.array([e[-1] for e in live], dtype=np.int32)
 
 
-class LRUPolicy(HeapPolicy):
+class LRUPolicy:
     """Least recently used first. With a freed request's blocks added tail first (what
     `PrefixIndex.release` does), its last block is evicted before its earlier ones: vLLM v1's
-    free-block queue order."""
+    free-block queue order.
+
+    Every use takes the clock's next tick, so the block used last always goes to the back: the evictable
+    blocks are kept in an ordered dict, least recent first (vLLM's doubly linked free queue), O(1) per
+    operation. `restore` (a tree's parent becoming a leaf with an old last use) is the one insertion
+    that is not at the back; it re-sorts (O(n)), and no flat index calls it."""
+
+    wants_depth = False
 
     def __init__(self) -> None:
-        super().__init__()
-        self._last: dict[int, int] = {}  # block -> tick of its last use
+        self._queue: OrderedDict[int, None] = OrderedDict()  # evictable blocks, least recent first
+        self._last: dict[int, int] = {}  # registered block -> tick of its last use
+        self._tick = 0
 
-    def _use(self, block: int) -> None:
-        self._last[block] = self._tick
-
-    def _priority(self, block: int) -> tuple:
-        return (self._last[block],)
-
-    def _forget(self, block: int) -> None:
-        del self._last[block]
+    def set_depth(self, block: int, depth: int) -> None:
+        del block, depth
 
     def add(self, block: int) -> None:
-        # the hot path of every release: `HeapPolicy.add` inlined (same effect)
         self._tick += 1
+        self._last[block] = self._tick
+        self._queue[block] = None
+
+    def add_many(self, blocks: list[int]) -> None:
         tick = self._tick
-        self._last[block] = tick
-        self._next_entry += 1
-        self._entry[block] = self._next_entry
-        heapq.heappush(self._heap, (tick, self._next_entry, block))
-        if len(self._heap) > 2 * len(self._entry) + 64:
-            self._compact()
+        self._last.update(zip(blocks, range(tick + 1, tick + 1 + len(blocks)), strict=True))
+        self._tick = tick + len(blocks)
+        self._queue.update(dict.fromkeys(blocks))
+
+    def restore(self, block: int) -> None:
+        last = self._last
+        self._queue = OrderedDict.fromkeys(sorted([*self._queue, block], key=last.__getitem__))
+
+    def remove(self, block: int) -> None:
+        self._queue.pop(block, None)
+
+    def touch(self, block: int) -> None:
+        self._tick += 1
+        self._last[block] = self._tick
+        if block in self._queue:
+            self._queue.move_to_end(block)
+
+    def pop_victim(self) -> int:
+        if not self._queue:
+            raise KeyError("no evictable block")
+        block = self._queue.popitem(last=False)[0]
+        del self._last[block]
+        return block
+
+    def pop_victims(self, k: int) -> list[int]:
+        pop, last = self._queue.popitem, self._last
+        victims = [pop(last=False)[0] for _ in range(k)]
+        for block in victims:
+            del last[block]
+        return victims
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._queue
+
+    def ids(self) -> np.ndarray:
+        return np.fromiter(self._queue, dtype=np.int32, count=len(self._queue))
 
 
 class FIFOPolicy(HeapPolicy):

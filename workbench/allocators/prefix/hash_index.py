@@ -24,7 +24,8 @@ class HashPrefixIndex:
         # key -> block, or a list of blocks in registration order when the key has copies
         # (a bare int for the common single block keeps the per-key cost at one dict slot)
         self._blocks_of_key: dict[int, int | list[int]] = {}
-        self._key_of_block: dict[int, int] = {}
+        self._registered = np.zeros(0, dtype=bool)  # [num_blocks] registered under some key
+        self._key_of = np.zeros(0, dtype=np.uint64)  # [num_blocks] a registered block's key
         self._policy = LRUPolicy() if policy is None else policy
         self._depth_of_block: dict[int, int] | None = {} if self._policy.wants_depth else None
 
@@ -49,10 +50,21 @@ class HashPrefixIndex:
         # a chain key names its whole prefix already: parent keys serve only a depth-ordered policy
         del parent_blocks
         index = self._blocks_of_key
-        for parent, key, block in zip(parent_keys.tolist(), keys.tolist(), blocks.tolist(), strict=True):
-            if block in self._key_of_block:
+        self._fit(int(blocks.max()) + 1 if blocks.shape[0] else 0)
+        key_list, block_list = keys.tolist(), blocks.tolist()
+        if self._depth_of_block is None and not self._registered[blocks].any() and \
+                index.keys().isdisjoint(key_list) and len(set(key_list)) == len(key_list) and \
+                len(set(block_list)) == len(block_list):
+            # all new, nothing repeated: what the loop below does, at once
+            self._registered[blocks] = True
+            self._key_of[blocks] = keys
+            index.update(zip(key_list, block_list, strict=True))
+            return
+        for parent, key, block in zip(parent_keys.tolist(), key_list, block_list, strict=True):
+            if self._registered[block]:
                 continue  # already registered (its content never changes while held)
-            self._key_of_block[block] = key
+            self._registered[block] = True
+            self._key_of[block] = key
             if self._depth_of_block is not None:
                 self._set_depth(parent, block)
             held = index.get(key)
@@ -76,10 +88,9 @@ class HashPrefixIndex:
             policy.touch(block)  # a hit is a use (LFU counts it)
 
     def release(self, blocks: np.ndarray) -> np.ndarray:
-        registered = np.fromiter((b in self._key_of_block for b in blocks.tolist()), dtype=bool,
-                                 count=blocks.shape[0])
-        for block in blocks[registered][::-1].tolist():  # tail first: evicted before the head
-            self._policy.add(block)
+        self._fit(int(blocks.max()) + 1 if blocks.shape[0] else 0)
+        registered = self._registered[blocks]
+        self._policy.add_many(blocks[registered][::-1].tolist())  # tail first: evicted before the head
         return blocks[~registered]
 
     def evict(self, k: int) -> np.ndarray:
@@ -88,26 +99,31 @@ class HashPrefixIndex:
     def evict_keyed(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k > len(self._policy):
             raise RuntimeError(f"cannot evict {k} blocks: {len(self._policy)} evictable")
-        evicted = np.empty(k, dtype=np.int32)
-        keys = np.empty(k, dtype=np.uint64)
-        for i in range(k):
-            block = self._policy.pop_victim()
-            keys[i] = self._key_of_block[block]
-            self._unregister(block)
-            evicted[i] = block
-        return evicted, keys
-
-    def _unregister(self, block: int) -> None:
-        key = self._key_of_block.pop(block)
+        victims = self._policy.pop_victims(k)
+        evicted = np.array(victims, dtype=np.int32)
+        self._registered[evicted] = False
+        keys = self._key_of[evicted].tolist()
         if self._depth_of_block is not None:
-            del self._depth_of_block[block]
-        held = self._blocks_of_key[key]
-        if type(held) is int:
-            del self._blocks_of_key[key]
-            return
-        held.remove(block)
-        if len(held) == 1:
-            self._blocks_of_key[key] = held[0]
+            for block in victims:
+                del self._depth_of_block[block]
+        index = self._blocks_of_key
+        for block, key in zip(victims, keys, strict=True):
+            held = index[key]
+            if type(held) is int:
+                del index[key]
+                continue
+            held.remove(block)
+            if len(held) == 1:
+                index[key] = held[0]
+        return evicted, np.array(keys, dtype=np.uint64)
+
+    def _fit(self, num_blocks: int) -> None:
+        """Mutates. Room for block ids below `num_blocks` in the per-block arrays (grown by doubling)."""
+        size = self._registered.shape[0]
+        if num_blocks > size:
+            grow = max(num_blocks, 2 * size) - size
+            self._registered = np.concatenate([self._registered, np.zeros(grow, dtype=bool)])
+            self._key_of = np.concatenate([self._key_of, np.zeros(grow, dtype=np.uint64)])
 
     def num_evictable(self) -> int:
         return len(self._policy)
@@ -119,7 +135,7 @@ class HashPrefixIndex:
         return self._policy.ids()
 
     def registered_block_ids(self) -> np.ndarray:
-        return np.fromiter(self._key_of_block, dtype=np.int32, count=len(self._key_of_block))
+        return np.flatnonzero(self._registered).astype(np.int32)
 
     def check_integrity(self, refcount: np.ndarray, free_block_ids: np.ndarray) -> None:
         listed = 0
@@ -128,19 +144,18 @@ class HashPrefixIndex:
             if len(blocks) < 1 or (type(held) is list and len(held) < 2):
                 raise AssertionError(f"hash index: key {key:#x} holds a list of {len(blocks)} blocks")
             for block in blocks:
-                if self._key_of_block.get(block) != key:
+                if not self._registered[block] or int(self._key_of[block]) != key:
                     raise AssertionError(f"hash index: key {key:#x} -> block {block}, which is not registered "
                                          "under it")
             listed += len(blocks)
-        if listed != len(self._key_of_block):
+        registered = self.registered_block_ids()
+        if listed != registered.shape[0]:
             raise AssertionError("hash index: a block is registered under two keys")
-        free = set(free_block_ids.tolist())
-        for block in self._key_of_block:
-            if block in free:
-                raise AssertionError(f"hash index: registered block {block} is on the free stack")
+        if np.intersect1d(registered, free_block_ids).shape[0]:
+            raise AssertionError("hash index: a registered block is on the free stack")
         evictable = self._policy.ids()
         if np.unique(evictable).shape[0] != evictable.shape[0]:
             raise AssertionError("hash index: a block is evictable twice")
         for block in evictable.tolist():
-            if block not in self._key_of_block or refcount[block] != 0:
+            if not self._registered[block] or refcount[block] != 0:
                 raise AssertionError(f"cached block {block} is unregistered or still held")

@@ -3,13 +3,13 @@
 The page is the block (`--block-size`, 1 = token granular as SGLang's default `page_size`). A
 prompt reuses the longest cached path of full pages from the root; at least its last token is
 computed (the same rule as `paged-prefix`, so hit counts compare). A running request locks its
-path; eviction takes unlocked leaves in the order of `--eviction` (`prefix.radix_index`).
+path; eviction takes unlocked leaves in the order of `--eviction` (`prefix.radix_index`), a run of a
+node's blocks at a time.
 """
 
 from __future__ import annotations
 
 from workbench.allocators.paged.strategy import PagedStrategy
-from workbench.allocators.prefix.eviction import make_policy
 from workbench.allocators.prefix.host_tier import host_tier_for
 from workbench.allocators.prefix.radix_index import RadixPrefixIndex
 from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
@@ -27,7 +27,7 @@ class RadixStrategy(PagedStrategy):
         """`shared_tier`: the fleet's pool, one object for every replica (`registry.create`); without one a
         `shared_tier_gib` above 0 builds a pool of this strategy's own (a fleet of one)."""
         super().__init__(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
-                         swap_slots=swap_slots, prefix_index=RadixPrefixIndex(make_policy(eviction)),
+                         swap_slots=swap_slots, prefix_index=RadixPrefixIndex(eviction),
                          host_tier=host_tier_for(host_cache_gib, block_size, geometry),
                          shared_tier=shared_tier if shared_tier is not None
                          else shared_tier_for(shared_tier_gib, block_size, geometry))

@@ -1,0 +1,119 @@
+"""The hybrid pool evicts cached entries in batches; the same pool evicting one entry per step of its
+loop (`OneAtATime`, the pool as vLLM's free queue hands blocks out) is the reference. Random walks with
+shared heads, continuations and a pool small enough to evict drive both; after every operation both pass
+their integrity checks and agree on every observable: admission results, slots and copies, every group's
+tables, the free stack in order, the cached entries in eviction order and the counters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workbench.allocators import registry
+from workbench.allocators.base import SeqSpec
+from workbench.allocators.paged.hybrid import HybridPaged
+from workbench.allocators.prefix.eviction import POLICIES
+from workbench.allocators.prefix.paged_prefix import PagedPrefixStrategy
+
+MAX_LEN = 120
+GEOMETRIES = (((7, 1), (None, 1)), ((5, 2), (None, 1)), ((3, 1), (20, 2), (None, 3)))
+
+
+class OneAtATime(HybridPaged):
+    def _take(self, k: int, group: int) -> np.ndarray:
+        while self._free.size < k and self.prefix is not None:
+            entry = self.prefix.evict(1)[0]
+            self.prefix_evicted_blocks += entry.shape[0]
+            self._free.push(entry)
+        taken = self._free.pop(k)
+        self._group_of_block[taken] = group
+        return taken
+
+
+def _pools(geometry, eviction: str, block_size: int, capacity_slots: int):
+    batched = registry.create_hybrid("paged-prefix", capacity_slots=capacity_slots, block_size=block_size,
+                                     max_model_len=MAX_LEN, groups=geometry, eviction=eviction)
+    single = OneAtATime(capacity_slots=capacity_slots, block_size=block_size, max_model_len=MAX_LEN,
+                        groups=geometry, name="paged-prefix",
+                        prefix_index=PagedPrefixStrategy.hybrid_prefix_index(eviction))
+    return batched, single
+
+
+def _agree(a, b) -> None:
+    a.check_integrity()
+    b.check_integrity()
+    assert np.array_equal(a.free_block_ids(), b.free_block_ids())
+    assert a.prefix.index.evictable_block_ids().tolist() == b.prefix.index.evictable_block_ids().tolist()
+    assert a.prefix_evicted_blocks == b.prefix_evicted_blocks and a.prefix.cached_blocks == b.prefix.cached_blocks
+    assert a.snapshot() == b.snapshot()
+    live = sorted(a._length)
+    for group in range(len(a.groups)):
+        if live:
+            da, db = a.describe_group(group, live), b.describe_group(group, live)
+            assert np.array_equal(da.kv_indices, db.kv_indices) and np.array_equal(da.kv_indptr, db.kv_indptr)
+
+
+def hybrid_eviction_walk(geometry, eviction: str, block_size: int, seed: int, num_ops: int) -> None:
+    rng = np.random.default_rng(seed)
+    units = sum(u for _, u in geometry)
+    pools = _pools(geometry, eviction, block_size, capacity_slots=int(rng.integers(4, 9)) * MAX_LEN * units // 2)
+    heads = [rng.integers(0, 40, MAX_LEN) for _ in range(3)]
+    tokens: dict[int, list[int]] = {}
+    final: dict[int, int] = {}
+    seen: list[list[int]] = []
+    next_id = 0
+    for _ in range(num_ops):
+        op = rng.choice(["admit", "admit", "append", "append", "append", "fork", "free"])
+        ready = [i for i in tokens if len(tokens[i]) < final[i]]
+        if op == "admit":
+            if seen and rng.random() < 0.5:
+                base = seen[int(rng.integers(len(seen)))]
+                prompt = base[:int(rng.integers(1, len(base) + 1))] + rng.integers(0, 40, 4).tolist()
+            else:
+                prompt = heads[int(rng.integers(3))][:int(rng.integers(0, 50))].tolist() + \
+                    rng.integers(0, 40, int(rng.integers(1, 20))).tolist()
+            prompt = np.array(prompt[:MAX_LEN // 2], dtype=np.int32)
+            spec = SeqSpec(prompt, int(rng.integers(prompt.shape[0], MAX_LEN + 1)))
+            results = [p.admit([next_id], spec) for p in pools]
+            assert results[0] == results[1]
+            if results[0].admitted:
+                tokens[next_id], final[next_id] = prompt.tolist(), spec.final_len
+                next_id += 1
+        elif op == "append" and ready:
+            batch = [i for i in ready if rng.random() < 0.8] or ready[:1]
+            if pools[0].can_append(batch):
+                new = rng.integers(0, 40, len(batch)).astype(np.int32)
+                results = [p.append(batch, new) for p in pools]
+                assert np.array_equal(results[0].group_slots, results[1].group_slots)
+                assert np.array_equal(results[0].copies, results[1].copies)
+                for i, t in zip(batch, new.tolist(), strict=True):
+                    tokens[i].append(t)
+            else:
+                assert not pools[1].can_append(batch)
+                seen.append(tokens.pop(batch[-1]))
+                for p in pools:
+                    p.free(batch[-1])
+        elif op == "fork" and ready:
+            parent = ready[int(rng.integers(len(ready)))]
+            for p in pools:
+                p.fork(parent, next_id)
+            tokens[next_id], final[next_id] = list(tokens[parent]), final[parent]
+            next_id += 1
+        elif op == "free" and tokens:
+            seq_id = list(tokens)[int(rng.integers(len(tokens)))]
+            seen.append(tokens.pop(seq_id))
+            for p in pools:
+                p.free(seq_id)
+        _agree(*pools)
+    assert pools[0].prefix_evicted_blocks > 0 or num_ops < 100, "the walk never evicted: the pool is too large"
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+@pytest.mark.parametrize("eviction", list(POLICIES))
+@pytest.mark.parametrize("block_size", [1, 4])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_batched_eviction_matches_one_entry_at_a_time(geometry, eviction, block_size, seed):
+    hybrid_eviction_walk(geometry, eviction, block_size, seed, num_ops=150)

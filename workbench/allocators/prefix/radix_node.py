@@ -1,0 +1,50 @@
+"""A node of the radix tree of `prefix.radix_index`: a run of blocks along one edge (a compressed edge).
+
+Block i of a node is the only child of block i - 1; the node's child nodes hang under its last block
+(its *tail*), keyed by their first block's chain key. The first `locked` blocks are locked (a sequence
+holds one of them or something below), the rest are evictable: the blocks locked in a run are always a
+leading part, since a holder of a block holds every block above it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class RadixNode:
+    __slots__ = ("node_id", "blocks", "keys", "n", "depth", "parent", "children", "locked_children", "locked",
+                 "entry")
+
+    def __init__(self, node_id: int, blocks: np.ndarray, keys: np.ndarray, depth: int,
+                 parent: RadixNode | None) -> None:
+        self.node_id = node_id
+        self.blocks = blocks  # int32 [capacity]: the run's blocks, head first; the first n are live
+        self.keys = keys  # uint64 [capacity]: their chain keys
+        self.n = blocks.shape[0]
+        self.depth = depth  # prefix depth of the first block (0: a prompt's first block)
+        self.parent = parent  # None: the root (which holds no block)
+        self.children: dict[int, RadixNode] = {}  # first key -> child node
+        self.locked_children = 0  # child nodes with a locked first block
+        self.locked = 0  # leading blocks that are locked
+        self.entry = 0  # number of its live heap entry (0: none; only leaves with an evictable tail have one)
+
+    def first_key(self) -> int:
+        return int(self.keys[0])
+
+    def tail(self) -> int:
+        return int(self.blocks[self.n - 1])
+
+    def is_candidate(self) -> bool:
+        """Its tail is an evictable leaf: the eviction order holds it."""
+        return not self.children and self.locked < self.n
+
+    def append(self, blocks: np.ndarray, keys: np.ndarray) -> None:
+        """Mutates. Blocks that continue the run (its tail has no child node), storage doubled when full."""
+        k, n = blocks.shape[0], self.n
+        if n + k > self.blocks.shape[0]:
+            size = max(n + k, 2 * self.blocks.shape[0])
+            self.blocks = np.concatenate([self.blocks[:n], np.empty(size - n, dtype=np.int32)])
+            self.keys = np.concatenate([self.keys[:n], np.empty(size - n, dtype=np.uint64)])
+        self.blocks[n:n + k] = blocks
+        self.keys[n:n + k] = keys
+        self.n = n + k
