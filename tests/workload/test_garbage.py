@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,3 +69,12 @@ def test_random_bytes(fmt, blob):
         except WorkloadError:
             return
     _check_valid(requests)
+
+
+@pytest.mark.parametrize("fmt", sorted(f for f in HEADERS if HEADERS[f]))
+def test_rows_with_one_field_more_than_the_header_are_refused(fmt, tmp_path):
+    """pandas would take each row's first field as an index and shift the rest into the header's columns."""
+    path = tmp_path / "trace.csv"
+    path.write_text("\n".join([HEADERS[fmt]] + [f"7,{line}" for line in GOOD_LINES[fmt]]) + "\n")
+    with pytest.raises(WorkloadError, match="as many fields as the header"):
+        build_workload(RunConfig(workload=f"{fmt}:{path}"))

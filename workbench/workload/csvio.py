@@ -78,6 +78,9 @@ def read_csv(path: Path) -> CsvTable:
     num_rows = last_filled = 0  # rows seen; rows up to the last one with a field
     try:
         for chunk in _parse(data):
+            if not isinstance(chunk.index, pd.RangeIndex):  # pandas took the first field of each row as an index
+                raise WorkloadError(path, 2, None, f"as many fields as the header ({len(chunk.columns)})",
+                                    f"{len(chunk.columns) + 1} fields")
             columns = [str(c) for c in chunk.columns]
             blank = (chunk == "").all(axis=1).to_numpy() if len(chunk.columns) else np.ones(len(chunk), dtype=bool)
             filled = np.flatnonzero(~blank)
