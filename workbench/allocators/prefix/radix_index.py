@@ -99,7 +99,7 @@ class RadixPrefixIndex:
         tree answers "is this key cached" without a table of every key."""
         if blocks.shape[0] == 0:
             return
-        self._fit(int(blocks.max()) + 1)
+        self._fit(int(max(blocks.max(), parent_blocks.max())) + 1)  # a parent block may lie past every block here
         if blocks.shape[0] > 1 and np.array_equal(parent_keys[1:], keys[:-1]) and \
                 np.array_equal(parent_blocks[1:], blocks[:-1]):
             self._insert_chain(parent_keys, keys, blocks, parent_blocks)
