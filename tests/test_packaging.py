@@ -60,7 +60,9 @@ def test_the_installed_wheel_runs_the_quick_start_outside_the_checkout(wheel, tm
                     "-q", str(wheel)], check=True, capture_output=True)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WORKBENCH_SHARED_TRACES")}
+    # a user's environment: no runs directory chosen (importing workbench.notebook sets one in this process)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WORKBENCH_SHARED_TRACES",
+                                                            "WORKBENCH_RUNS_DIR")}
     env.update(MPLBACKEND="Agg", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     where = subprocess.run([str(python), "-c", "import workbench; print(workbench.__file__)"], cwd=work, env=env,
                            check=True, capture_output=True, text=True).stdout
