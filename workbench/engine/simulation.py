@@ -78,19 +78,11 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     One replica's tables stream to Parquet while it runs (a temporary directory without `out_dir`), so
     its memory does not grow with the trace; `out_dir` appears only once complete (workbench.outdir),
     and nothing is left of it after an error."""
-    wall0 = time.perf_counter()
-    res = check_config(cfg)
-    requests = build_workload(cfg)
-    check_servable(cfg, res, requests)
+    wall0, res, requests = _prepared(cfg)
     release_free_memory()  # the workload's transient arrays: the run's peak is then the simulation's
     shared_tier = registry.create_shared_tier(cfg, res)  # one pool for every replica (None: no shared tier)
-    if cfg.prefill_replicas or cfg.replicas > 1:
-        if cfg.prefill_replicas:
-            strategies = [registry.create_from_config(cfg, res) for _ in range(cfg.num_engines)]
-            result = simulate_disaggregated(cfg, requests, strategies, progress=progress, wall0_s=wall0)
-        else:
-            strategies = [registry.create_from_config(cfg, res, shared_tier) for _ in range(cfg.replicas)]
-            result = simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0)
+    result = _simulate_fleet(cfg, res, requests, shared_tier, progress=progress, wall0_s=wall0)
+    if result is not None:
         if out_dir is not None:
             write_outputs(Path(out_dir), run_description(cfg, res, result.summary["kernel_backend"]), result.steps,
                           result.requests, result.summary)
@@ -119,21 +111,34 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
 def run_in_memory(cfg: RunConfig, *, progress: bool = False) -> tuple[RunResult, dict[str, Any]]:
     """Run one simulation, keeping its tables in memory (`workbench.run`): the tables and summary, and
     config.json's contents (`run_description`). `run` streams them to files instead."""
+    wall0, res, requests = _prepared(cfg)
+    shared_tier = registry.create_shared_tier(cfg, res)  # one pool for every replica (None: no shared tier)
+    result = _simulate_fleet(cfg, res, requests, shared_tier, progress=progress, wall0_s=wall0)
+    if result is None:
+        result = simulate(cfg, requests, registry.create_from_config(cfg, res, shared_tier), progress=progress,
+                          wall0_s=wall0)
+    return result, run_description(cfg, res, result.summary["kernel_backend"])
+
+
+def _prepared(cfg: RunConfig) -> tuple[float, Resolved, Sequence[Request]]:
+    """(wall clock at the start, the resolved sizes, the workload), every check passed before simulating."""
     wall0 = time.perf_counter()
     res = check_config(cfg)
     requests = build_workload(cfg)
     check_servable(cfg, res, requests)
-    shared_tier = registry.create_shared_tier(cfg, res)  # one pool for every replica (None: no shared tier)
+    return wall0, res, requests
+
+
+def _simulate_fleet(cfg: RunConfig, res: Resolved, requests: Sequence[Request], shared_tier, *, progress: bool,
+                    wall0_s: float) -> RunResult | None:
+    """A disaggregated or colocated fleet's run, in memory; None for a single replica."""
     if cfg.prefill_replicas:
         strategies = [registry.create_from_config(cfg, res) for _ in range(cfg.num_engines)]
-        result = simulate_disaggregated(cfg, requests, strategies, progress=progress, wall0_s=wall0)
-    elif cfg.replicas > 1:
+        return simulate_disaggregated(cfg, requests, strategies, progress=progress, wall0_s=wall0_s)
+    if cfg.replicas > 1:
         strategies = [registry.create_from_config(cfg, res, shared_tier) for _ in range(cfg.replicas)]
-        result = simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0)
-    else:
-        result = simulate(cfg, requests, registry.create_from_config(cfg, res, shared_tier), progress=progress,
-                          wall0_s=wall0)
-    return result, run_description(cfg, res, result.summary["kernel_backend"])
+        return simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0_s)
+    return None
 
 
 def simulate(cfg: RunConfig, requests: Sequence[Request], strategy: Strategy, *, progress: bool = False,
