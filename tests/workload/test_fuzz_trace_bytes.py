@@ -114,6 +114,7 @@ INTEGERS = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([0, 1, 2**31 
 WORKLOADS = {  # name -> (its parameter, the strategy of values)
     "sharegpt-like:cv={}": NUMBERS, "alpaca-like:cv={}": NUMBERS, "fixed:cv={}": NUMBERS,
     "multi-turn:think={}": NUMBERS, "multi-turn:cv={}": NUMBERS, "multi-turn:turns={}": INTEGERS,
+    "multi-turn:history={}": INTEGERS,
     "fixed:prompt={},output=3": INTEGERS, "fixed:output={}": INTEGERS, "system-prompt:k={},system=8": INTEGERS,
     "system-prompt:system={}": INTEGERS,
 }

@@ -12,7 +12,7 @@ from workbench.workload import Segment, build_workload, output_key
 from workbench.workload.distributions import arrival_times_s
 
 NAMES = ["sharegpt-like", "alpaca-like", "fixed:prompt=100,output=20", "system-prompt:k=3,system=300",
-         "multi-turn:turns=5,think=4", "sharegpt-like:cv=3"]
+         "multi-turn:turns=5,think=4", "multi-turn:turns=5,lengths=sharegpt,history=600", "sharegpt-like:cv=3"]
 
 
 def _invariants(requests, max_model_len=2048):
@@ -100,6 +100,30 @@ def test_multi_turn_prompts_contain_earlier_turns_and_answers():
             assert turn.content[k] == Segment(prev.output_key, prev.output_tokens)
             assert turn.prompt_tokens > prev.prompt_tokens + prev.output_tokens
             assert np.array_equal(turn.prompt_token_ids()[: prev.prompt_tokens], prev.prompt_token_ids())
+
+
+def test_a_chatbot_history_cuts_long_prompts_to_their_last_tokens():
+    cut = build_workload(RunConfig(workload="multi-turn:turns=6,lengths=sharegpt,history=1024", num_requests=600,
+                                   seed=4))
+    full = build_workload(RunConfig(workload="multi-turn:turns=6,lengths=sharegpt", num_requests=600, seed=4))
+    # the same draws: the first turns, too short to cut and answered within max_model_len - history, agree
+    assert cut[0].arrival_s == full[0].arrival_s and cut[0].content == full[0].content
+    by_session: dict[str, list] = {}
+    for r in cut:
+        by_session.setdefault(r.session_id, []).append(r)
+    earlier_keys: set[int] = set()
+    num_cut = 0
+    for turns in by_session.values():
+        for prev, turn in zip(turns, turns[1:], strict=False):
+            assert turn.output_tokens <= 2048 - 1024 and turn.prompt_tokens <= 1024
+            if turn.content[:len(prev.content)] == prev.content:  # the whole conversation fits
+                assert prev.prompt_tokens + prev.output_tokens < turn.prompt_tokens
+            else:  # cut to its last 1,024 tokens: one segment sharing no leading block with any turn
+                num_cut += 1
+                assert turn.prompt_tokens == 1024 and len(turn.content) == 1
+                assert turn.content[0].key not in earlier_keys
+            earlier_keys |= {s.key for s in prev.content}
+    assert num_cut > len(cut) / 3
 
 
 def test_n_and_beam_width_apply_to_every_request():

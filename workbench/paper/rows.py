@@ -251,6 +251,14 @@ def fig14(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     return rows
 
 
+def fig17(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
+    """paged's sustained rate over each Orca baseline's on the chatbot workload."""
+    paged = _point(table, strategy="paged")["throughput_tok_s_sat"]
+    return [_rel_row(entry, f"paged / {strategy}", strategy, paper,
+                     paged / _point(table, strategy=strategy)["throughput_tok_s_sat"], entry["tolerance_frac"])
+            for strategy, paper in entry["rows"].items()]
+
+
 def prefix(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
     rows = []
     for key, paper in entry["rows"].items():
@@ -321,7 +329,7 @@ def fig19(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
 
 
 SECTIONS = {"table1": table1, "fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15, "sec63": sec63,
-            "fig14": fig14, "prefix": prefix,
+            "fig14": fig14, "fig17": fig17, "prefix": prefix,
             "fig18a": fig18a, "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b, "fig19": fig19}
 CLOCK = "clock"  # the `experiment` of a section computed on the clock alone
 PRESETS = "presets"  # the `experiment` of a section computed from resolved configurations

@@ -25,6 +25,7 @@ PARAM_RANGES = {
     "prompt": (1, MAX_TOKENS), "output": (1, MAX_TOKENS), "system": (1, MAX_TOKENS),  # tokens
     "k": (1, 1_000_000),  # system prompts
     "turns": (1, 1_000),  # turns per session (each turn's prompt holds the previous ones: quadratic work)
+    "history": (1, MAX_TOKENS),  # tokens of conversation a multi-turn prompt keeps
 }
 
 _PARAMS = re.compile(r"^[a-z_]+=[^,=:]*(,[a-z_]+=[^,=:]*)*$")

@@ -12,7 +12,11 @@ coefficient of variation `cv` (default 1 = Poisson); every name takes `cv=...`.
   rate/T per second, so requests arrive at about `rate`; turn t+1 arrives an exponential think time
   (mean S s, default 10) after turn t and its prompt is turn t's prompt, turn t's answer
   (`Segment(output_key of turn t, its output_tokens)`) and a new user part. A session ends early at
-  the first turn whose prompt + output would exceed max_model_len.
+  the first turn whose prompt + output would exceed max_model_len. With `history=H` a chatbot client
+  keeps only the conversation's last H tokens (the vLLM paper's chatbot, §6.5: H = 1024): a longer
+  prompt is cut from the front, so it shares no leading block with an earlier turn and is one new
+  segment, and outputs are capped at max_model_len - H, so that every turn fits and sessions run all
+  T turns.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def generate(
     rng = np.random.default_rng(seed)
     rate = DEFAULT_RATE if rate is None else rate
     if spec.kind == "multi-turn":
-        spec.check_keys(("cv", "turns", "think", "lengths"))
+        spec.check_keys(("cv", "turns", "think", "lengths", "history"))
         return _multi_turn(spec, rng, seed, rate, num_requests, duration_s, max_model_len)
     allowed = {"sharegpt-like": ("cv",), "alpaca-like": ("cv",), "fixed": ("cv", "prompt", "output"),
                "system-prompt": ("cv", "k", "system", "lengths")}[spec.kind]
@@ -94,6 +98,9 @@ def _multi_turn(spec: WorkloadSpec, rng: np.random.Generator, seed: int, rate: f
     turns = spec.get_int("turns", 4)
     think_s = spec.get_float("think", 10.0)
     cv = spec.get_float("cv", 1.0)
+    history = spec.get_int("history", max_model_len) if "history" in spec.params else None
+    if history is not None and history >= max_model_len:
+        raise WorkloadError(spec.text, None, "history", f"fewer tokens than max_model_len ({max_model_len})", history)
     dist = _lengths_dist(spec)
     arrivals: list[float] = []
     prompts: list[int] = []
@@ -105,22 +112,28 @@ def _multi_turn(spec: WorkloadSpec, rng: np.random.Generator, seed: int, rate: f
     while (len(arrivals) < num) if num is not None else (start_s < duration_s):
         session_starts = start_s + arrival_times_s(rng, rate / turns, cv, num=64)
         user, output = sample_lengths(spec, dist, 64 * turns, rng, max_model_len)
+        if history is not None:
+            output = np.minimum(output, max_model_len - history)
         think = rng.exponential(think_s, size=64 * turns)
         first_row = len(arrivals)
         user_keys = content_keys(f"turn/{seed}", np.arange(first_row, first_row + 64 * turns)).tolist()
+        cut_keys = content_keys(f"history/{seed}", np.arange(first_row, first_row + 64 * turns)).tolist()
         for s, t_s in enumerate(session_starts.tolist()):
             context: list[Part] = []
             context_tokens = 0
             for turn in range(turns):
                 u, o = int(user[s * turns + turn]), int(output[s * turns + turn])
-                if context_tokens + u + o > max_model_len:
+                prompt = context_tokens + u if history is None else min(context_tokens + u, history)
+                if prompt + o > max_model_len:
                     break
                 row = len(arrivals)
                 user_part = Segment(user_keys[row - first_row], u)
                 arrivals.append(t_s)
-                prompts.append(context_tokens + u)
+                prompts.append(prompt)
                 outputs.append(o)
-                content.append((*context, user_part))
+                # a prompt cut from the front starts with none of the earlier turn's tokens: one new segment
+                cut = prompt < context_tokens + u
+                content.append((Segment(cut_keys[row - first_row], prompt),) if cut else (*context, user_part))
                 sessions.append(f"session-{num_sessions}")
                 context += [user_part, OutputRef(row, o)]
                 context_tokens += u + o
