@@ -53,7 +53,7 @@ def test_the_first_code_cell_is_for_the_reader(path):
 # directories nor builds the paths of runs itself
 PLUMBING = ("rmtree", "run_sweep(", "LocalExecutor(", "/ \"points\"", "engine.run(", "read_parquet(")
 API_NOTEBOOKS = ["01-quickstart", "02-fragmentation-anatomy", "03-block-size-tradeoff", "04-prefix-sharing",
-                 "05-hybrid-models", "07-prefix-caching-policies", "09-fleet"]
+                 "05-hybrid-models", "06-reproducing-the-paper", "07-prefix-caching-policies", "09-fleet"]
 
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in API_NOTEBOOKS], ids=lambda p: p.stem)

@@ -55,10 +55,11 @@ def points_dirs(names: list[str], out_dir: Path) -> dict[str, Path]:
     return {name: out_dir / Path(name).stem / POINTS_DIR for name in names}
 
 
-def run_experiments(names: list[str], out_dir: Path, *, executor: Executor, frac: float | None,
-                    progress: bool) -> dict[str, pd.DataFrame]:
-    """Run or resume each experiment into out_dir/<stem> (on `frac` of its requests when given);
-    returns its summary table by file name."""
+def run_experiments(names: list[str], out_dir: Path, *, executor: Executor | None = None, jobs: int | None = None,
+                    frac: float | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Run or resume each experiment into out_dir/<stem> (on `frac` of its requests when given), on
+    `executor` (default: a local pool of `jobs` workers); returns its summary table by file name."""
+    executor = LocalExecutor(jobs) if executor is None else executor
     tables = {}
     for name in names:
         spec = load_spec(EXPERIMENTS_DIR / name)
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     names = experiment_names(values)
     wall0, cpu0 = time.perf_counter(), _cpu_s()
     out = args.out / "small" if args.small else args.out
-    tables = run_experiments(names, out, executor=LocalExecutor(args.jobs), frac=SMALL_FRAC if args.small else None,
+    tables = run_experiments(names, out, jobs=args.jobs, frac=SMALL_FRAC if args.small else None,
                              progress=not args.no_progress)
     rows = build_rows(values, tables, points_dirs(names, out))
     wall_s, cpu_s = time.perf_counter() - wall0, _cpu_s() - cpu0
