@@ -417,7 +417,20 @@ def test_prefix_policies_draws_coinciding_caches_once_and_says_so(built):
     differ.loc[differ.index[-1], "throughput_tok_s"] += 1.0
     assert coinciding(differ.assign(hit_rate=differ["prefix_hit_rate"], host_gib=differ["host_cache_gib"])) == \
         [["paged-prefix"], ["radix"]]
-    assert "identical" not in caption_note(differ)
+    note = caption_note(differ)
+    assert "identical" not in note
+    # ... whose lines nearly coincide: both drawn, the lower one wider, and the caption says by how much
+    gap = 1.0 / differ.loc[differ.index[-1], "throughput_tok_s"] * 100
+    assert "'Paged + prefix cache' (wide) lies under 'Radix tree (SGLang)'" in note
+    assert f"at most 0.00 points of hit rate and {gap:.2f}% of throughput" in note
+    with style.figure_style():
+        fig = plot(differ, Path())
+    widths = {line.get_label(): line.get_linewidth() for line in fig.axes[0].get_lines()}
+    assert widths["Paged + prefix cache, lru"] > widths["Radix tree (SGLang), lru"]
+    plt.close(fig)
+    # far apart: no overlap to mention
+    far = differ.assign(prefix_hit_rate=differ["prefix_hit_rate"].where(differ["strategy"] == "paged-prefix", 0.0))
+    assert "lies under" not in caption_note(far)
 
 
 # at most this many entries in any legend of a figure: more and the eye finds nothing
