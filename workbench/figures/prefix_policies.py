@@ -129,10 +129,15 @@ def caption_note(summary: pd.DataFrame) -> str:
     same = [group for group in coinciding(rows) if len(group) > 1]
     parts = [f"{' and '.join(group)} give identical hit rates and throughput at every point: drawn once as "
              f"'{group_label(group)}'" for group in same]
-    parts += [f"'{low}' (wide) lies under '{high}': their lines differ by at most {hit:.2f} points of hit rate "
-              f"and {100 * speed:.2f}% of throughput" for low, high, hit, speed in overlaps(rows, coinciding(rows))]
+    parts += [f"'{low}' (wide) lies under '{high}': their lines differ by {_at_most(hit)} points of hit rate "
+              f"and {_at_most(100 * speed)}% of throughput"
+              for low, high, hit, speed in overlaps(rows, coinciding(rows))]
     parts.append(f"lines: eviction {reference_policy(rows)}; every policy's device-only hit rate in the table")
     return "\n".join(parts)  # a line each: the caption stays as wide as the figure
+
+
+def _at_most(value: float) -> str:
+    return "less than 0.01" if value < 0.01 else f"at most {value:.2f}"
 
 
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
