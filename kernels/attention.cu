@@ -38,7 +38,8 @@ constexpr int ATTN_MIN_BLOCKS = 2;
 // Query and accumulator values one lane keeps per row slice, over all its rows: a warp takes as many rows as
 // keep q and acc within 2 x 64 registers (8 rows of the 8-element vectors of every 2- and 4-byte dtype, 4 rows
 // of fp8's 16-code vectors), leaving the rest of 255 for a tile's loads. A warp holding a whole GQA group of 8
-// loads each K/V byte once; split over two warps, both would load it.
+// loads each K/V byte once; split over two warps, both would load it. So a block of more than 4 rows gives fp8
+// 8-code vectors (Tiling), and its 8 rows fit one warp too.
 constexpr int MAX_LANE_ROW_VALUES = 64;
 constexpr int TILE_VECS_PER_LANE = 4;   // K (and V) vectors one lane has in flight per tile
 constexpr unsigned FULL_MASK = 0xffffffffu;
@@ -52,7 +53,8 @@ __host__ __device__ constexpr int pow2_at_least(int n, int p = 1) {
 
 template <typename T, int HEAD_DIM, int ROWS>
 struct Tiling {
-  using V = RowVec<T, HEAD_DIM>;
+  static constexpr int MAX_VEC_ELEMS = MAX_LANE_ROW_VALUES / ROWS;  // so that a lane's vectors of ROWS rows fit
+  using V = RowVec<T, HEAD_DIM, (sizeof(T) == 1 ? 16 : 8) < MAX_VEC_ELEMS ? (sizeof(T) == 1 ? 16 : 8) : MAX_VEC_ELEMS>;
   static constexpr int GROUP = pow2_at_least(V::PER_ROW);       // lanes sharing one head row
   static constexpr int SLOTS = WARP_SIZE / GROUP;                // token rows a warp reads per step
   static constexpr int VECS = (V::PER_ROW + GROUP - 1) / GROUP;  // vectors per lane (last may be idle)
