@@ -51,10 +51,11 @@ class LoopCost:
 _TYPE_BYTES = {"float": 4, "__half": 2, "__nv_bfloat16": 2, "kvw::Fp8E4M3": 1}
 
 
-def lane_elements(type_bytes: int, head_dim: int) -> int:
+def lane_elements(type_bytes: int, head_dim: int, rows: int, max_lane_row_values: int) -> int:
     """Elements of a head row one lane holds: the load vector (kv_common.cuh's RowVec, mirrored by
-    `launch.vector_bytes`) times attention.cu's VECS (vectors per lane of a power-of-two lane group)."""
-    vector = launch.vector_bytes(head_dim, type_bytes) // type_bytes
+    `launch.vector_bytes`, at most max_lane_row_values / rows elements as attention.cu's Tiling asks) times
+    attention.cu's VECS (vectors per lane of a power-of-two lane group)."""
+    vector = min(launch.vector_bytes(head_dim, type_bytes) // type_bytes, max_lane_row_values // rows)
     per_row = head_dim // vector
     group = min(1 << (per_row - 1).bit_length(), 32)
     return -(-per_row // group) * vector
@@ -67,7 +68,9 @@ def warps_per_kv_byte(expression: str, attention_source: str) -> int:
     found = re.search(r"constexpr int MAX_LANE_ROW_VALUES = (\d+);", attention_source)
     if not found:
         raise SystemExit("attention.cu: MAX_LANE_ROW_VALUES not found; warps per KV byte unknown")
-    warp_rows = min(int(rows), int(found[1]) // lane_elements(_TYPE_BYTES[type_name], int(head_dim)))
+    max_values = int(found[1])
+    lane_values = lane_elements(_TYPE_BYTES[type_name], int(head_dim), int(rows), max_values)
+    warp_rows = min(int(rows), max_values // lane_values)
     return int(rows) // warp_rows
 
 

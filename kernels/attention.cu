@@ -38,7 +38,8 @@ constexpr int ATTN_MIN_BLOCKS = 2;
 // Query and accumulator values one lane keeps per row slice, over all its rows: a warp takes as many rows as
 // keep q and acc within 2 x 64 registers (8 rows of the 8-element vectors of every 2- and 4-byte dtype, 4 rows
 // of fp8's 16-code vectors), leaving the rest of 255 for a tile's loads. A warp holding a whole GQA group of 8
-// loads each K/V byte once; split over two warps, both would load it.
+// loads each K/V byte once; split over two warps, both would load it. So a block of more than 4 rows gives fp8
+// 8-code vectors (Tiling), and its 8 rows fit one warp too.
 constexpr int MAX_LANE_ROW_VALUES = 64;
 constexpr int TILE_VECS_PER_LANE = 4;   // K (and V) vectors one lane has in flight per tile
 constexpr unsigned FULL_MASK = 0xffffffffu;
@@ -52,7 +53,8 @@ __host__ __device__ constexpr int pow2_at_least(int n, int p = 1) {
 
 template <typename T, int HEAD_DIM, int ROWS>
 struct Tiling {
-  using V = RowVec<T, HEAD_DIM>;
+  static constexpr int MAX_VEC_ELEMS = MAX_LANE_ROW_VALUES / ROWS;  // so that a lane's vectors of ROWS rows fit
+  using V = RowVec<T, HEAD_DIM, (sizeof(T) == 1 ? 16 : 8) < MAX_VEC_ELEMS ? (sizeof(T) == 1 ? 16 : 8) : MAX_VEC_ELEMS>;
   static constexpr int GROUP = pow2_at_least(V::PER_ROW);       // lanes sharing one head row
   static constexpr int SLOTS = WARP_SIZE / GROUP;                // token rows a warp reads per step
   static constexpr int VECS = (V::PER_ROW + GROUP - 1) / GROUP;  // vectors per lane (last may be idle)
@@ -66,8 +68,20 @@ struct Tiling {
   static constexpr int PARTIALS = STEPS * WARP_ROWS;             // partial scores per lane per tile
   // Score sums through shared memory when each lane of a head row takes whole sums (attention_block)
   static constexpr bool SHARED_REDUCE = GROUP >= 4 && PARTIALS % GROUP == 0;
-  static constexpr int RED_STRIDE = WARP_SIZE + 4;  // padded: vector reads of different rows hit different banks
+  // With SHARED_REDUCE each lane owns OWNED of the tile's summed scores, consecutive steps of one row, and is the
+  // only lane that computes their weights (attention_block); otherwise every lane of a head row holds all of its
+  // rows' scores.
+  static constexpr int OWNED = SHARED_REDUCE ? PARTIALS / GROUP : PARTIALS;
+  // A row of partials in shared memory: OWNED steps of each of the 32 lanes, padded so that vector reads of
+  // different rows hit different banks.
+  static constexpr int RED_STRIDE = WARP_SIZE * OWNED + 4;
+  static constexpr int LANE_ROWS = SHARED_REDUCE ? 1 : WARP_ROWS;  // rows whose m and l one lane keeps
+  // Lanes keeping the same rows' m and l differ only in lane bits from this one up (the owners of a row, or the
+  // row slots), so the tile max and the final l are reduced over those bits.
+  static constexpr int ROW_LANE_STRIDE = SHARED_REDUCE ? WARP_ROWS : GROUP;
   static_assert(ROWS % WARP_ROWS == 0 && ATTN_WARPS % ROW_WARPS == 0, "rows must tile the warps");
+  static_assert(!SHARED_REDUCE || (GROUP % WARP_ROWS == 0 && STEPS % (GROUP / WARP_ROWS) == 0),
+                "a head row's lanes own its rows' sums, OWNED steps each");
 };
 
 template <typename T, int HEAD_DIM, int ROWS, typename Addressing>
@@ -129,15 +143,19 @@ __device__ __forceinline__ void attention_block(
   const auto lower = [&](int r) { return row_first(first_row + r); };
   int min_limit = end;      // the smallest limit of the warp's real rows (padding rows' results are dropped)
   int max_lower = begin;    // the largest window start of the warp's real rows
-  float m[L::WARP_ROWS], l[L::WARP_ROWS], acc[L::WARP_ROWS][L::ELEMS];
+  // m and l of LANE_ROWS rows: with SHARED_REDUCE the lane's own row g % WARP_ROWS, else rows 0..WARP_ROWS-1.
+  float m[L::LANE_ROWS], l[L::LANE_ROWS], acc[L::WARP_ROWS][L::ELEMS];
+#pragma unroll
+  for (int i = 0; i < L::LANE_ROWS; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+  }
 #pragma unroll
   for (int r = 0; r < L::WARP_ROWS; ++r) {
     if (row0 + first_row + r < num_rows) {
       min_limit = imin(min_limit, limit(r));
       max_lower = imax(max_lower, lower(r));
     }
-    m[r] = -INFINITY;
-    l[r] = 0.f;
 #pragma unroll
     for (int i = 0; i < L::VECS; ++i)
 #pragma unroll
@@ -153,75 +171,119 @@ __device__ __forceinline__ void attention_block(
   const char* const k_head = reinterpret_cast<const char*>(k_pool + (long long)kv_head * HEAD_DIM);
   const char* const v_head = reinterpret_cast<const char*>(v_pool + (long long)kv_head * HEAD_DIM);
   const int slot_bytes = num_kv_heads * HEAD_DIM * int(sizeof(T));
+  // The lane's vector i of a head row (idle lanes past the row re-read its last one); its first one is folded into
+  // each pool's pointer once, so a load's address is that pointer plus the row's offset.
+  const auto lane_vec = [&](int i) { return imin(g + i * L::GROUP, V::PER_ROW - 1); };
+  const char* const k_lane = k_head + lane_vec(0) * V::BYTES;
+  const char* const v_lane = v_head + lane_vec(0) * V::BYTES;
   // One tile of L::TILE positions from `base`. MASKED: some position of the tile is past a real
   // row's limit or before a real row's window start, so positions are clamped for loading and masked
   // per row; full tiles skip both. (Positions are never below `begin`: nothing is clamped downwards.)
   // (The lambda is inlined at both calls, so each copy is compiled with MASKED a constant.)
-  // (1) the byte offset of each step's K/V row in the tile at `base`; positions past the partition are
-  // clamped to its last one (masked tiles, and the prefetch of the tile after the last full one).
-  const auto tile_rows = [&](const int base, long long (&row_at)[L::STEPS], const bool CLAMP) {
-#pragma unroll
-    for (int s = 0; s < L::STEPS; ++s) {
-      const int pos = base + s * L::SLOTS + slot;
-      row_at[s] = (long long)table.slot(CLAMP ? imin(pos, end - 1) : pos) * slot_bytes;
-    }
+  // (1) The slot of position base + lane % TILE of the tile at `base`; step s of lane (slot, g) takes the slot of
+  // its position base + s SLOTS + slot from lane s SLOTS + slot by a shuffle, so the page-table read and the
+  // division cost each lane one per tile instead of one per step (TILE <= 32: SLOTS STEPS vectors fill a lane's
+  // tile). Positions past the partition are clamped to its last one (masked tiles, and the prefetch of the tile
+  // after the last full one).
+  static_assert(L::TILE <= WARP_SIZE, "a tile's slots are spread over the lanes of a warp");
+  const auto tile_slot = [&](const int base, const bool CLAMP) {
+    const int pos = base + lane % L::TILE;
+    return table.slot(CLAMP ? imin(pos, end - 1) : pos);
   };
-  // Sums each lane's partial scores over the GROUP lanes of its head row. Through shared memory when every
-  // lane can take whole sums (L::SHARED_REDUCE): each lane has stored its R partials, a lane adds up R / GROUP
-  // of its row's partial columns (GROUP / 4 vector reads each) and stores the sums, and every lane reads its
-  // row's R sums back: about R + 2 R / GROUP + R / 4 + 2 instructions where a butterfly of shuffles takes
-  // 2 R log2(GROUP). Two __syncwarp per tile order the stores before the reads and the reads before the next
-  // tile's stores.
+  // Partial scores are summed over the GROUP lanes of their head row in one of two ways.
+  // SHARED_REDUCE (every lane can take whole sums): lane (slot, g) owns the sums of row g % WARP_ROWS at the OWNED
+  // steps from (g / WARP_ROWS) OWNED on, of its slot. Each lane stores its partials of those OWNED steps as one
+  // vector per row once it has computed them (OWNED steps per store), the owner adds up its sums (GROUP OWNED / 4
+  // vector reads: OWNED sums at once), and it alone takes their exponentials and keeps its row's m and l; the tile's
+  // weights and rescale factors reach the other lanes through shared memory (one vector read per 4 rows). So a
+  // weight costs its exponential once per warp instead of once per lane of the head row, and the tile max is
+  // OWNED - 1 + log2(32 / WARP_ROWS) steps per lane, not per row.
+  // Otherwise (a head row's lanes have fewer partials than lanes) a butterfly of shuffles leaves every lane with
+  // all of its rows' sums, and each lane computes every weight it uses.
+  // Two __syncwarp per tile: the partials are stored before they are summed, and the weights before they are read
+  // (which also orders this tile's reads of the partials before the next tile's stores, and this tile's reads of
+  // the weights before the next tile's).
   // (The partials share their memory with the accumulators that the warps merge after the tiles.)
+  constexpr int RED_ROWS = L::SHARED_REDUCE ? L::WARP_ROWS : 1;
+  constexpr int RED_TILES = L::SHARED_REDUCE ? L::STEPS / L::OWNED : 1;  // groups of OWNED steps
   __shared__ union {
-    float red[ATTN_WARPS][L::SHARED_REDUCE ? L::PARTIALS : 1][L::RED_STRIDE];
+    __align__(16) float red[ATTN_WARPS][RED_TILES][RED_ROWS][L::RED_STRIDE];  // [.][lane * OWNED + step % OWNED]
     float acc[L::TOKEN_WARPS][ROWS][HEAD_DIM];
   } s_work;
-  __shared__ __align__(16) float s_sum[ATTN_WARPS][L::SHARED_REDUCE ? L::SLOTS : 1][L::PARTIALS];
-  const auto reduce_scores = [&](float (&score)[L::STEPS][L::WARP_ROWS]) {
-    if (!L::SHARED_REDUCE) {
+  __shared__ __align__(16) float s_p[ATTN_WARPS][L::SHARED_REDUCE ? L::SLOTS : 1][L::PARTIALS];  // weights [slot][j]
+  __shared__ __align__(16) float s_alpha[ATTN_WARPS][L::WARP_ROWS];  // each row's rescale factor for the tile
+  const int own_row = g % L::WARP_ROWS, own_step = g / L::WARP_ROWS * L::OWNED;  // the first owned sum (SHARED_REDUCE)
+  // The owned sums of a tile (SHARED_REDUCE): own[k] is that of row own_row at step own_step + k.
+  const auto owned_scores = [&](float (&own)[L::OWNED]) {
+    __syncwarp();  // the tile's partials are stored
+    const float* const row = &s_work.red[warp][own_step / L::OWNED][own_row][slot * L::GROUP * L::OWNED];
 #pragma unroll
-      for (int offset = L::GROUP / 2; offset > 0; offset /= 2)
+    for (int c = 0; c < L::GROUP * L::OWNED; c += 4) {  // 4 floats: partials (lane, step) of 4 / OWNED lanes
+      const float4 x = *reinterpret_cast<const float4*>(row + c);
+      const float e[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-        for (int s = 0; s < L::STEPS; ++s)
+      for (int k = 0; k < L::OWNED; ++k) {
+        float quad = e[k];
 #pragma unroll
-          for (int r = 0; r < L::WARP_ROWS; ++r) score[s][r] += __shfl_xor_sync(FULL_MASK, score[s][r], offset);
-      return;
-    }
-    constexpr int SUMS = L::PARTIALS / L::GROUP;  // sums one lane adds up
-    __syncwarp();  // the tile's partials are stored (as each was computed)
-#pragma unroll
-    for (int k = 0; k < SUMS; ++k) {
-      const int j = g * SUMS + k;
-      float sum = 0.f;
-#pragma unroll
-      for (int c = 0; c < L::GROUP; c += 4) {
-        const float4 x = *reinterpret_cast<const float4*>(&s_work.red[warp][j][slot * L::GROUP + c]);
-        sum += (x.x + x.y) + (x.z + x.w);
+        for (int i = k + L::OWNED; i < 4; i += L::OWNED) quad += e[i];
+        own[k] = c == 0 ? quad : own[k] + quad;  // not 0 + quad: the compiler may not drop an add of +0
       }
-      s_sum[warp][slot][j] = sum;
     }
-    __syncwarp();
-#pragma unroll
-    for (int s = 0; s < L::STEPS; ++s)
-#pragma unroll
-      for (int r = 0; r < L::WARP_ROWS; ++r) score[s][r] = s_sum[warp][slot][s * L::WARP_ROWS + r];
   };
-  // One tile whose rows `row_at` holds. PREFETCH: once its loads are issued, `row_at` becomes the next
-  // tile's rows, so the page-table reads of the next tile are in flight during this tile's math instead
-  // of delaying its loads.
-  const auto tile = [&](const int base, const bool MASKED, long long (&row_at)[L::STEPS], const bool PREFETCH) {
+  // The same sums by shuffles (not SHARED_REDUCE): score[s][r] of every row, in every lane of the head row.
+  const auto butterfly_scores = [&](float (&score)[L::STEPS][L::WARP_ROWS]) {
+#pragma unroll
+    for (int offset = L::GROUP / 2; offset > 0; offset /= 2)
+#pragma unroll
+      for (int s = 0; s < L::STEPS; ++s)
+#pragma unroll
+        for (int r = 0; r < L::WARP_ROWS; ++r) score[s][r] += __shfl_xor_sync(FULL_MASK, score[s][r], offset);
+  };
+  // Row max of a tile given each lane's candidates for its rows: lanes with the same rows differ from
+  // ROW_LANE_STRIDE up.
+  const auto warp_row_max = [&](float (&x)[L::LANE_ROWS]) {
+#pragma unroll
+    for (int offset = L::ROW_LANE_STRIDE; offset < WARP_SIZE; offset *= 2)
+#pragma unroll
+      for (int i = 0; i < L::LANE_ROWS; ++i) x[i] = fmaxf(x[i], __shfl_xor_sync(FULL_MASK, x[i], offset));
+  };
+  // Folds a tile with row maxima tile_max into m and l: returns each row's rescale factor for the earlier tiles
+  // and leaves m_safe, the new max with -inf as 0, so that a row with nothing visible yet stays empty.
+  const auto rescale = [&](const int i, const float tile_max, float& m_safe) {
+    const float m_new = fmaxf(m[i], tile_max);
+    m_safe = m_new == -INFINITY ? 0.f : m_new;
+    const float alpha = exp2f(m[i] - m_safe);
+    m[i] = m_new;
+    l[i] *= alpha;
+    return alpha;
+  };
+  // acc += the weights of step s times its V vectors.
+  const auto accumulate = [&](const Vec<T, V::ELEMS> (&v_raw)[L::VECS], const float (&p)[L::WARP_ROWS]) {
+    float v[L::ELEMS];
+#pragma unroll
+    for (int i = 0; i < L::VECS; ++i) vec_to_float(v_raw[i], v + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
+#pragma unroll
+    for (int r = 0; r < L::WARP_ROWS; ++r)
+#pragma unroll
+      for (int e = 0; e < L::ELEMS; ++e) acc[r][e] += p[r] * v[e];
+  };
+  // One tile whose slots (tile_slot) `slot_of` holds. PREFETCH: once its loads are issued, `slot_of` becomes the
+  // next tile's, so the page-table read of the next tile is in flight during this tile's math instead of delaying
+  // its loads.
+  const auto tile = [&](const int base, const bool MASKED, int& slot_of, const bool PREFETCH) {
     Vec<T, V::ELEMS> k_raw[L::STEPS][L::VECS], v_raw[L::STEPS][L::VECS];  // (2) every load of the tile
 #pragma unroll
-    for (int s = 0; s < L::STEPS; ++s)
+    for (int s = 0; s < L::STEPS; ++s) {
+      const long long row_at = (long long)__shfl_sync(FULL_MASK, slot_of, s * L::SLOTS + slot) * slot_bytes;
 #pragma unroll
       for (int i = 0; i < L::VECS; ++i) {
-        const int vec = imin(g + i * L::GROUP, V::PER_ROW - 1);  // idle lanes re-read a valid vector
-        k_raw[s][i] = load_vec<T, V::ELEMS>(reinterpret_cast<const T*>(k_head + row_at[s]) + vec * V::ELEMS);
-        v_raw[s][i] = load_vec<T, V::ELEMS>(reinterpret_cast<const T*>(v_head + row_at[s]) + vec * V::ELEMS);
+        const long long at = row_at + (lane_vec(i) - lane_vec(0)) * V::BYTES;
+        k_raw[s][i] = load_vec<T, V::ELEMS>(reinterpret_cast<const T*>(k_lane + at));
+        v_raw[s][i] = load_vec<T, V::ELEMS>(reinterpret_cast<const T*>(v_lane + at));
       }
-    if (PREFETCH) tile_rows(base + L::TOKEN_WARPS * L::TILE, row_at, true);
-    float score[L::STEPS][L::WARP_ROWS];  // (3) scores, reduced over the lane group
+    }
+    if (PREFETCH) slot_of = tile_slot(base + L::TOKEN_WARPS * L::TILE, true);
+    float score[L::STEPS][L::WARP_ROWS];  // (3) partial scores (summed in place when not SHARED_REDUCE)
 #pragma unroll
     for (int s = 0; s < L::STEPS; ++s) {
       float k[L::ELEMS];
@@ -233,97 +295,136 @@ __device__ __forceinline__ void attention_block(
         float partial = 0.f;
 #pragma unroll
         for (int e = 0; e < L::ELEMS; ++e) partial += q_reg[r][e] * k[e];
-        // stored as soon as it is complete, so no lane holds a tile of partials (registers, not instructions)
-        if (L::SHARED_REDUCE) s_work.red[warp][s * L::WARP_ROWS + r][lane] = partial;
         score[s][r] = partial;
       }
-    }
-    reduce_scores(score);
-    float tile_max[L::WARP_ROWS];
+      // stored once OWNED steps are complete, one vector per row, so no lane holds a whole tile of partials
+      if constexpr (L::SHARED_REDUCE) {
+        if (s % L::OWNED == L::OWNED - 1) {
 #pragma unroll
-    for (int r = 0; r < L::WARP_ROWS; ++r) {
-      tile_max[r] = -INFINITY;
+          for (int r = 0; r < L::WARP_ROWS; ++r) {
+            Vec<float, L::OWNED> steps;
 #pragma unroll
-      for (int s = 0; s < L::STEPS; ++s) {
-        const int pos = base + s * L::SLOTS + slot;
-        if (MASKED && (pos >= limit(r) || pos < lower(r))) score[s][r] = -INFINITY;
-        tile_max[r] = fmaxf(tile_max[r], score[s][r]);
+            for (int k = 0; k < L::OWNED; ++k) steps.v[k] = score[s - (L::OWNED - 1) + k][r];
+            *reinterpret_cast<Vec<float, L::OWNED>*>(&s_work.red[warp][s / L::OWNED][r][lane * L::OWNED]) = steps;
+          }
+        }
       }
     }
+    const auto masked_out = [&](const int s, const int r) {
+      const int pos = base + s * L::SLOTS + slot;
+      return MASKED && (pos >= limit(r) || pos < lower(r));
+    };
+    if constexpr (L::SHARED_REDUCE) {
+      float own[L::OWNED], tile_max[1] = {-INFINITY};
+      owned_scores(own);
 #pragma unroll
-    for (int offset = L::GROUP; offset < WARP_SIZE; offset *= 2)
+      for (int k = 0; k < L::OWNED; ++k) {
+        if (masked_out(own_step + k, own_row)) own[k] = -INFINITY;
+        tile_max[0] = fmaxf(tile_max[0], own[k]);
+      }
+      warp_row_max(tile_max);
+      float m_safe;
+      const float alpha = rescale(0, tile_max[0], m_safe);
 #pragma unroll
-      for (int r = 0; r < L::WARP_ROWS; ++r)
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(FULL_MASK, tile_max[r], offset));
-    float p[L::STEPS][L::WARP_ROWS];  // one rescale per tile, then the tile's weights
+      for (int k = 0; k < L::OWNED; ++k) {
+        const float p = exp2f(own[k] - m_safe);
+        l[0] += p;
+        s_p[warp][slot][(own_step + k) * L::WARP_ROWS + own_row] = p;
+      }
+      if (lane < L::WARP_ROWS) s_alpha[warp][lane] = alpha;  // slot 0, g = lane: every row once
+      __syncwarp();
 #pragma unroll
-    for (int r = 0; r < L::WARP_ROWS; ++r) {
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      const float m_safe = m_new == -INFINITY ? 0.f : m_new;  // a row with nothing visible yet stays empty
-      const float alpha = exp2f(m[r] - m_safe);
-      m[r] = m_new;
-      l[r] *= alpha;
+      for (int r = 0; r < L::WARP_ROWS; ++r) {
+        const float a = s_alpha[warp][r];
 #pragma unroll
-      for (int e = 0; e < L::ELEMS; ++e) acc[r][e] *= alpha;
+        for (int e = 0; e < L::ELEMS; ++e) acc[r][e] *= a;
+      }
 #pragma unroll
       for (int s = 0; s < L::STEPS; ++s) {
-        p[s][r] = exp2f(score[s][r] - m_safe);
-        l[r] += p[s][r];
+        float p[L::WARP_ROWS];
+#pragma unroll
+        for (int r = 0; r < L::WARP_ROWS; ++r) p[r] = s_p[warp][slot][s * L::WARP_ROWS + r];
+        accumulate(v_raw[s], p);
       }
-    }
+    } else {
+      butterfly_scores(score);
+      float tile_max[L::WARP_ROWS];
 #pragma unroll
-    for (int s = 0; s < L::STEPS; ++s) {
-      float v[L::ELEMS];
+      for (int r = 0; r < L::WARP_ROWS; ++r) {
+        tile_max[r] = -INFINITY;
 #pragma unroll
-      for (int i = 0; i < L::VECS; ++i)
-        vec_to_float(v_raw[s][i], v + i * V::ELEMS, g + i * L::GROUP < V::PER_ROW);
+        for (int s = 0; s < L::STEPS; ++s) {
+          if (masked_out(s, r)) score[s][r] = -INFINITY;
+          tile_max[r] = fmaxf(tile_max[r], score[s][r]);
+        }
+      }
+      warp_row_max(tile_max);
+      float p[L::STEPS][L::WARP_ROWS];  // one rescale per tile, then the tile's weights
 #pragma unroll
-      for (int r = 0; r < L::WARP_ROWS; ++r)
+      for (int r = 0; r < L::WARP_ROWS; ++r) {
+        float m_safe;
+        const float alpha = rescale(r, tile_max[r], m_safe);
 #pragma unroll
-        for (int e = 0; e < L::ELEMS; ++e) acc[r][e] += p[s][r] * v[e];
+        for (int e = 0; e < L::ELEMS; ++e) acc[r][e] *= alpha;
+#pragma unroll
+        for (int s = 0; s < L::STEPS; ++s) {
+          p[s][r] = exp2f(score[s][r] - m_safe);
+          l[r] += p[s][r];
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < L::STEPS; ++s) accumulate(v_raw[s], p[s]);
     }
   };
   // Masked tiles that start before some real row's window start, then full tiles (every real row of
   // the warp sees all of them), then the masked rest. The loop bounds are warp-uniform, so every lane
   // reaches every shuffle.
-  long long row_at[L::STEPS];
+  int slot_of;
   int base = begin + token_warp * L::TILE;
   for (; base < max_lower && base < end; base += L::TOKEN_WARPS * L::TILE) {
-    tile_rows(base, row_at, true);
-    tile(base, true, row_at, false);
+    slot_of = tile_slot(base, true);
+    tile(base, true, slot_of, false);
   }
   // Only a page table has reads worth starting early; contiguous rows are arithmetic.
   constexpr bool PREFETCH = Addressing::READS_TABLE;
-  if (PREFETCH && base + L::TILE <= min_limit) tile_rows(base, row_at, false);
+  if (PREFETCH && base + L::TILE <= min_limit) slot_of = tile_slot(base, false);
   for (; base + L::TILE <= min_limit; base += L::TOKEN_WARPS * L::TILE) {
-    if (!PREFETCH) tile_rows(base, row_at, false);
-    tile(base, false, row_at, PREFETCH);
+    if (!PREFETCH) slot_of = tile_slot(base, false);
+    tile(base, false, slot_of, PREFETCH);
   }
   for (; base < end; base += L::TOKEN_WARPS * L::TILE) {
-    tile_rows(base, row_at, true);
-    tile(base, true, row_at, false);
+    slot_of = tile_slot(base, true);
+    tile(base, true, slot_of, false);
   }
 
-  // Add up the row slots of each warp (they share m): afterwards lanes 0..GROUP-1 hold the warp's state.
+  // Add up the row slots of each warp (they share m): afterwards lanes 0..GROUP-1 hold the warp's
+  // accumulators, and the lanes below ROW_LANE_STRIDE (slot 0) its rows' l.
 #pragma unroll
   for (int offset = L::GROUP; offset < WARP_SIZE; offset *= 2)
 #pragma unroll
-    for (int r = 0; r < L::WARP_ROWS; ++r) {
-      l[r] += __shfl_xor_sync(FULL_MASK, l[r], offset);
+    for (int r = 0; r < L::WARP_ROWS; ++r)
 #pragma unroll
       for (int e = 0; e < L::ELEMS; ++e) acc[r][e] += __shfl_xor_sync(FULL_MASK, acc[r][e], offset);
-    }
+#pragma unroll
+  for (int offset = L::ROW_LANE_STRIDE; offset < WARP_SIZE; offset *= 2)
+#pragma unroll
+    for (int i = 0; i < L::LANE_ROWS; ++i) l[i] += __shfl_xor_sync(FULL_MASK, l[i], offset);
 
   __syncthreads();  // every warp is past its tiles: s_work holds accumulators from here on
   __shared__ float s_m[L::TOKEN_WARPS][ROWS];
   __shared__ float s_l[L::TOKEN_WARPS][ROWS];
+  // m and l of row r: in lane r when each lane keeps one row (its owner g = r of slot 0), else in lane 0.
+#pragma unroll
+  for (int i = 0; i < L::LANE_ROWS; ++i) {
+    const int r = L::SHARED_REDUCE ? lane : i;
+    if (L::SHARED_REDUCE ? lane < L::WARP_ROWS : lane == 0) {
+      s_m[token_warp][first_row + r] = m[i];
+      s_l[token_warp][first_row + r] = l[i];
+    }
+  }
   if (slot == 0) {
 #pragma unroll
     for (int r = 0; r < L::WARP_ROWS; ++r) {
-      if (g == 0) {
-        s_m[token_warp][first_row + r] = m[r];
-        s_l[token_warp][first_row + r] = l[r];
-      }
 #pragma unroll
       for (int i = 0; i < L::VECS; ++i)
 #pragma unroll

@@ -102,11 +102,12 @@ __device__ __forceinline__ unsigned char scaled_e4m3(float x, float scale) {
 // launchers check that); at most 8 elements of a 2- or 4-byte type (a lane holds ELEMS query and
 // accumulator values per row). fp8 takes 16 codes: half the lanes per row of 8-code vectors, so half
 // the score-reduction work and tile overhead per byte (docs/kernels.md), for up to 255 registers (no
-// spills in any variant) and 2 blocks per SM instead of 3.
-template <typename T, int HEAD_DIM>
+// spills in any variant) and 2 blocks per SM instead of 3. MAX_ELEMS lowers the cap (the attention kernel
+// gives fp8 8-code vectors where a lane keeps 8 rows, as 8 rows of 16 values would not fit its registers).
+template <typename T, int HEAD_DIM, int MAX_ELEMS = sizeof(T) == 1 ? 16 : 8>
 struct RowVec {
   static constexpr int ROW_BYTES = HEAD_DIM * int(sizeof(T));
-  static constexpr int MAX_BYTES = sizeof(T) == 1 ? 16 : 8 * int(sizeof(T)) < 16 ? 8 * int(sizeof(T)) : 16;
+  static constexpr int MAX_BYTES = MAX_ELEMS * int(sizeof(T)) < 16 ? MAX_ELEMS * int(sizeof(T)) : 16;
   static constexpr int BYTES = ROW_BYTES % 16 == 0 && MAX_BYTES >= 16 ? 16
                                : ROW_BYTES % 8 == 0 && MAX_BYTES >= 8 ? 8
                                : ROW_BYTES % 4 == 0 && MAX_BYTES >= 4 ? 4
