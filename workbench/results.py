@@ -135,6 +135,9 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     request_sums = _RequestSums(num_finished, PairwiseSum)
     for chunk in requests(_REQUEST_INPUTS):
         request_sums.add(chunk)
+    request_sums.ttft_figures()
+    for chunk in requests(_REQUEST_INPUTS):  # a second pass: TTFT and TPOT are never held at once
+        request_sums.add_tpot(chunk)
 
     out: dict[str, Any] = {"kv_slots": int(capacity_slots), "num_requests": int(num_requests),
                            "sim_time_s": step_sums.last_t_s}
@@ -240,42 +243,58 @@ class _StepSums:
 
 
 class _RequestSums:
-    """The finished requests' latency figures, fed chunk by chunk in order (`add` mutates): the
-    normalized latency's mean in NumPy's order, TTFT and TPOT kept for their percentiles (8 bytes each per
-    finished request)."""
+    """The finished requests' latency figures, fed chunk by chunk in order, in two passes over the request
+    table (`add`, `ttft_figures`, then `add_tpot`; all mutate): the normalized latency's mean in NumPy's
+    order and TTFT kept for its percentiles, then TPOT kept for its own (8 bytes per finished request,
+    one of the two arrays at a time: a million-request run holds 8 MB, not 16)."""
 
     def __init__(self, num_finished: int, PairwiseSum) -> None:  # noqa: N803 - a class
         self.num_finished = num_finished
         self.normalized = PairwiseSum(num_finished)
-        self.ttft = np.empty(num_finished)  # [num_finished], filled in request order
-        self.tpot = np.empty(num_finished)  # [finished with more than one output token]
-        self._num_ttft = self._num_tpot = 0
+        self.kept = np.empty(num_finished)  # [num_finished] TTFT, then TPOT, filled in request order
+        self._num_kept = 0
+        self._figures: dict[str, float] = {}
 
     def add(self, chunk: pd.DataFrame) -> None:
-        done = (chunk["status"] == "finished").to_numpy()
-        arrival = chunk["arrival_s"].to_numpy()[done]
-        first = chunk["first_token_s"].to_numpy()[done]
-        finish = chunk["finish_s"].to_numpy()[done]
-        output = chunk["output_tokens"].to_numpy()[done]
+        arrival, first, finish, output = _finished(chunk)
         self.normalized.add((finish - arrival) / output)
-        self.ttft[self._num_ttft:self._num_ttft + arrival.shape[0]] = first - arrival
-        self._num_ttft += arrival.shape[0]
-        multi = output > 1
-        tpot = (finish[multi] - first[multi]) / (output[multi] - 1)
-        self.tpot[self._num_tpot:self._num_tpot + tpot.shape[0]] = tpot
-        self._num_tpot += tpot.shape[0]
+        self._keep(first - arrival)
+
+    def ttft_figures(self) -> None:
+        """The TTFT percentiles, once every chunk was added; empties the array for `add_tpot`."""
+        ttft = self.kept[:self._num_kept]
+        self._figures["ttft_p50_s"], self._figures["ttft_p99_s"] = _percentile(ttft, 50), _percentile(ttft, 99)
+        self._num_kept = 0
+
+    def add_tpot(self, chunk: pd.DataFrame) -> None:
+        _, first, finish, output = _finished(chunk)
+        multi = output > 1  # TPOT of the requests with more than one output token
+        self._keep((finish[multi] - first[multi]) / (output[multi] - 1))
+
+    def _keep(self, values: np.ndarray) -> None:
+        self.kept[self._num_kept:self._num_kept + values.shape[0]] = values
+        self._num_kept += values.shape[0]
 
     def figures(self, out: dict[str, Any]) -> None:
         """Mutates `out`: the request table's summary keys."""
         n = self.num_finished
         out["normalized_latency_s_per_tok"] = self.normalized.total() / n if n else math.nan
-        ttft, tpot = self.ttft[:self._num_ttft], self.tpot[:self._num_tpot]
-        out["ttft_p50_s"], out["ttft_p99_s"] = _percentile(ttft, 50), _percentile(ttft, 99)
+        tpot = self.kept[:self._num_kept]
+        out["ttft_p50_s"], out["ttft_p99_s"] = self._figures["ttft_p50_s"], self._figures["ttft_p99_s"]
         out["tpot_p50_s"], out["tpot_p99_s"] = _percentile(tpot, 50), _percentile(tpot, 99)
 
 
+def _finished(chunk: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival, first token and finish times and output tokens of the chunk's finished requests."""
+    done = (chunk["status"] == "finished").to_numpy()
+    return (chunk["arrival_s"].to_numpy()[done], chunk["first_token_s"].to_numpy()[done],
+            chunk["finish_s"].to_numpy()[done], chunk["output_tokens"].to_numpy()[done])
+
+
 def _percentile(values: np.ndarray, q: float) -> float:
-    return float(np.percentile(values, q)) if values.size else math.nan
+    """np.percentile, partitioning `values` in place (their order is lost, the figure is the same: it
+    depends on the values alone), so a million values are not copied."""
+    return float(np.percentile(values, q, overwrite_input=True)) if values.size else math.nan
 
 
 def summary_problem(summary: Any) -> str | None:

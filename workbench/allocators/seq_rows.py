@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import numpy as np
 
+_CACHED_MIN_IDS = 8  # shorter lookups (one group's admission) are not cached: the batch's stays
+
 
 class SeqRows:
     def __init__(self, columns: tuple[str, ...], capacity_rows: int = 64) -> None:
         self._row_of: dict[int, int] = {}
         self._free_rows: list[int] = list(range(capacity_rows - 1, -1, -1))  # pop() gives row 0 first
-        self._columns = {name: np.zeros(capacity_rows, dtype=np.int64) for name in columns}
+        # name -> int64 [capacity_rows]; one dict for good, its arrays replaced when they grow (a hot
+        # loop reads `columns["length"]` without a call)
+        self.columns = {name: np.zeros(capacity_rows, dtype=np.int64) for name in columns}
         self.live = np.zeros(capacity_rows, dtype=bool)  # [capacity_rows]
         # The last batch looked up and its rows: a decode step calls append and describe with the same
-        # list. Dropped whenever a row changes owner.
+        # list, and the next step's batch is this one less the finished sequences (cut out here when they
+        # are removed) plus those that joined at its end (looked up alone).
         self._cached_ids: list[int] | None = None
         self._cached_rows = np.zeros(0, dtype=np.int64)
 
@@ -34,7 +39,7 @@ class SeqRows:
         return self.live.shape[0]
 
     def column(self, name: str) -> np.ndarray:
-        return self._columns[name]
+        return self.columns[name]
 
     def ids(self) -> list[int]:
         return list(self._row_of)
@@ -47,19 +52,18 @@ class SeqRows:
             self._grow()
         row = self._free_rows.pop()
         self._row_of[seq_id] = row
-        self.live[row] = True
-        self._cached_ids = None
+        self.live[row] = True  # the id was not live: no cached batch holds it
         return row
 
     def remove(self, seq_id: int) -> int:
         """Mutates. Forget the sequence; its row (returned) is zeroed and reused later."""
         row = self.row(seq_id)
         del self._row_of[seq_id]
-        for col in self._columns.values():
+        for col in self.columns.values():
             col[row] = 0
         self.live[row] = False
         self._free_rows.append(row)
-        self._cached_ids = None
+        self._uncache(seq_id)
         return row
 
     def row(self, seq_id: int) -> int:
@@ -71,19 +75,43 @@ class SeqRows:
     def rows(self, seq_ids: list[int]) -> np.ndarray:
         """Rows of these sequences in this order, int64 [len(seq_ids)]; raises KeyError on an unknown
         id. Repeated ids are not checked here: verbs for which a repeat matters check it."""
-        if seq_ids == self._cached_ids:
+        cached = self._cached_ids
+        if seq_ids == cached:
             return self._cached_rows
+        if cached is not None and len(seq_ids) > len(cached) and seq_ids[:len(cached)] == cached:
+            # the cached batch with sequences joined at its end: only theirs are looked up
+            rows = np.concatenate([self._cached_rows, self._lookup(seq_ids[len(cached):])])
+        else:
+            rows = self._lookup(seq_ids)
+        if len(seq_ids) >= _CACHED_MIN_IDS:
+            self._cached_ids = list(seq_ids)
+            self._cached_rows = rows
+        return rows
+
+    def _lookup(self, seq_ids: list[int]) -> np.ndarray:
         try:
-            rows = np.fromiter(map(self._row_of.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+            return np.fromiter(map(self._row_of.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
         except KeyError as e:
             raise KeyError(f"sequence {e.args[0]} is not live") from None
-        self._cached_ids = list(seq_ids)
-        self._cached_rows = rows
-        return rows
+
+    def _uncache(self, seq_id: int) -> None:
+        """The cached batch without a removed sequence (a decode batch loses finished ones): cut out of the
+        list and the rows, not looked up again."""
+        cached = self._cached_ids
+        if cached is None:
+            return
+        try:
+            i = cached.index(seq_id)
+        except ValueError:
+            return
+        self._cached_ids = cached[:i] + cached[i + 1:]
+        self._cached_rows = np.concatenate([self._cached_rows[:i], self._cached_rows[i + 1:]])
+        if seq_id in self._cached_ids:  # a repeated id (a caller's error, refused later): look it up anew
+            self._cached_ids = None
 
     def _grow(self) -> None:
         old = self.capacity_rows
-        for name, col in self._columns.items():
-            self._columns[name] = np.concatenate([col, np.zeros(old, dtype=col.dtype)])
+        for name, col in self.columns.items():
+            self.columns[name] = np.concatenate([col, np.zeros(old, dtype=col.dtype)])
         self.live = np.concatenate([self.live, np.zeros(old, dtype=bool)])
         self._free_rows.extend(range(2 * old - 1, old - 1, -1))

@@ -96,6 +96,7 @@ class RooflineClock:
         self.tp = tp
         self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw * tp
         self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops * tp  # large GEMMs; scaled by gemm_shape_frac
+        self._flops_per_s_at: dict[int, float] = {}  # tokens of a step -> its GEMMs' FLOP rate, as computed
         link_gb_s = gpu.host_link_gb_s * HOST_LINK_EFF if host_link_gbps is None else host_link_gbps
         self.link_bytes_per_s = link_gb_s * 1e9 * tp
         # two all-reduces per layer of every token's activations (hidden = heads × head_dim)
@@ -154,7 +155,9 @@ class RooflineClock:
         attention reads, summed over sequences."""
         written = num_tokens * self.kv_bytes_per_token + 2.0 * copied_blocks * self.block_bytes
         linear_flops = 2.0 * self.params * num_tokens
-        flops_per_s = self.flops_per_s * gemm_shape_frac(num_tokens)
+        flops_per_s = self._flops_per_s_at.get(num_tokens)
+        if flops_per_s is None:
+            flops_per_s = self._flops_per_s_at[num_tokens] = self.flops_per_s * gemm_shape_frac(num_tokens)
         if measured_attention_s is None:
             compute_s = max((self.weight_bytes + written + kv_read_tokens * self.kv_bytes_per_token)
                             / self.bytes_per_s,

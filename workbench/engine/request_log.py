@@ -8,6 +8,7 @@ not the length of the trace.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -65,13 +66,13 @@ class RequestLog:
     def admitted(self, index: int, now_s: float, cached_tokens: int) -> None:
         """The request's group got its KV (again, after a recompute preemption)."""
         j = self._row(index)
-        if np.isnan(self.admitted_s[j]):
+        if math.isnan(self.admitted_s[j]):
             self.admitted_s[j] = now_s
         self.prefix_hit_tokens[j] += cached_tokens
 
     def first_token(self, index: int, now_s: float) -> None:
         j = self._row(index)
-        if np.isnan(self.first_token_s[j]):
+        if math.isnan(self.first_token_s[j]):
             self.first_token_s[j] = now_s
 
     def preempted(self, index: int) -> None:

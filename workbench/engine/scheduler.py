@@ -123,7 +123,8 @@ class Scheduler:
             self.transferred.add(len(self.requests) - 1)
 
     def has_work(self) -> bool:
-        return bool(self.batch or self.waiting or self.swapped or self._partial())
+        # the batch's groups, not the batch: called thrice a step, and `DecodeBatch.__bool__` is a call
+        return bool(self.batch.groups or self.waiting or self.swapped or self._partial())
 
     def _partial(self) -> Group | None:
         """The partially prefilled group (chunked prefill only)."""

@@ -329,7 +329,9 @@ def _drive(replica: Replica, progress: bool, sink: TableSink) -> None:
     rows_per_chunk = table_sink.ROWS_PER_CHUNK
     with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
         while replica.next_event_s() is not None:
-            bar.update(replica.step())
+            finished = replica.step()
+            if finished:
+                bar.update(finished)
             if log.ready - log.base >= rows_per_chunk:
                 sink.append(REQUESTS_TABLE, log.take_done(requests))
     done = log.take_done(requests)

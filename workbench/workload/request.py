@@ -109,8 +109,9 @@ class RequestColumns(Sequence[Request]):
     def __init__(self, arrival_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray, *,
                  unique_keys: np.ndarray | None, contents: list[tuple[Segment, ...]] | None, n: int,
                  beam_width: int, sessions: list[str | None] | None) -> None:
-        """`unique_keys` (uint64 [N]): request i's prompt is one segment `Segment(unique_keys[i], prompt)`;
-        else `contents[i]` is its prompt. `sessions`: None when no request has a session."""
+        """`unique_keys` (uint64 [N], or read like one: `table.UniqueKeys`): request i's prompt is one segment
+        `Segment(unique_keys[i], prompt)`; else `contents[i]` is its prompt. `sessions`: None when no request
+        has a session."""
         if (unique_keys is None) == (contents is None):
             raise ValueError("give either unique_keys or contents")
         self.arrival_s = arrival_s  # float64 [N]

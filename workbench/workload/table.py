@@ -51,6 +51,44 @@ def content_keys(tag: str, ids: np.ndarray) -> np.ndarray:
     return mix64(np.asarray(ids, dtype=np.uint64) ^ mix64(np.array([salt], dtype=np.uint64))[0]) >> np.uint64(1)
 
 
+class UniqueKeys:
+    """`content_keys(tag, rows)` of a workload's one-segment prompts, read like that uint64 array but computed
+    a block at a time when read: a million-request trace would otherwise hold 8 MB of keys for its whole
+    run, where the engine reads each key once, in arrival order. Immutable."""
+
+    BLOCK = 4096  # keys computed at once (the block last read is kept)
+
+    def __init__(self, tag: str, rows: np.ndarray) -> None:
+        """`rows`: the table row of each request, in request order."""
+        self.tag = tag
+        # request i's row, int32 [N]; None when request i is row i (a table already in arrival order)
+        identity = np.array_equal(rows, np.arange(rows.shape[0]))
+        self._rows = None if identity else rows.astype(np.int32 if rows.shape[0] < 2**31 else np.int64)
+        self._len = rows.shape[0]
+        self._block = -1
+        self._keys = np.zeros(0, dtype=np.uint64)  # the keys of block `_block`
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> np.uint64:
+        if not 0 <= i < self._len:
+            raise IndexError(f"key {i} of {self._len}")
+        block = i // self.BLOCK
+        if block != self._block:
+            self._keys = self._compute(block * self.BLOCK, min((block + 1) * self.BLOCK, self._len))
+            self._block = block
+        return self._keys[i - block * self.BLOCK]
+
+    def __iter__(self):
+        for lo in range(0, self._len, self.BLOCK):
+            yield from self._compute(lo, min(lo + self.BLOCK, self._len))
+
+    def _compute(self, lo: int, hi: int) -> np.ndarray:
+        rows = np.arange(lo, hi) if self._rows is None else self._rows[lo:hi]
+        return content_keys(self.tag, rows)
+
+
 def finalize(
     table: RequestTable,
     *,
@@ -93,7 +131,7 @@ def finalize(
     output = table.output_tokens[order]
     sessions = [table.session_id[r] for r in order] if table.session_id is not None else None
     if table.content is None:
-        keys, contents = content_keys(f"unique/{seed}", order), None
+        keys, contents = UniqueKeys(f"unique/{seed}", order), None
     else:
         answer_keys = output_keys(np.arange(len(order)), 0).tolist()  # [kept] key of each request's answer
         ids = final_id.tolist()

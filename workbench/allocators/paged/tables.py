@@ -36,18 +36,19 @@ class BlockTables:
         row = self.seqs.add(seq_id)
         self._fit(blocks.shape[0])
         self._table[row, :blocks.shape[0]] = blocks
-        self.seqs.column("length")[row] = length
-        self.seqs.column("final_len")[row] = final_len
-        self.seqs.column("num_blocks")[row] = blocks.shape[0]
+        c = self.seqs.columns
+        c["length"][row] = length
+        c["final_len"][row] = final_len
+        c["num_blocks"][row] = blocks.shape[0]
         return row
 
     def extend_row(self, row: int, blocks: np.ndarray, length: int) -> None:
         """Mutates. The row's table gains `blocks` (int32 [k]) at its end and holds `length` tokens."""
-        num_blocks = int(self.seqs.column("num_blocks")[row])
+        num_blocks = int(self.seqs.columns["num_blocks"][row])
         self._fit(num_blocks + blocks.shape[0])
         self._table[row, num_blocks:num_blocks + blocks.shape[0]] = blocks
-        self.seqs.column("num_blocks")[row] = num_blocks + blocks.shape[0]
-        self.seqs.column("length")[row] = length
+        self.seqs.columns["num_blocks"][row] = num_blocks + blocks.shape[0]
+        self.seqs.columns["length"][row] = length
 
     def remove(self, seq_id: int) -> None:
         """Mutates."""
@@ -114,14 +115,14 @@ class BlockTables:
     def append_from(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray, stack: BlockStack):
         """`count_append` and `apply_append` with blocks popped from `stack`, in one compiled call. Returns
         None, changing nothing, when the stack holds too few blocks; else what `apply_append` returns."""
-        c = self.seqs.column
+        c = self.seqs.columns
         slots = np.empty(rows.shape[0], dtype=np.int64)
         copies = np.empty((rows.shape[0], 2), dtype=np.int32)  # a sequence takes at most one block
         while True:
             free_ids, free_size = stack.compiled_view()
             status, x, num_copies, copied_slots, grown = loops.append_from_stack(
-                rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"), self._table, refcount,
-                self.block_size, self._scratch, c("mark"), free_ids, free_size, slots, copies)
+                rows, c["length"], c["final_len"], c["num_blocks"], c["swapped"], self._table, refcount,
+                self.block_size, self._scratch, c["mark"], free_ids, free_size, slots, copies)
             if status != 2:
                 break
             self._fit(x)  # a row's table outgrows the array (rare): widen it and count again
@@ -135,9 +136,9 @@ class BlockTables:
     def release_row(self, row: int, refcount: np.ndarray) -> tuple[np.ndarray, int]:
         """Mutates refcount: the row lets go of its blocks. Returns the blocks that reached refcount 0
         (int32, head first) and the written slots they held."""
-        c = self.seqs.column
-        released = np.empty(int(c("num_blocks")[row]), dtype=np.int32)
-        n, written = loops.release_row(row, c("length"), c("num_blocks"), self._table, refcount, self.block_size,
+        c = self.seqs.columns
+        released = np.empty(int(c["num_blocks"][row]), dtype=np.int32)
+        n, written = loops.release_row(row, c["length"], c["num_blocks"], self._table, refcount, self.block_size,
                                        released)
         return released[:n], written
 
@@ -159,8 +160,8 @@ class BlockTables:
 
     def reserved_slots(self, refcount: np.ndarray) -> int:
         """Unwritten slots of held blocks that a holder will write (module rule of `paged`)."""
-        c = self.seqs.column
-        return int(loops.reserved_slots(self.seqs.live, c("swapped"), c("length"), c("final_len"), c("num_blocks"),
+        c = self.seqs.columns
+        return int(loops.reserved_slots(self.seqs.live, c["swapped"], c["length"], c["final_len"], c["num_blocks"],
                                         self._table, refcount, self.block_size, self._scratch))
 
     def _flat_index(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
