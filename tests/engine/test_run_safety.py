@@ -141,10 +141,17 @@ def test_an_unusable_out_is_found_before_simulating(tmp_path, monkeypatch, capsy
     assert err.startswith(f"error: --out {bad}") and err.count("\n") == 1
 
 
+def _sigint_by_default() -> None:
+    """In the child: SIGINT back to its default, which Python turns into KeyboardInterrupt (a shell starts
+    background jobs, `make test &` among them, with SIGINT ignored, and Python keeps an ignored SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_exits_130_with_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "workbench.run", *TINY, "--num-requests", "200000", "--rate", "1000",
-                             "--progress", "--out", str(out)], cwd=REPO_ROOT, stderr=subprocess.PIPE)
+                             "--progress", "--out", str(out)], cwd=REPO_ROOT, stderr=subprocess.PIPE,
+                            preexec_fn=_sigint_by_default)
     seen = b""
     while b"req" not in seen:  # the progress bar: the run is simulating
         chunk = os.read(proc.stderr.fileno(), 4096)

@@ -17,6 +17,8 @@ def test_a_signal_inside_the_block_is_delivered_when_it_ends(signum):
     seen: list[int] = []
     ran_to_the_end = False
     previous = signal.signal(signal.SIGTERM, lambda n, _f: seen.append(n))
+    # Python's own SIGINT handler, even where the test process inherited SIGINT ignored (a background job)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt) if signum == signal.SIGINT else nullcontext():
             with signals_deferred():
@@ -28,6 +30,7 @@ def test_a_signal_inside_the_block_is_delivered_when_it_ends(signum):
         assert seen == ([] if signum == signal.SIGINT else [signal.SIGTERM])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def test_the_handlers_are_restored_and_nothing_is_delivered_without_a_signal():
