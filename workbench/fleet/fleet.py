@@ -11,6 +11,8 @@ this loop.
 
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 from typing import Any
 
@@ -138,7 +140,7 @@ def replica_tables(members: list[Member], extras: list[dict[str, Any]]
         replica_requests = m.scheduler.log.to_frame(m.scheduler.requests)
         per_replica.append(summarize(replica_steps, replica_requests, capacity_slots=m.strategy.capacity_slots,
                                      generated_tokens=m.scheduler.log.generated_tokens,
-                                     extra={**extra, "sim_wall_s": 0.0}))
+                                     extra={**extra, "sim_wall_s": math.nan}))  # one loop drives all: not apart
         steps.append(replica_steps.assign(replica=k))
         tables.append(replica_requests)
     step_table = pd.concat(steps, ignore_index=True).sort_values(["t_s", "replica"], kind="stable",
