@@ -12,7 +12,6 @@ this loop.
 from __future__ import annotations
 
 import math
-
 from collections import Counter
 from typing import Any
 
