@@ -174,6 +174,17 @@ def test_a_sweep_resumes_and_its_rows_are_the_results(tmp_path, monkeypatch):
     assert not (tmp_path / "other").exists()
 
 
+def test_a_sweep_runs_from_a_script_read_from_stdin(tmp_path):
+    # `python -` names its __main__ file '<stdin>', which spawned workers would try to run and die of
+    script = (f"import workbench as wb\n"
+              f"table = wb.sweep({SPEC!r}, {str(tmp_path / 'out')!r}, jobs=2, progress=False)\n"
+              f"print(sorted(table['strategy']))\n")
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, cwd=tmp_path,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['contiguous-max', 'paged']"
+
+
 def test_a_sweep_takes_a_yaml_file(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(json.dumps({**SPEC, "axes": {"strategy": ["paged"]}}))  # JSON is YAML

@@ -15,6 +15,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -62,7 +63,7 @@ class LocalExecutor:
             return
         pool = None
         try:
-            with signals_deferred():  # workers start during the submits
+            with signals_deferred(), _spawnable_main():  # workers start during the submits
                 pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)),
                                            mp_context=multiprocessing.get_context("spawn"),
                                            initializer=start_worker, initargs=(os.getpid(),))
@@ -81,6 +82,24 @@ class LocalExecutor:
                     pool.shutdown(wait=True, cancel_futures=True)
                 except RuntimeError:  # interrupted while the pool started its manager thread: none to join
                     pass
+
+
+@contextmanager
+def _spawnable_main() -> Iterator[None]:
+    """While workers start: a `__main__` whose file does not exist (a script read from stdin, `python -`,
+    names its file '<stdin>') loses that name, which a spawned worker would otherwise try to run first and
+    die of (BrokenProcessPool). The workers need nothing from it: they run workbench functions."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(main, "__spec__", None) is not None or \
+            os.path.exists(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path)):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 class DaskExecutor:
