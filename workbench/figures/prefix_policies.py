@@ -126,12 +126,11 @@ def policy_table(summary: pd.DataFrame) -> pd.DataFrame:
 def caption_note(summary: pd.DataFrame) -> str:
     """What the figure draws once, and where the other policies are (a line each)."""
     rows = cache_rows(summary)
-    same = [group for group in coinciding(rows) if len(group) > 1]
+    groups = coinciding(rows)
     parts = [f"{' and '.join(group)} give identical hit rates and throughput at every point: drawn once as "
-             f"'{group_label(group)}'" for group in same]
+             f"'{group_label(group)}'" for group in groups if len(group) > 1]
     parts += [f"'{low}' (wide) lies under '{high}': their lines differ by {_at_most(hit)} points of hit rate "
-              f"and {_at_most(100 * speed)}% of throughput"
-              for low, high, hit, speed in overlaps(rows, coinciding(rows))]
+              f"and {_at_most(100 * speed)}% of throughput" for low, high, hit, speed in overlaps(rows, groups)]
     parts.append(f"lines: eviction {reference_policy(rows)}; every policy's device-only hit rate in the table")
     return "\n".join(parts)  # a line each: the caption stays as wide as the figure
 

@@ -93,6 +93,13 @@ def _abs_row(entry, item, key, paper: float, ours: float, tol: float, unit: str,
                "" if ok else _gap(entry, key))
 
 
+def _sustained_ratio(table: pd.DataFrame, strategy: str, baseline: str) -> float:
+    """The rate `strategy` sustains over `baseline`'s on one workload: their token throughputs while a queue
+    is present (the knee of a latency-vs-rate curve)."""
+    return (_point(table, strategy=strategy)["throughput_tok_s_sat"]
+            / _point(table, strategy=baseline)["throughput_tok_s_sat"])
+
+
 def _rel_row(entry, item, key, paper: float, ours: float, tol_frac: float, kind: str | None = None) -> Row:
     ok = abs(ours - paper) <= tol_frac * abs(paper)
     return Row(_cite_short(entry), item, kind or _kind(entry, key), f"{paper:g}", ours,
@@ -180,8 +187,7 @@ def fig12(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     each model: ShareGPT's ratios against the text's range, Alpaca's comparison of OPT-175B."""
     def ratio(model: str, workload: str, other: str) -> float:
         sub = table[(table["model"] == model) & table["workload"].str.contains(workload)]
-        return (_point(sub, strategy="paged")["throughput_tok_s_sat"]
-                / _point(sub, strategy=other)["throughput_tok_s_sat"])
+        return _sustained_ratio(sub, "paged", other)
 
     models = list(dict.fromkeys(table["model"]))
     others = {"paged_over_oracle": "contiguous-oracle", "paged_over_max": "contiguous-max"}
@@ -245,17 +251,15 @@ def fig14(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     rows = []
     for key, spec in entry["rows"].items():
         sub = table[table["beam_width"] == spec["beam_width"]]
-        ratio = (_point(sub, strategy="paged")["throughput_tok_s_sat"]
-                 / _point(sub, strategy="contiguous-oracle")["throughput_tok_s_sat"])
+        ratio = _sustained_ratio(sub, "paged", "contiguous-oracle")
         rows.append(_rel_row(entry, f"{key}: paged / oracle", key, spec["paper"], ratio, entry["tolerance_frac"]))
     return rows
 
 
 def fig17(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
     """paged's sustained rate over each Orca baseline's on the chatbot workload."""
-    paged = _point(table, strategy="paged")["throughput_tok_s_sat"]
-    return [_rel_row(entry, f"paged / {strategy}", strategy, paper,
-                     paged / _point(table, strategy=strategy)["throughput_tok_s_sat"], entry["tolerance_frac"])
+    return [_rel_row(entry, f"paged / {strategy}", strategy, paper, _sustained_ratio(table, "paged", strategy),
+                     entry["tolerance_frac"])
             for strategy, paper in entry["rows"].items()]
 
 
@@ -264,8 +268,7 @@ def prefix(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> 
     for key, paper in entry["rows"].items():
         prefix_tokens = key.rsplit("-", 1)[1]
         sub = table[table["workload"].str.contains(f"system={prefix_tokens},")]
-        ratio = (_point(sub, strategy="paged-prefix")["throughput_tok_s_sat"]
-                 / _point(sub, strategy="contiguous-oracle")["throughput_tok_s_sat"])
+        ratio = _sustained_ratio(sub, "paged-prefix", "contiguous-oracle")
         rows.append(_rel_row(entry, f"{key}: paged-prefix / oracle", key, paper, ratio, entry["tolerance_frac"]))
     return rows
 

@@ -98,7 +98,7 @@ def _multi_turn(spec: WorkloadSpec, rng: np.random.Generator, seed: int, rate: f
     turns = spec.get_int("turns", 4)
     think_s = spec.get_float("think", 10.0)
     cv = spec.get_float("cv", 1.0)
-    history = spec.get_int("history", max_model_len) if "history" in spec.params else None
+    history = spec.get_int("history", 0) or None  # not given (0 is out of its range): prompts keep it all
     if history is not None and history >= max_model_len:
         raise WorkloadError(spec.text, None, "history", f"fewer tokens than max_model_len ({max_model_len})", history)
     dist = _lengths_dist(spec)
@@ -117,7 +117,8 @@ def _multi_turn(spec: WorkloadSpec, rng: np.random.Generator, seed: int, rate: f
         think = rng.exponential(think_s, size=64 * turns)
         first_row = len(arrivals)
         user_keys = content_keys(f"turn/{seed}", np.arange(first_row, first_row + 64 * turns)).tolist()
-        cut_keys = content_keys(f"history/{seed}", np.arange(first_row, first_row + 64 * turns)).tolist()
+        if history is not None:
+            cut_keys = content_keys(f"history/{seed}", np.arange(first_row, first_row + 64 * turns)).tolist()
         for s, t_s in enumerate(session_starts.tolist()):
             context: list[Part] = []
             context_tokens = 0

@@ -427,8 +427,7 @@ class PagedStrategy(PagedSwap, Strategy):
         del refused_extent_slots  # every free block fits any request: no external fragmentation
         bs = self.block_size
         reserved = self.tables.reserved_slots(self._refcount)
-        cached_blocks = self._num_cached_blocks()
-        cached = cached_blocks * bs
+        cached = self._num_cached_blocks() * bs
         free = self._free.size * bs
         held_slots = self.capacity_slots - cached - free
         return Snapshot(
