@@ -24,7 +24,7 @@ DEFAULT_SHARED_LINK_GB_S = 25.0
 DEFAULT_KV_LINK_GB_S = 25.0
 # Far above any real model, low enough that sizes and modeled step times stay finite and in int64.
 MODEL_LIMITS = {"num_layers": 2**16, "num_heads": 2**16, "num_kv_heads": 2**16, "head_dim": 2**16,
-                "max_model_len": 2**31 - 1, "params_b": 1e6}
+                "max_model_len": 2**31 - 1, "params_b": 1e6, "vocab_size": 2**24}
 
 # CUDA virtual memory: what mapping one physical page into one layer's K or V buffer costs in vAttention
 # (Prabhu et al., ASPLOS '25, arXiv 2405.04437v3, Table 3, µs per call at 2 MB pages: cuMemAddressReserve 2,
@@ -74,14 +74,24 @@ class ModelPreset:
     max_model_len: int
     # () means one full-attention group of every layer; otherwise the groups' layers sum to num_layers
     layer_groups: tuple[LayerGroup, ...] = ()
+    # The operator shapes the clock charges (workbench.clock.operators): the residual stream's width
+    # (None: num_heads × head_dim), the vocabulary (embedding rows and output-layer columns), whether the
+    # output layer reuses the embedding matrix, and whether the MLP is gated (SwiGLU / GeGLU: up, gate and
+    # down matrices) or plain (OPT: up and down). The MLP's size is what params_b leaves.
+    hidden_size: int | None = None
+    vocab_size: int = 32000
+    tied_embeddings: bool = False
+    gated_mlp: bool = True
 
     def __post_init__(self) -> None:
-        for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "max_model_len"):
+        for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "max_model_len", "vocab_size"):
             if getattr(self, field) < 1:
                 raise ValueError(f"model {self.name!r}: {field} must be >= 1, got {getattr(self, field)}")
         for field, limit in MODEL_LIMITS.items():
             if getattr(self, field) > limit:
                 raise ValueError(f"model {self.name!r}: {field} must be <= {limit}, got {getattr(self, field)}")
+        if self.hidden_size is not None and not 1 <= self.hidden_size <= 2**20:
+            raise ValueError(f"model {self.name!r}: hidden_size must be in [1, 2**20] or None, got {self.hidden_size}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of "
@@ -92,6 +102,11 @@ class ModelPreset:
         if self.layer_groups and sum(g.num_layers for g in self.layer_groups) != self.num_layers:
             raise ValueError(f"model {self.name!r}: layer groups hold {sum(g.num_layers for g in self.layer_groups)} "
                              f"layers, the model has {self.num_layers}")
+
+    @property
+    def hidden(self) -> int:
+        """Width of the residual stream (the embedding's)."""
+        return self.num_heads * self.head_dim if self.hidden_size is None else self.hidden_size
 
     def kv_bytes_per_token(self, kv_dtype: str = "fp16") -> int:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
@@ -139,34 +154,40 @@ class GpuPreset:
 MODELS: dict[str, ModelPreset] = {
     m.name: m
     for m in [
-        ModelPreset("opt-13b", 40, 40, 40, 128, 12.85, 2048),
-        ModelPreset("opt-66b", 64, 72, 72, 128, 65.7, 2048),
-        ModelPreset("opt-175b", 96, 96, 96, 128, 175.0, 2048),
-        ModelPreset("llama-2-7b", 32, 32, 32, 128, 6.74, 4096),
-        ModelPreset("llama-2-13b", 40, 40, 40, 128, 13.0, 4096),
-        ModelPreset("llama-2-70b", 80, 64, 8, 128, 69.0, 4096),
-        ModelPreset("llama-3-8b", 32, 32, 8, 128, 8.03, 8192),
-        ModelPreset("mistral-7b", 32, 32, 8, 128, 7.24, 32768),
-        ModelPreset("qwen2.5-7b", 28, 28, 4, 128, 7.62, 32768),
+        # hidden_size, vocab_size, tie_word_embeddings and the MLP's kind from each model's Hugging Face config.json
+        ModelPreset("opt-13b", 40, 40, 40, 128, 12.85, 2048,
+                    hidden_size=5120, vocab_size=50272, tied_embeddings=True, gated_mlp=False),
+        ModelPreset("opt-66b", 64, 72, 72, 128, 65.7, 2048,
+                    hidden_size=9216, vocab_size=50272, tied_embeddings=True, gated_mlp=False),
+        ModelPreset("opt-175b", 96, 96, 96, 128, 175.0, 2048,
+                    hidden_size=12288, vocab_size=50272, tied_embeddings=True, gated_mlp=False),
+        ModelPreset("llama-2-7b", 32, 32, 32, 128, 6.74, 4096, vocab_size=32000),
+        ModelPreset("llama-2-13b", 40, 40, 40, 128, 13.0, 4096, vocab_size=32000),
+        ModelPreset("llama-2-70b", 80, 64, 8, 128, 69.0, 4096, vocab_size=32000),
+        ModelPreset("llama-3-8b", 32, 32, 8, 128, 8.03, 8192, vocab_size=128256),
+        ModelPreset("mistral-7b", 32, 32, 8, 128, 7.24, 32768, vocab_size=32768),
+        ModelPreset("qwen2.5-7b", 28, 28, 4, 128, 7.62, 32768, hidden_size=3584, vocab_size=152064),
         # Hybrid presets, from the models' Hugging Face config.json files (num_hidden_layers,
         # num_attention_heads, num_key_value_heads, head_dim, sliding_window, layer_types /
         # sliding_window_pattern, max_position_embeddings):
         # huggingface.co/openai/gpt-oss-20b: 24 layers alternating sliding(128)/full, 64 heads, 8 KV, dim 64
         ModelPreset("gpt-oss-20b", 24, 64, 8, 64, 20.9, 131072,
-                    (LayerGroup(12, 128), LayerGroup(12))),
+                    (LayerGroup(12, 128), LayerGroup(12)), hidden_size=2880, vocab_size=201088),
         # huggingface.co/openai/gpt-oss-120b: 36 layers alternating sliding(128)/full, 64 heads, 8 KV, dim 64
         ModelPreset("gpt-oss-120b", 36, 64, 8, 64, 116.8, 131072,
-                    (LayerGroup(18, 128), LayerGroup(18))),
+                    (LayerGroup(18, 128), LayerGroup(18)), hidden_size=2880, vocab_size=201088),
         # huggingface.co/google/gemma-3-27b-it (text_config): 62 layers, sliding_window 1024, every 6th
         # layer global (sliding_window_pattern 6: 52 local + 10 global), 32 heads, 16 KV, dim 128
         ModelPreset("gemma-3-27b", 62, 32, 16, 128, 27.4, 131072,
-                    (LayerGroup(52, 1024), LayerGroup(10))),
+                    (LayerGroup(52, 1024), LayerGroup(10)), hidden_size=5376, vocab_size=262208,
+                    tied_embeddings=True),
         # huggingface.co/google/gemma-2-9b: 42 layers alternating sliding(4096)/global, 16 heads, 8 KV, dim 256
         ModelPreset("gemma-2-9b", 42, 16, 8, 256, 9.24, 8192,
-                    (LayerGroup(21, 4096), LayerGroup(21))),
+                    (LayerGroup(21, 4096), LayerGroup(21)), hidden_size=3584, vocab_size=256000,
+                    tied_embeddings=True),
         # huggingface.co/mistralai/Mistral-7B-v0.1: every layer sliding_window 4096, 32 heads, 8 KV, dim 128
         ModelPreset("mistral-7b-v0.1", 32, 32, 8, 128, 7.24, 32768,
-                    (LayerGroup(32, 4096),)),
+                    (LayerGroup(32, 4096),), vocab_size=32000),
     ]
 }
 
@@ -192,6 +213,8 @@ _CUSTOM_KEYS = {
     "head_dim": "head_dim",
     "params_b": "params_b",
     "max_model_len": "max_model_len",
+    "hidden": "hidden_size",
+    "vocab": "vocab_size",
 }
 
 
@@ -234,8 +257,8 @@ def _parse_custom(spec: str) -> ModelPreset:
             raise ValueError(f"custom model {spec!r}: {key} must be a number, got {value!r}") from None
         if not math.isfinite(values[_CUSTOM_KEYS[key]]):
             raise ValueError(f"custom model {spec!r}: {key} must be a finite number, got {value!r}")
-    missing = [k for k, f in _CUSTOM_KEYS.items() if f not in values and k not in ("heads", "params_b",
-                                                                                    "max_model_len")]
+    missing = [k for k, f in _CUSTOM_KEYS.items() if f not in values and k not in ("heads", "params_b", "max_model_len",
+                                                                                    "hidden", "vocab")]
     if missing:
         raise ValueError(f"custom model {spec!r}: missing {missing}")
     ints = {f: int(v) for f, v in values.items() if f != "params_b"}

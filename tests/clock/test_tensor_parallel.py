@@ -7,7 +7,14 @@ import math
 import pytest
 
 from workbench.clock.profiles import make_clock
-from workbench.clock.roofline import ACTIVATION_BYTES, ALLREDUCE_LATENCY_S, GPU_LINK_EFF, RooflineClock
+from workbench.clock.roofline import (
+    ACTIVATION_BYTES,
+    ALLREDUCE_LATENCY_S,
+    GPU_LINK_EFF,
+    KERNEL_LAUNCH_S,
+    RooflineClock,
+    operator_s,
+)
 from workbench.config import RunConfig
 from workbench.engine.simulation import run
 from workbench.presets import GIB, GPUS, MODELS, kv_capacity_slots
@@ -36,14 +43,24 @@ def _clock(tp: int, **kw) -> RooflineClock:
 @pytest.mark.parametrize("num_tokens, kv_read_tokens, attn_ctx", [(1, 0, 0), (32, 32 * 500, 32 * 500),
                                                                    (2048, 0, 2048 * 1024)])
 def test_a_step_is_its_shards_in_parallel_plus_two_all_reduces_per_layer(num_tokens, kv_read_tokens, attn_ctx):
+    """Each GPU does 1/N of the split operators (projections, rope, activation, output layer, attention)
+    and the whole of the replicated ones (norms, residual adds, the embedding gather); every GPU launches
+    every kernel; two all-reduces per layer."""
     model, gpu = MODELS["opt-66b"], GPUS["a100-40gb"]
     one = _clock(1)
+    rate = one._flops_per_s(num_tokens)
     for tp in (2, 4, 8):
-        shard = one.step_s(num_tokens, kv_read_tokens, attn_ctx, 0, 0) - one.step_overhead_s
-        hidden_bytes = model.num_heads * model.head_dim * ACTIVATION_BYTES
+        ops_s = 0.0
+        for op in (*one.forward.per_row, one.forward.output):
+            work_s = operator_s(op, num_tokens if op in one.forward.per_row else 1, one.bytes_per_s, rate,
+                                kernel_launch_s=0.0)
+            ops_s += work_s / (tp if op.split else 1) + op.kernels * KERNEL_LAUNCH_S
+        kv_bytes = (num_tokens + kv_read_tokens) * one.kv_bytes_per_token + num_tokens * one.attn_bytes_per_row
+        attention_s = max(kv_bytes / one.bytes_per_s, attn_ctx * one.attn_flops_per_key / rate)
+        hidden_bytes = model.hidden * ACTIVATION_BYTES
         ring_s = 2 * (tp - 1) / tp * hidden_bytes * num_tokens / (gpu.gpu_link_gb_s * 1e9 * GPU_LINK_EFF)
         all_reduces_s = 2 * model.num_layers * (ALLREDUCE_LATENCY_S + ring_s)
-        expected = shard / tp + all_reduces_s + one.step_overhead_s
+        expected = (ops_s + attention_s / tp + one.attention_launch_s + all_reduces_s + one.step_overhead_s)
         assert _clock(tp).step_s(num_tokens, kv_read_tokens, attn_ctx, 0, 0) == pytest.approx(expected, rel=1e-12)
 
 

@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from workbench import columns as C
-from workbench.clock.roofline import HOST_LINK_EFF, RooflineClock, gemm_shape_frac
+from workbench.clock.roofline import (
+    ELEMENTWISE_BW_FRAC,
+    HOST_LINK_EFF,
+    KERNEL_LAUNCH_S,
+    RooflineClock,
+    gemm_shape_frac,
+)
 from workbench.engine.kvpool import KVContent, content_terms, prefix_sums, to_storage
 from workbench.kernels import reference
 from workbench.presets import GPUS, MODELS
@@ -68,24 +74,50 @@ def test_summary_weights_by_step_duration_and_splits_saturated_steps():
     assert (s["num_preemptions"], s["cow_copies"], s["num_finished"], s["num_rejected"]) == (1, 2, 2, 0)
 
 
-def test_roofline_step_is_the_max_of_bandwidth_and_compute_plus_overhead():
+def test_roofline_step_by_hand_for_opt_13b():
+    """OPT-13B (40 layers, hidden 5120, MLP 20480, vocab 50272, tied embedding) on an A100-40GB, every
+    operator's bytes written out from the model's shapes: a decode step is memory bound in every operator,
+    a 2048-token prefill compute bound in its projections and attention."""
     model, gpu = MODELS["opt-13b"], GPUS["a100-40gb"]
     kv_tok = model.kv_bytes_per_token("fp16")
     clock = RooflineClock(model, gpu, kv_tok, 16, eff_bw=0.8, eff_flops=0.5, step_overhead_s=1e-3)
+    layers, h, v = 40, 5120, 50272
+    f = (12.85e9 - v * h) / layers / (2 * h) - 2 * h  # the MLP width params_b leaves (4 h^2 in attention)
+    assert f == pytest.approx(20480, rel=0.01)
     bw, flops = 1555e9 * 0.8, 312e12 * 0.5
-    # decode of 8 sequences with 1000 tokens of context each: memory bound
-    decode = clock.step_s(8, 8000, 8000, 0, 0)
-    assert decode == pytest.approx((12.85e9 * 2 + 8 * kv_tok + 8000 * kv_tok) / bw + 1e-3)
-    # a 2048-token prefill: compute bound, at the GEMM efficiency of 2048 rows
-    attn = 4 * 40 * 40 * 128 * (2048 * 2049 // 2)
-    prefill = clock.step_s(2048, 2048, 2048 * 2049 // 2, 0, 0)
-    assert prefill == pytest.approx((2 * 12.85e9 * 2048 + attn) / (flops * gemm_shape_frac(2048)) + 1e-3)
+    elementwise_bw = bw * ELEMENTWISE_BW_FRAC
+    launches_s = (12 * layers + 3) * KERNEL_LAUNCH_S
+    # activations (2 bytes) per row: the projections read and write theirs (qkv 5120 -> 15360, o, up, down)
+    gemm_io = layers * (h + 3 * h + h + h + h + f + f + h) * 2
+    # norms (2 per layer and 1 final) read and write a row, rope q and k, residual adds read 2 write 1,
+    # the activation reads and writes the MLP's row, the embedding gathers and writes one
+    elementwise_io = (layers * (2 * 2 * h + 2 * 2 * h + 2 * 3 * h + 2 * f) + 2 * h + 2 * h) * 2
+    output_io = h * 2 + v * 4  # per sampled row: its hidden state in, fp32 logits out
+    attn_io = layers * 2 * h * 2  # per row: the query in, the output out
+    weights = 12.85e9 * 2  # the tied embedding is the output layer's weight: read once, as every weight
+
+    # decode of 8 sequences with 1000 tokens of context each: every operator memory bound
+    decode = clock.step_s(8, 8000, 8000, 0, 0, sampled_tokens=8)
+    memory = weights + 8 * (gemm_io + output_io + attn_io) + (8 + 8000) * kv_tok
+    assert decode == pytest.approx(memory / bw + 8 * elementwise_io / elementwise_bw + launches_s + 1e-3, rel=1e-9)
+    # a 2048-token prefill sampling one token: the projections and attention at the GEMM rate of 2048 rows,
+    # the one-row output layer bound by reading its weights
+    rows = 2048
+    rate = flops * gemm_shape_frac(rows)
+    attn_flops = 4 * 40 * 40 * 128 * (rows * (rows + 1) // 2)
+    body_flops = 2 * (12.85e9 - v * h) * rows
+    output_s = max((v * h * 2 + output_io) / bw, 2 * v * h / (flops * gemm_shape_frac(1)))
+    prefill = clock.step_s(rows, rows, rows * (rows + 1) // 2, 0, 0, sampled_tokens=1)
+    expected = (body_flops + attn_flops) / rate + output_s + rows * elementwise_io / elementwise_bw + launches_s
+    assert prefill == pytest.approx(expected + 1e-3, rel=1e-9)
     # swapping 10 blocks adds their transfer over the host link
-    assert clock.step_s(8, 8000, 8000, 0, 10) - decode == pytest.approx(10 * 16 * kv_tok / (25.0e9))
+    assert clock.step_s(8, 8000, 8000, 0, 10) - clock.step_s(8, 8000, 8000, 0, 0) == pytest.approx(
+        10 * 16 * kv_tok / (25.0e9))
     assert gpu.host_link_gb_s * HOST_LINK_EFF == 25.0  # PCIe 4.0 x16 as copies achieve it
-    # a measured attention time replaces the modeled attention terms
-    measured = clock.step_s(8, 8000, 8000, 0, 0, measured_attention_s=0.5)
-    assert measured == pytest.approx((12.85e9 * 2 + 8 * kv_tok) / bw + 0.5 + 1e-3)
+    # a measured attention time replaces the attention operator; the KV write stays
+    measured = clock.step_s(8, 8000, 8000, 0, 0, measured_attention_s=0.5, sampled_tokens=8)
+    modeled_attention_s = (8 * attn_io + (8 + 8000) * kv_tok) / bw
+    assert measured == pytest.approx(decode - modeled_attention_s + 8 * kv_tok / bw + 0.5, rel=1e-9)
 
 
 def test_page_mapping_adds_to_the_step_or_hides_behind_its_compute():

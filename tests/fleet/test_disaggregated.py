@@ -61,8 +61,9 @@ def test_one_prefill_and_one_decode_replica_worked_by_hand():
     assert res.kv_bytes_per_token == BYTES_PER_TOKEN
     result = run_pd(cfg, [request(0, 0.0, 100, 3), request(1, 0.0, 60, 3)])
     clock = make_clock(cfg, res, cfg.block_size, paged_kernel=True)
-    # the prefill step: 160 tokens through the model, 160 KV rows read, 5050 + 1830 keys attended
-    dt0 = clock.step_s(160, 160, 100 * 101 // 2 + 60 * 61 // 2, 0, 0, None, 0, 0)
+    # the prefill step: 160 tokens through the model, 160 KV rows read, 5050 + 1830 keys attended, and both
+    # prompts end, so two rows sample
+    dt0 = clock.step_s(160, 160, 100 * 101 // 2 + 60 * 61 // 2, 0, 0, None, 0, 0, sampled_tokens=2)
     link0, link1 = 51_200 / (LINK_GB_S * 1e9), 30_720 / (LINK_GB_S * 1e9)
     assert link0 == 0.001 and link1 == pytest.approx(0.0006, rel=1e-15)
     landed0 = (0.0 + dt0) + link0

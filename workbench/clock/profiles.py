@@ -41,7 +41,7 @@ PROFILES: dict[str, ClockProfile] = {p.name: p for p in (
     # (swapping 256 tokens in and out at block sizes 1-256), the attention cost per block visit to
     # Fig. 18a (the paged kernel at block 16 against FasterTransformer's contiguous one).
     ClockProfile("vllm-sosp23-a100", "fitted to the vLLM paper's OPT-13B / A100-40GB measurements "
-                 "(docs/clock-profiles.md)", gpus=("a100-40gb", "a100-80gb"), eff_bw=0.55, eff_flops=0.75,
+                 "(docs/clock-profiles.md)", gpus=("a100-40gb", "a100-80gb"), eff_bw=0.65, eff_flops=0.75,
                  step_overhead_s=0.016, separate_prefill=True, host_link_gbps=12.4, swap_s_per_transfer=2.57e-6,
                  attn_s_per_block=1.6e-9),
 )}

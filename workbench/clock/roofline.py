@@ -1,11 +1,13 @@
 """Step-duration models (docs/engine.md): how long one engine iteration takes on the modeled GPU.
 
-`roofline`: max(bytes / (bw × eff_bw), flops / (peak × eff_flops × gemm_shape_frac(tokens)))
-+ per-block attention cost + swap time + step_overhead, with bytes = weights once + KV read by
-attention + KV written + copy-on-write traffic, flops = 2 × params × tokens + attention flops (a
-sliding-window layer reads and attends min(context, W) keys: `step_cost` averages the attention totals
-over layers), and a swap = bytes over the host link + a fixed cost per copy. `measured`: the attention part is
-the real kernel's wall time for one layer, scaled to the full model, and the rest is modeled as above.
+`roofline`: the forward pass's operators (`workbench.clock.operators`: projections, element-wise kernels,
+the output layer for the sampled rows) and attention, each its own max(bytes / (bw × eff_bw), flops /
+(peak × eff_flops × gemm_shape_frac(rows))) plus its launches, summed; + per-block attention cost +
+copy-on-write copies + swap time + step_overhead. Attention reads the KV of every sequence and writes the
+new rows (a sliding-window layer reads and attends min(context, W) keys: `step_cost` averages the
+attention totals over layers); a swap = bytes over the host link + a fixed cost per copy. `measured`: the
+attention operator is the real kernel's wall time for one layer, scaled to the full model, and the rest
+is modeled as above.
 The constants come from a clock profile (workbench.clock.profiles, docs/clock-profiles.md); the
 per-block attention cost and the per-copy swap cost are zero except where a profile measured them.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import bisect
 import math
 
+from workbench.clock.operators import ACTIVATION_BYTES, forward_pass
 from workbench.presets import GpuPreset, ModelPreset
 
 # Host<->device copies (swaps, host-tier loads) reach about 25 of PCIe 4.0 x16's 32 GB/s per direction
@@ -44,15 +47,21 @@ HOST_LINK_EFF = 25.0 / 32.0
 # all_reduce_perf on 8-GPU A100 and H100 servers: ~230 and ~360 GB/s bus bandwidth).
 GPU_LINK_EFF = 0.75
 ALLREDUCE_LATENCY_S = 10e-6
-ACTIVATION_BYTES = 2  # fp16 / bf16 activations
 
-# A GEMM with few rows (the step's tokens) under-fills the GPU: its output tiles do not cover the
-# SMs in whole waves (tile and wave quantization, NVIDIA's "Matrix Multiplication Background User's
-# Guide", ch. 3). (tokens per step, fraction of the large-GEMM efficiency), linear in log2(tokens)
-# between the points and flat outside. Anchored on profiled A100 linear layers of Llama-2-7B (Vidur,
-# Agrawal et al., MLSys 2024): ~512-token prefills reach 0.60-0.65 of dense peak, i.e. 0.83 of the
-# 0.75 that transformer-shaped fp16 GEMMs with >= 4096 rows sustain (docs/clock-profiles.md).
-GEMM_SHAPE_POINTS = ((64, 0.40), (128, 0.60), (512, 0.83), (2048, 0.95), (4096, 1.0))
+# Constants fitted to Vidur's profiled A100 (80 GB) Llama-2-7B layers (Agrawal et al., MLSys 2024) by
+# `python -m workbench.paper.fit_operators` under the default eff_bw 0.8 and eff_flops 0.75
+# (docs/clock-profiles.md; the H100 and Llama-3-8B profiles are left as predictions):
+# - every kernel costs KERNEL_LAUNCH_S on top of its bytes and FLOPs, however little it touches (a one-row
+#   norm or residual add still takes microseconds: launch, one wave, drain);
+# - element-wise kernels (norms, rope, activation, residual adds, the embedding gather) stream at
+#   ELEMENTWISE_BW_FRAC of the bandwidth that weight-streaming GEMMs reach;
+# - a GEMM with few rows (the step's tokens) under-fills the GPU: its output tiles do not cover the SMs in
+#   whole waves (tile and wave quantization, NVIDIA's "Matrix Multiplication Background User's Guide",
+#   ch. 3). GEMM_SHAPE_POINTS: (rows, fraction of eff_flops), linear in log2(rows) between the points and
+#   flat outside.
+KERNEL_LAUNCH_S = 3.6e-6
+ELEMENTWISE_BW_FRAC = 0.73
+GEMM_SHAPE_POINTS = ((64, 0.42), (128, 0.66), (256, 0.91), (512, 0.94), (2048, 0.94), (4096, 0.95))
 _SHAPE_LOG2 = [math.log2(t) for t, _ in GEMM_SHAPE_POINTS]
 
 
@@ -82,12 +91,16 @@ class RooflineClock:
                  eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
                  map_s_per_page: float = 0.0, overlap_map: bool = False, host_link_gbps: float | None = None,
                  swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0, overlap_load: bool = False,
-                 shared_link_gb_s: float = 0.0, tp: int = 1) -> None:
+                 shared_link_gb_s: float = 0.0, tp: int = 1, kernel_launch_s: float = KERNEL_LAUNCH_S) -> None:
         # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
         # a step that has both costs the two in sequence, each with its own weight pass and overhead
         self.separate_prefill = separate_prefill
-        self.weight_bytes = float(model.weight_bytes())
-        self.params = model.params_b * 1e9
+        self.forward = forward_pass(model)
+        self.kernel_launch_s = kernel_launch_s
+        # attention's launches (its kernel and the KV-cache write, every layer): every step has them
+        self.attention_launch_s = self.forward.attention_kernels * kernel_launch_s
+        # attention reads each row's query and writes its output, beside the KV rows
+        self.attn_bytes_per_row = 2.0 * model.num_layers * model.num_heads * model.head_dim * ACTIVATION_BYTES
         self.kv_bytes_per_token = float(kv_bytes_per_token)
         self.block_bytes = float(kv_bytes_per_token * block_size)
         # QK^T and PV: 2 flops per multiply-add each, per query head, layer and key
@@ -97,10 +110,12 @@ class RooflineClock:
         self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw * tp
         self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops * tp  # large GEMMs; scaled by gemm_shape_frac
         self._flops_per_s_at: dict[int, float] = {}  # tokens of a step -> its GEMMs' FLOP rate, as computed
+        self._rows_s: dict[int, float] = {}  # tokens of a step -> its per-row operators' time, as computed
+        self._output_s: dict[int, float] = {}  # sampled rows -> the output layer's time, as computed
         link_gb_s = gpu.host_link_gb_s * HOST_LINK_EFF if host_link_gbps is None else host_link_gbps
         self.link_bytes_per_s = link_gb_s * 1e9 * tp
-        # two all-reduces per layer of every token's activations (hidden = heads × head_dim)
-        ring_bytes_per_token = 2.0 * (tp - 1) / tp * model.num_heads * model.head_dim * ACTIVATION_BYTES
+        # two all-reduces per layer of every token's activations (the residual stream's width)
+        ring_bytes_per_token = 2.0 * (tp - 1) / tp * model.hidden * ACTIVATION_BYTES
         self.allreduce_s_per_token = (2 * model.num_layers * ring_bytes_per_token
                                       / (gpu.gpu_link_gb_s * 1e9 * GPU_LINK_EFF))
         self.allreduce_fixed_s = 2 * model.num_layers * ALLREDUCE_LATENCY_S if tp > 1 else 0.0
@@ -131,41 +146,53 @@ class RooflineClock:
         return max(step_s, load_s) if self.overlap_load else step_s + load_s
 
     def _compute_cost_s(self, cost, measured_attention_s: float | None) -> float:
+        sampled = cost.sampled_tokens
+        if sampled is None:  # a StepCost built by hand: every decode row and one prompt row sample
+            sampled = cost.num_decode_tokens + (1 if cost.num_prefill_tokens else 0)
         if not (self.separate_prefill and cost.num_prefill_tokens and cost.num_decode_tokens):
             return self.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
-                               cost.swapped_blocks, measured_attention_s, cost.mapped_pages, cost.decode_blocks)
+                               cost.swapped_blocks, measured_attention_s, cost.mapped_pages, cost.decode_blocks,
+                               sampled)
         ctx = cost.decode_ctx_tokens
         # a measured attention time covers both phases, and page mapping both: charged to the decode iteration
         decode_s = self.step_s(cost.num_decode_tokens, ctx, ctx, cost.copied_blocks, cost.swapped_blocks,
-                               measured_attention_s, cost.mapped_pages, cost.decode_blocks)
+                               measured_attention_s, cost.mapped_pages, cost.decode_blocks, cost.num_decode_tokens)
         prefill_s = self.step_s(cost.num_prefill_tokens, cost.kv_read_tokens - ctx, cost.attn_query_ctx - ctx, 0, 0,
-                                None if measured_attention_s is None else 0.0)
+                                None if measured_attention_s is None else 0.0,
+                                sampled_tokens=sampled - cost.num_decode_tokens)
         return decode_s + prefill_s
 
-    def step_s(self, num_tokens: int, kv_read_tokens: int, attn_query_ctx: int, copied_blocks: int,
+    def step_s(self, num_tokens: int, kv_read_tokens: float, attn_query_ctx: float, copied_blocks: int,
                swapped_blocks: int, measured_attention_s: float | None = None, mapped_pages: int = 0,
-               decode_blocks: int = 0) -> float:
+               decode_blocks: int = 0, sampled_tokens: int | None = None) -> float:
         """Duration of a step, all counts over the full model:
-        `num_tokens` through the linear layers (prefill + decode); `kv_read_tokens` KV rows read by
+        `num_tokens` rows through the layers (prefill + decode); `kv_read_tokens` KV rows read by
         attention, summed over sequences; `attn_query_ctx` keys attended, summed over query tokens;
-        `copied_blocks` copy-on-write copies; `swapped_blocks` moved over the host link.
-        With `measured_attention_s` (full-model attention wall time on one device) the attention terms
-        are replaced by the measurement (split over the tensor-parallel GPUs) and the rest stays modeled.
+        `copied_blocks` copy-on-write copies; `swapped_blocks` moved over the host link;
+        `sampled_tokens` rows through the output layer (None: one, a lone sequence's step).
+        With `measured_attention_s` (full-model attention wall time on one device) the attention operator
+        is replaced by the measurement (split over the tensor-parallel GPUs) and the rest stays modeled.
         `mapped_pages`: pages mapped on demand; `decode_blocks`: KV blocks the decoding sequences'
         attention reads, summed over sequences."""
-        written = num_tokens * self.kv_bytes_per_token + 2.0 * copied_blocks * self.block_bytes
-        linear_flops = 2.0 * self.params * num_tokens
-        flops_per_s = self._flops_per_s_at.get(num_tokens)
-        if flops_per_s is None:
-            flops_per_s = self._flops_per_s_at[num_tokens] = self.flops_per_s * gemm_shape_frac(num_tokens)
+        if sampled_tokens is None:
+            sampled_tokens = 1 if num_tokens else 0
+        rows_s = self._rows_s.get(num_tokens)
+        if rows_s is None:
+            rows_s = self._rows_s[num_tokens] = self._operators_s(self.forward.per_row, num_tokens)
+        output_s = self._output_s.get(sampled_tokens)
+        if output_s is None:
+            output_s = self._output_s[sampled_tokens] = self._operators_s((self.forward.output,), sampled_tokens)
+        compute_s = rows_s + output_s
         if measured_attention_s is None:
-            compute_s = max((self.weight_bytes + written + kv_read_tokens * self.kv_bytes_per_token)
-                            / self.bytes_per_s,
-                            (linear_flops + attn_query_ctx * self.attn_flops_per_key) / flops_per_s)
+            kv_bytes = (num_tokens + kv_read_tokens) * self.kv_bytes_per_token + num_tokens * self.attn_bytes_per_row
+            compute_s += max(kv_bytes / self.bytes_per_s,
+                             attn_query_ctx * self.attn_flops_per_key / self._flops_per_s(num_tokens))
             compute_s += decode_blocks * self.attn_s_per_block_read  # a measured kernel includes its own
         else:
-            compute_s = max((self.weight_bytes + written) / self.bytes_per_s,
-                            linear_flops / flops_per_s) + measured_attention_s / self.tp
+            compute_s += num_tokens * self.kv_bytes_per_token / self.bytes_per_s + measured_attention_s / self.tp
+        compute_s += self.attention_launch_s
+        if copied_blocks:  # copy-on-write: one copy kernel reads and writes each block
+            compute_s += 2.0 * copied_blocks * self.block_bytes / self.bytes_per_s + self.kernel_launch_s
         if self.tp > 1:
             compute_s += self.allreduce_fixed_s + num_tokens * self.allreduce_s_per_token
         map_s = mapped_pages * self.map_s_per_page
@@ -173,3 +200,33 @@ class RooflineClock:
         swap_s = (swapped_blocks * self.block_bytes / self.link_bytes_per_s
                   + swapped_blocks * self.swap_fixed_s_per_block)
         return compute_s + swap_s + self.step_overhead_s
+
+    def _flops_per_s(self, rows: int) -> float:
+        """The FLOP rate of GEMMs with `rows` rows, over the tensor-parallel GPUs."""
+        rate = self._flops_per_s_at.get(rows)
+        if rate is None:
+            rate = self._flops_per_s_at[rows] = self.flops_per_s * gemm_shape_frac(rows)
+        return rate
+
+    def _operators_s(self, operators, rows: int) -> float:
+        """The operators' times at `rows` rows, summed (`operator_s`); the output layer costs nothing when no
+        row samples (the per-row operators' weights are read even by a step without rows)."""
+        if rows == 0 and operators[0].name == "output_layer":
+            return 0.0
+        flops_per_s = self._flops_per_s(rows)
+        return sum(operator_s(op, rows, self.bytes_per_s, flops_per_s, self.tp, self.kernel_launch_s)
+                   for op in operators)
+
+
+def operator_s(op, rows: int, bytes_per_s: float, flops_per_s: float, tp: int = 1,
+               kernel_launch_s: float = KERNEL_LAUNCH_S, elementwise_bw_frac: float = ELEMENTWISE_BW_FRAC) -> float:
+    """One operator (`workbench.clock.operators.Operator`) at `rows` rows: its own max(memory time, compute
+    time) plus its launches. `bytes_per_s` and `flops_per_s` are the tensor-parallel GPUs' together (the
+    GEMM rate at this row count); an element-wise operator streams at `elementwise_bw_frac` of the
+    bandwidth, and a replicated one at one GPU's."""
+    if not op.gemm:
+        bytes_per_s *= elementwise_bw_frac
+    if not op.split:
+        bytes_per_s /= tp
+    memory_s = (op.weight_bytes + op.bytes_per_row * rows) / bytes_per_s
+    return max(memory_s, op.flops_per_row * rows / flops_per_s) + op.kernels * kernel_launch_s

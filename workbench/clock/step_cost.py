@@ -34,6 +34,9 @@ class StepCost(NamedTuple):
     decode_blocks: int = 0  # KV blocks the decoding sequences' attention reads, summed over sequences
     loaded_blocks: int = 0  # prefix blocks promoted from a host tier (host -> device over the host link)
     shared_loaded_blocks: int = 0  # prefix blocks copied in from a fleet's shared tier (over the shared link)
+    # rows through the output layer: each decoding sequence and each sequence whose prefill ends this step
+    # (None: a StepCost built by hand; the clock takes the decode rows and one prompt row)
+    sampled_tokens: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -77,10 +80,12 @@ class CostMeter:
         kv_read = attn_ctx = self._decode_ctx
         unshared = self._unshared_blocks * bs
         num_prefill = 0
-        num_running = num_decode
+        num_running = sampled = num_decode
         for p in prefills:
             n = p.num_seqs
             num_prefill += p.write_tokens
+            if p.completes:
+                sampled += n
             kv_read += p.stop * n
             unshared += n * cdiv(p.stop, bs) * bs
             num_running += n
@@ -90,13 +95,13 @@ class CostMeter:
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         if self._windows:
             return self._windowed(num_prefill, num_decode, prefills, unshared, num_running, copied_blocks,
-                                  swapped_blocks, mapped_pages)
+                                  swapped_blocks, mapped_pages, sampled)
         # positional: built once per step, and keywords cost a NamedTuple half its construction time
         return StepCost(num_prefill, num_decode, kv_read, attn_ctx, self._decode_ctx, unshared, num_running,
-                        copied_blocks, swapped_blocks, mapped_pages, self._unshared_blocks)
+                        copied_blocks, swapped_blocks, mapped_pages, self._unshared_blocks, 0, 0, sampled)
 
     def _windowed(self, num_prefill: int, num_decode: int, prefills, unshared: int, num_running: int,
-                  copied_blocks: int, swapped_blocks: int, mapped_pages: int) -> StepCost:
+                  copied_blocks: int, swapped_blocks: int, mapped_pages: int, sampled: int) -> StepCost:
         """`cost` with window layers charged min(context, W) keys: the attention totals averaged over layers."""
         full = self._full_frac
         decode = full * self._decode_ctx + sum(frac * sums.total() for sums, frac in self._windows)
@@ -108,7 +113,7 @@ class CostMeter:
             attn_ctx += full * _capped_sum(p.start + 1, p.stop, None) + sum(
                 frac * _capped_sum(p.start + 1, p.stop, sums.window) for sums, frac in self._windows)
         return StepCost(num_prefill, num_decode, kv_read, attn_ctx, decode, unshared, num_running, copied_blocks,
-                        swapped_blocks, mapped_pages, self._unshared_blocks)
+                        swapped_blocks, mapped_pages, self._unshared_blocks, 0, 0, sampled)
 
 
 def _capped_sum(first: int, last: int, cap: int | None) -> int:

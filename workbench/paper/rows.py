@@ -2,7 +2,8 @@
 
 Each section function takes its entry of values.yaml, the summary table of its experiment (one row
 per point, workbench.sweep.summary) and the directory of its points (for the sections that read a
-point's step and request tables), and returns `Row`s. Paper numbers come only from the YAML. Every
+point's step and request tables), and returns `Row`s. Paper numbers come only from the YAML, and the
+peer's (Vidur's profiled operator times) from its published data (workbench/paper/data). Every
 row says what kind of test it is (`KINDS`); the headline counts predictions only.
 """
 
@@ -19,7 +20,7 @@ import pandas as pd
 import yaml
 
 from workbench.config import RunConfig
-from workbench.paper import artifact, micro
+from workbench.paper import artifact, micro, vidur
 
 VALUES_PATH = Path(__file__).with_name("values.yaml")
 
@@ -297,6 +298,18 @@ def sec73(entry: dict, table: pd.DataFrame | None = None, points_dir: Path | Non
     return [_range_row(entry, items[key], key, spec, ours[key]) for key, spec in entry["rows"].items()]
 
 
+def vidur_rows(entry: dict, table: pd.DataFrame | None = None, points_dir: Path | None = None) -> list[Row]:
+    """The clock's decoder layer (less attention) beside Vidur's profiled one, at each row's batch shape."""
+    compared = vidur.comparison().set_index(["gpu", "model", "num_tokens", "group"])
+    rows = []
+    for key, spec in entry["rows"].items():
+        point = compared.loc[(spec["gpu"], spec["model"], spec["num_tokens"], "layer")]
+        item = f"{spec['model']} on {spec['gpu']}, {spec['shape']}: ms per layer less attention"
+        rows.append(_rel_row(entry, item, key, round(float(point["vidur_ms"]), 4), float(point["clock_ms"]),
+                             entry["tolerance_frac"]))
+    return rows
+
+
 def best_block_sizes(table: pd.DataFrame, within_frac: float) -> list[int]:
     """Block sizes whose normalized latency is within `within_frac` of the best one."""
     lat = table.set_index("block_size")["normalized_latency_s_per_tok"]
@@ -333,10 +346,13 @@ def fig19(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
 
 SECTIONS = {"table1": table1, "fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15, "sec63": sec63,
             "fig14": fig14, "fig17": fig17, "prefix": prefix,
-            "fig18a": fig18a, "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b, "fig19": fig19}
+            "fig18a": fig18a, "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b, "fig19": fig19,
+            "vidur": vidur_rows}
 CLOCK = "clock"  # the `experiment` of a section computed on the clock alone
 PRESETS = "presets"  # the `experiment` of a section computed from resolved configurations
-NO_RUN_SOURCES = {CLOCK: "workbench/paper/micro.py", PRESETS: "workbench/presets.py"}
+VIDUR = "vidur"  # the `experiment` of the section read from Vidur's profiled operators
+NO_RUN_SOURCES = {CLOCK: "workbench/paper/micro.py", PRESETS: "workbench/presets.py",
+                  VIDUR: "workbench/paper/vidur.py"}
 
 
 def build_rows(values: dict[str, Any], tables: dict[str, pd.DataFrame],
