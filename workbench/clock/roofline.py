@@ -19,9 +19,11 @@ charges a prompt's KV on its prefill replica's link (`link_s`), outside any step
 holds the request until the transfer ends.
 
 Tensor parallelism (`--tp N`) splits every weight matrix and every KV block's heads over N GPUs: each
-reads 1/N of the weights and of the KV and does 1/N of the FLOPs at its own bandwidth and peak, and
-each layer adds two all-reduces of the step's activations (after attention and after the MLP) over
-the GPUs' link, on the critical path as in Megatron-LM's layout: a ring all-reduce moves
+reads 1/N of the weights and of the KV and does 1/N of the projections' and attention's FLOPs at its own
+bandwidth and peak, while the norms, residual adds and the embedding gather run whole on every GPU and
+every GPU launches every kernel; each layer adds two all-reduces of the step's activations (after
+attention and after the MLP) over the GPUs' link, on the critical path as in Megatron-LM's layout: a
+ring all-reduce moves
 2 (N − 1) / N of the bytes per GPU, plus a fixed latency per call.
 
 Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
