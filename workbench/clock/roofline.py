@@ -23,8 +23,7 @@ reads 1/N of the weights and of the KV and does 1/N of the projections' and atte
 bandwidth and peak, while the norms, residual adds and the embedding gather run whole on every GPU and
 every GPU launches every kernel; each layer adds two all-reduces of the step's activations (after
 attention and after the MLP) over the GPUs' link, on the critical path as in Megatron-LM's layout: a
-ring all-reduce moves
-2 (N − 1) / N of the bytes per GPU, plus a fixed latency per call.
+ring all-reduce moves 2 (N − 1) / N of the bytes per GPU, plus a fixed latency per call.
 
 Strategies that map physical pages on demand (virtual-contiguous) add the mapping calls of the step's
 new pages: after the compute, or, with the mapping overlapped (vAttention's background thread maps
