@@ -19,10 +19,13 @@ GEN0_ALLOCATIONS = 20_000  # CPython's default is 700; cycles the loop leaves ar
 @contextmanager
 def fewer_collections() -> Iterator[None]:
     threshold = gc.get_threshold()
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0  # a caller's own frozen objects stay frozen: leave them alone
+    if freeze:
+        gc.freeze()
     gc.set_threshold(max(GEN0_ALLOCATIONS, threshold[0]), *threshold[1:])
     try:
         yield
     finally:
         gc.set_threshold(*threshold)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
