@@ -31,6 +31,10 @@ class SeqRows:
     def __contains__(self, seq_id: int) -> bool:
         return seq_id in self._row_of
 
+    def none_live(self, seq_ids: list[int]) -> bool:
+        """Whether no id of `seq_ids` is live (one set operation in C, not a lookup per id)."""
+        return self._row_of.keys().isdisjoint(seq_ids)
+
     def __len__(self) -> int:
         return len(self._row_of)
 
@@ -104,9 +108,9 @@ class SeqRows:
             i = cached.index(seq_id)
         except ValueError:
             return
-        self._cached_ids = cached[:i] + cached[i + 1:]
+        del cached[i]  # the list is this object's own copy (`rows`)
         self._cached_rows = np.concatenate([self._cached_rows[:i], self._cached_rows[i + 1:]])
-        if seq_id in self._cached_ids:  # a repeated id (a caller's error, refused later): look it up anew
+        if seq_id in cached:  # a repeated id (a caller's error, refused later): look it up anew
             self._cached_ids = None
 
     def _grow(self) -> None:

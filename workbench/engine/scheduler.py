@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.allocators.base import Strategy
+from workbench.allocators.base import NO_PAIRS, Strategy
 from workbench.clock.step_cost import CostMeter
 from workbench.engine.admission import Admission
 from workbench.engine.beam_forks import BeamForks
@@ -54,6 +54,10 @@ class SchedulerConfig:
 
 class Scheduler:
     """Owns the queues; mutates the strategy, the token store and the request log it is given."""
+
+    # a step with nothing but the decode batch to run takes `_decode_only`, the general path's calls without
+    # its empty admission work (False: every step takes the general path; tests compare the two)
+    lean_decode_steps = True
 
     def __init__(self, strategy: Strategy, requests: list[Request], tokens: TokenStore, config: SchedulerConfig
                  ) -> None:
@@ -146,6 +150,11 @@ class Scheduler:
     # ---- one step ----------------------------------------------------------------------------
     def schedule(self, now_s: float) -> StepPlan:
         """Mutates the strategy and the queues: decide and allocate this step's work."""
+        if self.lean_decode_steps and not (self.waiting or self.swapped or self.has_beams or self._partial()) \
+                and self.batch.groups and not self.needs_token_ids:
+            plan = self._decode_only()
+            if plan is not None:
+                return plan
         strategy, batch = self.strategy, self.batch
         forks, copies = self.beams.take() if self.has_beams else ((), [])
         swap_out: list[np.ndarray] = []
@@ -204,6 +213,26 @@ class Scheduler:
         return StepPlan(self.step, decode_requests, tuple(started), tuple(prefills), swap_out_arr, swap_in_arr,
                         copies_arr, tuple(forks), preemptions, refused_extent, strategy.snapshot(refused_extent),
                         cost, kernel, effects, tuple(landed))
+
+    def _decode_only(self) -> StepPlan | None:
+        """The plan of a step whose work is the decode batch alone: nothing waits, is swapped out or is
+        part-prefilled, no beam forks and no kernel inputs. It makes the same strategy calls, in the same
+        order, as `schedule` does then, without the admission machinery that has nothing to do; None, with
+        nothing changed, when the batch does not fit (then `schedule` preempts)."""
+        strategy, batch = self.strategy, self.batch
+        ids = batch.ids()
+        appended = strategy.append_if_room(ids, None)
+        if appended is None:
+            return None
+        copies = appended.copies if len(appended.copies) else NO_PAIRS
+        num_decode = len(ids)
+        batch.meter.decoded(num_decode, self.step)
+        effects = strategy.end_step()
+        cost = batch.meter.cost(num_decode, (), (), len(copies), 0, effects.mapped_pages)
+        if len(effects.promote) or len(effects.shared_promote):
+            cost = cost._replace(loaded_blocks=len(effects.promote), shared_loaded_blocks=len(effects.shared_promote))
+        return StepPlan(self.step, batch.requests(), (), (), NO_PAIRS, NO_PAIRS, copies, (), 0, 0, strategy.snapshot(0),
+                        cost, None, effects, ())
 
     def complete(self, plan: StepPlan, now_s: float) -> int:
         """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished

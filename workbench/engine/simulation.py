@@ -27,6 +27,7 @@ from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.clock.profiles import make_clock
 from workbench.config import Resolved, RunConfig
+from workbench.engine.gc_pause import fewer_collections
 from workbench.engine.replica import Replica, StepTimers
 from workbench.engine.scheduler import Scheduler, SchedulerConfig
 from workbench.engine.summary_counters import summary_counters
@@ -159,7 +160,8 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     backend = kernel_backend(cfg)
     replica = make_replica(cfg, res, strategy, requests, backend, timers=timers, sink=sink)
     try:
-        _drive(replica, progress, sink)
+        with fewer_collections():
+            _drive(replica, progress, sink)
     finally:  # a GPU run's virtual memory goes back now, not when the process ends
         replica.close()
     replica.steps.close()
@@ -188,7 +190,8 @@ def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Str
     router = make_router(cfg.router, len(members), block_size=strategies[0].block_size, seed=cfg.seed,
                          overlap_weight=cfg.kv_overlap_weight)
     try:
-        placed, imbalance = fleet.drive(members, router, requests, progress)
+        with fewer_collections():
+            placed, imbalance = fleet.drive(members, router, requests, progress)
     finally:
         for m in members:
             m.replica.close()
@@ -214,7 +217,8 @@ def simulate_disaggregated(cfg: RunConfig, requests: list[Request], strategies: 
     loop = disaggregated.Disaggregated(members[:num_prefill], members[num_prefill:], router, requests,
                                        kv_bytes_per_token=res.kv_bytes_per_token, kv_link_gb_s=cfg.kv_link_gb_s)
     try:
-        flow = loop.run(progress)
+        with fewer_collections():
+            flow = loop.run(progress)
     finally:
         for m in members:
             m.replica.close()

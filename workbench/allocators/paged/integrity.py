@@ -34,6 +34,8 @@ def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, hos
     _require(bool(np.all(lengths <= finals)) and bool(np.all(finals <= max_model_len)),
              "length <= final_len <= max_model_len broken")
     _require(bool(np.all(table_lengths == cdiv(lengths, bs))), "a table length is not ceil(length / block_size)")
+    _require(all(int(seqs.column("last_block")[r]) == int(t.blocks_of(r)[-1]) for r in live.tolist()),
+             "a row's last_block is not its last table entry")
 
     device_rows = t.on_device_rows()
     host_rows = live[seqs.column("swapped")[live] == 1]

@@ -9,6 +9,7 @@ Arrays (shared by every function; the caller owns and passes them):
   table      int32 [capacity_rows, capacity_cols]  block table of each row
   length     int64 [capacity_rows]  tokens held
   num_blocks int64 [capacity_rows]  entries of the row's table in use
+  last_block int64 [capacity_rows]  the row's last table entry (table[r, num_blocks[r] - 1]), kept beside it
   refcount   int32 [num_blocks]     holders among on-device sequences
   scratch    int64 [num_blocks]     all zero between calls (per-block tallies inside one call)
   row_mark   int64 [capacity_rows]  all zero between calls (rows seen inside one call)
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from workbench.allocators.batch_check import check_batch
+from workbench.allocators.batch_check import PAST_FINAL, REPEATED, SWAPPED_OUT, check_batch
 
 
 @njit(cache=True)
@@ -89,28 +90,6 @@ def apply_append(rows, length, num_blocks, table, refcount, block_size, new_bloc
 
 
 @njit(cache=True)
-def append_from_stack(rows, length, final_len, num_blocks, swapped, table, refcount, block_size, scratch, row_mark,
-                      free_ids, free_size, slots, copies):
-    """`count_append`, then, when the free stack (`free_ids[:free_size]`, top last) holds the blocks and the
-    table is wide enough, the pop of those blocks and `apply_append`, in one call. Returns (status, x, y, z):
-    status < 0: `check_batch`'s error, x the offending index; 1: x blocks needed, fewer free; 2: the table
-    needs x columns (nothing changed in those three); 0: appended, taking x blocks, making y copies of z
-    slots in all, the tables `grown` entries longer: (0, x, y, z, grown)."""
-    num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, table, refcount, block_size,
-                                   scratch, row_mark)
-    if num_new < 0:
-        return num_new, widest, 0, 0, 0
-    if num_new > free_size:
-        return 1, num_new, 0, 0, 0
-    if widest > table.shape[1]:
-        return 2, widest, 0, 0, 0
-    new_blocks = free_ids[free_size - num_new:free_size][::-1]  # the stack's pop order: top first
-    num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, table, refcount, block_size, new_blocks,
-                                                   slots, copies)
-    return 0, num_new, num_copies, copied_slots, grown
-
-
-@njit(cache=True)
 def gather_tables(rows, length, num_blocks, table, block_size):
     """Pure. FlashInfer's CSR page table of these rows: (kv_indptr int32 [n + 1], kv_indices int32
     [nnz], kv_last_page_len int32 [n])."""
@@ -150,26 +129,121 @@ def release_row(row, length, num_blocks, table, refcount, block_size, released):
 
 
 @njit(cache=True)
-def reserved_slots(live, swapped, length, final_len, num_blocks, table, refcount, block_size, scratch):
+def reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, block_size, scratch):
     """Pure (scratch is restored). Unwritten slots of held blocks that some holder will write, over the
     on-device rows (`live` bool [capacity_rows] and not `swapped`): only last blocks can be partial; a
     shared one counts once, with its furthest-reaching holder."""
     total = 0
+    shared = False  # a last block with other holders was seen: tallied in scratch, added in a second pass
     for r in range(live.shape[0]):
         if not live[r] or swapped[r] != 0:
             continue
         start = (num_blocks[r] - 1) * block_size
         gap = min(final_len[r] - start, block_size) - (length[r] - start)
-        b = table[r, num_blocks[r] - 1]
+        b = last_block[r]
         if refcount[b] == 1:
             total += gap
         else:
             scratch[b] = max(scratch[b], gap + 1)  # +1: zero marks "not yet seen"
+            shared = True
+    if not shared:
+        return total
     for r in range(live.shape[0]):
         if not live[r] or swapped[r] != 0:
             continue
-        b = table[r, num_blocks[r] - 1]
+        b = last_block[r]
         if scratch[b] > 0:
             total += scratch[b] - 1
             scratch[b] = 0
     return total
+
+
+@njit(cache=True)
+def decode_append(rows, length, final_len, num_blocks, swapped, last_block, table, refcount, block_size, scratch,
+                  row_mark, free_ids, free_size, slots, copies, live):
+    """A decode step's append in one call: `check_batch`, `count_append`, then, when the free stack
+    (`free_ids[:free_size]`, top last) holds the blocks and the table is wide enough, their pop and
+    `apply_append`, and last `reserved_slots` of the state left (the step's snapshot reads it when nothing
+    else changes). The same results as those functions, with the last table entries read from `last_block`
+    (int64 [capacity_rows]: a row's table is rarely in cache, the column is) and the per-block tallies
+    of shared blocks skipped while no block of the batch is shared. Returns (status, x, y, z, grown,
+    reserved): status < 0: `check_batch`'s error, x the offending index; 1: x blocks needed, fewer free;
+    2: the table needs x columns (nothing changed in those three; reserved -1); 0: appended, taking x
+    blocks, making y copies of z slots in all, the tables `grown` entries longer."""
+    n = rows.shape[0]
+    status = 0
+    bad = -1
+    seen = 0  # rows [0, seen) were marked
+    num_new = 0
+    widest = 0
+    shared = False  # a writer into a shared last block was tallied in scratch
+    for i in range(n):
+        r = rows[i]
+        if row_mark[r] != 0:
+            status, bad = REPEATED, i
+            break
+        if swapped[r] != 0:
+            status, bad = SWAPPED_OUT, i
+            break
+        if length[r] >= final_len[r]:
+            status, bad = PAST_FINAL, i
+            break
+        row_mark[r] = 1
+        seen = i + 1
+        if length[r] % block_size == 0:
+            num_new += 1
+            widest = max(widest, num_blocks[r] + 1)
+        else:
+            b = last_block[r]
+            if refcount[b] > 1:  # this writer is the scratch[b]-th into block b; a sole holder never copies
+                scratch[b] += 1
+                shared = True
+                if scratch[b] < refcount[b]:
+                    num_new += 1  # a copy: some other holder is still there
+            widest = max(widest, num_blocks[r])
+    for i in range(seen):
+        r = rows[i]
+        row_mark[r] = 0
+        if shared and length[r] % block_size != 0:
+            scratch[last_block[r]] = 0
+    if status != 0:
+        return status, bad, 0, 0, 0, -1
+    if num_new > free_size:
+        return 1, num_new, 0, 0, 0, -1
+    if widest > table.shape[1]:
+        return 2, widest, 0, 0, 0, -1
+    used = 0
+    num_copies = 0
+    copied_slots = 0
+    grown = 0
+    for i in range(n):
+        r = rows[i]
+        pos = length[r]
+        index = pos // block_size
+        offset = pos - index * block_size
+        if offset == 0:
+            b = free_ids[free_size - 1 - used]  # the stack's pop order: top first
+            used += 1
+            table[r, index] = b
+            last_block[r] = b
+            refcount[b] = 1
+            num_blocks[r] += 1
+            grown += 1
+        else:
+            b = last_block[r]  # = table[r, index]: a table holds ceil(length / block_size) blocks
+            if refcount[b] > 1:  # copy-on-write: the writer takes a private copy
+                dst = free_ids[free_size - 1 - used]
+                used += 1
+                refcount[b] -= 1
+                refcount[dst] = 1
+                table[r, index] = dst
+                last_block[r] = dst
+                copies[num_copies, 0] = b
+                copies[num_copies, 1] = dst
+                num_copies += 1
+                copied_slots += offset
+                b = dst
+        slots[i] = np.int64(b) * block_size + offset
+        length[r] = pos + 1
+    reserved = reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, block_size, scratch)
+    return 0, num_new, num_copies, copied_slots, grown, reserved

@@ -98,6 +98,9 @@ class PagedStrategy(PagedSwap, Strategy):
         self._written_slots = 0  # distinct written slots of held blocks = token_slots
         self._logical_slots = 0  # sum of lengths of on-device sequences
         self._table_entries = 0  # sum of table lengths of on-device sequences
+        # reserved slots as the last decode append left them (`append_if_room`), -1 once anything else has
+        # changed the tables since: the step's snapshot then reads it instead of counting again
+        self._reserved_memo = -1
         self.prefix = prefix_index  # None: no prefix caching
         self.wants_token_ids = prefix_index is not None
         self.needs_prompt_ids = prefix_index is not None
@@ -247,6 +250,7 @@ class PagedStrategy(PagedSwap, Strategy):
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
         """Mutates on success. The group's sequences share every block of the prompt (of the tokens
         they hold: the hit and the first chunk, with `spec.num_new_tokens`)."""
+        self._reserved_memo = -1
         self._check_new(seq_ids, spec)
         bs = self.block_size
         hits, keys = self._lookup(spec)
@@ -285,6 +289,7 @@ class PagedStrategy(PagedSwap, Strategy):
         """Mutates on success. The group's shared table grows: its partial last block, held by the
         group alone, fills in place (every holder writes the same tokens) and new blocks are shared
         like the prompt's."""
+        self._reserved_memo = -1
         t, bs = self.tables, self.block_size
         rows = t.seqs.rows(seq_ids)
         self._check_on_device(rows)
@@ -327,6 +332,7 @@ class PagedStrategy(PagedSwap, Strategy):
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
         """Mutates. The child shares all of the parent's blocks (and continues its key chain); never
         needs a new block."""
+        self._reserved_memo = -1
         parent = self.tables.seqs.row(parent_id)
         if self.tables.swapped[parent]:
             raise ValueError(f"cannot fork sequence {parent_id}: it is swapped out")
@@ -342,6 +348,7 @@ class PagedStrategy(PagedSwap, Strategy):
 
     def free(self, seq_id: int) -> None:
         """Mutates. Blocks no other sequence holds go back to the pool (or the prefix cache)."""
+        self._reserved_memo = -1
         t = self.tables
         row = t.seqs.row(seq_id)
         if t.swapped[row]:
@@ -384,7 +391,7 @@ class PagedStrategy(PagedSwap, Strategy):
             appended = self.tables.append_from(seq_ids, rows, self._refcount, self._free)
             if appended is None:
                 return None
-            slots, copies, copied_slots, grown = appended
+            slots, copies, copied_slots, grown, self._reserved_memo = appended
             self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
             self._logical_slots += rows.shape[0]
             self._table_entries += grown
@@ -396,6 +403,7 @@ class PagedStrategy(PagedSwap, Strategy):
 
     def _append_counted(self, rows: np.ndarray, num_new: int, token_ids: np.ndarray | None) -> AppendResult:
         """Mutates. `append` of the batch in `rows`, which takes `num_new` blocks (counted, and allocatable)."""
+        self._reserved_memo = -1
         t = self.tables
         slots, copies, copied_slots, grown = t.apply_append(rows, self._refcount, self._take(num_new))
         self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
@@ -426,7 +434,9 @@ class PagedStrategy(PagedSwap, Strategy):
         """Pure. O(on-device sequences), vectorized; external fragmentation is always 0."""
         del refused_extent_slots  # every free block fits any request: no external fragmentation
         bs = self.block_size
-        reserved = self.tables.reserved_slots(self._refcount)
+        reserved = self._reserved_memo
+        if reserved < 0:
+            reserved = self.tables.reserved_slots(self._refcount)
         cached = self._num_cached_blocks() * bs
         free = self._free.size * bs
         held_slots = self.capacity_slots - cached - free
@@ -448,7 +458,7 @@ class PagedStrategy(PagedSwap, Strategy):
         if not spec.num_tokens <= spec.final_len <= self.max_model_len:
             raise ValueError(f"need 1 <= num_tokens ({spec.num_tokens}) <= final_len ({spec.final_len}) "
                              f"<= max_model_len ({self.max_model_len})")
-        if len(set(seq_ids)) != len(seq_ids) or any(s in self.tables.seqs for s in seq_ids):
+        if len(set(seq_ids)) != len(seq_ids) or not self.tables.seqs.none_live(seq_ids):
             raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
 
     def check_integrity(self) -> None:

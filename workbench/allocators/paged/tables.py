@@ -22,7 +22,9 @@ from workbench.allocators.seq_rows import SeqRows
 class BlockTables:
     def __init__(self, block_size: int, num_blocks: int) -> None:
         self.block_size = block_size
-        self.seqs = SeqRows(("length", "final_len", "num_blocks", "swapped", "mark"))
+        # last_block: each row's last table entry, kept with every change to it (the decode loops read it
+        # instead of the row's table, which a step over a large batch would otherwise pull into cache)
+        self.seqs = SeqRows(("length", "final_len", "num_blocks", "last_block", "swapped", "mark"))
         self._table = np.zeros((self.seqs.capacity_rows, 16), dtype=np.int32)  # [capacity_rows, capacity_cols]
         self._scratch = np.zeros(num_blocks, dtype=np.int64)  # [num_blocks], zero between loop calls
 
@@ -40,6 +42,8 @@ class BlockTables:
         c["length"][row] = length
         c["final_len"][row] = final_len
         c["num_blocks"][row] = blocks.shape[0]
+        if blocks.shape[0]:
+            c["last_block"][row] = blocks[-1]
         return row
 
     def extend_row(self, row: int, blocks: np.ndarray, length: int) -> None:
@@ -49,6 +53,8 @@ class BlockTables:
         self._table[row, num_blocks:num_blocks + blocks.shape[0]] = blocks
         self.seqs.columns["num_blocks"][row] = num_blocks + blocks.shape[0]
         self.seqs.columns["length"][row] = length
+        if blocks.shape[0]:
+            self.seqs.columns["last_block"][row] = blocks[-1]
 
     def remove(self, seq_id: int) -> None:
         """Mutates."""
@@ -79,8 +85,10 @@ class BlockTables:
 
     def replace_entries(self, rows: np.ndarray, entries: np.ndarray) -> None:
         """Mutates. Overwrite the tables of these rows with `entries` (laid out as `entries_of`)."""
-        flat, _ = self._flat_index(rows)
+        flat, indptr = self._flat_index(rows)
         self._table.ravel()[flat] = entries
+        has_blocks = indptr[1:] > indptr[:-1]
+        self.seqs.columns["last_block"][rows[has_blocks]] = entries[indptr[1:][has_blocks] - 1]
 
     def describe(self, rows: np.ndarray) -> PagedDescriptor:
         c = self.seqs.column
@@ -110,19 +118,22 @@ class BlockTables:
         copies = np.empty((new_blocks.shape[0], 2), dtype=np.int32)
         num_copies, copied_slots, grown = loops.apply_append(rows, c("length"), c("num_blocks"), self._table,
                                                              refcount, self.block_size, new_blocks, slots, copies)
+        c("last_block")[rows] = self._table[rows, c("num_blocks")[rows] - 1]
         return slots, copies[:num_copies], copied_slots, grown
 
     def append_from(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray, stack: BlockStack):
-        """`count_append` and `apply_append` with blocks popped from `stack`, in one compiled call. Returns
-        None, changing nothing, when the stack holds too few blocks; else what `apply_append` returns."""
-        c = self.seqs.columns
+        """`count_append` and `apply_append` with blocks popped from `stack`, then `reserved_slots` of the
+        result, in one compiled call. Returns None, changing nothing, when the stack holds too few blocks;
+        else what `apply_append` returns and the reserved slots."""
+        seqs = self.seqs
+        c = seqs.columns
         slots = np.empty(rows.shape[0], dtype=np.int64)
         copies = np.empty((rows.shape[0], 2), dtype=np.int32)  # a sequence takes at most one block
         while True:
             free_ids, free_size = stack.compiled_view()
-            status, x, num_copies, copied_slots, grown = loops.append_from_stack(
-                rows, c["length"], c["final_len"], c["num_blocks"], c["swapped"], self._table, refcount,
-                self.block_size, self._scratch, c["mark"], free_ids, free_size, slots, copies)
+            status, x, num_copies, copied_slots, grown, reserved = loops.decode_append(
+                rows, c["length"], c["final_len"], c["num_blocks"], c["swapped"], c["last_block"], self._table,
+                refcount, self.block_size, self._scratch, c["mark"], free_ids, free_size, slots, copies, seqs.live)
             if status != 2:
                 break
             self._fit(x)  # a row's table outgrows the array (rare): widen it and count again
@@ -131,7 +142,7 @@ class BlockTables:
         if status == 1:
             return None
         stack.popped(x)
-        return slots, copies[:num_copies], copied_slots, grown
+        return slots, copies[:num_copies], copied_slots, grown, reserved
 
     def release_row(self, row: int, refcount: np.ndarray) -> tuple[np.ndarray, int]:
         """Mutates refcount: the row lets go of its blocks. Returns the blocks that reached refcount 0
@@ -162,7 +173,7 @@ class BlockTables:
         """Unwritten slots of held blocks that a holder will write (module rule of `paged`)."""
         c = self.seqs.columns
         return int(loops.reserved_slots(self.seqs.live, c["swapped"], c["length"], c["final_len"], c["num_blocks"],
-                                        self._table, refcount, self.block_size, self._scratch))
+                                        c["last_block"], refcount, self.block_size, self._scratch))
 
     def _flat_index(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Flat positions in `_table` of the rows' entries, int64 [nnz], and the CSR indptr [num_rows + 1]."""

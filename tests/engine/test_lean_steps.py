@@ -1,0 +1,70 @@
+"""The engine's fast paths give the tables of the plain path, bit for bit, under every strategy.
+
+Fast: decode-only steps skip the admission machinery (`Scheduler._decode_only`), `paged` appends, counts
+its reserved slots in one compiled call and hands that count to the step's snapshot
+(`loops.decode_append`). Plain: every step through `Scheduler.schedule`'s general path and every append
+through the protocol's `can_append` + `append` (the separate count and apply loops, reserved slots counted
+by each snapshot). Randomized over strategies, pool sizes, fan-out, preemption, chunked prefill and
+admission; the strategy's integrity is checked at every step of both runs."""
+
+from __future__ import annotations
+
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.engine.conftest import simulate_checked, small_config
+from workbench.allocators import registry
+from workbench.allocators.base import Strategy
+from workbench.allocators.paged.strategy import PagedStrategy
+from workbench.engine.scheduler import Scheduler
+
+CONFIGS = dict(
+    strategy=st.sampled_from(registry.names()), block_size=st.sampled_from([1, 3, 8, 16]),
+    kv_slots=st.integers(600, 3000), fanout=st.sampled_from([("n", 1), ("n", 2), ("n", 3), ("beam_width", 2)]),
+    preemption=st.sampled_from(["recompute", "swap"]), chunked_prefill=st.booleans(),
+    admission=st.sampled_from(["fcfs", "skip"]), watermark_frac=st.sampled_from([0.0, 0.05]),
+    workload=st.sampled_from(["alpaca-like", "sharegpt-like", "system-prompt:k=3,system=30,lengths=alpaca"]),
+    rate=st.sampled_from([3.0, 60.0]), seed=st.integers(0, 2**16))
+
+
+@settings(max_examples=24, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(**CONFIGS)
+def test_fast_paths_give_the_plain_tables(monkeypatch, strategy, block_size, kv_slots, fanout, preemption,
+                                          chunked_prefill, admission, watermark_frac, workload, rate, seed):
+    cfg = small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption,
+                       chunked_prefill=chunked_prefill, admission=admission, watermark_frac=watermark_frac,
+                       workload=workload, seed=seed, kernel="none", num_requests=20, rate=rate, swap_gib=1 / 4096,
+                       **{fanout[0]: fanout[1]})
+    fast = simulate_checked(cfg)
+    with monkeypatch.context() as m:
+        m.setattr(Scheduler, "lean_decode_steps", False)
+        m.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
+        plain = simulate_checked(cfg)
+    pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
+    pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
+    assert _nan_equal(fast.summary, plain.summary)
+
+
+def _nan_equal(a: dict, b: dict) -> bool:
+    """Summaries equal key by key, NaN equal to NaN (a run without finished requests has NaN figures)."""
+    keys = set(a) - {"sim_wall_s"}
+    return keys == set(b) - {"sim_wall_s"} and all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in keys)
+
+
+def test_decode_only_steps_copy_on_write(monkeypatch):
+    """Parallel samples share their prompt's last block: their first decode step, taken by the decode-only
+    path while nothing waits, copies it (the case the randomized runs may draw rarely)."""
+    cfg = small_config(strategy="paged", block_size=16, kv_slots=4096, n=3, workload="alpaca-like", seed=3,
+                       kernel="none", num_requests=12, rate=2.0)
+    taken = []
+    decode_only = Scheduler._decode_only
+    monkeypatch.setattr(Scheduler, "_decode_only", lambda self: taken.append(1) or decode_only(self))
+    fast = simulate_checked(cfg)
+    assert taken and fast.steps["cow_copies"].sum() > 0
+    monkeypatch.setattr(Scheduler, "lean_decode_steps", False)
+    monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
+    plain = simulate_checked(cfg)
+    pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
+    pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
