@@ -181,8 +181,9 @@ class RooflineClock:
         if rows_s is None:
             rows_s = self._rows_s[num_tokens] = self._operators_s(self.forward.per_row, num_tokens)
         output_s = self._output_s.get(sampled_tokens)
-        if output_s is None:
-            output_s = self._output_s[sampled_tokens] = self._operators_s((self.forward.output,), sampled_tokens)
+        if output_s is None:  # no row samples: the output layer does not run
+            output_s = self._output_s[sampled_tokens] = (
+                self._operators_s((self.forward.output,), sampled_tokens) if sampled_tokens else 0.0)
         compute_s = rows_s + output_s
         if measured_attention_s is None:
             kv_bytes = (num_tokens + kv_read_tokens) * self.kv_bytes_per_token + num_tokens * self.attn_bytes_per_row
@@ -210,10 +211,7 @@ class RooflineClock:
         return rate
 
     def _operators_s(self, operators, rows: int) -> float:
-        """The operators' times at `rows` rows, summed (`operator_s`); the output layer costs nothing when no
-        row samples (the per-row operators' weights are read even by a step without rows)."""
-        if rows == 0 and operators[0].name == "output_layer":
-            return 0.0
+        """The operators' times at `rows` rows, summed (`operator_s`; weights are read even at 0 rows)."""
         flops_per_s = self._flops_per_s(rows)
         return sum(operator_s(op, rows, self.bytes_per_s, flops_per_s, self.tp, self.kernel_launch_s)
                    for op in operators)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from workbench.allocators.batch_check import PAST_FINAL, REPEATED, SWAPPED_OUT, check_batch
+from workbench.allocators.batch_check import check_batch
 
 
 @njit(cache=True)
@@ -171,25 +171,14 @@ def decode_append(rows, length, final_len, num_blocks, swapped, last_block, tabl
     2: the table needs x columns (nothing changed in those three; reserved -1); 0: appended, taking x
     blocks, making y copies of z slots in all, the tables `grown` entries longer."""
     n = rows.shape[0]
-    status = 0
-    bad = -1
-    seen = 0  # rows [0, seen) were marked
+    status, bad = check_batch(rows, length, final_len, swapped, row_mark)
+    if status != 0:
+        return status, bad, 0, 0, 0, -1
     num_new = 0
     widest = 0
     shared = False  # a writer into a shared last block was tallied in scratch
     for i in range(n):
         r = rows[i]
-        if row_mark[r] != 0:
-            status, bad = REPEATED, i
-            break
-        if swapped[r] != 0:
-            status, bad = SWAPPED_OUT, i
-            break
-        if length[r] >= final_len[r]:
-            status, bad = PAST_FINAL, i
-            break
-        row_mark[r] = 1
-        seen = i + 1
         if length[r] % block_size == 0:
             num_new += 1
             widest = max(widest, num_blocks[r] + 1)
@@ -201,13 +190,11 @@ def decode_append(rows, length, final_len, num_blocks, swapped, last_block, tabl
                 if scratch[b] < refcount[b]:
                     num_new += 1  # a copy: some other holder is still there
             widest = max(widest, num_blocks[r])
-    for i in range(seen):
-        r = rows[i]
-        row_mark[r] = 0
-        if shared and length[r] % block_size != 0:
-            scratch[last_block[r]] = 0
-    if status != 0:
-        return status, bad, 0, 0, 0, -1
+    if shared:
+        for i in range(n):
+            r = rows[i]
+            if length[r] % block_size != 0:
+                scratch[last_block[r]] = 0
     if num_new > free_size:
         return 1, num_new, 0, 0, 0, -1
     if widest > table.shape[1]:
