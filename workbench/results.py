@@ -1,8 +1,9 @@
 """Per-step and per-request tables, the run-level summary (docs/memory.md, docs/outputs.md), and atomic writing.
 
-Step rows are kept as tuples until `ROWS_PER_CHUNK` of them have come, then handed to the run's table
-sink as one chunk (workbench.table_sink): recording a step is two list appends, and a run of millions
-of steps holds one chunk of rows. The summary is computed from the tables read back chunk by chunk,
+Step rows are kept in two flat machine arrays (`array.array`, the float and the integer columns row after
+row) until `ROWS_PER_CHUNK` of them have come, then handed to the run's table sink as one chunk
+(workbench.table_sink): recording a step is two C-level extends, and a run of millions of steps holds one
+chunk of rows. The summary is computed from the tables read back chunk by chunk,
 with NumPy's own summation order (workbench.exact_sums), so it is the same, bit for bit, as over the
 whole columns at once, whichever sink held them.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from array import array
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -42,8 +44,8 @@ class StepLog:
         self.rows_per_chunk = table_sink.ROWS_PER_CHUNK
         self.num_rows = 0  # rows recorded
         self.num_saturated = 0  # rows with a non-empty queue (num_waiting > 0)
-        self._floats: list[tuple[float, ...]] = []  # rows not yet handed to the sink
-        self._ints: list[tuple[int, ...]] = []
+        self._floats = array("d")  # rows not yet handed to the sink, FLOAT_STEP_COLUMNS of each in turn
+        self._ints = array("q")  # the same rows' INT_STEP_COLUMNS
         # a hybrid pool's per-group columns (name -> one value per buffered row), recorded beside every row
         self.group_columns: dict[str, list[int]] = {}
 
@@ -54,10 +56,13 @@ class StepLog:
 
     def record(self, floats: tuple[float, ...], ints: tuple[int, ...]) -> None:
         """Append one row; `floats` in FLOAT_STEP_COLUMNS order, `ints` in INT_STEP_COLUMNS order."""
-        if len(self._ints) == self.rows_per_chunk:
+        if len(ints) != _INTS_PER_ROW or len(floats) != _FLOATS_PER_ROW:  # the buffers are flat: no ragged rows
+            raise ValueError(f"a step row has {len(floats)} float and {len(ints)} integer columns, not "
+                             f"{_FLOATS_PER_ROW} and {_INTS_PER_ROW}")
+        if len(self._ints) == _INTS_PER_ROW * self.rows_per_chunk:
             self._flush()
-        self._floats.append(floats)
-        self._ints.append(ints)
+        self._floats.extend(floats)
+        self._ints.extend(ints)
         self.num_rows += 1
         self.num_saturated += ints[_WAITING] > 0
 
@@ -72,9 +77,9 @@ class StepLog:
         return self.sink.frame(STEPS_TABLE)
 
     def _flush(self) -> None:
-        n = len(self._ints)
-        floats = np.array(self._floats, dtype=np.float64).reshape(n, len(FLOAT_STEP_COLUMNS))
-        ints = np.array(self._ints, dtype=np.int64).reshape(n, len(INT_STEP_COLUMNS))
+        n = len(self._ints) // _INTS_PER_ROW
+        floats = np.frombuffer(self._floats, dtype=np.float64).reshape(n, _FLOATS_PER_ROW)
+        ints = np.frombuffer(self._ints, dtype=np.int64).reshape(n, _INTS_PER_ROW)
         data: dict[str, np.ndarray] = {}
         for j, name in enumerate(FLOAT_STEP_COLUMNS):
             data[name] = floats[:, j].copy()
@@ -84,11 +89,13 @@ class StepLog:
             data[name] = np.asarray(values, dtype=np.int64)
         self.sink.append(STEPS_TABLE, pd.DataFrame({name: data[name]
                                                     for name in (*C.STEP_COLUMNS, *self.group_columns)}))
-        self._floats, self._ints = [], []
+        del floats, ints  # views of the buffers, which are replaced now
+        self._floats, self._ints = array("d"), array("q")
         self.group_columns = {name: [] for name in self.group_columns}
 
 
 _WAITING = INT_STEP_COLUMNS.index("num_waiting")
+_INTS_PER_ROW, _FLOATS_PER_ROW = len(INT_STEP_COLUMNS), len(FLOAT_STEP_COLUMNS)
 
 
 def _frame_source(frame: pd.DataFrame) -> ChunkSource:

@@ -3,8 +3,6 @@ checked against the float64 reference in the loop, and `--hybrid on` fits more s
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from workbench.allocators import registry
@@ -79,7 +77,7 @@ def test_a_wrong_hit_length_fails_verification(monkeypatch):
     def overclaim(self, seq_ids, spec):
         result = admit(self, seq_ids, spec)
         if result.cached_tokens:
-            return dataclasses.replace(result, cached_tokens=result.cached_tokens + self.block_size)
+            return result._replace(cached_tokens=result.cached_tokens + self.block_size)
         return result
 
     monkeypatch.setattr(HybridPaged, "admit", overclaim)

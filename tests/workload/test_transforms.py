@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from workbench.config import RunConfig
 from workbench.workload import Segment, build_workload, output_key
-from workbench.workload.request import mix64, output_keys
+from workbench.workload.request import Request, mix64, output_keys
 from workbench.workload.table import OutputRef, RequestTable, finalize
 
 arrivals = st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=60)
@@ -72,3 +74,26 @@ def test_vectorized_answer_keys_equal_output_key():
         expected = [int(mix64(np.array([(int(i) << 20) ^ sample ^ (1 << 62)], dtype=np.uint64))[0] >> np.uint64(1))
                     for i in ids]
         assert output_keys(ids, sample).tolist() == expected == [output_key(int(i), sample) for i in ids]
+
+
+@pytest.mark.parametrize("sessions", [False, True])
+def test_a_request_read_from_columns_is_the_checked_constructor_s(sessions):
+    """The columns build each request field by field without `Request.__post_init__` (they were checked
+    whole): every field is set, to what the checked constructor gives."""
+    table = RequestTable(np.array([0.5, 0.1, 0.3]), np.array([4, 7, 2]), np.array([3, 1, 5]),
+                         content=[(Segment(11, 4),), (Segment(22, 7),), (Segment(22, 1), Segment(33, 1))]
+                         if sessions else None, session_id=["a", None, "b"] if sessions else None)
+    for r in finalize(table, seed=0):
+        checked = Request(r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.content, r.n,
+                          r.beam_width, r.session_id)
+        assert [getattr(r, f.name) for f in dataclasses.fields(Request)] == \
+            [getattr(checked, f.name) for f in dataclasses.fields(Request)]
+        assert all(type(getattr(r, f)) is type(getattr(checked, f)) for f in ("request_id", "arrival_s",
+                                                                               "prompt_tokens", "output_tokens"))
+
+
+def test_columns_refuse_a_request_the_constructor_refuses():
+    with pytest.raises(ValueError, match="request 1: output_tokens must be >= 1, got 0"):
+        finalize(RequestTable(np.array([0.0, 1.0]), np.array([4, 7]), np.array([3, 0])), seed=0)
+    with pytest.raises(ValueError, match="content covers 3 tokens, prompt has 4"):
+        finalize(RequestTable(np.array([0.0]), np.array([4]), np.array([3]), content=[(Segment(1, 3),)]), seed=0)

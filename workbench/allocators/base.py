@@ -28,8 +28,14 @@ import numpy as np
 KernelMode = Literal["paged", "contiguous"]
 
 
-@dataclass(frozen=True, slots=True)
-class SeqSpec:
+class _SeqSpecFields(NamedTuple):
+    token_ids: np.ndarray | None  # int32 [num_tokens]; None: only the count is given
+    final_len: int
+    num_new_tokens: int | None
+    num_tokens: int  # taken from token_ids when they are given
+
+
+class SeqSpec(_SeqSpecFields):
     """What a strategy needs to know about a sequence at admission.
 
     `token_ids` are the tokens whose KV will be written at admission (the prompt, or for a
@@ -44,21 +50,21 @@ class SeqSpec:
 
     A strategy that reads no prompt ids (`needs_prompt_ids` False) may be given `token_ids` None and the
     count alone as `num_tokens`: computing a long prompt's ids costs more than admitting it.
+
+    Immutable; a NamedTuple because every admission builds one (a frozen dataclass costs µs to build).
     """
 
-    token_ids: np.ndarray | None  # int32 [num_tokens]; None: only the count is given
-    final_len: int
-    num_new_tokens: int | None = None
-    num_tokens: int = -1  # taken from token_ids when they are given
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if self.token_ids is not None:
-            object.__setattr__(self, "num_tokens", int(self.token_ids.shape[0]))
-        elif self.num_tokens < 0:
+    def __new__(cls, token_ids: np.ndarray | None, final_len: int, num_new_tokens: int | None = None,
+                num_tokens: int = -1):
+        if token_ids is not None:
+            num_tokens = int(token_ids.shape[0])
+        elif num_tokens < 0:
             raise ValueError("a SeqSpec without token ids needs num_tokens")
-        if self.num_new_tokens is not None and self.num_new_tokens < 1:
-            raise ValueError(f"num_new_tokens must be >= 1 (a chunk computes at least one token), "
-                             f"got {self.num_new_tokens}")
+        if num_new_tokens is not None and num_new_tokens < 1:
+            raise ValueError(f"num_new_tokens must be >= 1 (a chunk computes at least one token), got {num_new_tokens}")
+        return tuple.__new__(cls, (token_ids, final_len, num_new_tokens, num_tokens))
 
     def num_held(self, cached_tokens: int) -> int:
         """Tokens the sequences hold after an admission that hit `cached_tokens` in the prefix cache."""
@@ -67,9 +73,8 @@ class SeqSpec:
         return cached_tokens + min(self.num_new_tokens, self.num_tokens - cached_tokens)
 
 
-@dataclass(frozen=True, slots=True)
-class AdmitResult:
-    """Outcome of `admit`, `extend` or `fork`.
+class AdmitResult(NamedTuple):
+    """Outcome of `admit`, `extend` or `fork` (immutable; a NamedTuple, cheap to build for every admission).
 
     `copies` order: for `fork`, run them before writing the child's next token (they copy the
     parent's KV). For `admit` and `extend`, they deliver the new tokens' KV from the first sequence of
@@ -85,8 +90,9 @@ class AdmitResult:
     reason: str = ""  # on refusal: why, for logs
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
+    """Outcome of `append` (immutable; a NamedTuple: one is built per step)."""
+
     slots: np.ndarray  # int64 [num_seqs]: the slot each sequence's new token is written into (layer group 0)
     copies: np.ndarray  # int32 [num_copies, 2] (src_block, dst_block) copy-on-write pairs, run first
     # int64 [num_groups, num_seqs]: each layer group's slot of each new token; None for a pool of one group
@@ -141,15 +147,7 @@ class GroupSnapshot:
 GROUP_PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "held_slots")  # per-group step columns
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """The exact six-way partition of the pool's capacity at one instant (docs/memory.md), in slots.
-
-    token + reserved + internal_frag + cached + external_frag + free == capacity_slots, all >= 0
-    (construction fails otherwise). Only device memory is counted: a swapped-out sequence appears in
-    no column, not even `logical_token_slots`.
-    """
-
+class _SnapshotFields(NamedTuple):
     capacity_slots: int
     token_slots: int  # written slots of held blocks; a slot shared by several sequences counts once
     reserved_slots: int  # held, unwritten, and a holder will write it before it reaches its final length
@@ -169,12 +167,28 @@ class Snapshot:
     # split is the pool's own
     groups: tuple[GroupSnapshot, ...] = ()
 
-    def __post_init__(self) -> None:
-        parts = (self.token_slots, self.reserved_slots, self.internal_frag_slots, self.cached_slots,
-                 self.external_frag_slots, self.free_slots)
-        if min(parts) < 0 or sum(parts) != self.capacity_slots:
-            raise AssertionError(f"slot accounting broken: {parts} sum to {sum(parts)}, "
-                                 f"capacity is {self.capacity_slots}")
+
+class Snapshot(_SnapshotFields):
+    """The exact six-way partition of the pool's capacity at one instant (docs/memory.md), in slots.
+
+    token + reserved + internal_frag + cached + external_frag + free == capacity_slots, all >= 0
+    (construction fails otherwise). Only device memory is counted: a swapped-out sequence appears in
+    no column, not even `logical_token_slots`.
+
+    Immutable; a NamedTuple because every step builds one (a frozen dataclass costs µs to build).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, capacity_slots: int, token_slots: int, reserved_slots: int, internal_frag_slots: int,
+                cached_slots: int, external_frag_slots: int, free_slots: int, logical_token_slots: int,
+                block_table_bytes: int, largest_free_extent_slots: int, num_free_blocks: int,
+                groups: tuple[GroupSnapshot, ...] = ()):
+        parts = (token_slots, reserved_slots, internal_frag_slots, cached_slots, external_frag_slots, free_slots)
+        if sum(parts) != capacity_slots or min(parts) < 0:
+            raise AssertionError(f"slot accounting broken: {parts} sum to {sum(parts)}, capacity is {capacity_slots}")
+        return tuple.__new__(cls, (capacity_slots, *parts, logical_token_slots, block_table_bytes,
+                                   largest_free_extent_slots, num_free_blocks, groups))
 
 
 NO_PAIRS = np.zeros((0, 2), dtype=np.int32)

@@ -18,9 +18,11 @@ class SeqRows:
     def __init__(self, columns: tuple[str, ...], capacity_rows: int = 64) -> None:
         self._row_of: dict[int, int] = {}
         self._free_rows: list[int] = list(range(capacity_rows - 1, -1, -1))  # pop() gives row 0 first
-        # name -> int64 [capacity_rows]; one dict for good, its arrays replaced when they grow (a hot
-        # loop reads `columns["length"]` without a call)
-        self.columns = {name: np.zeros(capacity_rows, dtype=np.int64) for name in columns}
+        # the columns as rows of one int64 [num_columns, capacity_rows] array (a removed row is zeroed in one
+        # operation); `columns` maps each name to its row: one dict for good, its views replaced when the
+        # array grows (a hot loop reads `columns["length"]` without a call)
+        self._data = np.zeros((len(columns), capacity_rows), dtype=np.int64)
+        self.columns = {name: self._data[i] for i, name in enumerate(columns)}
         self.live = np.zeros(capacity_rows, dtype=bool)  # [capacity_rows]
         # The last batch looked up and its rows: a decode step calls append and describe with the same
         # list, and the next step's batch is this one less the finished sequences (cut out here when they
@@ -63,8 +65,7 @@ class SeqRows:
         """Mutates. Forget the sequence; its row (returned) is zeroed and reused later."""
         row = self.row(seq_id)
         del self._row_of[seq_id]
-        for col in self.columns.values():
-            col[row] = 0
+        self._data[:, row] = 0
         self.live[row] = False
         self._free_rows.append(row)
         self._uncache(seq_id)
@@ -115,7 +116,8 @@ class SeqRows:
 
     def _grow(self) -> None:
         old = self.capacity_rows
-        for name, col in self.columns.items():
-            self.columns[name] = np.concatenate([col, np.zeros(old, dtype=col.dtype)])
+        self._data = np.concatenate([self._data, np.zeros_like(self._data)], axis=1)
+        for i, name in enumerate(self.columns):
+            self.columns[name] = self._data[i]
         self.live = np.concatenate([self.live, np.zeros(old, dtype=bool)])
         self._free_rows.extend(range(2 * old - 1, old - 1, -1))

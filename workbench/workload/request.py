@@ -114,6 +114,7 @@ class RequestColumns(Sequence[Request]):
         has a session."""
         if (unique_keys is None) == (contents is None):
             raise ValueError("give either unique_keys or contents")
+        _check_columns(prompt_tokens, output_tokens, contents, n, beam_width)
         self.arrival_s = arrival_s  # float64 [N]
         self.prompt_tokens = prompt_tokens  # int32 [N]
         self.output_tokens = output_tokens  # int32 [N]
@@ -159,9 +160,47 @@ class RequestColumns(Sequence[Request]):
         if not 0 <= i < len(self):
             raise IndexError(f"request {i} of {len(self)}")
         prompt = int(self.prompt_tokens[i])
-        content = (Segment(int(self.unique_keys[i]), prompt),) if self.contents is None else self.contents[i]
-        return Request(i, float(self.arrival_s[i]), prompt, int(self.output_tokens[i]), content, self.n,
-                       self.beam_width, None if self.sessions is None else self.sessions[i])
+        if self.contents is None:
+            segment = _new(Segment)
+            _set(segment, "key", int(self.unique_keys[i]))
+            _set(segment, "length", prompt)
+            content = (segment,)
+        else:
+            content = self.contents[i]
+        # the fields set one by one, `Request.__post_init__` skipped: the engine reads each request of a
+        # columns workload once, and `_check_columns` checked them all already
+        request = _new(Request)
+        _set(request, "request_id", i)
+        _set(request, "arrival_s", float(self.arrival_s[i]))
+        _set(request, "prompt_tokens", prompt)
+        _set(request, "output_tokens", int(self.output_tokens[i]))
+        _set(request, "content", content)
+        _set(request, "n", self.n)
+        _set(request, "beam_width", self.beam_width)
+        _set(request, "session_id", None if self.sessions is None else self.sessions[i])
+        return request
+
+
+_new, _set = object.__new__, object.__setattr__  # how a frozen dataclass's own __init__ sets its fields
+
+
+def _check_columns(prompt: np.ndarray, output: np.ndarray, contents: list[tuple[Segment, ...]] | None, n: int,
+                   beam_width: int) -> None:
+    """What `Request` checks of each request, for the whole workload at once: the same error, about the
+    first request that breaks a rule, before anything runs."""
+    for lengths, name in ((prompt, "prompt_tokens"), (output, "output_tokens")):
+        bad = np.flatnonzero(lengths < 1)
+        if bad.shape[0]:
+            raise ValueError(f"request {bad[0]}: {name} must be >= 1, got {lengths[bad[0]]}")
+    if len(prompt) and (n < 1 or beam_width < 1):
+        raise ValueError("request 0: n and beam_width must be >= 1")
+    if len(prompt) and n > 1 and beam_width > 1:
+        raise ValueError("request 0: parallel sampling and beam search are exclusive")
+    if contents is not None:
+        for i, (content, p) in enumerate(zip(contents, prompt.tolist(), strict=True)):
+            covered = sum(part.length for part in content)
+            if covered != p:
+                raise ValueError(f"request {i}: content covers {covered} tokens, prompt has {p}")
 
 
 class RequestFields(NamedTuple):

@@ -136,30 +136,10 @@ def finalize(
         answer_keys = output_keys(np.arange(len(order)), 0).tolist()  # [kept] key of each request's answer
         ids = final_id.tolist()
         keys, contents = None, [_resolve(table.content[r], ids, answer_keys, i) for i, r in enumerate(order.tolist())]
-    _check_requests(prompt, output, contents, n, beam_width)
-    return RequestColumns(arrival_s, prompt.astype(np.int32), output.astype(np.int32), unique_keys=keys,
-                          contents=contents, n=n, beam_width=beam_width, sessions=sessions)
-
-
-def _check_requests(prompt: np.ndarray, output: np.ndarray, contents: list[tuple[Segment, ...]] | None, n: int,
-                    beam_width: int) -> None:
-    """What `Request` checks of each request, for the whole workload at once: the same error, about the
-    first request that breaks a rule, before anything runs."""
-    for lengths, name in ((prompt, "prompt_tokens"), (output, "output_tokens")):
-        bad = np.flatnonzero(lengths < 1)
-        if bad.shape[0]:
-            raise ValueError(f"request {bad[0]}: {name} must be >= 1, got {lengths[bad[0]]}")
     if np.iinfo(np.int32).max < max(int(prompt.max(initial=0)), int(output.max(initial=0))):
         raise ValueError(f"a request has more than {np.iinfo(np.int32).max} prompt or output tokens")
-    if len(prompt) and (n < 1 or beam_width < 1):
-        raise ValueError("request 0: n and beam_width must be >= 1")
-    if len(prompt) and n > 1 and beam_width > 1:
-        raise ValueError("request 0: parallel sampling and beam search are exclusive")
-    if contents is not None:
-        for i, (content, p) in enumerate(zip(contents, prompt.tolist(), strict=True)):
-            covered = sum(part.length for part in content)
-            if covered != p:
-                raise ValueError(f"request {i}: content covers {covered} tokens, prompt has {p}")
+    return RequestColumns(arrival_s, prompt.astype(np.int32), output.astype(np.int32), unique_keys=keys,
+                          contents=contents, n=n, beam_width=beam_width, sessions=sessions)
 
 
 def _resolve(parts: tuple[Part, ...], final_id: list[int], answer_keys: list[int], request_id: int
