@@ -10,20 +10,27 @@
    trace's ~1,000-token prompts dominates).
 
 3. With `--requests N` (repeatable), the scale rows instead: `paged`, Llama-3-8B on an H100, 40 GiB of
-   KV, `sharegpt-like` at 40 req/s, `--kernel none`, N requests written to a temporary `--out` (mean batch
-   ~148): steps, CPU seconds, CPU µs per simulated step and peak RSS, each row in a fresh process (peak RSS
-   is per process). `--baseline PATH` runs every row also with the package at PATH (another checkout),
-   alternating, so before and after are measured side by side.
+   KV, `sharegpt-like` at 40 req/s, `--kernel none`, N requests written to a temporary `--out`: steps, mean
+   batch, CPU seconds, CPU µs per simulated step and peak RSS, each row in a fresh process (peak RSS is per
+   process). `--baseline PATH` runs every row also with the package at PATH (another checkout),
+   alternating, so before and after are measured side by side. `--set KEY=VALUE` and `--baseline-set
+   KEY=VALUE` (repeatable) change a config field of this package's runs or the baseline's: a comparison
+   across a clock change holds the operating point (steps and mean batch) with them. The per-operator
+   clock's steps are ~1.4× longer than the single-roofline clock's at this config (mean batch ~200
+   against ~148); `--set eff_bw=1.0 --set step_overhead_s=0.00075` brings this package back to the
+   earlier clock's 228k steps at mean batch ~148 for 100k requests.
 
 Wall times are noisy on a shared machine: compare rows of one run.
 
     python benchmarks/bench_engine.py [--model llama-3-8b] [--gpu a100-80gb] [--window-s 20]
     python benchmarks/bench_engine.py --requests 100000 --requests 1000000 [--baseline ../main]
+    python benchmarks/bench_engine.py --requests 100000 --baseline ../old --set eff_bw=1.0 --set step_overhead_s=0.00075
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -78,44 +85,65 @@ def replay(cfg: RunConfig, *, split: bool) -> tuple[dict, float, float, StepTime
 
 # one scale row, run in a fresh interpreter: prints "steps cpu_s peak_rss_bytes"
 _SCALE_ROW = """
-import resource, sys, tempfile, time
+import json, resource, sys, tempfile, time
 from pathlib import Path
 import pyarrow.parquet as pq
 from workbench.config import RunConfig
 from workbench.engine.simulation import run
 cfg = RunConfig(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
-                workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none")
+                workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none",
+                **json.loads(sys.argv[3]))
 with tempfile.TemporaryDirectory() as tmp:
     cpu0 = time.process_time()
     run(cfg, Path(tmp) / "out")
     cpu_s = time.process_time() - cpu0
     steps = pq.ParquetFile(Path(tmp) / "out" / "steps.parquet").metadata.num_rows
+    batch = json.loads((Path(tmp) / "out" / "summary.json").read_text())["mean_batch_size"]
 import workbench
 if Path(workbench.__file__).resolve().parent.parent != Path(sys.argv[2]).resolve():
     sys.exit(f"imported {workbench.__file__}, not the package at {sys.argv[2]}")
-print(steps, cpu_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(steps, batch, cpu_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
-def scale_row(num_requests: int, package_root: Path) -> tuple[int, float, int]:
-    """(steps, CPU s, peak RSS bytes) of one scale run with the package at `package_root`."""
+def scale_row(num_requests: int, package_root: Path, changes: dict) -> tuple[int, float, float, int]:
+    """(steps, mean batch, CPU s, peak RSS bytes) of one scale run with the package at `package_root`, its
+    config fields changed by `changes`."""
     env = {**os.environ, "PYTHONPATH": str(package_root)}
     with tempfile.TemporaryDirectory() as cwd:  # `python -c` puts the working directory first on sys.path
-        out = subprocess.run([sys.executable, "-c", _SCALE_ROW, str(num_requests), str(package_root)], env=env,
-                             cwd=cwd, check=True, capture_output=True, text=True).stdout.split()
-    return int(out[0]), float(out[1]), int(out[2])
+        out = subprocess.run([sys.executable, "-c", _SCALE_ROW, str(num_requests), str(package_root),
+                              json.dumps(changes)], env=env, cwd=cwd, check=True, capture_output=True,
+                             text=True).stdout.split()
+    return int(out[0]), float(out[1]), float(out[2]), int(out[3])
 
 
-def scale_table(counts: list[int], baseline: Path | None) -> None:
+def scale_table(counts: list[int], baseline: Path | None, changes: dict, baseline_changes: dict) -> None:
     here = Path(__file__).resolve().parent.parent
-    roots = [("this", here)] + ([("baseline", baseline)] if baseline is not None else [])
+    roots = [("this", here, changes)] + ([("baseline", baseline, baseline_changes)] if baseline is not None else [])
     print("paged, llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none")
-    print(f"{'package':<9} {'requests':>9} {'steps':>9} {'cpu_s':>8} {'us/step':>8} {'peak RSS MB':>12}")
+    for label, _, fields in roots:
+        if fields:
+            print(f"{label}: " + ", ".join(f"{k}={v}" for k, v in fields.items()))
+    print(f"{'package':<9} {'requests':>9} {'steps':>9} {'batch':>6} {'cpu_s':>8} {'us/step':>8} {'peak RSS MB':>12}")
     for n in counts:
-        for label, root in roots:  # alternating: the same load on both
-            steps, cpu_s, rss = scale_row(n, root)
-            print(f"{label:<9} {n:>9,} {steps:>9,} {cpu_s:>8.1f} {cpu_s / steps * 1e6:>8.1f} {rss / 1e6:>12.0f}",
-                  flush=True)
+        for label, root, fields in roots:  # alternating: the same load on both
+            steps, batch, cpu_s, rss = scale_row(n, root, fields)
+            print(f"{label:<9} {n:>9,} {steps:>9,} {batch:>6.1f} {cpu_s:>8.1f} {cpu_s / steps * 1e6:>8.1f} "
+                  f"{rss / 1e6:>12.0f}", flush=True)
+
+
+def config_changes(pairs: list[str] | None) -> dict:
+    """`KEY=VALUE` pairs as config fields, each value read as JSON (a number) or else as a string."""
+    changes = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bench_engine: --set wants KEY=VALUE, got {pair!r}")
+        try:
+            changes[key] = json.loads(value)
+        except json.JSONDecodeError:
+            changes[key] = value
+    return changes
 
 
 def main() -> int:
@@ -125,9 +153,13 @@ def main() -> int:
     parser.add_argument("--window-s", type=float, default=20.0, help="trace window for the kernel run, seconds")
     parser.add_argument("--requests", type=int, action="append", help="scale rows: requests per run (repeatable)")
     parser.add_argument("--baseline", type=Path, help="with --requests: a checkout to run each row with too")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="with --requests: a config field of this package's runs (repeatable)")
+    parser.add_argument("--baseline-set", action="append", metavar="KEY=VALUE",
+                        help="with --requests: a config field of the baseline's runs (repeatable)")
     args = parser.parse_args()
     if args.requests:
-        scale_table(args.requests, args.baseline)
+        scale_table(args.requests, args.baseline, config_changes(args.set), config_changes(args.baseline_set))
         return 0
     try:
         path = resolve("azure-llm-2023-conv")  # cache, shared folder, else a verified download

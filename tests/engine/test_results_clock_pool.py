@@ -175,3 +175,21 @@ def test_bf16_storage_rounds_to_nearest_even():
     assert back[2] == 1.0  # halfway: ties to even (mantissa 0)
     assert back[3] == 1 + 4 * 2**-8  # halfway: ties to even (mantissa 2)
     assert abs(back[4] - 3.14159) <= 2**-7 * 2
+
+
+def test_step_rows_come_back_whole_across_chunks_and_a_ragged_row_is_refused():
+    """Rows buffer as flat machine arrays: each comes back in its own columns, whichever chunk held it."""
+    log = StepLog()
+    log.rows_per_chunk = 3  # 7 rows: chunks of 3, 3 and 1
+    rows = [(tuple(float(10 * i + j) + 0.5 for j in range(len(FLOAT_STEP_COLUMNS))),
+             tuple(100 * i + j for j in range(len(INT_STEP_COLUMNS)))) for i in range(7)]
+    for floats, ints in rows:
+        log.record(floats, ints)
+    table = log.to_frame()
+    assert table[list(FLOAT_STEP_COLUMNS)].to_numpy().tolist() == [list(f) for f, _ in rows]
+    assert table[list(INT_STEP_COLUMNS)].to_numpy().tolist() == [list(i) for _, i in rows]
+    assert table[list(INT_STEP_COLUMNS)].dtypes.eq("int64").all()
+    with pytest.raises(ValueError, match="integer columns"):
+        StepLog().record(rows[0][0], rows[0][1][:-1])
+    with pytest.raises(TypeError):
+        StepLog().record(rows[0][0], (0.5,) + rows[0][1][1:])  # a float where an integer belongs
