@@ -49,6 +49,11 @@ class StepLog:
         # a hybrid pool's per-group columns (name -> one value per buffered row), recorded beside every row
         self.group_columns: dict[str, list[int]] = {}
 
+    @property
+    def buffered_rows(self) -> int:
+        """Rows recorded and not yet handed to the sink."""
+        return len(self._ints) // _INTS_PER_ROW
+
     def record_groups(self, values: dict[str, int]) -> None:
         """Per-group values of the row just recorded (`group<i>_<part>` columns). Mutates."""
         for name, value in values.items():
@@ -59,7 +64,7 @@ class StepLog:
         if len(ints) != _INTS_PER_ROW or len(floats) != _FLOATS_PER_ROW:  # the buffers are flat: no ragged rows
             raise ValueError(f"a step row has {len(floats)} float and {len(ints)} integer columns, not "
                              f"{_FLOATS_PER_ROW} and {_INTS_PER_ROW}")
-        if len(self._ints) == _INTS_PER_ROW * self.rows_per_chunk:
+        if self.buffered_rows == self.rows_per_chunk:
             self._flush()
         self._floats.extend(floats)
         self._ints.extend(ints)
@@ -77,7 +82,7 @@ class StepLog:
         return self.sink.frame(STEPS_TABLE)
 
     def _flush(self) -> None:
-        n = len(self._ints) // _INTS_PER_ROW
+        n = self.buffered_rows
         floats = np.frombuffer(self._floats, dtype=np.float64).reshape(n, _FLOATS_PER_ROW)
         ints = np.frombuffer(self._ints, dtype=np.int64).reshape(n, _INTS_PER_ROW)
         data: dict[str, np.ndarray] = {}
