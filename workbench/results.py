@@ -64,7 +64,7 @@ class StepLog:
         if len(ints) != _INTS_PER_ROW or len(floats) != _FLOATS_PER_ROW:  # the buffers are flat: no ragged rows
             raise ValueError(f"a step row has {len(floats)} float and {len(ints)} integer columns, not "
                              f"{_FLOATS_PER_ROW} and {_INTS_PER_ROW}")
-        if self.buffered_rows == self.rows_per_chunk:
+        if len(self._ints) == _INTS_PER_ROW * self.rows_per_chunk:  # inline `buffered_rows`: once per step
             self._flush()
         self._floats.extend(floats)
         self._ints.extend(ints)
