@@ -71,6 +71,25 @@ class StepLog:
         self.num_rows += 1
         self.num_saturated += ints[_WAITING] > 0
 
+    def record_rows(self, floats: np.ndarray, ints: np.ndarray) -> None:
+        """Append rows in bulk, as `record` would one by one: float64 [n, FLOAT_STEP_COLUMNS] and int64
+        [n, INT_STEP_COLUMNS] (a compiled step loop's buffers). Not beside per-group columns."""
+        if floats.shape[1:] != (_FLOATS_PER_ROW,) or ints.shape[1:] != (_INTS_PER_ROW,) or \
+                floats.shape[0] != ints.shape[0] or self.group_columns:
+            raise ValueError(f"step rows of shapes {floats.shape} and {ints.shape}: want (n, {_FLOATS_PER_ROW}) and "
+                             f"(n, {_INTS_PER_ROW}), and a log without per-group columns")
+        done = 0
+        while done < ints.shape[0]:
+            if len(self._ints) == _INTS_PER_ROW * self.rows_per_chunk:
+                self._flush()
+            take = min(ints.shape[0] - done, self.rows_per_chunk - self.buffered_rows)
+            part = ints[done:done + take]
+            self._floats.frombytes(np.ascontiguousarray(floats[done:done + take], dtype=np.float64).tobytes())
+            self._ints.frombytes(np.ascontiguousarray(part, dtype=np.int64).tobytes())
+            self.num_rows += take
+            self.num_saturated += int(np.count_nonzero(part[:, _WAITING] > 0))
+            done += take
+
     def close(self) -> None:
         """Hand the last rows to the sink (an empty chunk when there were none, so the table exists)."""
         if self._ints or not self.num_rows:

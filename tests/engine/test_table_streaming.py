@@ -15,6 +15,8 @@ from workbench import table_sink
 from workbench.allocators import registry
 from workbench.config import RunConfig
 from workbench.engine import simulation
+from workbench.engine.compiled_paged import drive as compiled_drive
+from workbench.engine.compiled_paged import eligible as compiled_eligible
 from workbench.engine.request_log import RequestLog
 from workbench.engine.simulation import run, simulate
 from workbench.table_sink import MemorySink, ParquetSink
@@ -105,8 +107,10 @@ def test_request_log_lets_rows_go_once_every_earlier_request_is_done():
 
 
 def test_a_run_holds_the_rows_of_the_requests_in_flight_only(monkeypatch):
-    """20,000 requests at a light load: the request log's window and the step buffer stay small."""
+    """20,000 requests at a light load, through the general loop: the request log's window and the step
+    buffer stay small."""
     monkeypatch.setattr(table_sink, "ROWS_PER_CHUNK", 512)
+    monkeypatch.setattr(compiled_eligible, "ENABLED", False)
     cfg = RunConfig(strategy="paged", workload="alpaca-like", rate=20.0, num_requests=20_000, kernel="none")
     seen = {}
     drive = simulation._drive
@@ -128,6 +132,30 @@ def test_a_run_holds_the_rows_of_the_requests_in_flight_only(monkeypatch):
     sink = MemorySink()
     simulation.simulate_into(cfg, build_workload(cfg), registry.create_from_config(cfg, cfg.resolve()), sink)
     assert seen["window"] <= 2048 and seen["buffer"] <= 512 and seen["live"] <= 512
+    assert len(sink.frame("requests")) == 20_000
+
+
+def test_a_compiled_run_holds_the_rows_of_the_requests_in_flight_only(monkeypatch):
+    """The same through the compiled loop of plain `paged` runs: the request window, the loop's per-request
+    rings and the step buffer stay small."""
+    monkeypatch.setattr(table_sink, "ROWS_PER_CHUNK", 512)
+    cfg = RunConfig(strategy="paged", workload="alpaca-like", rate=20.0, num_requests=20_000, kernel="none")
+    seen = {"calls": 0}
+    call = compiled_drive._Run.call
+
+    def watched(run):
+        status = call(run)
+        seen["calls"] += 1
+        seen["window"] = max(seen.get("window", 0), run.log.done.shape[0])
+        seen["rings"] = max(seen.get("rings", 0), run.g_slot.shape[0], run.wait.shape[0])
+        seen["buffer"] = max(seen.get("buffer", 0), run.replica.steps.buffered_rows)
+        return status
+
+    monkeypatch.setattr(compiled_drive._Run, "call", watched)
+    sink = MemorySink()
+    simulation.simulate_into(cfg, build_workload(cfg), registry.create_from_config(cfg, cfg.resolve()), sink)
+    assert seen["calls"] > 10
+    assert seen["window"] <= 2048 and seen["rings"] <= 2048 and seen["buffer"] <= 512
     assert len(sink.frame("requests")) == 20_000
 
 

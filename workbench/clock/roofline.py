@@ -203,6 +203,25 @@ class RooflineClock:
                   + swapped_blocks * self.swap_fixed_s_per_block)
         return compute_s + swap_s + self.step_overhead_s
 
+    def rows_s(self, num_tokens: int) -> float:
+        """The per-row operators' time of a step with `num_tokens` rows, as `step_s` adds it (memoized)."""
+        rows_s = self._rows_s.get(num_tokens)
+        if rows_s is None:
+            rows_s = self._rows_s[num_tokens] = self._operators_s(self.forward.per_row, num_tokens)
+        return rows_s
+
+    def output_layer_s(self, sampled_tokens: int) -> float:
+        """The output layer's time for `sampled_tokens` rows, as `step_s` adds it (0 rows: it does not run)."""
+        output_s = self._output_s.get(sampled_tokens)
+        if output_s is None:
+            output_s = self._output_s[sampled_tokens] = (
+                self._operators_s((self.forward.output,), sampled_tokens) if sampled_tokens else 0.0)
+        return output_s
+
+    def gemm_flops_per_s(self, rows: int) -> float:
+        """The FLOP rate `step_s` divides a step's attention FLOPs by, at `rows` rows."""
+        return self._flops_per_s(rows)
+
     def _flops_per_s(self, rows: int) -> float:
         """The FLOP rate of GEMMs with `rows` rows, over the tensor-parallel GPUs."""
         rate = self._flops_per_s_at.get(rows)

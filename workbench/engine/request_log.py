@@ -45,6 +45,10 @@ class RequestLog:
         self.num_requests += num_requests
         self._row(self.num_requests - 1)
 
+    def make_room(self, index: int) -> None:
+        """Mutates. The window holds request `index`'s row (a compiled loop writes the arrays directly)."""
+        self._row(index)
+
     def _row(self, index: int) -> int:
         """The window position of request `index`, the window grown (at least doubled) to hold it."""
         j = index - self.base
@@ -114,6 +118,14 @@ class RequestLog:
         self._resize(self.done.shape[0], num)
         self.base = self.ready
         return frame
+
+    def last_rows(self, requests: Sequence[Request]) -> pd.DataFrame | None:
+        """Mutates. At the end of a run: the rows not taken yet, the (empty) table of a run without
+        requests, or None when every row was taken already."""
+        done = self.take_done(requests)
+        if done is not None or self.base:
+            return done
+        return self.to_frame(requests)
 
     def to_frame(self, requests: Sequence[Request]) -> pd.DataFrame:
         """requests.parquet (workbench.columns.REQUEST_COLUMNS), every row, for a log none of whose rows

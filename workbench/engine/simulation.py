@@ -27,6 +27,8 @@ from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.clock.profiles import make_clock
 from workbench.config import Resolved, RunConfig
+from workbench.engine.compiled_paged import drive as compiled_drive
+from workbench.engine.compiled_paged import eligible as compiled_eligible
 from workbench.engine.gc_pause import fewer_collections
 from workbench.engine.replica import Replica, StepTimers
 from workbench.engine.scheduler import Scheduler, SchedulerConfig
@@ -161,7 +163,10 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     replica = make_replica(cfg, res, strategy, requests, backend, timers=timers, sink=sink)
     try:
         with fewer_collections():
-            _drive(replica, progress, sink)
+            if compiled_eligible.applies(replica):
+                compiled_drive.drive(replica, progress, sink)
+            else:
+                _drive(replica, progress, sink)
     finally:  # a GPU run's virtual memory goes back now, not when the process ends
         replica.close()
     replica.steps.close()
@@ -338,9 +343,8 @@ def _drive(replica: Replica, progress: bool, sink: TableSink) -> None:
                 bar.update(finished)
             if log.ready - log.base >= rows_per_chunk:
                 sink.append(REQUESTS_TABLE, log.take_done(requests))
-    done = log.take_done(requests)
-    if done is not None or not log.base:  # the last rows, or the (empty) table of a run without requests
-        sink.append(REQUESTS_TABLE, done if done is not None else log.to_frame(requests))
+    if (rest := log.last_rows(requests)) is not None:
+        sink.append(REQUESTS_TABLE, rest)
 
 
 def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:

@@ -1,0 +1,210 @@
+"""Running a plain `paged` replica through its workload with the compiled step loop (workbench.engine.compiled_paged).
+
+`drive` does what `simulation._drive` does — steps until no request is left, hands step rows and done
+request rows to the sink in chunks, shows finished requests on a progress bar — with `step_loop.run_steps`
+making the steps. Between its calls, Python does what only Python has: the clock's per-row times (from
+the replica's own `RooflineClock`, so each step's duration is computed from the same doubles), the request
+log's words and its window, and the buffers' growth.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workbench import table_sink
+from workbench.engine.compiled_paged import step_loop as L
+from workbench.results import REQUESTS_TABLE
+from workbench.table_sink import TableSink
+from workbench.workload.request import RequestColumns
+
+ROWS_PER_CALL = 4096  # step rows the loop buffers before handing them to the step log
+FIRST_EVENTS = 4096  # room for finished and rejected requests per call (doubled when a step needs more)
+
+_REASONS = {
+    L.REJECT_POOL: "rejected: needs more KV slots than the whole pool",
+    L.REJECT_WATERMARK: "rejected: needs more KV blocks than the pool holds above the watermark",
+}
+
+
+def drive(replica, progress: bool, sink: TableSink) -> None:
+    """Mutates `replica` (a workbench.engine.replica.Replica, not imported: the loop sits below it in the
+    import graph) — its clock, step log, request log and scheduler counters — as `simulation._drive` would;
+    the strategy object is not used (the loop holds the blocks), and is left as it was, empty."""
+    from tqdm import tqdm
+
+    run = _Run(replica)
+    log, requests = run.log, run.sched.requests
+    with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
+        while (status := run.call()) != L.DONE:
+            if status == L.ROWS_FULL:
+                run.hand_rows()
+            elif status == L.NEED_CLOCK:
+                run.fill_clock()
+            elif status == L.STUCK:
+                raise RuntimeError(f"scheduler stuck at t = {run.F[0]:.6g} s: {run.S[L.NWAIT]} waiting, 0 swapped, "
+                                   f"nothing running or admissible")
+            else:  # EVENTS_FULL, GROW
+                run.grow(status)
+            bar.update(run.take_events())
+            if log.ready - log.base >= table_sink.ROWS_PER_CHUNK:
+                sink.append(REQUESTS_TABLE, log.take_done(requests))
+                run.S[L.LOG_BASE] = log.base
+        run.hand_rows()
+        bar.update(run.take_events())
+    run.finish()
+    if (rest := log.last_rows(requests)) is not None:
+        sink.append(REQUESTS_TABLE, rest)
+
+
+class _Run:
+    """The loop's arrays and the Python side of each stop."""
+
+    def __init__(self, replica) -> None:
+        self.replica = replica
+        self.sched = sched = replica.scheduler
+        self.log = sched.log  # a workbench.engine.request_log.RequestLog
+        strategy, clock, cfg = sched.strategy, replica.clock, sched.config
+        self.clock = clock
+        self.arrival_s, self.prompt, self.output = _columns(sched.requests)
+        num_blocks, max_seqs = strategy.num_blocks, cfg.max_num_seqs
+        self.S = np.zeros(L.NUM_STATE, dtype=np.int64)
+        self.S[L.FREE_TOP] = num_blocks
+        self.S[L.FREE_SLOTS_TOP] = max_seqs
+        self.F = np.zeros(1)
+        C = np.zeros(L.NUM_CONSTS, dtype=np.int64)
+        C[L.BLOCK_SIZE], C[L.MAX_MODEL_LEN], C[L.MAX_NUM_SEQS] = strategy.block_size, cfg.max_model_len, max_seqs
+        C[L.MAX_BATCHED], C[L.WATERMARK] = cfg.max_num_batched_tokens, sched.admission.watermark_blocks
+        C[L.CAPACITY_SLOTS], C[L.SEPARATE_PREFILL] = strategy.capacity_slots, clock.separate_prefill
+        C[L.TP], C[L.OVERLAP_MAP] = clock.tp, clock.overlap_map
+        self.C = C
+        K = np.zeros(L.NUM_CLOCK)
+        K[L.KV_BYTES_PER_TOKEN], K[L.ATTN_BYTES_PER_ROW] = clock.kv_bytes_per_token, clock.attn_bytes_per_row
+        K[L.BYTES_PER_S], K[L.ATTN_FLOPS_PER_KEY] = clock.bytes_per_s, clock.attn_flops_per_key
+        K[L.ATTN_S_PER_BLOCK_READ], K[L.ATTENTION_LAUNCH_S] = clock.attn_s_per_block_read, clock.attention_launch_s
+        K[L.ALLREDUCE_FIXED_S], K[L.ALLREDUCE_S_PER_TOKEN] = clock.allreduce_fixed_s, clock.allreduce_s_per_token
+        K[L.MAP_S_PER_PAGE], K[L.BLOCK_BYTES] = clock.map_s_per_page, clock.block_bytes
+        K[L.LINK_BYTES_PER_S], K[L.SWAP_FIXED_S_PER_BLOCK] = clock.link_bytes_per_s, clock.swap_fixed_s_per_block
+        K[L.STEP_OVERHEAD_S] = clock.step_overhead_s
+        self.K = K
+        # a step computes at most a budget of prompt tokens and one token per other running sequence
+        table_len = cfg.max_num_batched_tokens + max_seqs + 1
+        self.rows_s, self.flops_per_s, self.output_s = (np.full(table_len, np.nan) for _ in range(3))
+        ring = _pow2(max(1024, self.log.done.shape[0]))
+        self.g_generated = np.zeros(ring, dtype=np.int64)
+        self.g_slot = np.full(ring, -1, dtype=np.int64)
+        self.wait = np.zeros(ring, dtype=np.int64)
+        self.s_req, self.s_len, self.s_final, self.s_head, self.s_tail, self.s_nblocks = (
+            np.zeros(max_seqs, dtype=np.int64) for _ in range(6))
+        self.batch = np.zeros(max_seqs, dtype=np.int64)
+        self.prefilled = np.zeros(max_seqs, dtype=np.int64)
+        self.free_slots = np.arange(max_seqs - 1, -1, -1, dtype=np.int64)  # slot 0 is taken first
+        self.free_stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int64)  # as BlockStack: block 0 on top
+        self.next_block = np.zeros(num_blocks, dtype=np.int64)
+        self.events = np.zeros((FIRST_EVENTS, 4), dtype=np.int64)
+        self.rows_f = np.zeros((ROWS_PER_CALL, 3))
+        self.rows_i = np.zeros((ROWS_PER_CALL, L.NUM_INT_COLUMNS), dtype=np.int64)
+        self.finished_seen = 0
+
+    def call(self) -> int:
+        log = self.log
+        return L.run_steps(self.S, self.F, self.C, self.K, self.arrival_s, self.prompt, self.output, self.rows_s,
+                           self.flops_per_s, self.output_s, self.g_generated, self.g_slot, self.wait, self.s_req,
+                           self.s_len, self.s_final, self.s_head, self.s_tail, self.s_nblocks, self.batch,
+                           self.free_slots, self.free_stack, self.next_block, self.prefilled, log.admitted_s,
+                           log.first_token_s, log.finish_s, log.num_preemptions, log.done, self.events,
+                           self.rows_f, self.rows_i)
+
+    def hand_rows(self) -> None:
+        """The buffered step rows go to the replica's step log."""
+        n = int(self.S[L.ROWS])
+        if n:
+            self.replica.steps.record_rows(self.rows_f[:n], self.rows_i[:n])
+        self.S[L.ROWS] = 0
+
+    def fill_clock(self) -> None:
+        """The clock's per-row times the planned step lacks, as `RooflineClock.step_s` computes them."""
+        S, clock = self.S, self.clock
+        for rows in (int(S[L.NEED_ROWS_A]), int(S[L.NEED_ROWS_B])):
+            self.rows_s[rows], self.flops_per_s[rows] = clock.rows_s(rows), clock.gemm_flops_per_s(rows)
+        for sampled in (int(S[L.NEED_SAMPLED_A]), int(S[L.NEED_SAMPLED_B])):
+            self.output_s[sampled] = clock.output_layer_s(sampled)
+
+    def take_events(self) -> int:
+        """Mutates the request log: statuses and counters of the requests the loop ended. Returns how many
+        more requests finished."""
+        S, log = self.S, self.log
+        num = int(S[L.EVENTS])
+        status = log.status
+        for i, code, a, b in self.events[:num].tolist():
+            if code == L.FINISHED:
+                status[i - log.base] = "finished"
+            elif code == L.REJECT_TOO_LONG:
+                status[i - log.base] = f"rejected: prompt+output ({a}) > max_model_len ({b})"
+            elif code == L.REJECT_BLOCKS:
+                status[i - log.base] = f"rejected: needs {a} blocks, {b} allocatable"
+            else:
+                status[i - log.base] = _REASONS[code]
+        S[L.EVENTS] = 0
+        log.ready = int(S[L.LOG_READY])
+        log.num_finished, log.num_rejected = int(S[L.NUM_FINISHED]), int(S[L.NUM_REJECTED])
+        log.generated_tokens = int(S[L.GENERATED_TOKENS])
+        finished, self.finished_seen = log.num_finished - self.finished_seen, log.num_finished
+        return finished
+
+    def grow(self, status: int) -> None:
+        """Room for the next arrival (GROW) or for a step's ended requests (EVENTS_FULL), before the
+        buffered events are taken (the caller takes them next; an empty buffer that is still too small
+        doubles)."""
+        S, log = self.S, self.log
+        if S[L.EVENTS] == 0:
+            self.events = np.zeros((2 * self.events.shape[0], 4), dtype=np.int64)
+        if status != L.GROW:
+            return
+        i = int(S[L.NEXT_ARRIVAL])
+        log.make_room(i)
+        ready = int(S[L.LOG_READY])
+        if i - ready >= self.g_slot.shape[0] or S[L.NWAIT] == self.wait.shape[0]:
+            self._grow_rings(ready, i)
+
+    def _grow_rings(self, ready: int, next_arrival: int) -> None:
+        """Double the per-request rings (their live requests keep their values) and the waiting ring."""
+        old_mask = self.g_slot.shape[0] - 1
+        size = 2 * self.g_slot.shape[0]
+        live = np.arange(ready, next_arrival, dtype=np.int64)
+        for name in ("g_generated", "g_slot"):
+            old = getattr(self, name)
+            new = np.zeros(size, dtype=np.int64)
+            new[live & (size - 1)] = old[live & old_mask]
+            setattr(self, name, new)
+        S = self.S
+        head, num, wcap = int(S[L.WAIT_HEAD]), int(S[L.NWAIT]), self.wait.shape[0]
+        wait = np.zeros(size, dtype=np.int64)
+        wait[:num] = self.wait[(head + np.arange(num)) % wcap]
+        self.wait = wait
+        S[L.WAIT_HEAD] = 0
+
+    def finish(self) -> None:
+        """Every request is done: the replica's counters as the general loop leaves them, and every block
+        back on the free stack."""
+        S, replica = self.S, self.replica
+        if S[L.FREE_TOP] != self.free_stack.shape[0] or \
+                not np.array_equal(np.sort(self.free_stack), np.arange(self.free_stack.shape[0])):
+            raise RuntimeError(f"the compiled paged loop ended with {S[L.FREE_TOP]} of {self.free_stack.shape[0]} "
+                               f"blocks free")
+        replica.now_s = float(self.F[0])
+        replica.num_steps = self.sched.step = int(S[L.STEP])
+        self.sched.next_arrival = int(S[L.NEXT_ARRIVAL])
+
+
+def _columns(requests) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival (s), prompt and output tokens of every request: float64, int64, int64 [N]."""
+    if isinstance(requests, RequestColumns):
+        return (requests.arrival_s.astype(np.float64), requests.prompt_tokens.astype(np.int64),
+                requests.output_tokens.astype(np.int64))
+    return (np.array([r.arrival_s for r in requests], dtype=np.float64),
+            np.array([r.prompt_tokens for r in requests], dtype=np.int64),
+            np.array([r.output_tokens for r in requests], dtype=np.int64))
+
+
+def _pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()

@@ -1,0 +1,363 @@
+"""The step loop of a plain `paged` run, compiled with Numba (workbench.engine.compiled_paged).
+
+It is `Replica.step` with the `Scheduler`, `Admission`, `PagedStrategy`, `CostMeter` and `RooflineClock`
+calls of a plain run written out, in the same order, over arrays: arrivals join the waiting queue (or are
+rejected), the decode batch appends one slot per sequence (preempting the latest-arrived group while it
+cannot), then — unless something was preempted — waiting groups are admitted first come first served,
+the clock prices the step, prefilled groups produce their first token and join the batch, finished
+groups give their blocks back, and one step row is written. Blocks are real: each sequence holds a chain
+of block ids taken from a free stack (`BlockStack`'s order: a fresh stack pops 0, 1, 2, ...).
+
+The loop stops and returns to the caller (`run_steps`' status) whenever it needs something only Python has
+or an output buffer is full; every state it stops in is one it can resume from:
+  DONE         every request is finished or rejected
+  ROWS_FULL    the step-row buffer is full (the caller hands the rows on and resets S[ROWS])
+  EVENTS_FULL  the buffer of finished and rejected requests may not hold this step's (the caller logs them and
+               resets S[EVENTS], or grows the buffer when it is already empty)
+  GROW         the next arrival needs a larger request window or waiting ring
+  NEED_CLOCK   the step is planned (S[PHASE] = 1) and the clock's per-row tables lack S[NEED_ROWS_A],
+               S[NEED_ROWS_B] or S[NEED_SAMPLED_A], S[NEED_SAMPLED_B] (the caller fills them from the clock)
+  STUCK        work is left that can never run (the caller raises, as `Replica.step` does)
+
+No fastmath: the clock's arithmetic is `RooflineClock.step_s`' own, operation for operation, so the
+step times are the same doubles.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+# statuses
+DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK = 0, 1, 2, 3, 4, 5
+
+# S: the loop's integer state, int64 [NUM_STATE]
+(NEXT_ARRIVAL, STEP, NBATCH, WAIT_HEAD, NWAIT, RUNNING_SEQS, FREE_TOP, FREE_SLOTS_TOP, PHASE, ROWS, EVENTS,
+ LOG_BASE, LOG_READY, NUM_FINISHED, NUM_REJECTED, GENERATED_TOKENS,
+ # the planned step (PHASE 1): its cost and its snapshot
+ P_NUM_DECODE, P_NPF, P_NUM_PREFILL, P_KV_READ, P_ATTN_CTX, P_DECODE_CTX, P_DECODE_BLOCKS, P_UNSHARED_SLOTS,
+ P_PREEMPTIONS, P_TOKEN_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES,
+ NEED_ROWS_A, NEED_ROWS_B, NEED_SAMPLED_A, NEED_SAMPLED_B, NUM_STATE) = range(34)
+
+# C: the run's integer constants, int64 [NUM_CONSTS]
+(BLOCK_SIZE, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BATCHED, WATERMARK, CAPACITY_SLOTS, SEPARATE_PREFILL, TP,
+ OVERLAP_MAP, NUM_CONSTS) = range(10)
+
+# K: the clock's constants, float64 [NUM_CLOCK]
+(KV_BYTES_PER_TOKEN, ATTN_BYTES_PER_ROW, BYTES_PER_S, ATTN_FLOPS_PER_KEY, ATTN_S_PER_BLOCK_READ, ATTENTION_LAUNCH_S,
+ ALLREDUCE_FIXED_S, ALLREDUCE_S_PER_TOKEN, MAP_S_PER_PAGE, BLOCK_BYTES, LINK_BYTES_PER_S, SWAP_FIXED_S_PER_BLOCK,
+ STEP_OVERHEAD_S, NUM_CLOCK) = range(14)
+
+# why a request ended (the event buffer's code column; workbench.engine.compiled_paged.drive words them)
+FINISHED, REJECT_TOO_LONG, REJECT_POOL, REJECT_WATERMARK, REJECT_BLOCKS = 0, 1, 2, 3, 4
+
+# step-row columns (INT_STEP_COLUMNS order, workbench.results)
+NUM_INT_COLUMNS = 18
+
+
+@njit(cache=True)
+def _step_s(n, kv_read, attn_ctx, decode_blocks, sampled, K, C, rows_s, flops_per_s, output_s):
+    """`RooflineClock.step_s` of a step that copies, swaps and maps nothing, without a measured attention time."""
+    compute_s = rows_s[n] + output_s[sampled]
+    kv_bytes = (n + kv_read) * K[KV_BYTES_PER_TOKEN] + n * K[ATTN_BYTES_PER_ROW]
+    compute_s += max(kv_bytes / K[BYTES_PER_S], attn_ctx * K[ATTN_FLOPS_PER_KEY] / flops_per_s[n])
+    compute_s += decode_blocks * K[ATTN_S_PER_BLOCK_READ]
+    compute_s += K[ATTENTION_LAUNCH_S]
+    if C[TP] > 1:
+        compute_s += K[ALLREDUCE_FIXED_S] + n * K[ALLREDUCE_S_PER_TOKEN]
+    map_s = 0 * K[MAP_S_PER_PAGE]
+    compute_s = max(compute_s, map_s) if C[OVERLAP_MAP] else compute_s + map_s
+    swap_s = 0 * K[BLOCK_BYTES] / K[LINK_BYTES_PER_S] + 0 * K[SWAP_FIXED_S_PER_BLOCK]
+    return compute_s + swap_s + K[STEP_OVERHEAD_S]
+
+
+@njit(cache=True)
+def _log_done(S, log_done, i):
+    """Request i is finished or rejected: the done prefix of the request window grows past it."""
+    base = S[LOG_BASE]
+    log_done[i - base] = True
+    if i == S[LOG_READY]:
+        k = i - base
+        while k < log_done.shape[0] and log_done[k]:
+            k += 1
+        S[LOG_READY] = base + k
+
+
+@njit(cache=True)
+def _event(S, events, i, code, a, b):
+    e = S[EVENTS]
+    events[e, 0], events[e, 1], events[e, 2], events[e, 3] = i, code, a, b
+    S[EVENTS] = e + 1
+
+
+@njit(cache=True)
+def _free_seq(S, slot, s_head, s_nblocks, next_block, free_stack, free_slots):
+    """The sequence in `slot` gives its blocks back (pushed so that its first block is popped first, as
+    `BlockStack.push` of a table) and its slot."""
+    top = S[FREE_TOP] + s_nblocks[slot]
+    b = s_head[slot]
+    for k in range(s_nblocks[slot]):
+        free_stack[top - 1 - k] = b
+        b = next_block[b]
+    S[FREE_TOP] = top
+    free_slots[S[FREE_SLOTS_TOP]] = slot
+    S[FREE_SLOTS_TOP] += 1
+
+
+@njit(cache=True)
+def _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack):
+    """One block from the top of the free stack onto the end of the sequence's chain."""
+    S[FREE_TOP] -= 1
+    b = free_stack[S[FREE_TOP]]
+    if s_nblocks[slot] == 0:
+        s_head[slot] = b
+    else:
+        next_block[s_tail[slot]] = b
+    s_tail[slot] = b
+    s_nblocks[slot] += 1
+
+
+@njit(cache=True)
+def _leave_batch(S, batch, slot):
+    """The sequence in `slot` leaves the decode batch; the others keep their order."""
+    n = S[NBATCH]
+    k = 0
+    while batch[k] != slot:
+        k += 1
+    for m in range(k, n - 1):
+        batch[m] = batch[m + 1]
+    S[NBATCH] = n - 1
+
+
+@njit(cache=True)
+def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output_s,  # noqa: C901 (one step, in order)
+              g_generated, g_slot, wait, s_req, s_len, s_final, s_head, s_tail, s_nblocks, batch, free_slots,
+              free_stack, next_block, prefilled, log_admitted, log_first, log_finish, log_preempt, log_done,
+              events, rows_f, rows_i):
+    """Step until a status (module docstring) says to stop. `F[0]` is the replica's clock (s). Per request
+    i (ring position i & (len - 1) of `g_generated` and `g_slot`): tokens generated, device slot or -1;
+    `wait` a ring of request indices (head S[WAIT_HEAD]); per device slot: its request, length, final
+    length and block chain; `batch` the decoding slots in join order; `prefilled` this step's admitted
+    slots; the `log_*` arrays are the RequestLog window (row i - S[LOG_BASE])."""
+    bs = C[BLOCK_SIZE]
+    num_requests = arrival_s.shape[0]
+    gmask = g_slot.shape[0] - 1
+    wcap = wait.shape[0]
+    max_events = events.shape[0]
+    while True:
+        if S[PHASE] == 0:
+            if S[ROWS] == rows_f.shape[0]:
+                return ROWS_FULL
+            # -- next event: now while there is work, else the next arrival (`Replica.next_event_s`)
+            if S[NBATCH] == 0 and S[NWAIT] == 0:
+                if S[NEXT_ARRIVAL] == num_requests:
+                    return DONE
+                F[0] = max(F[0], arrival_s[S[NEXT_ARRIVAL]])
+            now_s = F[0]
+            # -- arrivals (`Scheduler.arrive`)
+            while S[NEXT_ARRIVAL] < num_requests and arrival_s[S[NEXT_ARRIVAL]] <= now_s:
+                i = S[NEXT_ARRIVAL]
+                if i - S[LOG_BASE] >= log_done.shape[0] or i - S[LOG_READY] > gmask or S[NWAIT] == wcap \
+                        or S[EVENTS] == max_events:
+                    return GROW
+                S[NEXT_ARRIVAL] = i + 1
+                total = prompt[i] + output[i]
+                if total > C[MAX_MODEL_LEN]:
+                    S[NUM_REJECTED] += 1
+                    _event(S, events, i, REJECT_TOO_LONG, total, C[MAX_MODEL_LEN])
+                    _log_done(S, log_done, i)
+                    continue
+                g_generated[i & gmask] = 0
+                g_slot[i & gmask] = -1
+                wait[(S[WAIT_HEAD] + S[NWAIT]) % wcap] = i
+                S[NWAIT] += 1
+            if S[NBATCH] == 0 and S[NWAIT] == 0:  # every request that arrived now was rejected
+                continue
+            # a step ends at most every waiting group and the batch's (a retired group and the admitted ones)
+            if S[EVENTS] + S[NWAIT] + 2 * C[MAX_NUM_SEQS] + 1 > max_events:
+                return EVENTS_FULL
+            rejected_before = S[NUM_REJECTED]
+            # -- the decode batch appends one slot per sequence, preempting while it cannot
+            preemptions = 0
+            while S[NBATCH] > 0:
+                need = 0
+                for k in range(S[NBATCH]):
+                    need += s_len[batch[k]] % bs == 0
+                if need <= S[FREE_TOP]:
+                    for k in range(S[NBATCH]):
+                        slot = batch[k]
+                        if s_len[slot] % bs == 0:
+                            _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
+                        s_len[slot] += 1
+                    break
+                victim = batch[0]
+                for k in range(1, S[NBATCH]):
+                    if s_req[batch[k]] > s_req[victim]:
+                        victim = batch[k]
+                i = s_req[victim]
+                last_one = S[NBATCH] == 1
+                _leave_batch(S, batch, victim)
+                S[RUNNING_SEQS] -= 1
+                _free_seq(S, victim, s_head, s_nblocks, next_block, free_stack, free_slots)
+                g_slot[i & gmask] = -1
+                if last_one:  # the only holder of the pool cannot grow: rejected
+                    S[NUM_REJECTED] += 1
+                    _event(S, events, i, REJECT_POOL, 0, 0)
+                    _log_done(S, log_done, i)
+                else:  # recomputed later: first in line again
+                    log_preempt[i - S[LOG_BASE]] += 1
+                    S[WAIT_HEAD] = (S[WAIT_HEAD] - 1) % wcap
+                    wait[S[WAIT_HEAD]] = i
+                    S[NWAIT] += 1
+                    preemptions += 1
+            num_decode = S[NBATCH]
+            # -- admission, first come first served (`Admission.admit`, `PagedStrategy.admit`)
+            npf = 0
+            num_prefill = 0
+            kv_read_prefill = 0
+            attn_ctx_prefill = 0
+            unshared_prefill = 0
+            budget = C[MAX_BATCHED]
+            while preemptions == 0 and S[NWAIT] > 0:
+                i = wait[S[WAIT_HEAD]]
+                tokens = prompt[i] + g_generated[i & gmask]  # a recomputed group re-prefills what it generated
+                if tokens > budget or budget == 0 or S[RUNNING_SEQS] + 1 > C[MAX_NUM_SEQS]:
+                    break
+                pool_empty = S[RUNNING_SEQS] == 0
+                need = (tokens + bs - 1) // bs
+                refusal = -1
+                if C[WATERMARK] and S[FREE_TOP] - need < C[WATERMARK]:
+                    refusal = REJECT_WATERMARK
+                elif need > S[FREE_TOP]:
+                    refusal = REJECT_BLOCKS
+                if refusal >= 0:
+                    if not pool_empty:
+                        break
+                    S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
+                    S[NWAIT] -= 1
+                    S[NUM_REJECTED] += 1
+                    _event(S, events, i, refusal, need, S[FREE_TOP])
+                    _log_done(S, log_done, i)
+                    continue
+                S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
+                S[NWAIT] -= 1
+                S[FREE_SLOTS_TOP] -= 1
+                slot = free_slots[S[FREE_SLOTS_TOP]]
+                s_nblocks[slot] = 0
+                for _ in range(need):
+                    _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
+                s_req[slot], s_len[slot], s_final[slot] = i, tokens, prompt[i] + output[i] - 1
+                g_slot[i & gmask] = slot
+                j = i - S[LOG_BASE]
+                if math.isnan(log_admitted[j]):
+                    log_admitted[j] = now_s
+                S[RUNNING_SEQS] += 1
+                budget -= tokens
+                prefilled[npf] = slot
+                npf += 1
+                num_prefill += tokens
+                kv_read_prefill += tokens
+                attn_ctx_prefill += tokens * (tokens + 1) // 2
+                unshared_prefill += need * bs
+            if num_decode == 0 and npf == 0:  # nothing computes (`Replica.step`)
+                if S[NUM_REJECTED] == rejected_before:
+                    return STUCK
+                continue
+            # -- the step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`)
+            decode_ctx = 0
+            decode_blocks = 0
+            for k in range(num_decode):
+                decode_ctx += s_len[batch[k]]
+                decode_blocks += s_nblocks[batch[k]]
+            written = decode_ctx
+            entries = decode_blocks
+            reserved = 0
+            for k in range(num_decode + npf):
+                slot = batch[k] if k < num_decode else prefilled[k - num_decode]
+                if k >= num_decode:
+                    written += s_len[slot]
+                    entries += s_nblocks[slot]
+                reserved += min(s_final[slot], s_nblocks[slot] * bs) - s_len[slot]
+            S[P_NUM_DECODE], S[P_NPF], S[P_NUM_PREFILL] = num_decode, npf, num_prefill
+            S[P_KV_READ], S[P_ATTN_CTX] = decode_ctx + kv_read_prefill, decode_ctx + attn_ctx_prefill
+            S[P_DECODE_CTX], S[P_DECODE_BLOCKS] = decode_ctx, decode_blocks
+            S[P_UNSHARED_SLOTS] = decode_blocks * bs + unshared_prefill
+            S[P_PREEMPTIONS], S[P_TOKEN_SLOTS], S[P_RESERVED] = preemptions, written, reserved
+            S[P_FREE_SLOTS], S[P_TABLE_ENTRIES] = S[FREE_TOP] * bs, entries
+            S[PHASE] = 1
+        # -- the clock (`RooflineClock.cost_s`), its per-row tables filled by the caller on demand
+        num_decode, npf, num_prefill = S[P_NUM_DECODE], S[P_NPF], S[P_NUM_PREFILL]
+        sampled = num_decode + npf
+        separate = C[SEPARATE_PREFILL] != 0 and num_prefill > 0 and num_decode > 0
+        rows_a = num_decode if separate else num_prefill + num_decode
+        rows_b = num_prefill if separate else 0
+        sampled_a = num_decode if separate else sampled
+        sampled_b = sampled - num_decode if separate else 0
+        if math.isnan(rows_s[rows_a]) or math.isnan(rows_s[rows_b]) or math.isnan(output_s[sampled_a]) \
+                or math.isnan(output_s[sampled_b]):
+            S[NEED_ROWS_A], S[NEED_ROWS_B], S[NEED_SAMPLED_A], S[NEED_SAMPLED_B] = rows_a, rows_b, sampled_a, sampled_b
+            return NEED_CLOCK
+        if separate:
+            ctx = S[P_DECODE_CTX]
+            dt_s = _step_s(num_decode, ctx, ctx, S[P_DECODE_BLOCKS], num_decode, K, C, rows_s, flops_per_s, output_s) \
+                + _step_s(num_prefill, S[P_KV_READ] - ctx, S[P_ATTN_CTX] - ctx, 0, sampled - num_decode, K, C, rows_s,
+                          flops_per_s, output_s)
+        else:
+            dt_s = _step_s(rows_a, S[P_KV_READ], S[P_ATTN_CTX], S[P_DECODE_BLOCKS], sampled, K, C, rows_s,
+                           flops_per_s, output_s)
+        F[0] += dt_s
+        now_s = F[0]
+        S[STEP] += 1
+        # -- completion (`Scheduler.complete`): one token per sequence, finished groups freed
+        base = S[LOG_BASE]
+        k = 0
+        while k < S[NBATCH]:
+            slot = batch[k]
+            i = s_req[slot]
+            g_generated[i & gmask] += 1
+            if g_generated[i & gmask] == output[i]:
+                _leave_batch(S, batch, slot)
+                _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
+                        gmask, log_finish, log_done, events)
+            else:
+                k += 1
+        for k in range(npf):
+            slot = prefilled[k]
+            i = s_req[slot]
+            g_generated[i & gmask] += 1
+            if math.isnan(log_first[i - base]):
+                log_first[i - base] = now_s
+            if g_generated[i & gmask] == output[i]:
+                _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
+                        gmask, log_finish, log_done, events)
+            else:
+                batch[S[NBATCH]] = slot
+                S[NBATCH] += 1
+        # -- the step row (`Replica._record`)
+        r = S[ROWS]
+        rows_f[r, 0], rows_f[r, 1], rows_f[r, 2] = now_s, dt_s, 0.0
+        free_slots_now = S[P_FREE_SLOTS]
+        held = C[CAPACITY_SLOTS] - free_slots_now
+        row = rows_i[r]
+        row[0], row[1], row[2] = S[STEP] - 1, num_decode + npf, S[NWAIT]
+        row[3], row[4], row[5], row[6] = num_prefill, num_decode, S[P_TOKEN_SLOTS], S[P_RESERVED]
+        row[7], row[8], row[9] = held - S[P_TOKEN_SLOTS] - S[P_RESERVED], 0, 0
+        row[10], row[11], row[12] = free_slots_now, S[P_TOKEN_SLOTS], 4 * S[P_TABLE_ENTRIES]
+        row[13], row[14], row[15], row[16], row[17] = 0, S[P_PREEMPTIONS], 0, free_slots_now, S[P_UNSHARED_SLOTS]
+        S[ROWS] = r + 1
+        S[PHASE] = 0
+
+
+@njit(cache=True)
+def _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot, gmask,
+            log_finish, log_done, events):
+    """Request i generated its last token: its blocks go back and its row is done (`RequestLog.finished`)."""
+    _free_seq(S, slot, s_head, s_nblocks, next_block, free_stack, free_slots)
+    S[RUNNING_SEQS] -= 1
+    g_slot[i & gmask] = -1
+    log_finish[i - S[LOG_BASE]] = now_s
+    S[NUM_FINISHED] += 1
+    S[GENERATED_TOKENS] += output[i]
+    _event(S, events, i, FINISHED, 0, 0)
+    _log_done(S, log_done, i)
