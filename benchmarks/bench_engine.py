@@ -2,18 +2,20 @@
 
 1. The whole trace (19,366 requests over ~3,500 s) with `paged` and `--kernel none`: simulated
    seconds per wall second (target >= 300) and per CPU second of this process (less sensitive to
-   other load on a shared machine).
-2. Where a step's time goes — scheduler, allocator (every strategy call, timed by a wrapper),
-   kernel (block moves, cache writes, attention) and bookkeeping (clock, completion, step rows) —
-   for the whole trace with `--kernel none`, and for a window of it with `--kernel numba
-   --kernel-heads 8` (one layer of 8 KV and 32 query heads on this CPU: prefill attention of the
-   trace's ~1,000-token prompts dominates).
+   other load on a shared machine). This run is the plain `paged` case: the compiled step loop
+   (docs/engine.md) runs it.
+2. Where a step's time goes in the general loop (step timers send a run there) — scheduler,
+   allocator (every strategy call, timed by a wrapper), kernel (block moves, cache writes, attention)
+   and bookkeeping (clock, completion, step rows) — for the whole trace with `--kernel none`, and for
+   a window of it with `--kernel numba --kernel-heads 8` (one layer of 8 KV and 32 query heads on
+   this CPU: prefill attention of the trace's ~1,000-token prompts dominates).
 
 3. With `--requests N` (repeatable), the scale rows instead: `paged`, Llama-3-8B on an H100, 40 GiB of
-   KV, `sharegpt-like` at 40 req/s, `--kernel none`, N requests written to a temporary `--out`: steps, mean
-   batch, CPU seconds, CPU µs per simulated step and peak RSS, each row in a fresh process (peak RSS is per
-   process). `--baseline PATH` runs every row also with the package at PATH (another checkout),
-   alternating, so before and after are measured side by side. `--set KEY=VALUE` and `--baseline-set
+   KV, `sharegpt-like` at 40 req/s, `--kernel none` (the compiled loop's plain case), N requests written
+   to a temporary `--out`: steps, mean batch, CPU seconds, CPU µs per simulated step and peak RSS, each
+   row in a fresh process (peak RSS is per process). `--baseline PATH` runs every row also with the package
+   at PATH (another checkout), alternating, so before and after are measured side by side. `--set KEY=VALUE`
+   and `--baseline-set
    KEY=VALUE` (repeatable) change a config field of this package's runs or the baseline's: a comparison
    across a clock change holds the operating point (steps and mean batch) with them. The per-operator
    clock's steps are ~1.4× longer than the single-roofline clock's at this config (mean batch ~200

@@ -8,8 +8,14 @@ Everything here is imported on first use, so `import workbench` stays cheap.
 """
 
 import importlib
+import os
 
 __version__ = "0.1.0"
+
+# Arrow's own memory pool (mimalloc in its wheels) keeps the pages of buffers it has freed: reading a
+# million-request run's tables back for its summary left ~70 MB resident. Chosen before pyarrow loads,
+# its pool is the C heap's, whose free memory a run gives back (workbench.heap). A user's setting wins.
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 # `run`, `sweep` and `traces` are modules (command-line tools) that can be called as functions of the API
 _MODULES = ("run", "sweep", "traces", "plot", "api")

@@ -126,6 +126,12 @@ class Scheduler:
         if transferred:
             self.transferred.add(len(self.requests) - 1)
 
+    def release_workload(self) -> None:
+        """Mutates. The run is over and its rows written: the workload is let go (a long trace's columns are
+        most of what a finished run still holds); no request can be added or stepped after this."""
+        self.requests = []
+        self._next = None
+
     def has_work(self) -> bool:
         # the batch's groups, not the batch: called thrice a step, and `DecodeBatch.__bool__` is a call
         return bool(self.batch.groups or self.waiting or self.swapped or self._partial())

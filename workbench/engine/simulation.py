@@ -95,7 +95,9 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     keep = False  # a refused install keeps the new files where its message says; anything else leaves nothing
     try:
         staged.mkdir(parents=True, exist_ok=final is None)
-        summary = simulate_into(cfg, requests, registry.create_from_config(cfg, res, shared_tier),
+        handed = [requests]  # the only reference goes to simulate_into, which lets go before the summary
+        del requests
+        summary = simulate_into(cfg, handed.pop(), registry.create_from_config(cfg, res, shared_tier),
                                 ParquetSink(staged), progress=progress, wall0_s=wall0)
         if final is not None:
             write_json(staged / "config.json", run_description(cfg, res, summary["kernel_backend"]))
@@ -156,7 +158,8 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
                   progress: bool = False, timers: StepTimers | None = None, wall0_s: float | None = None
                   ) -> dict[str, Any]:
     """`simulate`, its step and request tables handed to `sink` in chunks while it runs (then closed);
-    returns the summary, computed from the sink's tables."""
+    returns the summary, computed from the sink's tables. Holds `requests` only until the tables are
+    written."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
     res = cfg.resolve()
     backend = kernel_backend(cfg)
@@ -171,7 +174,11 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
         replica.close()
     replica.steps.close()
     sink.close()
-    release_free_memory()  # the engine's freed state, before the summary reads the tables back
+    # every row is written: the workload's columns (24 bytes a request) go before the summary, unless the
+    # caller keeps them, and so do the engine's freed state
+    del requests
+    replica.scheduler.release_workload()
+    release_free_memory()
     log = replica.scheduler.log
     return summarize_chunks(lambda columns: sink.chunks(STEPS_TABLE, columns),
                             lambda columns: sink.chunks(REQUESTS_TABLE, columns),

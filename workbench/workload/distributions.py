@@ -54,13 +54,29 @@ def sample_lengths(dist: LengthDist, num: int, rng: np.random.Generator, limit_t
     have = 0
     while have < num:
         batch = max(2 * (num - have), 1024)
-        prompt = np.maximum(1, np.rint(rng.lognormal(dist.prompt_mu, dist.prompt_sigma, batch))).astype(np.int64)
-        output = np.maximum(1, np.rint(rng.lognormal(dist.output_mu, dist.output_sigma, batch))).astype(np.int64)
+        prompt = _rounded_lognormal(rng, dist.prompt_mu, dist.prompt_sigma, batch, limit)
+        output = _rounded_lognormal(rng, dist.output_mu, dist.output_sigma, batch, limit)
         ok = prompt + output <= limit
         prompts.append(prompt[ok])
         outputs.append(output[ok])
         have += int(ok.sum())
-    return np.concatenate(prompts)[:num], np.concatenate(outputs)[:num]
+    return np.concatenate(prompts)[:num].astype(np.int64), np.concatenate(outputs)[:num].astype(np.int64)
+
+
+_DRAW_CHUNK = 1 << 16
+
+
+def _rounded_lognormal(rng: np.random.Generator, mu: float, sigma: float, num: int, limit: int) -> np.ndarray:
+    """max(1, rint(x)) of `num` lognormal draws, uint16 [num], a draw above `limit` + 1 kept as `limit` + 1
+    (it is rejected either way). The same draws as one call for all `num` (the generator's stream does not
+    depend on how it is split), made in chunks: a million-request workload never holds its candidates as
+    float64."""
+    out = np.empty(num, dtype=np.uint16)
+    cap = float(limit + 1)
+    for start in range(0, num, _DRAW_CHUNK):
+        x = rng.lognormal(mu, sigma, min(_DRAW_CHUNK, num - start))
+        out[start:start + x.shape[0]] = np.maximum(1.0, np.rint(np.minimum(x, cap)))
+    return out
 
 
 def fit_probability_bound(dist: LengthDist, limit_tokens: int) -> float:
@@ -101,7 +117,9 @@ def arrival_times_s(
     shape = 1.0 / cv**2
     scale = 1.0 / (rate * shape)
     if num is not None:
-        return np.concatenate([[0.0], np.cumsum(rng.gamma(shape, scale, max(num - 1, 0)))])[:num]
+        times = np.zeros(max(num, 1))
+        np.cumsum(rng.gamma(shape, scale, max(num - 1, 0)), out=times[1:])
+        return times[:num]
     if duration_s is None:
         raise ValueError("give num or duration_s")
     chunks = [np.zeros(1)]

@@ -234,6 +234,6 @@ def any_beam_search(requests: Sequence[Request]) -> bool:
 def shortest_request(requests: Sequence[Request]) -> Request:
     """The request with the fewest prompt + output tokens (the first such)."""
     if isinstance(requests, RequestColumns):
-        total = requests.prompt_tokens.astype(np.int64) + requests.output_tokens
+        total = np.add(requests.prompt_tokens, requests.output_tokens, dtype=np.int64)
         return requests[int(np.argmin(total))]
     return min(requests, key=lambda r: (r.prompt_tokens + r.output_tokens, r.request_id))

@@ -108,9 +108,10 @@ def finalize(
     order = np.argsort(table.arrival_s, kind="stable")  # [num_rows] table rows in arrival order
     if num_requests is not None:
         order = order[:num_requests]
-    arrival_s = table.arrival_s[order].astype(np.float64)
+    # each step in place: a million-request table's columns are what a run's peak memory grows with
+    arrival_s = np.asarray(table.arrival_s[order], dtype=np.float64)
     if len(arrival_s):
-        arrival_s = arrival_s - arrival_s[0]
+        arrival_s -= arrival_s[0]
     if rate is not None and len(arrival_s) > 1:
         span_s = arrival_s[-1]
         if span_s <= 0:
@@ -118,28 +119,34 @@ def finalize(
         with np.errstate(over="ignore"):
             factor = len(arrival_s) / span_s / rate
         if np.isfinite(factor):
-            arrival_s = arrival_s * factor
+            arrival_s *= factor
         else:  # a subnormal span: divide by it first, so the times stay finite (0 .. len / rate)
             arrival_s = arrival_s / span_s * (len(arrival_s) / rate)
     if duration_s is not None:
         keep = int(np.searchsorted(arrival_s, duration_s, side="left"))
         order, arrival_s = order[:keep], arrival_s[:keep]
 
-    final_id = np.full(len(table), -1, dtype=np.int64)  # [num_rows] request id of each kept row
-    final_id[order] = np.arange(len(order))
-    prompt = table.prompt_tokens[order]
-    output = table.output_tokens[order]
+    prompt, output = _int32_column(table.prompt_tokens, order), _int32_column(table.output_tokens, order)
     sessions = [table.session_id[r] for r in order] if table.session_id is not None else None
     if table.content is None:
         keys, contents = UniqueKeys(f"unique/{seed}", order), None
     else:
+        final_id = np.full(len(table), -1, dtype=np.int64)  # [num_rows] request id of each kept row
+        final_id[order] = np.arange(len(order))
         answer_keys = output_keys(np.arange(len(order)), 0).tolist()  # [kept] key of each request's answer
         ids = final_id.tolist()
         keys, contents = None, [_resolve(table.content[r], ids, answer_keys, i) for i, r in enumerate(order.tolist())]
-    if np.iinfo(np.int32).max < max(int(prompt.max(initial=0)), int(output.max(initial=0))):
+    return RequestColumns(arrival_s, prompt, output, unique_keys=keys, contents=contents, n=n, beam_width=beam_width,
+                          sessions=sessions)
+
+
+def _int32_column(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`values[order]` as int32 [len(order)]; ValueError when a value does not fit. One column at a time: a
+    million-request table's int64 copies are not held together."""
+    taken = values[order]
+    if np.iinfo(np.int32).max < int(taken.max(initial=0)):
         raise ValueError(f"a request has more than {np.iinfo(np.int32).max} prompt or output tokens")
-    return RequestColumns(arrival_s, prompt.astype(np.int32), output.astype(np.int32), unique_keys=keys,
-                          contents=contents, n=n, beam_width=beam_width, sessions=sessions)
+    return taken.astype(np.int32)
 
 
 def _resolve(parts: tuple[Part, ...], final_id: list[int], answer_keys: list[int], request_id: int

@@ -197,10 +197,10 @@ class _Run:
 
 
 def _columns(requests) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Arrival (s), prompt and output tokens of every request: float64, int64, int64 [N]."""
+    """Arrival (s), prompt and output tokens of every request, float64 and integer arrays [N]: a columns
+    workload's own arrays (no copy: a long trace's columns are most of what grows with it)."""
     if isinstance(requests, RequestColumns):
-        return (requests.arrival_s.astype(np.float64), requests.prompt_tokens.astype(np.int64),
-                requests.output_tokens.astype(np.int64))
+        return np.asarray(requests.arrival_s, dtype=np.float64), requests.prompt_tokens, requests.output_tokens
     return (np.array([r.arrival_s for r in requests], dtype=np.float64),
             np.array([r.prompt_tokens for r in requests], dtype=np.int64),
             np.array([r.output_tokens for r in requests], dtype=np.int64))

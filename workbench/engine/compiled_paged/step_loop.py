@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 # statuses
@@ -162,7 +163,7 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
                         or S[EVENTS] == max_events:
                     return GROW
                 S[NEXT_ARRIVAL] = i + 1
-                total = prompt[i] + output[i]
+                total = np.int64(prompt[i]) + output[i]  # lengths may come as int32 columns
                 if total > C[MAX_MODEL_LEN]:
                     S[NUM_REJECTED] += 1
                     _event(S, events, i, REJECT_TOO_LONG, total, C[MAX_MODEL_LEN])
@@ -247,7 +248,7 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
                 s_nblocks[slot] = 0
                 for _ in range(need):
                     _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
-                s_req[slot], s_len[slot], s_final[slot] = i, tokens, prompt[i] + output[i] - 1
+                s_req[slot], s_len[slot], s_final[slot] = i, tokens, np.int64(prompt[i]) + output[i] - 1
                 g_slot[i & gmask] = slot
                 j = i - S[LOG_BASE]
                 if math.isnan(log_admitted[j]):
