@@ -132,233 +132,286 @@ def _leave_batch(S, batch, slot):
 
 
 @njit(cache=True)
-def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output_s,  # noqa: C901 (one step, in order)
-              g_generated, g_slot, wait, s_req, s_len, s_final, s_head, s_tail, s_nblocks, batch, free_slots,
-              free_stack, next_block, prefilled, log_admitted, log_first, log_finish, log_preempt, log_done,
-              events, rows_f, rows_i):
+def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output_s, g_generated, g_slot, wait,
+              s_req, s_len, s_final, s_head, s_tail, s_nblocks, batch, free_slots, free_stack, next_block, prefilled,
+              log_admitted, log_first, log_finish, log_preempt, log_done, events, rows_f, rows_i):
     """Step until a status (module docstring) says to stop. `F[0]` is the replica's clock (s). Per request
     i (ring position i & (len - 1) of `g_generated` and `g_slot`): tokens generated, device slot or -1;
     `wait` a ring of request indices (head S[WAIT_HEAD]); per device slot: its request, length, final
-    length and block chain; `batch` the decoding slots in join order; `prefilled` this step's admitted
-    slots; the `log_*` arrays are the RequestLog window (row i - S[LOG_BASE])."""
-    bs = C[BLOCK_SIZE]
-    num_requests = arrival_s.shape[0]
-    gmask = g_slot.shape[0] - 1
-    wcap = wait.shape[0]
-    max_events = events.shape[0]
+    length and block chain (first and last block, `s_nblocks` of them linked by `next_block`); `batch`
+    the decoding slots in join order; `prefilled` this step's admitted slots; the `log_*` arrays are the
+    RequestLog window (row i - S[LOG_BASE])."""
     while True:
         if S[PHASE] == 0:
             if S[ROWS] == rows_f.shape[0]:
                 return ROWS_FULL
-            # -- next event: now while there is work, else the next arrival (`Replica.next_event_s`)
-            if S[NBATCH] == 0 and S[NWAIT] == 0:
-                if S[NEXT_ARRIVAL] == num_requests:
-                    return DONE
-                F[0] = max(F[0], arrival_s[S[NEXT_ARRIVAL]])
-            now_s = F[0]
-            # -- arrivals (`Scheduler.arrive`)
-            while S[NEXT_ARRIVAL] < num_requests and arrival_s[S[NEXT_ARRIVAL]] <= now_s:
-                i = S[NEXT_ARRIVAL]
-                if i - S[LOG_BASE] >= log_done.shape[0] or i - S[LOG_READY] > gmask or S[NWAIT] == wcap \
-                        or S[EVENTS] == max_events:
-                    return GROW
-                S[NEXT_ARRIVAL] = i + 1
-                total = np.int64(prompt[i]) + output[i]  # lengths may come as int32 columns
-                if total > C[MAX_MODEL_LEN]:
-                    S[NUM_REJECTED] += 1
-                    _event(S, events, i, REJECT_TOO_LONG, total, C[MAX_MODEL_LEN])
-                    _log_done(S, log_done, i)
-                    continue
-                g_generated[i & gmask] = 0
-                g_slot[i & gmask] = -1
-                wait[(S[WAIT_HEAD] + S[NWAIT]) % wcap] = i
-                S[NWAIT] += 1
+            status = _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_slot, wait, log_done, events)
+            if status >= 0:
+                return status
             if S[NBATCH] == 0 and S[NWAIT] == 0:  # every request that arrived now was rejected
                 continue
             # a step ends at most every waiting group and the batch's (a retired group and the admitted ones)
-            if S[EVENTS] + S[NWAIT] + 2 * C[MAX_NUM_SEQS] + 1 > max_events:
+            if S[EVENTS] + S[NWAIT] + 2 * C[MAX_NUM_SEQS] + 1 > events.shape[0]:
                 return EVENTS_FULL
             rejected_before = S[NUM_REJECTED]
-            # -- the decode batch appends one slot per sequence, preempting while it cannot
-            preemptions = 0
-            while S[NBATCH] > 0:
-                need = 0
-                for k in range(S[NBATCH]):
-                    need += s_len[batch[k]] % bs == 0
-                if need <= S[FREE_TOP]:
-                    for k in range(S[NBATCH]):
-                        slot = batch[k]
-                        if s_len[slot] % bs == 0:
-                            _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
-                        s_len[slot] += 1
-                    break
-                victim = batch[0]
-                for k in range(1, S[NBATCH]):
-                    if s_req[batch[k]] > s_req[victim]:
-                        victim = batch[k]
-                i = s_req[victim]
-                last_one = S[NBATCH] == 1
-                _leave_batch(S, batch, victim)
-                S[RUNNING_SEQS] -= 1
-                _free_seq(S, victim, s_head, s_nblocks, next_block, free_stack, free_slots)
-                g_slot[i & gmask] = -1
-                if last_one:  # the only holder of the pool cannot grow: rejected
-                    S[NUM_REJECTED] += 1
-                    _event(S, events, i, REJECT_POOL, 0, 0)
-                    _log_done(S, log_done, i)
-                else:  # recomputed later: first in line again
-                    log_preempt[i - S[LOG_BASE]] += 1
-                    S[WAIT_HEAD] = (S[WAIT_HEAD] - 1) % wcap
-                    wait[S[WAIT_HEAD]] = i
-                    S[NWAIT] += 1
-                    preemptions += 1
-            num_decode = S[NBATCH]
-            # -- admission, first come first served (`Admission.admit`, `PagedStrategy.admit`)
+            preemptions = _append_or_preempt(S, C, g_slot, wait, s_req, s_len, s_head, s_tail, s_nblocks, batch,
+                                             free_slots, free_stack, next_block, log_preempt, log_done, events)
             npf = 0
-            num_prefill = 0
-            kv_read_prefill = 0
-            attn_ctx_prefill = 0
-            unshared_prefill = 0
-            budget = C[MAX_BATCHED]
-            while preemptions == 0 and S[NWAIT] > 0:
-                i = wait[S[WAIT_HEAD]]
-                tokens = prompt[i] + g_generated[i & gmask]  # a recomputed group re-prefills what it generated
-                if tokens > budget or budget == 0 or S[RUNNING_SEQS] + 1 > C[MAX_NUM_SEQS]:
-                    break
-                pool_empty = S[RUNNING_SEQS] == 0
-                need = (tokens + bs - 1) // bs
-                refusal = -1
-                if C[WATERMARK] and S[FREE_TOP] - need < C[WATERMARK]:
-                    refusal = REJECT_WATERMARK
-                elif need > S[FREE_TOP]:
-                    refusal = REJECT_BLOCKS
-                if refusal >= 0:
-                    if not pool_empty:
-                        break
-                    S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
-                    S[NWAIT] -= 1
-                    S[NUM_REJECTED] += 1
-                    _event(S, events, i, refusal, need, S[FREE_TOP])
-                    _log_done(S, log_done, i)
-                    continue
-                S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
-                S[NWAIT] -= 1
-                S[FREE_SLOTS_TOP] -= 1
-                slot = free_slots[S[FREE_SLOTS_TOP]]
-                s_nblocks[slot] = 0
-                for _ in range(need):
-                    _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
-                s_req[slot], s_len[slot], s_final[slot] = i, tokens, np.int64(prompt[i]) + output[i] - 1
-                g_slot[i & gmask] = slot
-                j = i - S[LOG_BASE]
-                if math.isnan(log_admitted[j]):
-                    log_admitted[j] = now_s
-                S[RUNNING_SEQS] += 1
-                budget -= tokens
-                prefilled[npf] = slot
-                npf += 1
-                num_prefill += tokens
-                kv_read_prefill += tokens
-                attn_ctx_prefill += tokens * (tokens + 1) // 2
-                unshared_prefill += need * bs
-            if num_decode == 0 and npf == 0:  # nothing computes (`Replica.step`)
+            if preemptions == 0:
+                npf = _admit(S, F, C, prompt, output, g_generated, g_slot, wait, s_req, s_len, s_final, s_head,
+                             s_tail, s_nblocks, free_slots, free_stack, next_block, prefilled, log_admitted, log_done,
+                             events)
+            if S[NBATCH] == 0 and npf == 0:  # nothing computes (`Replica.step`)
                 if S[NUM_REJECTED] == rejected_before:
                     return STUCK
                 continue
-            # -- the step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`)
-            decode_ctx = 0
-            decode_blocks = 0
-            for k in range(num_decode):
-                decode_ctx += s_len[batch[k]]
-                decode_blocks += s_nblocks[batch[k]]
-            written = decode_ctx
-            entries = decode_blocks
-            reserved = 0
-            for k in range(num_decode + npf):
-                slot = batch[k] if k < num_decode else prefilled[k - num_decode]
-                if k >= num_decode:
-                    written += s_len[slot]
-                    entries += s_nblocks[slot]
-                reserved += min(s_final[slot], s_nblocks[slot] * bs) - s_len[slot]
-            S[P_NUM_DECODE], S[P_NPF], S[P_NUM_PREFILL] = num_decode, npf, num_prefill
-            S[P_KV_READ], S[P_ATTN_CTX] = decode_ctx + kv_read_prefill, decode_ctx + attn_ctx_prefill
-            S[P_DECODE_CTX], S[P_DECODE_BLOCKS] = decode_ctx, decode_blocks
-            S[P_UNSHARED_SLOTS] = decode_blocks * bs + unshared_prefill
-            S[P_PREEMPTIONS], S[P_TOKEN_SLOTS], S[P_RESERVED] = preemptions, written, reserved
-            S[P_FREE_SLOTS], S[P_TABLE_ENTRIES] = S[FREE_TOP] * bs, entries
+            _plan(S, C, preemptions, npf, s_len, s_final, s_nblocks, batch, prefilled)
             S[PHASE] = 1
-        # -- the clock (`RooflineClock.cost_s`), its per-row tables filled by the caller on demand
-        num_decode, npf, num_prefill = S[P_NUM_DECODE], S[P_NPF], S[P_NUM_PREFILL]
-        sampled = num_decode + npf
-        separate = C[SEPARATE_PREFILL] != 0 and num_prefill > 0 and num_decode > 0
-        rows_a = num_decode if separate else num_prefill + num_decode
-        rows_b = num_prefill if separate else 0
-        sampled_a = num_decode if separate else sampled
-        sampled_b = sampled - num_decode if separate else 0
-        if math.isnan(rows_s[rows_a]) or math.isnan(rows_s[rows_b]) or math.isnan(output_s[sampled_a]) \
-                or math.isnan(output_s[sampled_b]):
-            S[NEED_ROWS_A], S[NEED_ROWS_B], S[NEED_SAMPLED_A], S[NEED_SAMPLED_B] = rows_a, rows_b, sampled_a, sampled_b
+        dt_s = _duration_s(S, C, K, rows_s, flops_per_s, output_s)
+        if math.isnan(dt_s):
             return NEED_CLOCK
-        if separate:
-            ctx = S[P_DECODE_CTX]
-            dt_s = _step_s(num_decode, ctx, ctx, S[P_DECODE_BLOCKS], num_decode, K, C, rows_s, flops_per_s, output_s) \
-                + _step_s(num_prefill, S[P_KV_READ] - ctx, S[P_ATTN_CTX] - ctx, 0, sampled - num_decode, K, C, rows_s,
-                          flops_per_s, output_s)
-        else:
-            dt_s = _step_s(rows_a, S[P_KV_READ], S[P_ATTN_CTX], S[P_DECODE_BLOCKS], sampled, K, C, rows_s,
-                           flops_per_s, output_s)
         F[0] += dt_s
-        now_s = F[0]
         S[STEP] += 1
-        # -- completion (`Scheduler.complete`): one token per sequence, finished groups freed
-        base = S[LOG_BASE]
-        k = 0
-        while k < S[NBATCH]:
-            slot = batch[k]
-            i = s_req[slot]
-            g_generated[i & gmask] += 1
-            if g_generated[i & gmask] == output[i]:
-                _leave_batch(S, batch, slot)
-                _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
-                        gmask, log_finish, log_done, events)
-            else:
-                k += 1
-        for k in range(npf):
-            slot = prefilled[k]
-            i = s_req[slot]
-            g_generated[i & gmask] += 1
-            if math.isnan(log_first[i - base]):
-                log_first[i - base] = now_s
-            if g_generated[i & gmask] == output[i]:
-                _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
-                        gmask, log_finish, log_done, events)
-            else:
-                batch[S[NBATCH]] = slot
-                S[NBATCH] += 1
-        # -- the step row (`Replica._record`)
-        r = S[ROWS]
-        rows_f[r, 0], rows_f[r, 1], rows_f[r, 2] = now_s, dt_s, 0.0
-        free_slots_now = S[P_FREE_SLOTS]
-        held = C[CAPACITY_SLOTS] - free_slots_now
-        row = rows_i[r]
-        row[0], row[1], row[2] = S[STEP] - 1, num_decode + npf, S[NWAIT]
-        row[3], row[4], row[5], row[6] = num_prefill, num_decode, S[P_TOKEN_SLOTS], S[P_RESERVED]
-        row[7], row[8], row[9] = held - S[P_TOKEN_SLOTS] - S[P_RESERVED], 0, 0
-        row[10], row[11], row[12] = free_slots_now, S[P_TOKEN_SLOTS], 4 * S[P_TABLE_ENTRIES]
-        row[13], row[14], row[15], row[16], row[17] = 0, S[P_PREEMPTIONS], 0, free_slots_now, S[P_UNSHARED_SLOTS]
-        S[ROWS] = r + 1
+        _complete(S, F[0], output, g_generated, g_slot, s_req, s_head, s_nblocks, batch, prefilled, free_slots,
+                  free_stack, next_block, log_first, log_finish, log_done, events)
+        _record(S, C, F[0], dt_s, rows_f, rows_i)
         S[PHASE] = 0
 
 
 @njit(cache=True)
-def _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot, gmask,
-            log_finish, log_done, events):
+def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_slot, wait, log_done, events):
+    """The clock moves to the next event (now while there is work, else the next arrival:
+    `Replica.next_event_s`) and the requests that arrived by then join the waiting queue or are rejected
+    (`Scheduler.arrive`). Returns DONE when no request is left, GROW when the next arrival needs room,
+    else -1."""
+    num_requests = arrival_s.shape[0]
+    gmask = g_slot.shape[0] - 1
+    wcap = wait.shape[0]
+    if S[NBATCH] == 0 and S[NWAIT] == 0:
+        if S[NEXT_ARRIVAL] == num_requests:
+            return DONE
+        F[0] = max(F[0], arrival_s[S[NEXT_ARRIVAL]])
+    while S[NEXT_ARRIVAL] < num_requests and arrival_s[S[NEXT_ARRIVAL]] <= F[0]:
+        i = S[NEXT_ARRIVAL]
+        if i - S[LOG_BASE] >= log_done.shape[0] or i - S[LOG_READY] > gmask or S[NWAIT] == wcap \
+                or S[EVENTS] == events.shape[0]:
+            return GROW
+        S[NEXT_ARRIVAL] = i + 1
+        total = np.int64(prompt[i]) + output[i]  # lengths may come as int32 columns
+        if total > C[MAX_MODEL_LEN]:
+            S[NUM_REJECTED] += 1
+            _event(S, events, i, REJECT_TOO_LONG, total, C[MAX_MODEL_LEN])
+            _log_done(S, log_done, i)
+            continue
+        g_generated[i & gmask] = 0
+        g_slot[i & gmask] = -1
+        wait[(S[WAIT_HEAD] + S[NWAIT]) % wcap] = i
+        S[NWAIT] += 1
+    return -1
+
+
+@njit(cache=True)
+def _append_or_preempt(S, C, g_slot, wait, s_req, s_len, s_head, s_tail, s_nblocks, batch, free_slots, free_stack,
+                       next_block, log_preempt, log_done, events):
+    """The decode batch appends one slot per sequence, all or nothing; while the free blocks cannot supply
+    it, the latest-arrived group is preempted for recompute (first in line again), or rejected when it is
+    the only one (`Scheduler.schedule`). Returns the preemptions."""
+    bs = C[BLOCK_SIZE]
+    gmask = g_slot.shape[0] - 1
+    wcap = wait.shape[0]
+    preemptions = 0
+    while S[NBATCH] > 0:
+        need = 0
+        for k in range(S[NBATCH]):
+            need += s_len[batch[k]] % bs == 0
+        if need <= S[FREE_TOP]:
+            for k in range(S[NBATCH]):
+                slot = batch[k]
+                if s_len[slot] % bs == 0:
+                    _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
+                s_len[slot] += 1
+            return preemptions
+        victim = batch[0]
+        for k in range(1, S[NBATCH]):
+            if s_req[batch[k]] > s_req[victim]:
+                victim = batch[k]
+        i = s_req[victim]
+        last_one = S[NBATCH] == 1
+        _leave_batch(S, batch, victim)
+        S[RUNNING_SEQS] -= 1
+        _free_seq(S, victim, s_head, s_nblocks, next_block, free_stack, free_slots)
+        g_slot[i & gmask] = -1
+        if last_one:  # the only holder of the pool cannot grow
+            S[NUM_REJECTED] += 1
+            _event(S, events, i, REJECT_POOL, 0, 0)
+            _log_done(S, log_done, i)
+        else:
+            log_preempt[i - S[LOG_BASE]] += 1
+            S[WAIT_HEAD] = (S[WAIT_HEAD] - 1) % wcap
+            wait[S[WAIT_HEAD]] = i
+            S[NWAIT] += 1
+            preemptions += 1
+    return preemptions
+
+
+@njit(cache=True)
+def _admit(S, F, C, prompt, output, g_generated, g_slot, wait, s_req, s_len, s_final, s_head, s_tail, s_nblocks,
+           free_slots, free_stack, next_block, prefilled, log_admitted, log_done, events):
+    """Waiting groups are admitted first come first served under the token budget, max_num_seqs and the
+    watermark, each taking the blocks of its prompt and what it generated before a preemption
+    (`Admission.admit`, `PagedStrategy.admit`); a group the empty pool cannot place is rejected. Returns
+    how many were admitted (their slots in `prefilled`)."""
+    bs = C[BLOCK_SIZE]
+    gmask = g_slot.shape[0] - 1
+    wcap = wait.shape[0]
+    npf = 0
+    budget = C[MAX_BATCHED]
+    while S[NWAIT] > 0:
+        i = wait[S[WAIT_HEAD]]
+        tokens = prompt[i] + g_generated[i & gmask]  # a recomputed group re-prefills what it generated
+        if tokens > budget or budget == 0 or S[RUNNING_SEQS] + 1 > C[MAX_NUM_SEQS]:
+            break
+        need = (tokens + bs - 1) // bs
+        refusal = -1
+        if C[WATERMARK] and S[FREE_TOP] - need < C[WATERMARK]:
+            refusal = REJECT_WATERMARK
+        elif need > S[FREE_TOP]:
+            refusal = REJECT_BLOCKS
+        if refusal >= 0 and S[RUNNING_SEQS] > 0:  # blocks will come free: it waits
+            break
+        S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
+        S[NWAIT] -= 1
+        if refusal >= 0:  # the empty pool cannot place it: nothing ever will
+            S[NUM_REJECTED] += 1
+            _event(S, events, i, refusal, need, S[FREE_TOP])
+            _log_done(S, log_done, i)
+            continue
+        S[FREE_SLOTS_TOP] -= 1
+        slot = free_slots[S[FREE_SLOTS_TOP]]
+        s_nblocks[slot] = 0
+        for _ in range(need):
+            _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
+        s_req[slot], s_len[slot], s_final[slot] = i, tokens, np.int64(prompt[i]) + output[i] - 1
+        g_slot[i & gmask] = slot
+        j = i - S[LOG_BASE]
+        if math.isnan(log_admitted[j]):
+            log_admitted[j] = F[0]
+        S[RUNNING_SEQS] += 1
+        budget -= tokens
+        prefilled[npf] = slot
+        npf += 1
+    return npf
+
+
+@njit(cache=True)
+def _plan(S, C, preemptions, npf, s_len, s_final, s_nblocks, batch, prefilled):
+    """The planned step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`), into S. An admitted
+    sequence's length is its whole prompt (and recomputed tokens), all of it written this step."""
+    bs = C[BLOCK_SIZE]
+    num_decode = S[NBATCH]
+    decode_ctx = decode_blocks = 0
+    for k in range(num_decode):
+        decode_ctx += s_len[batch[k]]
+        decode_blocks += s_nblocks[batch[k]]
+    num_prefill = attn_ctx_prefill = prefill_blocks = 0
+    for k in range(npf):
+        tokens = s_len[prefilled[k]]
+        num_prefill += tokens
+        attn_ctx_prefill += tokens * (tokens + 1) // 2  # queries at 0..tokens-1 attend to q + 1 keys each
+        prefill_blocks += s_nblocks[prefilled[k]]
+    reserved = 0  # unwritten slots of last blocks that their sequence will write
+    for k in range(num_decode + npf):
+        slot = batch[k] if k < num_decode else prefilled[k - num_decode]
+        reserved += min(s_final[slot], s_nblocks[slot] * bs) - s_len[slot]
+    S[P_NUM_DECODE], S[P_NPF], S[P_NUM_PREFILL] = num_decode, npf, num_prefill
+    S[P_KV_READ], S[P_ATTN_CTX] = decode_ctx + num_prefill, decode_ctx + attn_ctx_prefill
+    S[P_DECODE_CTX], S[P_DECODE_BLOCKS] = decode_ctx, decode_blocks
+    S[P_UNSHARED_SLOTS] = (decode_blocks + prefill_blocks) * bs
+    S[P_PREEMPTIONS], S[P_TOKEN_SLOTS], S[P_RESERVED] = preemptions, decode_ctx + num_prefill, reserved
+    S[P_FREE_SLOTS], S[P_TABLE_ENTRIES] = S[FREE_TOP] * bs, decode_blocks + prefill_blocks
+
+
+@njit(cache=True)
+def _duration_s(S, C, K, rows_s, flops_per_s, output_s):
+    """The planned step's duration (`RooflineClock.cost_s`); NaN, with S[NEED_*] set, when the per-row
+    tables lack an entry it reads (the caller fills them from the clock)."""
+    num_decode, num_prefill = S[P_NUM_DECODE], S[P_NUM_PREFILL]
+    sampled = num_decode + S[P_NPF]
+    separate = C[SEPARATE_PREFILL] != 0 and num_prefill > 0 and num_decode > 0
+    rows_a = num_decode if separate else num_prefill + num_decode
+    rows_b = num_prefill if separate else 0
+    sampled_a = num_decode if separate else sampled
+    sampled_b = sampled - num_decode if separate else 0
+    if math.isnan(rows_s[rows_a]) or math.isnan(rows_s[rows_b]) or math.isnan(output_s[sampled_a]) \
+            or math.isnan(output_s[sampled_b]):
+        S[NEED_ROWS_A], S[NEED_ROWS_B], S[NEED_SAMPLED_A], S[NEED_SAMPLED_B] = rows_a, rows_b, sampled_a, sampled_b
+        return math.nan
+    if not separate:
+        return _step_s(rows_a, S[P_KV_READ], S[P_ATTN_CTX], S[P_DECODE_BLOCKS], sampled, K, C, rows_s, flops_per_s,
+                       output_s)
+    ctx = S[P_DECODE_CTX]  # prompts and decodes as separate iterations
+    return _step_s(num_decode, ctx, ctx, S[P_DECODE_BLOCKS], num_decode, K, C, rows_s, flops_per_s, output_s) \
+        + _step_s(num_prefill, S[P_KV_READ] - ctx, S[P_ATTN_CTX] - ctx, 0, sampled - num_decode, K, C, rows_s,
+                  flops_per_s, output_s)
+
+
+@njit(cache=True)
+def _complete(S, now_s, output, g_generated, g_slot, s_req, s_head, s_nblocks, batch, prefilled, free_slots,
+              free_stack, next_block, log_first, log_finish, log_done, events):
+    """The step ended at `now_s` (`Scheduler.complete`): every decoding sequence produced a token, every
+    prefilled one its first and joins the batch, and the groups with all their tokens are freed."""
+    gmask = g_slot.shape[0] - 1
+    k = 0
+    while k < S[NBATCH]:
+        slot = batch[k]
+        i = s_req[slot]
+        g_generated[i & gmask] += 1
+        if g_generated[i & gmask] == output[i]:
+            _leave_batch(S, batch, slot)
+            _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
+                    log_finish, log_done, events)
+        else:
+            k += 1
+    for k in range(S[P_NPF]):
+        slot = prefilled[k]
+        i = s_req[slot]
+        g_generated[i & gmask] += 1
+        j = i - S[LOG_BASE]
+        if math.isnan(log_first[j]):
+            log_first[j] = now_s
+        if g_generated[i & gmask] == output[i]:  # one output token: done with its prefill
+            _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
+                    log_finish, log_done, events)
+        else:
+            batch[S[NBATCH]] = slot
+            S[NBATCH] += 1
+
+
+@njit(cache=True)
+def _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot, log_finish,
+            log_done, events):
     """Request i generated its last token: its blocks go back and its row is done (`RequestLog.finished`)."""
     _free_seq(S, slot, s_head, s_nblocks, next_block, free_stack, free_slots)
     S[RUNNING_SEQS] -= 1
-    g_slot[i & gmask] = -1
+    g_slot[i & (g_slot.shape[0] - 1)] = -1
     log_finish[i - S[LOG_BASE]] = now_s
     S[NUM_FINISHED] += 1
     S[GENERATED_TOKENS] += output[i]
     _event(S, events, i, FINISHED, 0, 0)
     _log_done(S, log_done, i)
+
+
+@njit(cache=True)
+def _record(S, C, now_s, dt_s, rows_f, rows_i):
+    """The step's row (`Replica._record`): INT_STEP_COLUMNS of workbench.results, from the plan in S."""
+    r = S[ROWS]
+    rows_f[r, 0], rows_f[r, 1], rows_f[r, 2] = now_s, dt_s, 0.0
+    free = S[P_FREE_SLOTS]
+    written, reserved = S[P_TOKEN_SLOTS], S[P_RESERVED]
+    row = rows_i[r]
+    row[0], row[1], row[2] = S[STEP] - 1, S[P_NUM_DECODE] + S[P_NPF], S[NWAIT]
+    row[3], row[4], row[5], row[6] = S[P_NUM_PREFILL], S[P_NUM_DECODE], written, reserved
+    row[7], row[8], row[9] = C[CAPACITY_SLOTS] - free - written - reserved, 0, 0  # internal fragmentation
+    row[10], row[11], row[12] = free, written, 4 * S[P_TABLE_ENTRIES]  # an int32 block id per table entry
+    row[13], row[14], row[15], row[16], row[17] = 0, S[P_PREEMPTIONS], 0, free, S[P_UNSHARED_SLOTS]
+    S[ROWS] = r + 1
