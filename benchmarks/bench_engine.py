@@ -89,9 +89,9 @@ def replay(cfg: RunConfig, *, split: bool) -> tuple[dict, float, float, StepTime
 _SCALE_ROW = """
 import json, resource, sys, tempfile, time
 from pathlib import Path
-import pyarrow.parquet as pq
-from workbench.config import RunConfig
+from workbench.config import RunConfig  # first, as in a user's run: the package picks Arrow's memory pool
 from workbench.engine.simulation import run
+import pyarrow.parquet as pq
 cfg = RunConfig(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
                 workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none",
                 **json.loads(sys.argv[3]))
