@@ -174,7 +174,7 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
         replica.close()
     replica.steps.close()
     sink.close()
-    # every row is written: the workload's columns (24 bytes a request) go before the summary, unless the
+    # every row is written: the workload's columns (16-24 bytes a request) go before the summary, unless the
     # caller keeps them, and so do the engine's freed state
     del requests
     replica.scheduler.release_workload()
