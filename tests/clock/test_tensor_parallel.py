@@ -48,7 +48,7 @@ def test_a_step_is_its_shards_in_parallel_plus_two_all_reduces_per_layer(num_tok
     every kernel; two all-reduces per layer."""
     model, gpu = MODELS["opt-66b"], GPUS["a100-40gb"]
     one = _clock(1)
-    rate = one._flops_per_s(num_tokens)
+    rate = one.gemm_flops_per_s(num_tokens)
     for tp in (2, 4, 8):
         ops_s = 0.0
         for op in (*one.forward.per_row, one.forward.output):

@@ -68,3 +68,10 @@ def simulate_checked(cfg: RunConfig, every: int = 1) -> RunResult:
 
 def replace(cfg: RunConfig, **changes) -> RunConfig:
     return dataclasses.replace(cfg, **changes)
+
+
+def summaries_equal(a: dict, b: dict) -> bool:
+    """Summaries equal key by key, NaN equal to NaN (a run without finished requests has NaN figures), the
+    wall time left out."""
+    keys = set(a) - {"sim_wall_s"}
+    return keys == set(b) - {"sim_wall_s"} and all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in keys)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.engine.conftest import SMALL_MODEL, small_config
+from tests.engine.conftest import SMALL_MODEL, small_config, summaries_equal
 from workbench import table_sink
 from workbench.allocators import registry
 from workbench.config import RunConfig
@@ -63,10 +63,7 @@ def run_both(cfg: RunConfig, requests, monkeypatch):
 def assert_same(a, b) -> None:
     pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
-    keys = set(a.summary) - {"sim_wall_s"}
-    assert keys == set(b.summary) - {"sim_wall_s"}
-    assert all(a.summary[k] == b.summary[k] or (a.summary[k] != a.summary[k] and b.summary[k] != b.summary[k])
-               for k in keys), {k: (a.summary[k], b.summary[k]) for k in keys if a.summary[k] != b.summary[k]}
+    assert summaries_equal(a.summary, b.summary)
 
 
 @settings(max_examples=30, deadline=None,

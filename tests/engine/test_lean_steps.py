@@ -13,7 +13,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.engine.conftest import simulate_checked, small_config
+from tests.engine.conftest import simulate_checked, small_config, summaries_equal
 from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.allocators.paged.strategy import PagedStrategy
@@ -44,13 +44,7 @@ def test_fast_paths_give_the_plain_tables(monkeypatch, strategy, block_size, kv_
         plain = simulate_checked(cfg)
     pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
     pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
-    assert _nan_equal(fast.summary, plain.summary)
-
-
-def _nan_equal(a: dict, b: dict) -> bool:
-    """Summaries equal key by key, NaN equal to NaN (a run without finished requests has NaN figures)."""
-    keys = set(a) - {"sim_wall_s"}
-    return keys == set(b) - {"sim_wall_s"} and all(a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]) for k in keys)
+    assert summaries_equal(fast.summary, plain.summary)
 
 
 def test_decode_only_steps_copy_on_write(monkeypatch):

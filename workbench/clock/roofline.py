@@ -177,18 +177,11 @@ class RooflineClock:
         attention reads, summed over sequences."""
         if sampled_tokens is None:
             sampled_tokens = 1 if num_tokens else 0
-        rows_s = self._rows_s.get(num_tokens)
-        if rows_s is None:
-            rows_s = self._rows_s[num_tokens] = self._operators_s(self.forward.per_row, num_tokens)
-        output_s = self._output_s.get(sampled_tokens)
-        if output_s is None:  # no row samples: the output layer does not run
-            output_s = self._output_s[sampled_tokens] = (
-                self._operators_s((self.forward.output,), sampled_tokens) if sampled_tokens else 0.0)
-        compute_s = rows_s + output_s
+        compute_s = self.rows_s(num_tokens) + self.output_layer_s(sampled_tokens)
         if measured_attention_s is None:
             kv_bytes = (num_tokens + kv_read_tokens) * self.kv_bytes_per_token + num_tokens * self.attn_bytes_per_row
             compute_s += max(kv_bytes / self.bytes_per_s,
-                             attn_query_ctx * self.attn_flops_per_key / self._flops_per_s(num_tokens))
+                             attn_query_ctx * self.attn_flops_per_key / self.gemm_flops_per_s(num_tokens))
             compute_s += decode_blocks * self.attn_s_per_block_read  # a measured kernel includes its own
         else:
             compute_s += num_tokens * self.kv_bytes_per_token / self.bytes_per_s + measured_attention_s / self.tp
@@ -219,11 +212,8 @@ class RooflineClock:
         return output_s
 
     def gemm_flops_per_s(self, rows: int) -> float:
-        """The FLOP rate `step_s` divides a step's attention FLOPs by, at `rows` rows."""
-        return self._flops_per_s(rows)
-
-    def _flops_per_s(self, rows: int) -> float:
-        """The FLOP rate of GEMMs with `rows` rows, over the tensor-parallel GPUs."""
+        """The FLOP rate of GEMMs with `rows` rows, over the tensor-parallel GPUs (memoized); `step_s` divides
+        a step's attention FLOPs by it."""
         rate = self._flops_per_s_at.get(rows)
         if rate is None:
             rate = self._flops_per_s_at[rows] = self.flops_per_s * gemm_shape_frac(rows)
@@ -231,7 +221,7 @@ class RooflineClock:
 
     def _operators_s(self, operators, rows: int) -> float:
         """The operators' times at `rows` rows, summed (`operator_s`; weights are read even at 0 rows)."""
-        flops_per_s = self._flops_per_s(rows)
+        flops_per_s = self.gemm_flops_per_s(rows)
         return sum(operator_s(op, rows, self.bytes_per_s, flops_per_s, self.tp, self.kernel_launch_s)
                    for op in operators)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.allocators.base import SeqSpec, Strategy
+from workbench.engine import reasons
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.plan import Landed, Prefill
 from workbench.engine.prefill_chunks import PrefillChunks, append_recomputed, shared_token_ids
@@ -105,7 +106,7 @@ class Admission:
             if self.watermark_blocks and \
                     self.strategy.num_allocatable_blocks() - needed_blocks < self.watermark_blocks:
                 if pool_empty:
-                    self.reject(self._take(passed), "needs more KV blocks than the pool holds above the watermark")
+                    self.reject(self._take(passed), reasons.ABOVE_WATERMARK)
                     continue
                 if not self.skip_unplaced:
                     return 0, running_seqs
@@ -115,7 +116,7 @@ class Admission:
             outcome = self.place(g, num_seqs, budget, copies, pool_empty)
             if isinstance(outcome, Refused):
                 if pool_empty:  # nothing will ever come free for it: the strategy's reason, when it gave one
-                    self.reject(self._take(passed), outcome.reason or "needs more KV slots than the whole pool")
+                    self.reject(self._take(passed), outcome.reason or reasons.OUTGROWS_POOL)
                     continue
                 if not self.skip_unplaced:
                     return outcome.needed_extent_slots, running_seqs

@@ -20,6 +20,11 @@ _FLOAT_FIELDS = ("admitted_s", "first_token_s", "finish_s")
 _INT_FIELDS = ("prefix_hit_tokens", "num_preemptions")
 
 
+def rejected_status(reason: str) -> str:
+    """A rejected request's status column."""
+    return f"rejected: {reason}"
+
+
 class RequestLog:
     """One row per request, NaN until the event happens. Every method but `status_of` mutates."""
 
@@ -93,7 +98,7 @@ class RequestLog:
     def rejected(self, index: int, reason: str) -> None:
         j = self._row(index)
         self.num_rejected += 1
-        self.status[j] = f"rejected: {reason}"
+        self.status[j] = rejected_status(reason)
         self._done(j)
 
     def status_of(self, index: int) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 
 from workbench.allocators.base import NO_PAIRS, Strategy
 from workbench.clock.step_cost import CostMeter
+from workbench.engine import reasons
 from workbench.engine.admission import Admission
 from workbench.engine.beam_forks import BeamForks
 from workbench.engine.decode_batch import DecodeBatch
@@ -105,7 +106,7 @@ class Scheduler:
             group = Group(i, req, final_len=req.prompt_tokens + req.output_tokens - 1)
             total = req.prompt_tokens + req.output_tokens
             if total > max_len:
-                self.admission.reject(group, f"prompt+output ({total}) > max_model_len ({max_len})")
+                self.admission.reject(group, reasons.too_long(total, max_len))
             else:
                 if i in self.transferred:  # it generated its first token on its prefill replica
                     self.transferred.discard(i)
@@ -178,7 +179,7 @@ class Scheduler:
             holders = batch.groups if partial is None else [*batch.groups, partial]
             victim = max(holders, key=lambda g: g.index)
             if len(holders) == 1:
-                self._retire(victim, "needs more KV slots than the whole pool")
+                self._retire(victim, reasons.OUTGROWS_POOL)
             else:
                 self._preempt(victim, swap_out)
                 preemptions += 1
@@ -299,7 +300,7 @@ class Scheduler:
         if not self.batch:
             g = self.chunks.group
             self.chunks.group = None
-            self._retire(g, "needs more KV slots than the whole pool")
+            self._retire(g, reasons.OUTGROWS_POOL)
         return budget
 
     def _swap_in(self, started: list[Resumed], swap_in: list[np.ndarray]) -> None:

@@ -57,7 +57,7 @@ def group_operators(clock: RooflineClock, group: str):
 def layer_op_s(clock: RooflineClock, op, rows: int, flops_per_s: float | None = None, **constants) -> float:
     """A layer operator's time in one decoder layer (the model-wide operator over the layers), at the
     clock's GEMM rate for `rows` rows unless `flops_per_s` is given; `constants` override `operator_s`'s."""
-    rate = clock._flops_per_s(rows) if flops_per_s is None else flops_per_s
+    rate = clock.gemm_flops_per_s(rows) if flops_per_s is None else flops_per_s
     return operator_s(op, rows, clock.bytes_per_s, rate, clock.tp, **constants) / clock.forward.layers
 
 

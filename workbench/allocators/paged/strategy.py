@@ -65,6 +65,11 @@ _NO_KEYS = np.zeros(0, dtype=np.uint64)
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
 
 
+def blocks_refused(need: int, allocatable: int) -> str:
+    """The reason an admission is refused: `need` blocks, fewer `allocatable`."""
+    return f"needs {need} blocks, {allocatable} allocatable"
+
+
 class PagedStrategy(PagedSwap, Strategy):
     name = "paged"
     kernel_mode = "paged"
@@ -263,7 +268,7 @@ class PagedStrategy(PagedSwap, Strategy):
         need = num_blocks - num_hit
         allocatable = self.num_allocatable_blocks() - revived
         if need > allocatable:
-            return AdmitResult(False, reason=f"needs {need} blocks, {allocatable} allocatable")
+            return AdmitResult(False, reason=blocks_refused(need, allocatable))
         n = len(seq_ids)
         # out of the host tier (and kept in the shared one) before taking device blocks, whose evictions
         # demote into them
@@ -304,7 +309,7 @@ class PagedStrategy(PagedSwap, Strategy):
             raise ValueError(f"extending {seq_ids} by {k} tokens passes their final length")
         need = cdiv(length + k, bs) - blocks.shape[0]
         if need > self.num_allocatable_blocks():
-            return AdmitResult(False, reason=f"needs {need} blocks, {self.num_allocatable_blocks()} allocatable")
+            return AdmitResult(False, reason=blocks_refused(need, self.num_allocatable_blocks()))
         fresh = self._take(need)
         self._refcount[fresh] = n
         for row in rows.tolist():

@@ -12,7 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import table_sink
+from workbench.allocators.paged.strategy import blocks_refused
+from workbench.engine import reasons
 from workbench.engine.compiled_paged import step_loop as L
+from workbench.engine.request_log import rejected_status
 from workbench.results import REQUESTS_TABLE
 from workbench.table_sink import TableSink
 from workbench.workload.request import RequestColumns
@@ -20,10 +23,7 @@ from workbench.workload.request import RequestColumns
 ROWS_PER_CALL = 4096  # step rows the loop buffers before handing them to the step log
 FIRST_EVENTS = 4096  # room for finished and rejected requests per call (doubled when a step needs more)
 
-_REASONS = {
-    L.REJECT_POOL: "rejected: needs more KV slots than the whole pool",
-    L.REJECT_WATERMARK: "rejected: needs more KV blocks than the pool holds above the watermark",
-}
+_REASONS = {L.REJECT_POOL: reasons.OUTGROWS_POOL, L.REJECT_WATERMARK: reasons.ABOVE_WATERMARK}
 
 
 def drive(replica, progress: bool, sink: TableSink) -> None:
@@ -139,11 +139,11 @@ class _Run:
             if code == L.FINISHED:
                 status[i - log.base] = "finished"
             elif code == L.REJECT_TOO_LONG:
-                status[i - log.base] = f"rejected: prompt+output ({a}) > max_model_len ({b})"
+                status[i - log.base] = rejected_status(reasons.too_long(a, b))
             elif code == L.REJECT_BLOCKS:
-                status[i - log.base] = f"rejected: needs {a} blocks, {b} allocatable"
+                status[i - log.base] = rejected_status(blocks_refused(a, b))
             else:
-                status[i - log.base] = _REASONS[code]
+                status[i - log.base] = rejected_status(_REASONS[code])
         S[L.EVENTS] = 0
         log.ready = int(S[L.LOG_READY])
         log.num_finished, log.num_rejected = int(S[L.NUM_FINISHED]), int(S[L.NUM_REJECTED])
@@ -156,9 +156,9 @@ class _Run:
         buffered events are taken (the caller takes them next; an empty buffer that is still too small
         doubles)."""
         S, log = self.S, self.log
-        if S[L.EVENTS] == 0:
-            self.events = np.zeros((2 * self.events.shape[0], 4), dtype=np.int64)
-        if status != L.GROW:
+        if status == L.EVENTS_FULL:
+            if S[L.EVENTS] == 0:  # room for one step's ends is more than the whole buffer
+                self.events = np.zeros((2 * self.events.shape[0], 4), dtype=np.int64)
             return
         i = int(S[L.NEXT_ARRIVAL])
         log.make_room(i)
