@@ -21,7 +21,7 @@ import numpy as np
 
 from workbench.allocators.base import NO_PAIRS, Strategy
 from workbench.clock.step_cost import CostMeter
-from workbench.engine import reasons
+from workbench.engine import reasons, rules
 from workbench.engine.admission import Admission
 from workbench.engine.beam_forks import BeamForks
 from workbench.engine.decode_batch import DecodeBatch
@@ -104,9 +104,8 @@ class Scheduler:
             self.next_arrival += 1
             self._next = None
             group = Group(i, req, final_len=req.prompt_tokens + req.output_tokens - 1)
-            total = req.prompt_tokens + req.output_tokens
-            if total > max_len:
-                self.admission.reject(group, reasons.too_long(total, max_len))
+            if rules.too_long(req.prompt_tokens, req.output_tokens, max_len):
+                self.admission.reject(group, reasons.too_long(req.prompt_tokens + req.output_tokens, max_len))
             else:
                 if i in self.transferred:  # it generated its first token on its prefill replica
                     self.transferred.discard(i)
@@ -177,7 +176,7 @@ class Scheduler:
                 break
             partial = self._partial()
             holders = batch.groups if partial is None else [*batch.groups, partial]
-            victim = max(holders, key=lambda g: g.index)
+            victim = holders[rules.victim(np.array([g.index for g in holders], dtype=np.int64))]
             if len(holders) == 1:
                 self._retire(victim, reasons.OUTGROWS_POOL)
             else:
@@ -282,7 +281,7 @@ class Scheduler:
 
     def _start_decoding(self, g: Group) -> None:
         """A STARTING group joins the decode batch; it finishes after (output - generated) more steps."""
-        left = g.request.output_tokens - g.generated
+        left = rules.tokens_left(g.request.output_tokens, g.generated)
         g.synced_step = self.step
         self.finish_at.setdefault(self.step + left, []).append((g, g.epoch))
         if left:  # a group with nothing left stays STARTING and finishes in this `complete`
