@@ -89,7 +89,7 @@ def link_s(num_bytes: int, link_gb_s: float) -> float:
 
 
 # the attributes `RooflineClock._constants` puts in K
-_FORMULA_CONSTANTS = frozenset((
+FORMULA_CONSTANTS = frozenset((
     "kv_bytes_per_token", "attn_bytes_per_row", "bytes_per_s", "attn_flops_per_key", "attn_s_per_block_read",
     "attention_launch_s", "kernel_launch_s", "block_bytes", "tp", "allreduce_fixed_s", "allreduce_s_per_token",
     "map_s_per_page", "overlap_map", "link_bytes_per_s", "swap_fixed_s_per_block", "step_overhead_s",
@@ -154,11 +154,11 @@ class RooflineClock:
         # the attributes are the constants' truth: K follows a change made after construction (a test's or a
         # fit's variant of one clock)
         object.__setattr__(self, name, value)
-        if name in _FORMULA_CONSTANTS and "K" in self.__dict__:
+        if name in FORMULA_CONSTANTS and "K" in self.__dict__:
             object.__setattr__(self, "K", self._constants())
 
     def _constants(self) -> np.ndarray:
-        """The constants the formula reads, in `step_formula`'s K order (`_FORMULA_CONSTANTS`)."""
+        """The constants the formula reads, in `step_formula`'s K order (`FORMULA_CONSTANTS`)."""
         K = np.zeros(F.NUM_CONSTS)
         K[F.KV_BYTES_PER_TOKEN], K[F.ATTN_BYTES_PER_ROW] = self.kv_bytes_per_token, self.attn_bytes_per_row
         K[F.BYTES_PER_S], K[F.ATTN_FLOPS_PER_KEY] = self.bytes_per_s, self.attn_flops_per_key

@@ -166,7 +166,7 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     replica = make_replica(cfg, res, strategy, requests, backend, timers=timers, sink=sink)
     try:
         with fewer_collections():
-            if compiled_eligible.applies(replica):
+            if compiled_eligible.applies(replica, cfg):
                 compiled_drive.drive(replica, progress, sink)
             else:
                 _drive(replica, progress, sink)
