@@ -183,12 +183,12 @@ class Admission:
         strategy = self.strategy
         req = g.request
         recomputed = g.generated
-        paged = strategy.kernel_mode == "paged"
+        by_blocks = strategy.grows_by_blocks
         if strategy.needs_prompt_ids:
             spec = SeqSpec(shared_token_ids(self.tokens, g), g.final_len)
         else:  # the count is all it reads (`shared_token_ids`' length)
             spec = SeqSpec(None, g.final_len, num_tokens=req.prompt_tokens + (recomputed if g.num_seqs == 1 else 0))
-        if num_seqs > 1 and recomputed and paged and not pool_empty:
+        if num_seqs > 1 and recomputed and by_blocks and not pool_empty:
             # the appends below must not fail once the prompt is admitted (its blocks may be registered
             # in a prefix cache before their KV is written): check an upper bound of the blocks first —
             # the shared prompt, then per sequence its own tokens plus a copy of the shared last block.
@@ -207,7 +207,7 @@ class Admission:
         if num_seqs > 1 and recomputed:
             # each sample's own generated tokens follow the shared prompt: one append per position
             for j in range(recomputed):
-                if not paged and not strategy.can_append(g.seq_ids):
+                if not by_blocks and not strategy.can_append(g.seq_ids):
                     # memory mapped on demand (virtual-contiguous) ran out before the samples' own tokens:
                     # undo the admission (nothing is written yet, no prefix cache holds these slots)
                     for seq_id in g.seq_ids:

@@ -117,7 +117,7 @@ class Replica:
             snap.token_slots, snap.reserved_slots, snap.internal_frag_slots, snap.cached_slots,
             snap.external_frag_slots, snap.free_slots, snap.logical_token_slots, snap.block_table_bytes,
             cost.copied_blocks, plan.preemptions, cost.swapped_blocks,
-            snap.largest_free_extent_slots, cost.unshared_block_slots if self.scheduler.paged else allocated,
+            snap.largest_free_extent_slots, cost.unshared_block_slots if self.scheduler.grows_by_blocks else allocated,
         ))
         if plan.effects.columns:
             log.record_groups(dict(plan.effects.columns))

@@ -67,11 +67,12 @@ class Scheduler:
         self.tokens = tokens
         self.config = config
         self.log = RequestLog(len(requests))
-        self.paged = strategy.kernel_mode == "paged"
+        self.grows_by_blocks = strategy.grows_by_blocks
         self.block_size = strategy.block_size
         self.swap = config.swap and strategy.supports_swap  # else preemption recomputes
         self.chunks = PrefillChunks(strategy, tokens) if config.chunked_prefill else None
-        watermark = int(config.watermark_frac * (strategy.capacity_slots // self.block_size)) if self.paged else 0
+        num_blocks = strategy.capacity_slots // self.block_size
+        watermark = int(config.watermark_frac * num_blocks) if self.grows_by_blocks else 0
         self.live: dict[int, Group] = {}  # request index -> its group, from arrival until done
         self.admission = Admission(strategy, tokens, self.log, self.chunks, self.live,
                                    max_num_seqs=config.max_num_seqs, watermark_blocks=watermark,

@@ -274,7 +274,7 @@ def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: Se
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
                               head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
     clock = make_clock(cfg, res, strategy.block_size, strategy.map_s_per_page, strategy.overlap_map,
-                       paged_kernel=strategy.kernel_mode == "paged", overlap_load=strategy.overlap_load,
+                       paged_kernel=strategy.kernel_reads_blocks, overlap_load=strategy.overlap_load,
                        shared_link_gb_s=strategy.shared_link_gb_s if strategy.shared_tier_blocks else 0.0)
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
