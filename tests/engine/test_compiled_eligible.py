@@ -17,7 +17,7 @@ from workbench.config import RunConfig
 from workbench.engine import simulate
 from workbench.engine.compiled_paged import drive as compiled_drive
 from workbench.engine.compiled_paged import eligible
-from workbench.engine.scheduler import SchedulerConfig
+from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.simulation import make_replica
 from workbench.workload import build_workload
 

@@ -31,7 +31,8 @@ from workbench.engine.compiled_paged import drive as compiled_drive
 from workbench.engine.compiled_paged import eligible as compiled_eligible
 from workbench.engine.gc_pause import fewer_collections
 from workbench.engine.replica import Replica, StepTimers
-from workbench.engine.scheduler import Scheduler, SchedulerConfig
+from workbench.engine.scheduler import Scheduler
+from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.summary_counters import summary_counters
 from workbench.engine.tokens import TokenStore
 from workbench.errors import UnservableError

@@ -14,7 +14,7 @@ import math
 
 from workbench.clock.roofline import FORMULA_CONSTANTS, RooflineClock
 from workbench.config import RunConfig
-from workbench.engine.scheduler import SchedulerConfig
+from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.workload.request import RequestColumns
 
 # False: every run takes the general loop (tests compare the two)
