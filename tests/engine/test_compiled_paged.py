@@ -81,6 +81,33 @@ def test_compiled_loop_gives_the_general_tables(monkeypatch, block_size, kv_slot
     assert_same(*run_both(cfg, requests, monkeypatch))
 
 
+@pytest.mark.parametrize(("block_size", "max_num_seqs", "burst"), [(1, 64, False), (8, 200, True), (100, 5, True)])
+def test_the_strategy_ends_as_a_general_run_leaves_it(monkeypatch, block_size, max_num_seqs, burst):
+    """The loop works on the strategy's own arrays: afterwards its integrity holds and its free stack, block
+    refcounts, rows and counters are those a general run leaves (200 requests at once grow the rows past their
+    first 64; block size 1 widens the tables)."""
+    cfg = small_config(strategy="paged", block_size=block_size, kv_slots=40000, max_num_seqs=max_num_seqs,
+                       max_num_batched_tokens=100000, kernel="none")
+    requests = hand_workload(3, 200, burst)
+    taken = []
+    drive = compiled_drive.drive
+    monkeypatch.setattr(compiled_drive, "drive", lambda *a: taken.append(1) or drive(*a))
+    states = []
+    for enabled in (True, False):
+        monkeypatch.setattr(eligible, "ENABLED", enabled)
+        strategy = registry.create_from_config(cfg, cfg.resolve())
+        simulate(cfg, requests, strategy)
+        strategy.check_integrity()
+        seqs = strategy.tables.seqs
+        states.append((strategy._free.ids().tolist(), strategy._refcount.tolist(), seqs._free_rows, seqs.capacity_rows,
+                       strategy.tables._table.shape, strategy._written_slots, strategy._logical_slots,
+                       strategy._table_entries, strategy.snapshot()))
+    assert taken == [1]
+    assert states[0] == states[1]
+    if burst and max_num_seqs > 64:
+        assert states[0][3] > 64
+
+
 def test_every_way_a_request_ends_is_drawn(monkeypatch):
     """Runs of the randomized family that reach each fate: the comparison above covers them. A pool of five
     100-slot blocks holds less than max_model_len: a prompt can need more blocks than it has, and a lone

@@ -147,7 +147,7 @@ def test_a_compiled_run_holds_the_rows_of_the_requests_in_flight_only(monkeypatc
         status = call(run)
         seen["calls"] += 1
         seen["window"] = max(seen.get("window", 0), run.log.done.shape[0])
-        seen["rings"] = max(seen.get("rings", 0), run.g_slot.shape[0], run.wait.shape[0])
+        seen["rings"] = max(seen.get("rings", 0), run.g_row.shape[0], run.wait.shape[0])
         seen["buffer"] = max(seen.get("buffer", 0), run.replica.steps.buffered_rows)
         return status
 

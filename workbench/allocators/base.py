@@ -249,9 +249,10 @@ class Strategy(ABC):
     prefix_hit_tokens: int = 0  # of those, tokens served from the cache
     prefix_evicted_blocks: int = 0  # cached blocks evicted (unregistered and reused) by this instance
 
-    def runs_compiled(self) -> str | None:
-        """Pure. The compiled step loop that can run this strategy through a whole run from its present state
-        (workbench.engine.compiled_paged: "paged"), or None for the general loop."""
+    def compiled_pool(self):
+        """This strategy's own arrays lent to a compiled step loop that can run it through a whole run from its
+        present state (workbench.allocators.paged.compiled_pool.CompiledPool for
+        workbench.engine.compiled_paged), or None: the general loop runs it."""
         return None
 
     @property

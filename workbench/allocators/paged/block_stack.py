@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators.paged import loops
+
 
 class BlockStack:
     """Free block ids. A fresh stack pops 0, 1, 2, ... in that order (block ids in tests are exact)."""
@@ -16,15 +18,13 @@ class BlockStack:
         """Mutates. Take k block ids, int32 [k]; raises if fewer are free."""
         if k > self.size:
             raise RuntimeError(f"out of blocks: need {k}, {self.size} free")
-        taken = self._ids[self.size - k:self.size][::-1].copy()
+        taken = loops.pop_blocks(self._ids, self.size, k).copy()
         self.size -= k
         return taken
 
     def push(self, ids: np.ndarray) -> None:
         """Mutates. Return blocks; `ids[0]` ends on top, so it is the next one popped."""
-        k = ids.shape[0]
-        self._ids[self.size:self.size + k] = ids[::-1]
-        self.size += k
+        self.size = loops.push_blocks(self._ids, self.size, ids, ids.shape[0])
 
     def ids(self) -> np.ndarray:
         """The free block ids (a copy), int32 [size]."""

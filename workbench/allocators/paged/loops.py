@@ -188,3 +188,32 @@ def decode_append(rows, length, final_len, num_blocks, swapped, last_block, tabl
                                                    popped, slots, copies)
     reserved = reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, block_size, scratch)
     return 0, num_new, num_copies, copied_slots, grown, reserved
+
+
+@njit(cache=True)
+def pop_blocks(free_ids, free_size, k):
+    """`BlockStack.pop`'s order: the top k ids of the stack `free_ids[:free_size]` (top last), top first, as a
+    view (the caller copies it or uses it before the next push). The caller checks k <= free_size."""
+    return free_ids[free_size - k:free_size][::-1]
+
+
+@njit(cache=True)
+def push_blocks(free_ids, free_size, ids, n):
+    """`BlockStack.push` of `ids[:n]`: `ids[0]` ends on top, so it is the next one popped. Returns the size."""
+    for j in range(n):
+        free_ids[free_size + n - 1 - j] = ids[j]
+    return free_size + n
+
+
+@njit(cache=True)
+def fill_row(row, blocks, tokens, final, table, length, final_len, num_blocks, last_block):
+    """A new sequence's row (`BlockTables.add`): its table holds `blocks` (the table is wide enough), it holds
+    `tokens` tokens and will hold `final` when it finishes."""
+    n = blocks.shape[0]
+    for j in range(n):
+        table[row, j] = blocks[j]
+    length[row] = tokens
+    final_len[row] = final
+    num_blocks[row] = n
+    if n:
+        last_block[row] = blocks[n - 1]

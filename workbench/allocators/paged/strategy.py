@@ -51,6 +51,7 @@ from workbench.allocators.base import (
     blocks_refused,
 )
 from workbench.allocators.paged.block_stack import BlockStack
+from workbench.allocators.paged.compiled_pool import CompiledPool
 from workbench.allocators.paged.integrity import check_paged
 from workbench.allocators.paged.swap import PagedSwap
 from workbench.allocators.paged.tables import BlockTables
@@ -245,12 +246,12 @@ class PagedStrategy(PagedSwap, Strategy):
 
     # -- protocol ---------------------------------------------------------------------------------
 
-    def runs_compiled(self) -> str | None:
-        """"paged" for this class itself, fresh and without prefix cache or tiers (the compiled loop's plain
-        case); a subclass, a cache or a used pool takes the general loop."""
+    def compiled_pool(self) -> CompiledPool | None:
+        """For this class itself, without prefix cache or tiers and holding no sequence (the compiled loop's
+        plain case); a subclass or a cache takes the general loop."""
         plain = (type(self) is PagedStrategy and self.prefix is None and self.host_tier is None
-                 and self.shared_tier is None and self._free.size == self.num_blocks)
-        return "paged" if plain else None
+                 and self.shared_tier is None and not len(self.tables.seqs))
+        return CompiledPool(self) if plain else None
 
     def num_allocatable_blocks(self) -> int:
         """Blocks a request can get now: free ones plus evictable cached ones."""

@@ -37,13 +37,9 @@ class BlockTables:
         """Mutates. A new sequence with this table; returns its row."""
         row = self.seqs.add(seq_id)
         self._fit(blocks.shape[0])
-        self._table[row, :blocks.shape[0]] = blocks
         c = self.seqs.columns
-        c["length"][row] = length
-        c["final_len"][row] = final_len
-        c["num_blocks"][row] = blocks.shape[0]
-        if blocks.shape[0]:
-            c["last_block"][row] = blocks[-1]
+        loops.fill_row(row, blocks, length, final_len, self._table, c["length"], c["final_len"], c["num_blocks"],
+                       c["last_block"])
         return row
 
     def extend_row(self, row: int, blocks: np.ndarray, length: int) -> None:

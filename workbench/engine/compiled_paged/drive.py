@@ -28,8 +28,8 @@ _REASONS = {L.REJECT_POOL: reasons.OUTGROWS_POOL, L.REJECT_WATERMARK: reasons.AB
 
 def drive(replica, progress: bool, sink: TableSink) -> None:
     """Mutates `replica` (a workbench.engine.replica.Replica, not imported: the loop sits below it in the
-    import graph) — its clock, step log, request log and scheduler counters — as `simulation._drive` would;
-    the strategy object is not used (the loop holds the blocks), and is left as it was, empty."""
+    import graph) — its clock, step log, request log and scheduler counters — and its strategy, whose own arrays
+    the loop works on (`Strategy.compiled_pool`), as `simulation._drive` would."""
     from tqdm import tqdm
 
     run = _Run(replica)
@@ -42,6 +42,10 @@ def drive(replica, progress: bool, sink: TableSink) -> None:
                 replica.clock.fill(replica.clock.need)
             elif status == L.STUCK:
                 raise RuntimeError(reasons.stuck(float(run.F[0]), int(run.S[L.NWAIT]), 0))
+            elif status == L.GROW_ROWS:
+                run.grow_rows()
+            elif status == L.WIDEN:
+                run.pool.widen(int(run.S[L.NEED_COLS]))
             else:  # EVENTS_FULL, GROW
                 run.grow(status)
             bar.update(run.take_events())
@@ -64,43 +68,54 @@ class _Run:
         self.log = sched.log  # a workbench.engine.request_log.RequestLog
         strategy, clock, cfg = sched.strategy, replica.clock, sched.config
         self.clock = clock
+        self.pool = pool = strategy.compiled_pool()
         self.arrival_s, self.prompt, self.output = _columns(sched.requests)
-        num_blocks, max_seqs = strategy.num_blocks, cfg.max_num_seqs
         self.S = np.zeros(L.NUM_STATE, dtype=np.int64)
-        self.S[L.FREE_TOP] = num_blocks
-        self.S[L.FREE_SLOTS_TOP] = max_seqs
+        self.S[L.FREE_TOP], self.S[L.FREE_ROWS_TOP] = pool.free_size, pool.free_rows_top
         self.F = np.zeros(1)
         C = np.zeros(L.NUM_CONSTS, dtype=np.int64)
-        C[L.BLOCK_SIZE], C[L.MAX_MODEL_LEN], C[L.MAX_NUM_SEQS] = strategy.block_size, cfg.max_model_len, max_seqs
+        C[L.BLOCK_SIZE], C[L.MAX_MODEL_LEN], C[L.MAX_NUM_SEQS] = strategy.block_size, cfg.max_model_len, \
+            cfg.max_num_seqs
         C[L.MAX_BATCHED], C[L.WATERMARK] = cfg.max_num_batched_tokens, sched.admission.watermark_blocks
         C[L.CAPACITY_SLOTS] = strategy.capacity_slots
         self.C = C
         ring = _pow2(max(1024, self.log.done.shape[0]))
         self.g_generated = np.zeros(ring, dtype=np.int64)
-        self.g_slot = np.full(ring, -1, dtype=np.int64)
+        self.g_row = np.full(ring, -1, dtype=np.int64)
         self.wait = np.zeros(ring, dtype=np.int64)
-        self.s_req, self.s_len, self.s_final, self.s_head, self.s_tail, self.s_nblocks = (
-            np.zeros(max_seqs, dtype=np.int64) for _ in range(6))
-        self.batch = np.zeros(max_seqs, dtype=np.int64)
-        self.prefilled = np.zeros(max_seqs, dtype=np.int64)
-        self.free_slots = np.arange(max_seqs - 1, -1, -1, dtype=np.int64)  # slot 0 is taken first
-        self.free_stack = np.arange(num_blocks - 1, -1, -1, dtype=np.int64)  # as BlockStack: block 0 on top
-        self.next_block = np.zeros(num_blocks, dtype=np.int64)
+        # per pool row (they grow with the pool's rows): its request, the decode batch, this step's admitted
+        # rows, and decode_append's outputs
+        self.row_req, self.batch, self.prefilled, self.slots = (np.zeros(pool.capacity_rows, dtype=np.int64)
+                                                                for _ in range(4))
+        self.copies = np.zeros((pool.capacity_rows, 2), dtype=np.int32)
         self.events = np.zeros((FIRST_EVENTS, 4), dtype=np.int64)
         self.rows_f = np.zeros((ROWS_PER_CALL, 3))
         self.rows_i = np.zeros((ROWS_PER_CALL, L.NUM_INT_COLUMNS), dtype=np.int64)
         self.finished_seen = 0
 
     def call(self) -> int:
-        log = self.log
-        clock = self.clock  # its tables grow between calls: read them at each
+        log, clock, pool = self.log, self.clock, self.pool  # their arrays grow between calls: read them at each
+        c = pool.column
+        released = np.empty(pool.table.shape[1], dtype=np.int32)  # a row's blocks, as release_row gives them
         return L.run_steps(self.S, self.F, self.C, clock.K, self.arrival_s, self.prompt, self.output,
                            clock.rows_s_table, clock.flops_per_s_table, clock.output_s_table, clock.need,
-                           self.g_generated, self.g_slot, self.wait, self.s_req,
-                           self.s_len, self.s_final, self.s_head, self.s_tail, self.s_nblocks, self.batch,
-                           self.free_slots, self.free_stack, self.next_block, self.prefilled, log.admitted_s,
-                           log.first_token_s, log.finish_s, log.num_preemptions, log.done, self.events,
-                           self.rows_f, self.rows_i)
+                           self.g_generated, self.g_row, self.wait, self.row_req, self.batch, self.prefilled,
+                           pool.free_rows, pool.data, c("length"), c("final_len"), c("num_blocks"), c("last_block"),
+                           c("swapped"), c("mark"), pool.live, pool.table, pool.refcount, pool.scratch, pool.free_ids,
+                           pool.counts, released, self.slots, self.copies, log.admitted_s, log.first_token_s,
+                           log.finish_s, log.num_preemptions, log.done, self.events, self.rows_f, self.rows_i)
+
+    def grow_rows(self) -> None:
+        """Twice the pool's rows, and the per-row arrays with them (their values kept)."""
+        pool = self.pool
+        pool.grow_rows(int(self.S[L.FREE_ROWS_TOP]))
+        self.S[L.FREE_ROWS_TOP] = pool.free_rows_top
+        for name in ("row_req", "batch", "prefilled", "slots"):
+            old = getattr(self, name)
+            new = np.zeros(pool.capacity_rows, dtype=np.int64)
+            new[:old.shape[0]] = old
+            setattr(self, name, new)
+        self.copies = np.zeros((pool.capacity_rows, 2), dtype=np.int32)
 
     def hand_rows(self) -> None:
         """The buffered step rows go to the replica's step log."""
@@ -143,15 +158,15 @@ class _Run:
         i = int(S[L.NEXT_ARRIVAL])
         log.make_room(i)
         ready = int(S[L.LOG_READY])
-        if i - ready >= self.g_slot.shape[0] or S[L.NWAIT] == self.wait.shape[0]:
+        if i - ready >= self.g_row.shape[0] or S[L.NWAIT] == self.wait.shape[0]:
             self._grow_rings(ready, i)
 
     def _grow_rings(self, ready: int, next_arrival: int) -> None:
         """Double the per-request rings (their live requests keep their values) and the waiting ring."""
-        old_mask = self.g_slot.shape[0] - 1
-        size = 2 * self.g_slot.shape[0]
+        old_mask = self.g_row.shape[0] - 1
+        size = 2 * self.g_row.shape[0]
         live = np.arange(ready, next_arrival, dtype=np.int64)
-        for name in ("g_generated", "g_slot"):
+        for name in ("g_generated", "g_row"):
             old = getattr(self, name)
             new = np.zeros(size, dtype=np.int64)
             new[live & (size - 1)] = old[live & old_mask]
@@ -164,13 +179,11 @@ class _Run:
         S[L.WAIT_HEAD] = 0
 
     def finish(self) -> None:
-        """Every request is done: the replica's counters as the general loop leaves them, and every block
-        back on the free stack."""
+        """Every request is done: the replica's counters as the general loop leaves them, and the strategy's
+        (every block back on its free stack, checked)."""
         S, replica = self.S, self.replica
-        if S[L.FREE_TOP] != self.free_stack.shape[0] or \
-                not np.array_equal(np.sort(self.free_stack), np.arange(self.free_stack.shape[0])):
-            raise RuntimeError(f"the compiled paged loop ended with {S[L.FREE_TOP]} of {self.free_stack.shape[0]} "
-                               f"blocks free")
+        self.pool.finish(int(S[L.FREE_TOP]), int(S[L.FREE_ROWS_TOP]))
+        self.sched.strategy.check_integrity()
         replica.now_s = float(self.F[0])
         replica.num_steps = self.sched.step = int(S[L.STEP])
         self.sched.next_arrival = int(S[L.NEXT_ARRIVAL])

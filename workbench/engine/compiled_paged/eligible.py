@@ -20,7 +20,7 @@ from workbench.workload.request import RequestColumns
 # False: every run takes the general loop (tests compare the two)
 ENABLED = True
 
-_STRATEGY = "the strategy object says whether the loop runs it (Strategy.runs_compiled)"
+_STRATEGY = "the strategy object says whether the loop runs it (Strategy.compiled_pool)"
 _CAPACITY = "capacity and block size: the strategy's pool, which the loop reads"
 _CLOCK = "a constant of the clock's step formula (workbench.clock.step_formula), which the loop calls"
 _WORKLOAD = "the workload: its arrival and length columns are the loop's input; one sequence per request is checked"
@@ -99,7 +99,7 @@ def applies(replica, cfg: RunConfig | None = None) -> bool:
     """Pure. Whether `replica` (a workbench.engine.replica.Replica, not imported: the loop sits below it in
     the import graph), not stepped yet, of a run configured by `cfg`, runs the plain case: every field and clock
     attribute classified and each NEUTRAL one at its value; a strategy that says the loop can run it
-    (`runs_compiled`), no kernel runner and the roofline clock, no step timers, no shipped prompts, one sequence
+    (`compiled_pool`), no kernel runner and the roofline clock, no step timers, no shipped prompts, one sequence
     per request."""
     if not ENABLED:
         return False
@@ -108,7 +108,7 @@ def applies(replica, cfg: RunConfig | None = None) -> bool:
     if type(clock) is not RooflineClock or unclassified(cfg, sched.config, clock) \
             or not_neutral(cfg, sched.config, clock):
         return False
-    return (strategy.runs_compiled() == "paged"
+    return (strategy.compiled_pool() is not None
             and replica.runner is None and not replica.measured
             and replica.timers is None and replica.num_steps == 0 and replica.now_s == 0.0
             and not replica.steps.num_rows and not replica.steps.group_columns

@@ -1,12 +1,12 @@
 """The step loop of a plain `paged` run, compiled with Numba (workbench.engine.compiled_paged).
 
-It is `Replica.step` with the `Scheduler`, `Admission`, `PagedStrategy`, `CostMeter` and `RooflineClock`
-calls of a plain run written out, in the same order, over arrays: arrivals join the waiting queue (or are
-rejected), the decode batch appends one slot per sequence (preempting the latest-arrived group while it
-cannot), then — unless something was preempted — waiting groups are admitted first come first served,
-the clock prices the step, prefilled groups produce their first token and join the batch, finished
-groups give their blocks back, and one step row is written. Blocks are real: each sequence holds a chain
-of block ids taken from a free stack (`BlockStack`'s order: a fresh stack pops 0, 1, 2, ...).
+It is `Replica.step` with the `Scheduler`, `Admission` and `CostMeter` calls of a plain run written out, in
+the same order, over arrays: arrivals join the waiting queue (or are rejected), the decode batch appends one
+slot per sequence (preempting the latest-arrived group while it cannot), then — unless something was
+preempted — waiting groups are admitted first come first served, the clock prices the step, prefilled groups
+produce their first token and join the batch, finished groups give their blocks back, and one step row is
+written. The pool is the strategy's own (workbench.allocators.paged.compiled_pool): a sequence is a row of its
+tables, and blocks are taken, appended and given back by the functions of `paged.loops` that its verbs call.
 
 The loop stops and returns to the caller (`run_steps`' status) whenever it needs something only Python has
 or an output buffer is full; every state it stops in is one it can resume from:
@@ -15,7 +15,10 @@ or an output buffer is full; every state it stops in is one it can resume from:
   EVENTS_FULL  the buffer of finished and rejected requests may not hold this step's (the caller logs them and
                resets S[EVENTS], or grows the buffer when it is already empty)
   GROW         the next arrival needs a larger request window or waiting ring
-  NEED_CLOCK   the step is planned (S[PHASE] = 1) and the clock's per-row tables lack the entries `need` names
+  GROW_ROWS    an admission needs a row and none is free (the caller doubles the rows, as `SeqRows.add` would)
+  WIDEN        a table needs S[NEED_COLS] columns, more than the pool has (the caller widens them, as
+               `BlockTables` would)
+  NEED_CLOCK   the step is planned and the clock's per-row tables lack the entries `need` names
                (workbench.clock.step_formula; the caller fills them from the clock)
   STUCK        work is left that can never run (the caller raises, as `Replica.step` does)
 
@@ -31,18 +34,24 @@ import math
 import numpy as np
 from numba import njit
 
+from workbench.allocators.paged import loops
+from workbench.allocators.paged.compiled_pool import ENTRIES, LOGICAL, WRITTEN
 from workbench.clock import step_formula
 from workbench.engine import rules
 
 # statuses
-DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK = 0, 1, 2, 3, 4, 5
+DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK, GROW_ROWS, WIDEN = 0, 1, 2, 3, 4, 5, 6, 7
 
 # S: the loop's integer state, int64 [NUM_STATE]
-(NEXT_ARRIVAL, STEP, NBATCH, WAIT_HEAD, NWAIT, RUNNING_SEQS, FREE_TOP, FREE_SLOTS_TOP, PHASE, ROWS, EVENTS,
- LOG_BASE, LOG_READY, NUM_FINISHED, NUM_REJECTED, GENERATED_TOKENS,
- # the planned step (PHASE 1): its cost and its snapshot
+(NEXT_ARRIVAL, STEP, NBATCH, WAIT_HEAD, NWAIT, RUNNING_SEQS, FREE_TOP, FREE_ROWS_TOP, PHASE, ROWS, EVENTS,
+ LOG_BASE, LOG_READY, NUM_FINISHED, NUM_REJECTED, GENERATED_TOKENS, NEED_COLS, RESERVED_MEMO, REJECTED_BEFORE,
+ BUDGET,
+ # the step being planned: its cost and its snapshot
  P_NUM_DECODE, P_NPF, P_NUM_PREFILL, P_KV_READ, P_ATTN_CTX, P_DECODE_CTX, P_DECODE_BLOCKS, P_UNSHARED_SLOTS,
- P_PREEMPTIONS, P_TOKEN_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES, NUM_STATE) = range(30)
+ P_PREEMPTIONS, P_TOKEN_SLOTS, P_LOGICAL_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES, NUM_STATE) = range(35)
+
+# S[PHASE]: where the step stands, so that a stop inside it resumes there
+START, APPEND, ADMIT, DECIDE, PLANNED = 0, 1, 2, 3, 4
 
 # C: the run's integer constants, int64 [NUM_CONSTS]
 BLOCK_SIZE, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BATCHED, WATERMARK, CAPACITY_SLOTS, NUM_CONSTS = range(7)
@@ -52,6 +61,8 @@ FINISHED, REJECT_TOO_LONG, REJECT_POOL, REJECT_WATERMARK, REJECT_BLOCKS = 0, 1, 
 
 # step-row columns (INT_STEP_COLUMNS order, workbench.results)
 NUM_INT_COLUMNS = 18
+
+_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry (PagedStrategy.snapshot's block_table_bytes)
 
 
 @njit(cache=True)
@@ -74,38 +85,27 @@ def _event(S, events, i, code, a, b):
 
 
 @njit(cache=True)
-def _free_seq(S, slot, s_head, s_nblocks, next_block, free_stack, free_slots):
-    """The sequence in `slot` gives its blocks back (pushed so that its first block is popped first, as
-    `BlockStack.push` of a table) and its slot."""
-    top = S[FREE_TOP] + s_nblocks[slot]
-    b = s_head[slot]
-    for k in range(s_nblocks[slot]):
-        free_stack[top - 1 - k] = b
-        b = next_block[b]
-    S[FREE_TOP] = top
-    free_slots[S[FREE_SLOTS_TOP]] = slot
-    S[FREE_SLOTS_TOP] += 1
+def _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts, released):
+    """The sequence in `row` gives its blocks back (`PagedStrategy.free`: `release_row`, the counters, then the
+    released blocks pushed so that its first one is popped first) and its row (`SeqRows.remove`: zeroed, not
+    live, pushed on the free rows)."""
+    n, written = loops.release_row(row, length, num_blocks, table, refcount, C[BLOCK_SIZE], released)
+    counts[WRITTEN] -= written
+    counts[LOGICAL] -= length[row]
+    counts[ENTRIES] -= num_blocks[row]
+    S[FREE_TOP] = loops.push_blocks(free_ids, S[FREE_TOP], released, n)
+    data[:, row] = 0
+    live[row] = False
+    free_rows[S[FREE_ROWS_TOP]] = row
+    S[FREE_ROWS_TOP] += 1
 
 
 @njit(cache=True)
-def _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack):
-    """One block from the top of the free stack onto the end of the sequence's chain."""
-    S[FREE_TOP] -= 1
-    b = free_stack[S[FREE_TOP]]
-    if s_nblocks[slot] == 0:
-        s_head[slot] = b
-    else:
-        next_block[s_tail[slot]] = b
-    s_tail[slot] = b
-    s_nblocks[slot] += 1
-
-
-@njit(cache=True)
-def _leave_batch(S, batch, slot):
-    """The sequence in `slot` leaves the decode batch; the others keep their order."""
+def _leave_batch(S, batch, row):
+    """The sequence in `row` leaves the decode batch; the others keep their order."""
     n = S[NBATCH]
     k = 0
-    while batch[k] != slot:
+    while batch[k] != row:
         k += 1
     for m in range(k, n - 1):
         batch[m] = batch[m + 1]
@@ -113,20 +113,22 @@ def _leave_batch(S, batch, slot):
 
 
 @njit(cache=True)
-def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output_s, need, g_generated, g_slot, wait,
-              s_req, s_len, s_final, s_head, s_tail, s_nblocks, batch, free_slots, free_stack, next_block, prefilled,
-              log_admitted, log_first, log_finish, log_preempt, log_done, events, rows_f, rows_i):
+def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output_s, need, g_generated, g_row, wait,
+              row_req, batch, prefilled, free_rows, data, length, final_len, num_blocks, last_block, swapped, mark,
+              live, table, refcount, scratch, free_ids, counts, released, slots, copies, log_admitted, log_first,
+              log_finish, log_preempt, log_done, events, rows_f, rows_i):
     """Step until a status (module docstring) says to stop. `F[0]` is the replica's clock (s). Per request
-    i (ring position i & (len - 1) of `g_generated` and `g_slot`): tokens generated, device slot or -1;
-    `wait` a ring of request indices (head S[WAIT_HEAD]); per device slot: its request, length, final
-    length and block chain (first and last block, `s_nblocks` of them linked by `next_block`); `batch`
-    the decoding slots in join order; `prefilled` this step's admitted slots; the `log_*` arrays are the
-    RequestLog window (row i - S[LOG_BASE])."""
+    i (ring position i & (len - 1) of `g_generated` and `g_row`): tokens generated, pool row or -1; `wait` a
+    ring of request indices (head S[WAIT_HEAD]); per pool row: its request (`row_req`); `batch` the decoding
+    rows in join order; `prefilled` this step's admitted rows; `free_rows` the free rows (top S[FREE_ROWS_TOP]);
+    `data` .. `counts` the pool's arrays (CompiledPool; `data` holds the per-row columns `length` .. `mark`);
+    `released`, `slots`, `copies` scratch buffers of `release_row` and `decode_append`; the `log_*` arrays are
+    the RequestLog window (row i - S[LOG_BASE])."""
     while True:
-        if S[PHASE] == 0:
+        if S[PHASE] == START:
             if S[ROWS] == rows_f.shape[0]:
                 return ROWS_FULL
-            status = _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_slot, wait, log_done, events)
+            status = _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_row, wait, log_done, events)
             if status >= 0:
                 return status
             if S[NBATCH] == 0 and S[NWAIT] == 0:  # every request that arrived now was rejected
@@ -134,21 +136,33 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
             # a step ends at most every waiting group and the batch's (a retired group and the admitted ones)
             if S[EVENTS] + S[NWAIT] + 2 * C[MAX_NUM_SEQS] + 1 > events.shape[0]:
                 return EVENTS_FULL
-            rejected_before = S[NUM_REJECTED]
-            preemptions = _append_or_preempt(S, C, g_slot, wait, s_req, s_len, s_head, s_tail, s_nblocks, batch,
-                                             free_slots, free_stack, next_block, log_preempt, log_done, events)
-            npf = 0
-            if preemptions == 0:
-                npf = _admit(S, F, C, prompt, output, g_generated, g_slot, wait, s_req, s_len, s_final, s_head,
-                             s_tail, s_nblocks, free_slots, free_stack, next_block, prefilled, log_admitted, log_done,
-                             events)
-            verdict = rules.step_verdict(S[NBATCH] + npf, 0, S[NUM_REJECTED] - rejected_before)
+            S[REJECTED_BEFORE], S[P_PREEMPTIONS], S[P_NPF] = S[NUM_REJECTED], 0, 0
+            S[PHASE] = APPEND
+        if S[PHASE] == APPEND:
+            status = _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, length, final_len,
+                                        num_blocks, last_block, swapped, mark, live, table, refcount, scratch,
+                                        free_ids, counts, released, slots, copies, log_preempt, log_done, events)
+            if status >= 0:
+                return status
+            S[BUDGET] = C[MAX_BATCHED]
+            S[PHASE] = ADMIT if S[P_PREEMPTIONS] == 0 else DECIDE
+        if S[PHASE] == ADMIT:
+            status = _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled, free_rows, length,
+                            final_len, num_blocks, last_block, live, table, refcount, free_ids, counts, log_admitted,
+                            log_done, events)
+            if status >= 0:
+                return status
+            S[PHASE] = DECIDE
+        if S[PHASE] == DECIDE:
+            verdict = rules.step_verdict(S[NBATCH] + S[P_NPF], 0, S[NUM_REJECTED] - S[REJECTED_BEFORE])
             if verdict != rules.RUN:
                 if verdict == rules.STUCK:
                     return STUCK
+                S[PHASE] = START
                 continue
-            _plan(S, C, preemptions, npf, s_len, s_final, s_nblocks, batch, prefilled)
-            S[PHASE] = 1
+            _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch,
+                  prefilled)
+            S[PHASE] = PLANNED
         dt_s = step_formula.compute_s(K, rows_s, output_s, flops_per_s, need, S[P_NUM_PREFILL], S[P_NUM_DECODE],
                                       S[P_KV_READ], S[P_ATTN_CTX], S[P_DECODE_CTX], 0, 0, math.nan, 0,
                                       S[P_DECODE_BLOCKS], S[P_NUM_DECODE] + S[P_NPF])
@@ -156,20 +170,21 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
             return NEED_CLOCK
         F[0] += dt_s
         S[STEP] += 1
-        _complete(S, F[0], output, g_generated, g_slot, s_req, s_head, s_nblocks, batch, prefilled, free_slots,
-                  free_stack, next_block, log_first, log_finish, log_done, events)
+        _complete(S, C, F[0], output, g_generated, g_row, row_req, batch, prefilled, free_rows, data, length,
+                  num_blocks, table, refcount, free_ids, live, counts, released, log_first, log_finish, log_done,
+                  events)
         _record(S, C, F[0], dt_s, rows_f, rows_i)
-        S[PHASE] = 0
+        S[PHASE] = START
 
 
 @njit(cache=True)
-def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_slot, wait, log_done, events):
+def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_row, wait, log_done, events):
     """The clock moves to the next event (now while there is work, else the next arrival:
     `Replica.next_event_s`) and the requests that arrived by then join the waiting queue or are rejected
     (`Scheduler.arrive`). Returns DONE when no request is left, GROW when the next arrival needs room,
-    else -1."""
+    else -1. Calling it again at once changes nothing."""
     num_requests = arrival_s.shape[0]
-    gmask = g_slot.shape[0] - 1
+    gmask = g_row.shape[0] - 1
     wcap = wait.shape[0]
     if S[NBATCH] == 0 and S[NWAIT] == 0:
         if S[NEXT_ARRIVAL] == num_requests:
@@ -187,40 +202,46 @@ def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_slot, wait, log_d
             _log_done(S, log_done, i)
             continue
         g_generated[i & gmask] = 0
-        g_slot[i & gmask] = -1
+        g_row[i & gmask] = -1
         wait[(S[WAIT_HEAD] + S[NWAIT]) % wcap] = i
         S[NWAIT] += 1
     return -1
 
 
 @njit(cache=True)
-def _append_or_preempt(S, C, g_slot, wait, s_req, s_len, s_head, s_tail, s_nblocks, batch, free_slots, free_stack,
-                       next_block, log_preempt, log_done, events):
-    """The decode batch appends one slot per sequence, all or nothing; while the free blocks cannot supply
-    it, the latest-arrived group is preempted for recompute (first in line again), or rejected when it is
-    the only one (`Scheduler.schedule`). Returns the preemptions."""
-    bs = C[BLOCK_SIZE]
-    gmask = g_slot.shape[0] - 1
+def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, length, final_len, num_blocks, last_block,
+                       swapped, mark, live, table, refcount, scratch, free_ids, counts, released, slots, copies,
+                       log_preempt, log_done, events):
+    """The decode batch appends one slot per sequence, all or nothing (`PagedStrategy.append_if_room`'s
+    `decode_append`); while the free blocks cannot supply it, the latest-arrived group is preempted for
+    recompute (first in line again), or rejected when it is the only one (`Scheduler._grow_batch`), counted in
+    S[P_PREEMPTIONS]. Returns WIDEN when a table needs more columns (nothing changed since the last
+    preemption), else -1."""
+    gmask = g_row.shape[0] - 1
     wcap = wait.shape[0]
-    preemptions = 0
     while S[NBATCH] > 0:
-        need = 0
-        for k in range(S[NBATCH]):
-            need += s_len[batch[k]] % bs == 0
-        if need <= S[FREE_TOP]:
-            for k in range(S[NBATCH]):
-                slot = batch[k]
-                if s_len[slot] % bs == 0:
-                    _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
-                s_len[slot] += 1
-            return preemptions
-        victim = batch[rules.victim(s_req[batch[:S[NBATCH]]])]
-        i = s_req[victim]
+        rows = batch[:S[NBATCH]]
+        status, x, _, copied_slots, grown, reserved = loops.decode_append(
+            rows, length, final_len, num_blocks, swapped, last_block, table, refcount, C[BLOCK_SIZE], scratch, mark,
+            free_ids, S[FREE_TOP], slots, copies, live)
+        if status == 0:
+            S[FREE_TOP] -= x
+            counts[WRITTEN] += rows.shape[0] + copied_slots
+            counts[LOGICAL] += rows.shape[0]
+            counts[ENTRIES] += grown
+            S[RESERVED_MEMO] = reserved
+            return -1
+        if status == 2:
+            S[NEED_COLS] = x
+            return WIDEN
+        victim = batch[rules.victim(row_req[rows])]
+        i = row_req[victim]
         last_one = S[NBATCH] == 1
         _leave_batch(S, batch, victim)
         S[RUNNING_SEQS] -= 1
-        _free_seq(S, victim, s_head, s_nblocks, next_block, free_stack, free_slots)
-        g_slot[i & gmask] = -1
+        _free_row(S, C, victim, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts,
+                  released)
+        g_row[i & gmask] = -1
         if last_one:  # the only holder of the pool cannot grow
             S[NUM_REJECTED] += 1
             _event(S, events, i, REJECT_POOL, 0, 0)
@@ -230,23 +251,24 @@ def _append_or_preempt(S, C, g_slot, wait, s_req, s_len, s_head, s_tail, s_nbloc
             S[WAIT_HEAD] = (S[WAIT_HEAD] - 1) % wcap
             wait[S[WAIT_HEAD]] = i
             S[NWAIT] += 1
-            preemptions += 1
-    return preemptions
+            S[P_PREEMPTIONS] += 1
+    return -1
 
 
 @njit(cache=True)
-def _admit(S, F, C, prompt, output, g_generated, g_slot, wait, s_req, s_len, s_final, s_head, s_tail, s_nblocks,
-           free_slots, free_stack, next_block, prefilled, log_admitted, log_done, events):
+def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled, free_rows, length, final_len,
+           num_blocks, last_block, live, table, refcount, free_ids, counts, log_admitted, log_done, events):
     """Waiting groups are admitted first come first served under the token budget, max_num_seqs and the
     watermark, each taking the blocks of its prompt and what it generated before a preemption
-    (`Admission.admit`, `PagedStrategy.admit`); a group the empty pool cannot place is rejected. Returns
-    how many were admitted (their slots in `prefilled`)."""
+    (`Admission.admit`; `PagedStrategy.admit`: blocks in the stack's pop order, one holder each, a new row of the
+    tables); a group the empty pool cannot place is rejected. The admitted ones' rows go to `prefilled`
+    (S[P_NPF] of them), the budget left stays in S[BUDGET]. Returns GROW_ROWS or WIDEN when the next admission
+    needs a row or table columns the pool lacks (nothing of it done yet), else -1."""
     bs = C[BLOCK_SIZE]
-    gmask = g_slot.shape[0] - 1
+    gmask = g_row.shape[0] - 1
     wcap = wait.shape[0]
-    npf = 0
-    budget = C[MAX_BATCHED]
     while S[NWAIT] > 0:
+        budget = S[BUDGET]
         i = wait[S[WAIT_HEAD]]
         tokens = rules.recompute_tokens(np.int64(prompt[i]), g_generated[i & gmask])
         need = rules.blocks_needed(tokens, bs, 1)
@@ -261,6 +283,11 @@ def _admit(S, F, C, prompt, output, g_generated, g_slot, wait, s_req, s_len, s_f
             refusal = REJECT_BLOCKS
         if refusal >= 0 and not rules.refusal_is_final(S[RUNNING_SEQS]):  # blocks will come free: it waits
             break
+        if refusal < 0 and S[FREE_ROWS_TOP] == 0:  # `SeqRows.add` grows the rows
+            return GROW_ROWS
+        if refusal < 0 and need > table.shape[1]:  # `BlockTables.add` widens the tables
+            S[NEED_COLS] = need
+            return WIDEN
         S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
         S[NWAIT] -= 1
         if refusal >= 0:  # the empty pool cannot place it: nothing ever will
@@ -268,90 +295,98 @@ def _admit(S, F, C, prompt, output, g_generated, g_slot, wait, s_req, s_len, s_f
             _event(S, events, i, refusal, need, S[FREE_TOP])
             _log_done(S, log_done, i)
             continue
-        S[FREE_SLOTS_TOP] -= 1
-        slot = free_slots[S[FREE_SLOTS_TOP]]
-        s_nblocks[slot] = 0
-        for _ in range(need):
-            _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
-        s_req[slot], s_len[slot], s_final[slot] = i, tokens, np.int64(prompt[i]) + output[i] - 1
-        g_slot[i & gmask] = slot
+        S[FREE_ROWS_TOP] -= 1
+        row = free_rows[S[FREE_ROWS_TOP]]
+        blocks = loops.pop_blocks(free_ids, S[FREE_TOP], need)
+        for j in range(need):
+            refcount[blocks[j]] = 1
+        loops.fill_row(row, blocks, tokens, np.int64(prompt[i]) + output[i] - 1, table, length, final_len, num_blocks,
+                       last_block)
+        S[FREE_TOP] -= need
+        live[row] = True
+        counts[WRITTEN] += tokens
+        counts[LOGICAL] += tokens
+        counts[ENTRIES] += need
+        row_req[row] = i
+        g_row[i & gmask] = row
         j = i - S[LOG_BASE]
         if math.isnan(log_admitted[j]):
             log_admitted[j] = F[0]
         S[RUNNING_SEQS] += 1
-        budget -= tokens
-        prefilled[npf] = slot
-        npf += 1
-    return npf
+        S[BUDGET] = budget - tokens
+        prefilled[S[P_NPF]] = row
+        S[P_NPF] += 1
+    return -1
 
 
 @njit(cache=True)
-def _plan(S, C, preemptions, npf, s_len, s_final, s_nblocks, batch, prefilled):
-    """The planned step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`), into S. An admitted
+def _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch, prefilled):
+    """The planned step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`: the counters, and the
+    reserved slots the decode append left unless an admission changed the tables since), into S. An admitted
     sequence's length is its whole prompt (and recomputed tokens), all of it written this step."""
     bs = C[BLOCK_SIZE]
-    num_decode = S[NBATCH]
+    num_decode, npf = S[NBATCH], S[P_NPF]
     decode_ctx = decode_blocks = 0
     for k in range(num_decode):
-        decode_ctx += s_len[batch[k]]
-        decode_blocks += s_nblocks[batch[k]]
+        decode_ctx += length[batch[k]]
+        decode_blocks += num_blocks[batch[k]]
     num_prefill = attn_ctx_prefill = prefill_blocks = 0
     for k in range(npf):
-        tokens = s_len[prefilled[k]]
+        tokens = length[prefilled[k]]
         num_prefill += tokens
         attn_ctx_prefill += tokens * (tokens + 1) // 2  # queries at 0..tokens-1 attend to q + 1 keys each
-        prefill_blocks += s_nblocks[prefilled[k]]
-    reserved = 0  # unwritten slots of last blocks that their sequence will write
-    for k in range(num_decode + npf):
-        slot = batch[k] if k < num_decode else prefilled[k - num_decode]
-        reserved += min(s_final[slot], s_nblocks[slot] * bs) - s_len[slot]
-    S[P_NUM_DECODE], S[P_NPF], S[P_NUM_PREFILL] = num_decode, npf, num_prefill
+        prefill_blocks += num_blocks[prefilled[k]]
+    reserved = S[RESERVED_MEMO]
+    if npf or not num_decode:
+        reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs,
+                                        scratch)
+    S[P_NUM_DECODE], S[P_NUM_PREFILL] = num_decode, num_prefill
     S[P_KV_READ], S[P_ATTN_CTX] = decode_ctx + num_prefill, decode_ctx + attn_ctx_prefill
     S[P_DECODE_CTX], S[P_DECODE_BLOCKS] = decode_ctx, decode_blocks
     S[P_UNSHARED_SLOTS] = (decode_blocks + prefill_blocks) * bs
-    S[P_PREEMPTIONS], S[P_TOKEN_SLOTS], S[P_RESERVED] = preemptions, decode_ctx + num_prefill, reserved
-    S[P_FREE_SLOTS], S[P_TABLE_ENTRIES] = S[FREE_TOP] * bs, decode_blocks + prefill_blocks
+    S[P_TOKEN_SLOTS], S[P_RESERVED] = counts[WRITTEN], reserved
+    S[P_LOGICAL_SLOTS], S[P_FREE_SLOTS], S[P_TABLE_ENTRIES] = counts[LOGICAL], S[FREE_TOP] * bs, counts[ENTRIES]
 
 
 @njit(cache=True)
-def _complete(S, now_s, output, g_generated, g_slot, s_req, s_head, s_nblocks, batch, prefilled, free_slots,
-              free_stack, next_block, log_first, log_finish, log_done, events):
+def _complete(S, C, now_s, output, g_generated, g_row, row_req, batch, prefilled, free_rows, data, length, num_blocks,
+              table, refcount, free_ids, live, counts, released, log_first, log_finish, log_done, events):
     """The step ended at `now_s` (`Scheduler.complete`): every decoding sequence produced a token, every
     prefilled one its first and joins the batch, and the groups with all their tokens are freed."""
-    gmask = g_slot.shape[0] - 1
+    gmask = g_row.shape[0] - 1
     k = 0
     while k < S[NBATCH]:
-        slot = batch[k]
-        i = s_req[slot]
+        row = batch[k]
+        i = row_req[row]
         g_generated[i & gmask] += 1
         if rules.tokens_left(np.int64(output[i]), g_generated[i & gmask]) == 0:
-            _leave_batch(S, batch, slot)
-            _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
-                    log_finish, log_done, events)
+            _leave_batch(S, batch, row)
+            _finish(S, C, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount,
+                    free_ids, live, counts, released, log_finish, log_done, events)
         else:
             k += 1
     for k in range(S[P_NPF]):
-        slot = prefilled[k]
-        i = s_req[slot]
+        row = prefilled[k]
+        i = row_req[row]
         g_generated[i & gmask] += 1
         j = i - S[LOG_BASE]
         if math.isnan(log_first[j]):
             log_first[j] = now_s
         if rules.tokens_left(np.int64(output[i]), g_generated[i & gmask]) == 0:  # one output token: done
-            _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
-                    log_finish, log_done, events)
+            _finish(S, C, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount,
+                    free_ids, live, counts, released, log_finish, log_done, events)
         else:
-            batch[S[NBATCH]] = slot
+            batch[S[NBATCH]] = row
             S[NBATCH] += 1
 
 
 @njit(cache=True)
-def _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot, log_finish,
-            log_done, events):
+def _finish(S, C, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount, free_ids, live,
+            counts, released, log_finish, log_done, events):
     """Request i generated its last token: its blocks go back and its row is done (`RequestLog.finished`)."""
-    _free_seq(S, slot, s_head, s_nblocks, next_block, free_stack, free_slots)
+    _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts, released)
     S[RUNNING_SEQS] -= 1
-    g_slot[i & (g_slot.shape[0] - 1)] = -1
+    g_row[i & (g_row.shape[0] - 1)] = -1
     log_finish[i - S[LOG_BASE]] = now_s
     S[NUM_FINISHED] += 1
     S[GENERATED_TOKENS] += output[i]
@@ -370,6 +405,6 @@ def _record(S, C, now_s, dt_s, rows_f, rows_i):
     row[0], row[1], row[2] = S[STEP] - 1, S[P_NUM_DECODE] + S[P_NPF], S[NWAIT]
     row[3], row[4], row[5], row[6] = S[P_NUM_PREFILL], S[P_NUM_DECODE], written, reserved
     row[7], row[8], row[9] = C[CAPACITY_SLOTS] - free - written - reserved, 0, 0  # internal fragmentation
-    row[10], row[11], row[12] = free, written, 4 * S[P_TABLE_ENTRIES]  # an int32 block id per table entry
+    row[10], row[11], row[12] = free, S[P_LOGICAL_SLOTS], _TABLE_ENTRY_BYTES * S[P_TABLE_ENTRIES]
     row[13], row[14], row[15], row[16], row[17] = 0, S[P_PREEMPTIONS], 0, free, S[P_UNSHARED_SLOTS]
     S[ROWS] = r + 1
