@@ -21,13 +21,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from workbench.arguments import switch_argument
 from workbench.config import RunConfig
-from workbench.errors import ConfigError, UnservableError, WorkloadError
+from workbench.errors import ConfigError, UnservableError, WorkloadError, shown
 from workbench.outdir import check_target
 from workbench.results import write_outputs
 from workbench.run_table import format_summary, html_summary
@@ -77,6 +79,9 @@ class Result:
         """Write config.json, steps.parquet, requests.parquet and summary.json into the directory `path`,
         as `python -m workbench.run --out` does: a directory holding results is refused (`ConfigError`)
         unless `force`, and then replaced only once the new one is complete. Returns the resolved path."""
+        force = switch_argument("force", force)
+        if not isinstance(path, str | os.PathLike):
+            raise ConfigError(f"path must be a directory's path, got {type(path).__name__} {shown(path)}")
         try:
             final = check_target(Path(path), replace=force, flag="save:", hint="pass force=True to replace it")
         except ValueError as exc:
@@ -139,7 +144,7 @@ def run(*, progress: bool = False, **flags: Any) -> Result:
     Raises ConfigError (a ValueError) before any work for a bad flag or a workload the configuration
     cannot serve, with the message the command line prints; `progress` shows a bar of finished requests.
     """
-    return run_checked(run_config(**flags), progress=progress)
+    return run_checked(run_config(**flags), progress=switch_argument("progress", progress))
 
 
 def run_checked(cfg: RunConfig, *, progress: bool = False) -> Result:

@@ -7,11 +7,14 @@ these fields and sweep YAML keys are exactly these field names (docs/outputs.md)
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 import numbers
 import operator
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from workbench.clock.profiles import PROFILE_NAMES, check_profile
 from workbench.errors import shown
@@ -50,6 +53,35 @@ _BOUNDS = {"gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", oper
 def describe_bounds(f: dataclasses.Field) -> str:
     """The field's allowed range for help texts, e.g. `> 0, <= 2147483647` ('' when unbounded)."""
     return ", ".join(f"{sign} {f.metadata[key]}" for key, (sign, _) in _BOUNDS.items() if key in f.metadata)
+
+
+def plain_value(f: dataclasses.Field, value: Any) -> Any:
+    """`value` as the plain Python type of the field (int, float, str, bool), which is what config.json,
+    the point ids and the engine's arithmetic expect: a NumPy or pandas scalar (`numpy.int64(2)`,
+    `numpy.float32(0.5)`, `numpy.bool_(True)`), a `fractions.Fraction` or a `decimal.Decimal` is what a
+    notebook passes. Raises ValueError (one line) for a value of no such kind; `check_field` then checks it."""
+    name, kind = f.name, str(f.type).replace(" | None", "")
+    if value is None:
+        if "None" not in str(f.type):
+            raise ValueError(f"{name} must be given, got None")
+        return None
+    expected = {"bool": "true or false", "str": "a string", "int": "an integer", "float": "a number"}[kind]
+    if kind == "bool":
+        if isinstance(value, bool | np.bool_):  # numpy.bool_ is no subclass of bool
+            return bool(value)
+    elif kind == "str":
+        if isinstance(value, str):
+            return str(value)
+    elif isinstance(value, bool | np.bool_):
+        pass  # true/false is never a number here, as in YAML and on the command line
+    elif kind == "int" and isinstance(value, numbers.Integral):
+        return operator.index(value)
+    elif kind == "float" and isinstance(value, numbers.Real | decimal.Decimal):
+        try:
+            return float(value)
+        except OverflowError:  # a Fraction or an integer beyond float64
+            raise ValueError(f"{name} must be a finite number, got {shown(value)}") from None
+    raise ValueError(f"{name} must be {expected}, got {type(value).__name__} {shown(value)}")
 
 
 def check_field(f: dataclasses.Field, value: Any) -> None:
@@ -194,7 +226,9 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            check_field(f, getattr(self, f.name))
+            value = plain_value(f, getattr(self, f.name))
+            object.__setattr__(self, f.name, value)  # frozen: the plain value replaces what was passed
+            check_field(f, value)
         if self.page_kib % 4:
             raise ValueError(f"page_kib must be a multiple of the GPU's 4 KiB page, got {self.page_kib}")
         if self.kernel == "none" and self.verify_every:

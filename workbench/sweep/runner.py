@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from workbench.arguments import count_argument, switch_argument, text_argument
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, shown
 from workbench.experiments import find_experiment
@@ -236,7 +237,18 @@ def sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | No
     the rest, so a cell run again costs nothing; `force` replaces them; `resume=False` refuses an `out`
     holding a sweep. `executor` is `local` (a process pool of `jobs` workers) or `dask`.
     """
-    resume = not force if resume is None else resume
+    force = switch_argument("force", force)
+    resume = not force if resume is None else switch_argument("resume", resume)
+    progress = switch_argument("progress", progress)
+    jobs, workers = count_argument("jobs", jobs), count_argument("workers", workers)
+    max_points = count_argument("max_points", max_points)
+    executor = text_argument("executor", executor)
+    scheduler = text_argument("scheduler", scheduler, optional=True)
+    if not isinstance(spec, SweepSpec | Mapping | str | os.PathLike):
+        raise ConfigError(f"spec must be a mapping, a YAML file's path or an experiment's name, got "
+                          f"{type(spec).__name__} {shown(spec)}")
+    if out is not None and not isinstance(out, str | os.PathLike):
+        raise ConfigError(f"out must be a directory's path, got {type(out).__name__} {shown(out)}")
     try:
         sweep_spec, pool, out_dir = open_sweep(spec, out, resume=resume, force=force, executor=executor, jobs=jobs,
                                                scheduler=scheduler, workers=workers, max_points=max_points)
