@@ -31,6 +31,7 @@ from workbench.arguments import switch_argument
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, UnservableError, WorkloadError, shown
 from workbench.outdir import check_target
+from workbench.result_dir import read_result
 from workbench.results import write_outputs
 from workbench.run_table import format_summary, html_summary
 from workbench.sweep.spec import config_id
@@ -92,14 +93,12 @@ class Result:
 
 def load(path: str | Path) -> Result:
     """The run written into the directory `path` (by `Result.save`, `python -m workbench.run --out`, or a
-    sweep's `points/<id>/`), read back as a Result."""
-    import json
-
-    folder = Path(path)
-    description = json.loads((folder / "config.json").read_text())
-    config = RunConfig.from_dict(description["config"])
-    return Result(config, pd.read_parquet(folder / "steps.parquet"), pd.read_parquet(folder / "requests.parquet"),
-                  json.loads((folder / "summary.json").read_text()), description)
+    sweep's `points/<id>/`), read back as a Result. A directory that is not a complete run raises
+    ResultError (a ValueError) naming the file at fault and what it should hold."""
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigError(f"path must be a directory's path, got {type(path).__name__} {shown(path)}")
+    description, config, steps, requests, summary = read_result(Path(path))
+    return Result(config, steps, requests, summary, description)
 
 
 def point(table: pd.DataFrame, point_id: str) -> Result:
