@@ -241,7 +241,7 @@ def holds_what_a_summary_holds(key: str, value) -> bool:
         return isinstance(value, str)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return math.isfinite(value) or (math.isnan(value) and key in C.SUMMARY_NAN_KEYS)
+    return math.isfinite(value)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -291,7 +291,7 @@ def replica_extra(res: Resolved, replica: Replica, backend: str) -> dict[str, An
         "kernel_time_s": runner.kernel_time_s if runner else 0.0,
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
                         if runner and runner.kernel_time_s > 0 else 0.0),
-        "verify_max_rel_err": runner.verify_max_rel_err if runner else float("nan"),
+        "verify_max_rel_err": runner.verify_max_rel_err if runner else 0.0,
     }
 
 

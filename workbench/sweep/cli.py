@@ -59,8 +59,7 @@ def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
     the saturated steps (a request was waiting) when every point had some, as the memory_waste figure
     draws them; otherwise over all steps."""
     varied = [k for k in spec.axes] + [k for group in spec.zips for k in group]
-    memory = [k for k in TABLE_KEYS if k.startswith("mem_") and k in table.columns]
-    saturated = all(k + "_sat" in table.columns and table[k + "_sat"].notna().all() for k in memory)
+    saturated = "saturated_step_frac" in table.columns and bool((table["saturated_step_frac"] > 0).all())
     keys = [k + "_sat" if saturated and k.startswith("mem_") else k for k in TABLE_KEYS]
     metrics = [k for k in keys if k in table.columns and table[k].notna().any()]
     shown = table[["point_id", *varied, *metrics]]
