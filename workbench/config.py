@@ -37,6 +37,14 @@ MAX_INT = 2**63 - 1
 MAX_REQUESTS = 10_000_000  # a synthetic workload is generated in memory up front, ~1 KB per request
 MIN_MODEL_LEN = 2  # one prompt token and one output token
 MAX_REPLICAS = 1024
+# Ranges a real system can have, so that no flag's value is absorbed by float64 arithmetic (a link of 1e-300
+# GB/s "runs" with steps too short to move the clock): memory sizes up to 64 TiB (a 64-GPU node's HBM,
+# or a host's DRAM, many times over), a KV pool of at least 1 KiB, links from 0.01 GB/s (80 Mb/s) to
+# 10 TB/s (several NVLink 5 ports), efficiencies from 1% of the hardware's peak.
+MAX_GIB = 2**16
+MIN_KV_GIB = 1e-6
+MIN_LINK_GB_S, MAX_LINK_GB_S = 0.01, 10_000.0
+MIN_EFF = 0.01
 # how a fleet's router picks a replica for each arrival (workbench.fleet.routers, docs/fleet.md)
 ROUTER_NAMES = ("round-robin", "least-loaded", "power-of-two", "session", "cache-aware", "kv-exact")
 
@@ -125,16 +133,17 @@ class RunConfig:
                        choices=("lru", "fifo", "lfu", "depth"))
     # `walk`: the values the generic random walks of the allocators try (tests/allocators)
     host_cache_gib: float = _f(0.0, "host tier of a prefix cache in GiB (2^30 bytes): evicted prefix blocks are "
-                                    "demoted to host memory and promoted back on a hit (0 = none)", ge=0, le=2**20,
+                                    "demoted to host memory and promoted back on a hit (0 = none)", ge=0, le=MAX_GIB,
                                walk=(0.0, 0.3))
     overlap_load: bool = _f(False, "host-tier loads of a prefix cache overlap the step's compute (else they add to it)")
     # a fleet's shared tier (docs/fleet.md): one pool below every replica's own tiers
     shared_tier_gib: float = _f(0.0, "KV block pool of a prefix cache shared by every replica, in GiB (2^30 bytes): "
                                      "blocks evicted from a replica's device (or dropped by its host tier) are "
                                      "demoted into it and copied back on a hit by any replica (0 = none)",
-                                ge=0, le=2**20)
+                                ge=0, le=MAX_GIB)
     shared_link_gb_s: float = _f(DEFAULT_SHARED_LINK_GB_S, "GB/s (10^9 bytes/s) of the link a shared-tier load "
-                                 "crosses, one direction (default 25: one 200 Gb/s RDMA NIC port)", gt=0, le=1e6)
+                                 "crosses, one direction (default 25: one 200 Gb/s RDMA NIC port)", ge=MIN_LINK_GB_S,
+                                 le=MAX_LINK_GB_S)
     hybrid: str = _f("on", "per-layer-group allocation for models with sliding-window layers (paged strategies "
                           "without a prefix cache): on | off (off: every layer is full attention)",
                      choices=("on", "off"))
@@ -163,8 +172,9 @@ class RunConfig:
                     "heads, one KV manager for all of them; the clock adds two all-reduces per layer over "
                     "the GPUs' link (docs/engine.md)", ge=1, le=64)
     gpu_memory_utilization: float = _f(0.9, "fraction of GPU memory the server may use when deriving KV capacity",
-                                       gt=0, le=1)
-    kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU", gt=0)
+                                       ge=MIN_EFF, le=1)
+    kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU", ge=MIN_KV_GIB,
+                              le=MAX_GIB)
     kv_slots: int | None = _f(None, "KV cache size in token slots (overrides --kv-gib)", gt=0, le=MAX_SLOTS)
     max_model_len: int | None = _f(None, "maximum sequence length in tokens (default: the model preset's)",
                                    ge=MIN_MODEL_LEN, le=MAX_SLOTS)
@@ -185,7 +195,7 @@ class RunConfig:
     verify_every: int = _f(0, "every k steps, check up to 8 decoding and 2 prefilling sequences of the batch "
                               "against the float64 reference (0 = never)", ge=0)
     preemption: str = _f("recompute", "preemption mode: recompute | swap", choices=("recompute", "swap"))
-    swap_gib: float = _f(4.0, "host swap space in GiB", ge=0)
+    swap_gib: float = _f(4.0, "host swap space in GiB", ge=0, le=MAX_GIB)
     max_num_seqs: int = _f(256, "maximum running sequences per step", gt=0, le=MAX_SLOTS)
     max_num_batched_tokens: int | None = _f(None, "token budget of a step: prefill tokens, or with --chunked-prefill "
                                                   "decode plus prefill-chunk tokens (default: max(max_model_len, "
@@ -205,9 +215,9 @@ class RunConfig:
     # (STREAM-like copies), transformer-shaped fp16 GEMMs of >= 4096 rows ~75% of dense peak (fewer
     # rows reach less: workbench.clock.roofline.gemm_shape_frac), and a serving engine spends ~1 ms per
     # iteration on scheduling, sampling and launches outside the GPU.
-    eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=1e-6, le=1)
+    eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=MIN_EFF, le=1)
     eff_flops: float = _f(0.75, "achieved fraction of dense peak FLOP/s by GEMMs of >= 4096 tokens; "
-                                "smaller steps reach less (roofline clock)", ge=1e-6, le=1)
+                                "smaller steps reach less (roofline clock)", ge=MIN_EFF, le=1)
     step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)", ge=0, le=3600)
     replicas: int = _f(1, "copies of the engine behind one router, each with this whole configuration (its own "
                           "KV pool of --kv-gib); 1 = a single instance", gt=0, le=MAX_REPLICAS)
@@ -222,7 +232,7 @@ class RunConfig:
                                  "shipped to them from its prefill replica; 0 = colocated", ge=0, le=MAX_REPLICAS)
     kv_link_gb_s: float = _f(DEFAULT_KV_LINK_GB_S, "GB/s (10^9 bytes/s) of each prefill replica's link a prompt's "
                              "KV crosses to its decode replica, one direction (default 25: one 200 Gb/s RDMA NIC "
-                             "port)", gt=0, le=1e6)
+                             "port)", ge=MIN_LINK_GB_S, le=MAX_LINK_GB_S)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
