@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -30,6 +31,16 @@ def runs_dir() -> Path:
     return Path(os.environ.get("WORKBENCH_RUNS_DIR") or "runs")
 
 
+class NotRegularFileError(OSError):
+    """A path that names a FIFO, a directory, a device or a socket where a file's bytes are expected."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", str(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
 def open_regular(path: str | os.PathLike) -> BinaryIO:
     """`path` opened for reading in binary, refused unless it is a regular file, without ever waiting: the
     open is non-blocking, so a FIFO nobody writes (or a terminal, a device) returns at once and is then
@@ -38,7 +49,7 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(None, "not a regular file", str(path))
+            raise NotRegularFileError(path)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
