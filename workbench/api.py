@@ -22,6 +22,7 @@ import dataclasses
 import difflib
 import importlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from workbench.errors import ConfigError, UnservableError, WorkloadError, shown
 from workbench.outdir import check_target
 from workbench.result_dir import read_result
 from workbench.results import write_outputs
-from workbench.run_table import format_summary, html_summary
+from workbench.run_table import dropped_rows_note, format_summary, html_summary
 from workbench.sweep.spec import config_id
 from workbench.sweep.summary import summary_row
 
@@ -154,6 +155,8 @@ def run_checked(cfg: RunConfig, *, progress: bool = False) -> Result:
         tables, description = run_in_memory(cfg, progress=progress)
     except (WorkloadError, UnservableError) as exc:
         raise ConfigError(str(exc)) from None
+    if (note := dropped_rows_note(cfg.workload, tables.summary)) is not None:
+        print(note, file=sys.stderr)
     return Result(cfg, tables.steps, tables.requests, tables.summary, description)
 
 

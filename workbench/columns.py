@@ -52,6 +52,8 @@ SUMMARY_KEYS = (
     "saturated_step_frac", "mean_batch_size_sat", "throughput_tok_s_sat",
     "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
     "num_finished", "num_rejected", "num_preemptions", "cow_copies",
+    # trace rows the reader dropped as failed requests (0 output tokens; failed=drop, docs/workloads.md)
+    "num_failed_rows_dropped",
     "kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s",
 )
 

@@ -192,6 +192,8 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     request_sums.figures(out)
     out["num_finished"] = int(num_finished)
     out["num_rejected"] = int(num_requests - num_finished)
+    # the whole workload's, so a fleet's replicas leave it out of `extra` and report 0 of their own
+    out["num_failed_rows_dropped"] = int(extra.get("num_failed_rows_dropped", 0))
     for key in ("kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s"):
         out[key] = extra[key]
     return {key: out[key] for key in C.SUMMARY_KEYS}

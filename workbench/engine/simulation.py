@@ -43,7 +43,7 @@ from workbench.paths import REPO_ROOT
 from workbench.results import REQUESTS_TABLE, STEPS_TABLE, summarize_chunks, write_json, write_outputs
 from workbench.table_sink import MemorySink, ParquetSink, TableSink
 from workbench.workload import build_workload, check_workload
-from workbench.workload.request import Request, shortest_request
+from workbench.workload.request import Request, failed_rows_dropped, shortest_request
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,7 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     res = cfg.resolve()
     backend = kernel_backend(cfg)
     replica = make_replica(cfg, res, strategy, requests, backend, timers=timers, sink=sink)
+    dropped = failed_rows_dropped(requests)
     try:
         with fewer_collections():
             if compiled_eligible.applies(replica):
@@ -183,7 +184,8 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     return summarize_chunks(lambda columns: sink.chunks(STEPS_TABLE, columns),
                             lambda columns: sink.chunks(REQUESTS_TABLE, columns),
                             capacity_slots=strategy.capacity_slots, generated_tokens=log.generated_tokens,
-                            extra={**replica_extra(res, replica, backend), "sim_wall_s": time.perf_counter() - wall0_s})
+                            extra={**replica_extra(res, replica, backend), "num_failed_rows_dropped": dropped,
+                                   "sim_wall_s": time.perf_counter() - wall0_s})
 
 
 def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Strategy], *, progress: bool = False,
