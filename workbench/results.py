@@ -363,8 +363,8 @@ def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, re
     staged.mkdir(parents=True)
     try:
         write_json(staged / "config.json", config)
-        steps.to_parquet(staged / "steps.parquet", index=False)
-        requests.to_parquet(staged / "requests.parquet", index=False)
+        table_sink.write_frame(staged / "steps.parquet", steps)
+        table_sink.write_frame(staged / "requests.parquet", requests)
         write_json(staged / "summary.json", summary)
         install(staged, out_dir, replace=replace)
     except OutputExistsError:  # the message names `staged`, where the new result is kept

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from workbench.sweep.spec import Point
+from workbench.table_sink import write_frame
 
 SUMMARY_FILE = "summary.parquet"
 POINT_SUMMARY_FILE = "summary.json"
@@ -51,8 +52,11 @@ def write_summary(table: pd.DataFrame, out_dir: Path) -> Path:
     """Write OUT/summary.parquet atomically (temporary file + rename)."""
     path = out_dir / SUMMARY_FILE
     tmp = out_dir / f".{SUMMARY_FILE}.{os.getpid()}.tmp"
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        write_frame(tmp, table)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
