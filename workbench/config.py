@@ -358,23 +358,48 @@ class Resolved:
 
 # Host bytes per KV block held by a strategy's arrays (reference counts, free stack, scratch), an upper bound.
 ALLOCATOR_BYTES_PER_BLOCK = 32
+# The compiled step loop of plain `paged` runs (workbench.engine.compiled_paged) keeps its own copy of the free
+# stack and block chain: two int64 per block.
+COMPILED_LOOP_BYTES_PER_BLOCK = 16
 STORAGE_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
-def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
-    """What a run allocates up front in host memory: the strategy's per-block arrays, and unless the
-    kernel is off or on a GPU the kernel layer's K and V pools, device and swap; once per replica (prefill and
-    decode replicas alike). With a kernel, the host tier's K and V (per replica) and the shared tier's (once:
-    one pool for the fleet)."""
+def host_memory_parts(cfg: RunConfig, res: Resolved) -> dict[str, int]:
+    """What a run allocates up front in host memory, in bytes, by part (parts of 0 bytes left out): the
+    strategy's per-block arrays (and the compiled loop's, for `paged`), and unless the kernel is off or on a
+    GPU the kernel layer's K and V pools, device and swap; once per replica (prefill and decode replicas
+    alike). With a kernel, the host tier's K and V (per replica) and the shared tier's (once: one pool for the
+    fleet)."""
+    engines = cfg.num_engines
     blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
-    total = blocks * ALLOCATOR_BYTES_PER_BLOCK
+    per_block = ALLOCATOR_BYTES_PER_BLOCK + (COMPILED_LOOP_BYTES_PER_BLOCK if cfg.strategy == "paged" else 0)
     row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
+    host_tier_rows = _tier_slots(cfg.host_cache_gib, res)
     if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
-        total += 2 * (res.capacity_slots + res.swap_slots + _tier_slots(cfg.host_cache_gib, res)) * row_bytes
+        pool_rows, tier_rows = res.capacity_slots + res.swap_slots, host_tier_rows
     elif cfg.kernel == "cupy":
-        total += 2 * (res.swap_slots + _tier_slots(cfg.host_cache_gib, res)) * row_bytes
-    shared = 2 * _tier_slots(cfg.shared_tier_gib, res) * row_bytes if cfg.kernel != "none" else 0
-    return total * cfg.num_engines + shared
+        pool_rows, tier_rows = res.swap_slots, host_tier_rows
+    else:
+        pool_rows = tier_rows = 0
+    parts = {
+        "allocator arrays": engines * blocks * per_block,
+        f"K/V pools ({res.kernel_heads} kernel heads)": engines * 2 * pool_rows * row_bytes,
+        "host tiers' K/V": engines * 2 * tier_rows * row_bytes,
+        "the shared tier's K/V": 2 * _tier_slots(cfg.shared_tier_gib, res) * row_bytes if cfg.kernel != "none" else 0,
+    }
+    return {part: size for part, size in parts.items() if size}
+
+
+def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
+    """The sum of `host_memory_parts`."""
+    return sum(host_memory_parts(cfg, res).values())
+
+
+# what lowers each part of host_memory_parts
+_REMEDY = {"allocator arrays": "--kv-gib/--kv-slots or raise --block-size",
+           "K/V pools": "--kv-gib/--kv-slots, --kernel-heads, or use --kernel none",
+           "host tiers' K/V": "--host-cache-gib, or use --kernel none",
+           "the shared tier's K/V": "--shared-tier-gib, or use --kernel none"}
 
 
 def _tier_slots(gib: float, res: Resolved) -> int:
@@ -383,27 +408,58 @@ def _tier_slots(gib: float, res: Resolved) -> int:
     return int(gib * GIB // res.kv_bytes_per_token)
 
 
+# Address space a run maps after its configuration is checked, besides the arrays counted above: the engine's
+# modules, Numba and LLVM, the workload and the tables' chunks (measured: 0.5 GiB without a kernel, 0.7 with).
+ADDRESS_SPACE_HEADROOM_BYTES = GIB
+
+
 def available_memory_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (what can be allocated without swapping), None where unknown."""
+    """What this process can still allocate: the smaller of MemAvailable (/proc/meminfo: what the machine can
+    give without swapping) and the room left under the process's address-space limit (RLIMIT_AS, less the
+    address space already mapped and ADDRESS_SPACE_HEADROOM_BYTES). None where neither is known."""
+    limits = []
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
+                    limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource  # POSIX only
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        limited = soft != resource.RLIM_INFINITY and soft > 0
+    except (ImportError, OSError, ValueError):
+        limited = False
+    if limited:
+        limits.append(max(0, soft - _mapped_bytes() - ADDRESS_SPACE_HEADROOM_BYTES))
+    return min(limits) if limits else None
+
+
+def _mapped_bytes() -> int:
+    """The process's mapped address space (VmSize of /proc/self/status), 0 where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    return 0
 
 
 def _check_host_memory(cfg: RunConfig, res: Resolved) -> None:
-    need = host_memory_bytes(cfg, res)
+    parts = host_memory_parts(cfg, res)
+    need = sum(parts.values())
     available = available_memory_bytes()
-    if available is not None and need > available:
-        parts, remedy = "allocator arrays", "--kv-gib/--kv-slots"
-        if cfg.kernel != "none":
-            parts += f", K/V of {res.kernel_heads} heads"
-            remedy += ", --kernel-heads or use --kernel none"
-        pools = f"{cfg.num_engines} KV pools" if cfg.num_engines > 1 else "the KV pool"
-        raise ValueError(f"{pools} of {res.capacity_slots} slots need{'s' if cfg.num_engines == 1 else ''} "
-                         f"{need / GIB:.3g} GiB of host memory ({parts}), but this machine has "
-                         f"{available / GIB:.3g} GiB available; lower {remedy}")
+    if available is None or need <= available:
+        return
+    largest = max(parts, key=parts.get)
+    remedy = next(text for part, text in _REMEDY.items() if largest.startswith(part))
+    pools = f"{cfg.num_engines} KV pools" if cfg.num_engines > 1 else "the KV pool"
+    listed = ", ".join(f"{part} {size / GIB:.3g} GiB" for part, size in parts.items())
+    raise ValueError(f"{pools} of {res.capacity_slots} slots need{'s' if cfg.num_engines == 1 else ''} "
+                     f"{need / GIB:.3g} GiB of host memory ({listed}), but this process can allocate "
+                     f"{available / GIB:.3g} GiB (the smaller of the machine's available memory and its address-space "
+                     f"limit); lower {remedy}")

@@ -66,14 +66,19 @@ class _Run:
         strategy, clock, cfg = sched.strategy, replica.clock, sched.config
         self.clock = clock
         self.arrival_s, self.prompt, self.output = _columns(sched.requests)
-        num_blocks, max_seqs = strategy.num_blocks, cfg.max_num_seqs
+        # sized by what can happen, not by the flags' limits (2^31 - 1 each): no more sequences run than there
+        # are requests or blocks (each holds one), and no step computes more tokens than the whole workload's
+        num_blocks = strategy.num_blocks
+        max_seqs = min(cfg.max_num_seqs, self.arrival_s.shape[0], num_blocks)
+        max_batched = min(cfg.max_num_batched_tokens,
+                          int(self.prompt.sum(dtype=np.int64) + self.output.sum(dtype=np.int64)))
         self.S = np.zeros(L.NUM_STATE, dtype=np.int64)
         self.S[L.FREE_TOP] = num_blocks
         self.S[L.FREE_SLOTS_TOP] = max_seqs
         self.F = np.zeros(1)
         C = np.zeros(L.NUM_CONSTS, dtype=np.int64)
         C[L.BLOCK_SIZE], C[L.MAX_MODEL_LEN], C[L.MAX_NUM_SEQS] = strategy.block_size, cfg.max_model_len, max_seqs
-        C[L.MAX_BATCHED], C[L.WATERMARK] = cfg.max_num_batched_tokens, sched.admission.watermark_blocks
+        C[L.MAX_BATCHED], C[L.WATERMARK] = max_batched, sched.admission.watermark_blocks
         C[L.CAPACITY_SLOTS], C[L.SEPARATE_PREFILL] = strategy.capacity_slots, clock.separate_prefill
         C[L.TP], C[L.OVERLAP_MAP] = clock.tp, clock.overlap_map
         self.C = C
@@ -87,7 +92,7 @@ class _Run:
         K[L.STEP_OVERHEAD_S] = clock.step_overhead_s
         self.K = K
         # a step computes at most a budget of prompt tokens and one token per other running sequence
-        table_len = cfg.max_num_batched_tokens + max_seqs + 1
+        table_len = max_batched + max_seqs + 1
         self.rows_s, self.flops_per_s, self.output_s = (np.full(table_len, np.nan) for _ in range(3))
         ring = _pow2(max(1024, self.log.done.shape[0]))
         self.g_generated = np.zeros(ring, dtype=np.int64)
