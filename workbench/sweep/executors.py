@@ -64,8 +64,7 @@ class LocalExecutor:
         pool = None
         try:
             with signals_deferred(), _spawnable_main():  # workers start during the submits
-                pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)),
-                                           mp_context=multiprocessing.get_context("spawn"),
+                pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)), mp_context=_WorkerContext(),
                                            initializer=start_worker, initargs=(os.getpid(),))
                 futures = [pool.submit(fn, task) for task in tasks]
             for future in as_completed(futures):
@@ -84,22 +83,46 @@ class LocalExecutor:
                     pass
 
 
+class _WorkerProcess(multiprocessing.context.SpawnProcess):
+    """A pool worker that starts with Ctrl-C ignored. Ctrl-C reaches the whole process group, and a worker
+    still importing its modules (before `start_worker` runs) would print a KeyboardInterrupt traceback; so
+    the sweep process ignores SIGINT for the spawn call alone (a few milliseconds) and the new interpreter
+    inherits that from its first instruction (Python keeps an inherited SIG_IGN)."""
+
+    @staticmethod
+    def _Popen(process_obj):  # noqa: N802 - multiprocessing's name
+        if threading.current_thread() is not threading.main_thread():
+            return multiprocessing.context.SpawnProcess._Popen(process_obj)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return multiprocessing.context.SpawnProcess._Popen(process_obj)
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+
+
+class _WorkerContext(multiprocessing.context.SpawnContext):
+    Process = _WorkerProcess
+
+
 @contextmanager
 def _spawnable_main() -> Iterator[None]:
-    """While workers start: a `__main__` whose file does not exist (a script read from stdin, `python -`,
-    names its file '<stdin>') loses that name, which a spawned worker would otherwise try to run first and
-    die of (BrokenProcessPool). The workers need nothing from it: they run workbench functions."""
+    """While workers start, the caller's `__main__` names neither a file nor a module, so a spawned worker does
+    not import it first: a script without an `if __name__ == "__main__":` guard would run its top level again
+    in every worker (each trying to start a sweep of its own), and a script read from stdin names a file that
+    does not exist. The workers need nothing from it: they run workbench functions (so a `run_fn` must be
+    importable from a module, not defined in the caller's script)."""
     main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if path is None or getattr(main, "__spec__", None) is not None or \
-            os.path.exists(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path)):
+    if main is None:
         yield
         return
-    del main.__file__
+    path, spec = main.__dict__.pop("__file__", None), getattr(main, "__spec__", None)
+    main.__spec__ = None
     try:
         yield
     finally:
-        main.__file__ = path
+        if path is not None:
+            main.__file__ = path
+        main.__spec__ = spec
 
 
 class DaskExecutor:
