@@ -96,3 +96,15 @@ def test_sweep_counts_of_numpy_type_are_taken(tmp_path):
 def test_run_checks_its_own_arguments():
     with pytest.raises(ConfigError, match="^progress must be True or False"):
         wb.run(progress="no", kernel="none")
+
+
+@pytest.mark.parametrize("axis", [[np.int64(8), np.int32(16)], np.array([8, 16]), (8, np.uint8(16))])
+def test_a_sweep_spec_built_in_python_takes_numpy_values(axis):
+    from workbench.sweep import parse_spec
+
+    points = parse_spec({"base": {"kernel": "none", "rate": np.float32(2.0), "chunked_prefill": np.bool_(False)},
+                         "axes": {"block_size": axis}}).points()
+    assert [p.config.block_size for p in points] == [8, 16]
+    assert all(type(p.config.block_size) is int and type(p.config.rate) is float for p in points)
+    assert points[0].point_id == parse_spec({"base": {"kernel": "none", "rate": 2.0},
+                                             "axes": {"block_size": [8, 16]}}).points()[0].point_id

@@ -37,12 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm import tqdm
 
 from workbench import presets, user_yaml
 from workbench.allocators.registry import check_strategy
 from workbench.allocators.registry import names as strategy_names
-from workbench.config import RunConfig
+from workbench.config import RunConfig, plain_value
 from workbench.errors import shown
 from workbench.workload.build import check_workload
 from workbench.workload.spec import parse_spec as parse_workload
@@ -262,6 +263,8 @@ def _mapping(value: Any, path: str, source: str) -> dict[str, Any]:
 
 
 def _as_list(values: Any, path: str, source: str) -> list[Any]:
+    if isinstance(values, tuple | np.ndarray) and np.ndim(values) == 1:  # a spec built in Python
+        values = list(values)
     if not isinstance(values, list):
         raise SpecError(f"{source}: {path}: expected a list of values, got {shown(values)}")
     if not values:
@@ -285,6 +288,11 @@ def _check_value(value: Any, key: str, path: str, source: str,
 
 def _checked_value(value: Any, key: str, path: str, source: str) -> Any:
     allowed = _field_types()[key]
+    if value is not None and type(value) not in (str, int, float, bool):  # numpy.int64(2) from a notebook's spec
+        try:
+            value = plain_value(_fields()[key], value)
+        except ValueError as exc:
+            raise SpecError(f"{source}: {path}: {exc}") from None
     if value is None:
         if type(None) not in allowed:
             raise SpecError(f"{source}: {path}: {key} cannot be null")
@@ -314,6 +322,11 @@ def _is_instance(value: Any, t: type) -> bool:
     if isinstance(value, bool):  # YAML true/false is a bool, never a number
         return t is bool
     return isinstance(value, t)
+
+
+@functools.cache
+def _fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
 @functools.cache
