@@ -362,6 +362,9 @@ ALLOCATOR_BYTES_PER_BLOCK = 32
 # stack and block chain: two int64 per block.
 COMPILED_LOOP_BYTES_PER_BLOCK = 16
 STORAGE_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+# Host bytes per request of the workload: its columns, the request log and the rows on their way to the tables
+# (measured: 10^6 requests map ~130 MB more than 10^5 do)
+REQUEST_BYTES = 256
 
 
 def host_memory_parts(cfg: RunConfig, res: Resolved) -> dict[str, int]:
@@ -369,7 +372,7 @@ def host_memory_parts(cfg: RunConfig, res: Resolved) -> dict[str, int]:
     strategy's per-block arrays (and the compiled loop's, for `paged`), and unless the kernel is off or on a
     GPU the kernel layer's K and V pools, device and swap; once per replica (prefill and decode replicas
     alike). With a kernel, the host tier's K and V (per replica) and the shared tier's (once: one pool for the
-    fleet)."""
+    fleet). With `--num-requests`, the workload's requests (once: one workload for the fleet)."""
     engines = cfg.num_engines
     blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
     per_block = ALLOCATOR_BYTES_PER_BLOCK + (COMPILED_LOOP_BYTES_PER_BLOCK if cfg.strategy == "paged" else 0)
@@ -386,6 +389,7 @@ def host_memory_parts(cfg: RunConfig, res: Resolved) -> dict[str, int]:
         f"K/V pools ({res.kernel_heads} kernel heads)": engines * 2 * pool_rows * row_bytes,
         "host tiers' K/V": engines * 2 * tier_rows * row_bytes,
         "the shared tier's K/V": 2 * _tier_slots(cfg.shared_tier_gib, res) * row_bytes if cfg.kernel != "none" else 0,
+        "requests": (cfg.num_requests or 0) * REQUEST_BYTES,
     }
     return {part: size for part, size in parts.items() if size}
 
@@ -399,7 +403,8 @@ def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
 _REMEDY = {"allocator arrays": "--kv-gib/--kv-slots or raise --block-size",
            "K/V pools": "--kv-gib/--kv-slots, --kernel-heads, or use --kernel none",
            "host tiers' K/V": "--host-cache-gib, or use --kernel none",
-           "the shared tier's K/V": "--shared-tier-gib, or use --kernel none"}
+           "the shared tier's K/V": "--shared-tier-gib, or use --kernel none",
+           "requests": "--num-requests"}
 
 
 def _tier_slots(gib: float, res: Resolved) -> int:
@@ -408,9 +413,10 @@ def _tier_slots(gib: float, res: Resolved) -> int:
     return int(gib * GIB // res.kv_bytes_per_token)
 
 
-# Address space a run maps after its configuration is checked, besides the arrays counted above: the engine's
-# modules, Numba and LLVM, the workload and the tables' chunks (measured: 0.5 GiB without a kernel, 0.7 with).
-ADDRESS_SPACE_HEADROOM_BYTES = GIB
+# Address space a run maps after its configuration is checked, besides the arrays counted above: the rest of
+# the engine's modules, Numba's threads and compiled kernels, the workload and the tables' chunks (measured:
+# 0.3 GiB without a kernel, 0.5 GiB with the Numba kernel)
+ADDRESS_SPACE_HEADROOM_BYTES = 3 * GIB // 4
 
 
 def available_memory_bytes() -> int | None:
