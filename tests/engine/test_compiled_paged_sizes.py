@@ -16,9 +16,9 @@ LIMIT = 2**31 - 1
 ALLOCATED_BYTES_BOUND = 64 << 20
 
 
-@pytest.mark.parametrize(("max_num_seqs", "max_num_batched_tokens"), [(LIMIT, None), (256, LIMIT), (LIMIT, LIMIT),
-                                                                      (1, LIMIT), (LIMIT, 700)])
-@pytest.mark.parametrize("burst", [False, True])
+@pytest.mark.parametrize(("max_num_seqs", "max_num_batched_tokens", "burst"),
+                         [(LIMIT, None, True), (256, LIMIT, False), (LIMIT, LIMIT, True), (1, LIMIT, True),
+                          (LIMIT, 700, False)])
 def test_the_loop_allocates_what_a_run_reaches_not_what_a_flag_allows(monkeypatch, max_num_seqs,
                                                                       max_num_batched_tokens, burst):
     cfg = small_config(strategy="paged", kernel="none", kv_slots=3000, max_num_seqs=max_num_seqs,

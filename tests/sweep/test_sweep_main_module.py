@@ -25,8 +25,29 @@ def script(out) -> str:
             f"print(len(table), 'points')\n")
 
 
-@pytest.mark.parametrize("started", ["file", pytest.param("module", marks=pytest.mark.slow),
-                                     pytest.param("stdin", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("module", [None, "noguard", "workbench.sweep.__main__"])
+def test_a_spawned_worker_is_told_to_import_no_main(monkeypatch, tmp_path, module):
+    """What a spawned worker imports before anything else (multiprocessing's preparation data) names neither
+    the caller's file nor its module while the pool starts, and the caller's `__main__` is whole afterwards."""
+    import multiprocessing.spawn
+    import types
+
+    from workbench.sweep.executors import _spawnable_main
+
+    script = tmp_path / "noguard.py"  # a script that exists, as a caller's does
+    script.write_text("")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    main.__spec__ = None if module is None else types.SimpleNamespace(name=module)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with _spawnable_main():
+        data = multiprocessing.spawn.get_preparation_data("worker")
+    assert "init_main_from_path" not in data and "init_main_from_name" not in data
+    assert main.__file__ == str(script) and getattr(main.__spec__, "name", None) == module
+
+
+@pytest.mark.slow  # three interpreters each start a sweep of two spawned workers
+@pytest.mark.parametrize("started", ["file", "module", "stdin"])
 def test_a_script_without_a_main_guard_runs_its_top_level_once(tmp_path, started):
     (tmp_path / "noguard.py").write_text(script(tmp_path / "out"))
     argv = {"file": [sys.executable, "noguard.py"], "module": [sys.executable, "-m", "noguard"],
