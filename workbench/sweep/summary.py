@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.paths import open_regular
 from workbench.sweep.spec import Point
 from workbench.table_sink import write_frame
 
@@ -30,8 +31,9 @@ POINT_SUMMARY_FILE = "summary.json"
 def read_point_summary(point_dir: Path) -> dict[str, Any]:
     path = point_dir / POINT_SUMMARY_FILE
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        with open_regular(path) as f:  # never waits on a FIFO put in a point's place
+            return json.loads(f.read())
+    except (OSError, ValueError) as exc:
         raise RuntimeError(f"{path}: cannot read the point's summary: {exc}") from None
 
 
