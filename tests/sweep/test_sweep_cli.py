@@ -105,3 +105,13 @@ def test_the_table_shows_saturated_memory_shares_like_the_figure():
     table.loc[1, ["mem_token_frac_sat", "saturated_step_frac"]] = 0.0
     shown = comparison_table(spec, table)
     assert "mem_token_frac_sat" not in shown and "mem_token_frac" in shown and "0.5" in shown
+
+
+@pytest.mark.parametrize("argv", [["-j", "0"], ["-j", "1025"], ["-j", str(2**40)],
+                                  ["--executor", "dask", "--workers", "0"],
+                                  ["--executor", "dask", "--workers", "100000"]])
+def test_a_worker_count_outside_its_range_is_one_line(tmp_path, capsys, argv):
+    assert main(["quickstart", "--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "must be in [1, 1024]" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

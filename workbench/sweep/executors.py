@@ -27,6 +27,7 @@ EXECUTOR_NAMES = ("local", "dask")
 CONNECT_TIMEOUT_S = 5.0  # an unreachable scheduler is reported after this, not after Dask's default 30 s
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PARENT_POLL_S = 1.0  # where the kernel cannot signal a parent's death, a worker looks this often
+MAX_WORKERS = 1024  # worker processes of one sweep: more than a machine's cores, fewer than its process limit
 
 
 class ExecutorError(RuntimeError):
@@ -51,8 +52,8 @@ class LocalExecutor:
     with `threads_per_task` threads for parallel kernels (default: its share of the cores)."""
 
     def __init__(self, jobs: int | None = None, threads_per_task: int | None = None) -> None:
-        if jobs is not None and jobs < 1:
-            raise ValueError(f"jobs must be >= 1, got {jobs}")
+        if jobs is not None and not 1 <= jobs <= MAX_WORKERS:
+            raise ValueError(f"jobs must be in [1, {MAX_WORKERS}], got {jobs}")
         if threads_per_task is not None and threads_per_task < 1:
             raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
         self.jobs = jobs or default_jobs()
@@ -129,8 +130,8 @@ class DaskExecutor:
     """Tasks on a Dask cluster: `scheduler` = address of a running one, else a LocalCluster of `workers`."""
 
     def __init__(self, scheduler: str | None = None, workers: int | None = None) -> None:
-        if workers is not None and workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+        if workers is not None and not 1 <= workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be in [1, {MAX_WORKERS}], got {workers}")
         self.scheduler = scheduler
         self.workers = workers or default_jobs()
         self.threads_per_task = None if scheduler else max(1, default_jobs() // self.workers)
