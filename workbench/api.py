@@ -21,16 +21,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from workbench.arguments import switch_argument
 from workbench.config import RunConfig
-from workbench.errors import ConfigError, UnservableError, WorkloadError
+from workbench.errors import ConfigError, UnservableError, WorkloadError, shown
 from workbench.outdir import check_target
+from workbench.result_dir import read_result
 from workbench.results import write_outputs
-from workbench.run_table import format_summary, html_summary
+from workbench.run_table import dropped_rows_note, format_summary, html_summary
 from workbench.sweep.spec import config_id
 from workbench.sweep.summary import summary_row
 
@@ -77,6 +81,9 @@ class Result:
         """Write config.json, steps.parquet, requests.parquet and summary.json into the directory `path`,
         as `python -m workbench.run --out` does: a directory holding results is refused (`ConfigError`)
         unless `force`, and then replaced only once the new one is complete. Returns the resolved path."""
+        force = switch_argument("force", force)
+        if not isinstance(path, str | os.PathLike):
+            raise ConfigError(f"path must be a directory's path, got {type(path).__name__} {shown(path)}")
         try:
             final = check_target(Path(path), replace=force, flag="save:", hint="pass force=True to replace it")
         except ValueError as exc:
@@ -87,14 +94,12 @@ class Result:
 
 def load(path: str | Path) -> Result:
     """The run written into the directory `path` (by `Result.save`, `python -m workbench.run --out`, or a
-    sweep's `points/<id>/`), read back as a Result."""
-    import json
-
-    folder = Path(path)
-    description = json.loads((folder / "config.json").read_text())
-    config = RunConfig.from_dict(description["config"])
-    return Result(config, pd.read_parquet(folder / "steps.parquet"), pd.read_parquet(folder / "requests.parquet"),
-                  json.loads((folder / "summary.json").read_text()), description)
+    sweep's `points/<id>/`), read back as a Result. A directory that is not a complete run raises
+    ResultError (a ValueError) naming the file at fault and what it should hold."""
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigError(f"path must be a directory's path, got {type(path).__name__} {shown(path)}")
+    description, config, steps, requests, summary = read_result(Path(path))
+    return Result(config, steps, requests, summary, description)
 
 
 def point(table: pd.DataFrame, point_id: str) -> Result:
@@ -139,7 +144,7 @@ def run(*, progress: bool = False, **flags: Any) -> Result:
     Raises ConfigError (a ValueError) before any work for a bad flag or a workload the configuration
     cannot serve, with the message the command line prints; `progress` shows a bar of finished requests.
     """
-    return run_checked(run_config(**flags), progress=progress)
+    return run_checked(run_config(**flags), progress=switch_argument("progress", progress))
 
 
 def run_checked(cfg: RunConfig, *, progress: bool = False) -> Result:
@@ -150,6 +155,8 @@ def run_checked(cfg: RunConfig, *, progress: bool = False) -> Result:
         tables, description = run_in_memory(cfg, progress=progress)
     except (WorkloadError, UnservableError) as exc:
         raise ConfigError(str(exc)) from None
+    if (note := dropped_rows_note(cfg.workload, tables.summary)) is not None:
+        print(note, file=sys.stderr)
     return Result(cfg, tables.steps, tables.requests, tables.summary, description)
 
 

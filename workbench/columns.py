@@ -52,16 +52,15 @@ SUMMARY_KEYS = (
     "saturated_step_frac", "mean_batch_size_sat", "throughput_tok_s_sat",
     "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
     "num_finished", "num_rejected", "num_preemptions", "cow_copies",
+    # trace rows the reader dropped as failed requests (0 output tokens; failed=drop, docs/workloads.md)
+    "num_failed_rows_dropped",
     "kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s",
 )
 
-# Every summary figure is a finite number except these: text, and figures that are NaN when a run has
-# nothing to measure them on (no saturated step, no finished request, no verification).
+# Every summary figure is a finite number except these, which are text. A figure with nothing to measure (no
+# saturated step, no finished request, no verification, a replica that served nothing) is 0, never NaN, except
+# the memory fractions of a pool no step used, which was all free (docs/outputs.md).
 SUMMARY_TEXT_KEYS = ("kernel_backend",)
-SUMMARY_NAN_KEYS = (
-    *MEM_FRAC_SAT_KEYS, "mean_batch_size_sat", "throughput_tok_s_sat", "normalized_latency_s_per_tok",
-    "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "verify_max_rel_err",
-)
 
 # Summary keys measured in wall time: they differ between otherwise identical runs.
 WALL_CLOCK_KEYS = ("sim_wall_s", "kernel_time_s", "kernel_gbps")

@@ -7,11 +7,14 @@ these fields and sweep YAML keys are exactly these field names (docs/outputs.md)
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
 import numbers
 import operator
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from workbench.clock.profiles import PROFILE_NAMES, check_profile
 from workbench.errors import shown
@@ -34,6 +37,14 @@ MAX_INT = 2**63 - 1
 MAX_REQUESTS = 10_000_000  # a synthetic workload is generated in memory up front, ~1 KB per request
 MIN_MODEL_LEN = 2  # one prompt token and one output token
 MAX_REPLICAS = 1024
+# Ranges a real system can have, so that no flag's value is absorbed by float64 arithmetic (a link of 1e-300
+# GB/s "runs" with steps too short to move the clock): memory sizes up to 64 TiB (a 64-GPU node's HBM,
+# or a host's DRAM, many times over), a KV pool of at least 1 KiB, links from 0.01 GB/s (80 Mb/s) to
+# 10 TB/s (several NVLink 5 ports), efficiencies from 1% of the hardware's peak.
+MAX_GIB = 2**16
+MIN_KV_GIB = 1e-6
+MIN_LINK_GB_S, MAX_LINK_GB_S = 0.01, 10_000.0
+MIN_EFF = 0.01
 # how a fleet's router picks a replica for each arrival (workbench.fleet.routers, docs/fleet.md)
 ROUTER_NAMES = ("round-robin", "least-loaded", "power-of-two", "session", "cache-aware", "kv-exact")
 
@@ -50,6 +61,35 @@ _BOUNDS = {"gt": (">", operator.gt), "ge": (">=", operator.ge), "lt": ("<", oper
 def describe_bounds(f: dataclasses.Field) -> str:
     """The field's allowed range for help texts, e.g. `> 0, <= 2147483647` ('' when unbounded)."""
     return ", ".join(f"{sign} {f.metadata[key]}" for key, (sign, _) in _BOUNDS.items() if key in f.metadata)
+
+
+def plain_value(f: dataclasses.Field, value: Any) -> Any:
+    """`value` as the plain Python type of the field (int, float, str, bool), which is what config.json,
+    the point ids and the engine's arithmetic expect: a NumPy or pandas scalar (`numpy.int64(2)`,
+    `numpy.float32(0.5)`, `numpy.bool_(True)`), a `fractions.Fraction` or a `decimal.Decimal` is what a
+    notebook passes. Raises ValueError (one line) for a value of no such kind; `check_field` then checks it."""
+    name, kind = f.name, str(f.type).replace(" | None", "")
+    if value is None:
+        if "None" not in str(f.type):
+            raise ValueError(f"{name} must be given, got None")
+        return None
+    expected = {"bool": "true or false", "str": "a string", "int": "an integer", "float": "a number"}[kind]
+    if kind == "bool":
+        if isinstance(value, bool | np.bool_):  # numpy.bool_ is no subclass of bool
+            return bool(value)
+    elif kind == "str":
+        if isinstance(value, str):
+            return str(value)
+    elif isinstance(value, bool | np.bool_):
+        pass  # true/false is never a number here, as in YAML and on the command line
+    elif kind == "int" and isinstance(value, numbers.Integral):
+        return operator.index(value)
+    elif kind == "float" and isinstance(value, numbers.Real | decimal.Decimal):
+        try:
+            return float(value)
+        except OverflowError:  # a Fraction or an integer beyond float64
+            raise ValueError(f"{name} must be a finite number, got {shown(value)}") from None
+    raise ValueError(f"{name} must be {expected}, got {type(value).__name__} {shown(value)}")
 
 
 def check_field(f: dataclasses.Field, value: Any) -> None:
@@ -93,16 +133,17 @@ class RunConfig:
                        choices=("lru", "fifo", "lfu", "depth"))
     # `walk`: the values the generic random walks of the allocators try (tests/allocators)
     host_cache_gib: float = _f(0.0, "host tier of a prefix cache in GiB (2^30 bytes): evicted prefix blocks are "
-                                    "demoted to host memory and promoted back on a hit (0 = none)", ge=0, le=2**20,
+                                    "demoted to host memory and promoted back on a hit (0 = none)", ge=0, le=MAX_GIB,
                                walk=(0.0, 0.3))
     overlap_load: bool = _f(False, "host-tier loads of a prefix cache overlap the step's compute (else they add to it)")
     # a fleet's shared tier (docs/fleet.md): one pool below every replica's own tiers
     shared_tier_gib: float = _f(0.0, "KV block pool of a prefix cache shared by every replica, in GiB (2^30 bytes): "
                                      "blocks evicted from a replica's device (or dropped by its host tier) are "
                                      "demoted into it and copied back on a hit by any replica (0 = none)",
-                                ge=0, le=2**20)
+                                ge=0, le=MAX_GIB)
     shared_link_gb_s: float = _f(DEFAULT_SHARED_LINK_GB_S, "GB/s (10^9 bytes/s) of the link a shared-tier load "
-                                 "crosses, one direction (default 25: one 200 Gb/s RDMA NIC port)", gt=0, le=1e6)
+                                 "crosses, one direction (default 25: one 200 Gb/s RDMA NIC port)", ge=MIN_LINK_GB_S,
+                                 le=MAX_LINK_GB_S)
     hybrid: str = _f("on", "per-layer-group allocation for models with sliding-window layers (paged strategies "
                           "without a prefix cache): on | off (off: every layer is full attention)",
                      choices=("on", "off"))
@@ -131,8 +172,9 @@ class RunConfig:
                     "heads, one KV manager for all of them; the clock adds two all-reduces per layer over "
                     "the GPUs' link (docs/engine.md)", ge=1, le=64)
     gpu_memory_utilization: float = _f(0.9, "fraction of GPU memory the server may use when deriving KV capacity",
-                                       gt=0, le=1)
-    kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU", gt=0)
+                                       ge=MIN_EFF, le=1)
+    kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU", ge=MIN_KV_GIB,
+                              le=MAX_GIB)
     kv_slots: int | None = _f(None, "KV cache size in token slots (overrides --kv-gib)", gt=0, le=MAX_SLOTS)
     max_model_len: int | None = _f(None, "maximum sequence length in tokens (default: the model preset's)",
                                    ge=MIN_MODEL_LEN, le=MAX_SLOTS)
@@ -153,7 +195,7 @@ class RunConfig:
     verify_every: int = _f(0, "every k steps, check up to 8 decoding and 2 prefilling sequences of the batch "
                               "against the float64 reference (0 = never)", ge=0)
     preemption: str = _f("recompute", "preemption mode: recompute | swap", choices=("recompute", "swap"))
-    swap_gib: float = _f(4.0, "host swap space in GiB", ge=0)
+    swap_gib: float = _f(4.0, "host swap space in GiB", ge=0, le=MAX_GIB)
     max_num_seqs: int = _f(256, "maximum running sequences per step", gt=0, le=MAX_SLOTS)
     max_num_batched_tokens: int | None = _f(None, "token budget of a step: prefill tokens, or with --chunked-prefill "
                                                   "decode plus prefill-chunk tokens (default: max(max_model_len, "
@@ -173,9 +215,9 @@ class RunConfig:
     # (STREAM-like copies), transformer-shaped fp16 GEMMs of >= 4096 rows ~75% of dense peak (fewer
     # rows reach less: workbench.clock.roofline.gemm_shape_frac), and a serving engine spends ~1 ms per
     # iteration on scheduling, sampling and launches outside the GPU.
-    eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=1e-6, le=1)
+    eff_bw: float = _f(0.8, "achieved fraction of HBM bandwidth (roofline clock)", ge=MIN_EFF, le=1)
     eff_flops: float = _f(0.75, "achieved fraction of dense peak FLOP/s by GEMMs of >= 4096 tokens; "
-                                "smaller steps reach less (roofline clock)", ge=1e-6, le=1)
+                                "smaller steps reach less (roofline clock)", ge=MIN_EFF, le=1)
     step_overhead_s: float = _f(1e-3, "fixed per-step overhead in seconds (roofline clock)", ge=0, le=3600)
     replicas: int = _f(1, "copies of the engine behind one router, each with this whole configuration (its own "
                           "KV pool of --kv-gib); 1 = a single instance", gt=0, le=MAX_REPLICAS)
@@ -190,11 +232,13 @@ class RunConfig:
                                  "shipped to them from its prefill replica; 0 = colocated", ge=0, le=MAX_REPLICAS)
     kv_link_gb_s: float = _f(DEFAULT_KV_LINK_GB_S, "GB/s (10^9 bytes/s) of each prefill replica's link a prompt's "
                              "KV crosses to its decode replica, one direction (default 25: one 200 Gb/s RDMA NIC "
-                             "port)", gt=0, le=1e6)
+                             "port)", ge=MIN_LINK_GB_S, le=MAX_LINK_GB_S)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            check_field(f, getattr(self, f.name))
+            value = plain_value(f, getattr(self, f.name))
+            object.__setattr__(self, f.name, value)  # frozen: the plain value replaces what was passed
+            check_field(f, value)
         if self.page_kib % 4:
             raise ValueError(f"page_kib must be a multiple of the GPU's 4 KiB page, got {self.page_kib}")
         if self.kernel == "none" and self.verify_every:
@@ -312,25 +356,53 @@ class Resolved:
     layer_groups: tuple[tuple[int | None, int], ...] = ()
 
 
-# Host bytes per KV block held by a strategy's arrays (reference counts, free stack, scratch), an upper bound.
+# Host bytes per KV block held by a strategy's arrays (reference counts, free stack, scratch), an upper bound;
+# the compiled step loop of plain `paged` runs works on the same arrays (workbench.engine.compiled_paged).
 ALLOCATOR_BYTES_PER_BLOCK = 32
 STORAGE_ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+# Host bytes per request of the workload: its columns, the request log and the rows on their way to the tables
+# (measured: 10^6 requests map ~130 MB more than 10^5 do)
+REQUEST_BYTES = 256
+
+
+def host_memory_parts(cfg: RunConfig, res: Resolved) -> dict[str, int]:
+    """What a run allocates up front in host memory, in bytes, by part (parts of 0 bytes left out): the
+    strategy's per-block arrays, and unless the kernel is off or on a
+    GPU the kernel layer's K and V pools, device and swap; once per replica (prefill and decode replicas
+    alike). With a kernel, the host tier's K and V (per replica) and the shared tier's (once: one pool for the
+    fleet). With `--num-requests`, the workload's requests (once: one workload for the fleet)."""
+    engines = cfg.num_engines
+    blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
+    per_block = ALLOCATOR_BYTES_PER_BLOCK
+    row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
+    host_tier_rows = _tier_slots(cfg.host_cache_gib, res)
+    if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
+        pool_rows, tier_rows = res.capacity_slots + res.swap_slots, host_tier_rows
+    elif cfg.kernel == "cupy":
+        pool_rows, tier_rows = res.swap_slots, host_tier_rows
+    else:
+        pool_rows = tier_rows = 0
+    parts = {
+        "allocator arrays": engines * blocks * per_block,
+        f"K/V pools ({res.kernel_heads} kernel heads)": engines * 2 * pool_rows * row_bytes,
+        "host tiers' K/V": engines * 2 * tier_rows * row_bytes,
+        "the shared tier's K/V": 2 * _tier_slots(cfg.shared_tier_gib, res) * row_bytes if cfg.kernel != "none" else 0,
+        "requests": (cfg.num_requests or 0) * REQUEST_BYTES,
+    }
+    return {part: size for part, size in parts.items() if size}
 
 
 def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
-    """What a run allocates up front in host memory: the strategy's per-block arrays, and unless the
-    kernel is off or on a GPU the kernel layer's K and V pools, device and swap; once per replica (prefill and
-    decode replicas alike). With a kernel, the host tier's K and V (per replica) and the shared tier's (once:
-    one pool for the fleet)."""
-    blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
-    total = blocks * ALLOCATOR_BYTES_PER_BLOCK
-    row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
-    if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
-        total += 2 * (res.capacity_slots + res.swap_slots + _tier_slots(cfg.host_cache_gib, res)) * row_bytes
-    elif cfg.kernel == "cupy":
-        total += 2 * (res.swap_slots + _tier_slots(cfg.host_cache_gib, res)) * row_bytes
-    shared = 2 * _tier_slots(cfg.shared_tier_gib, res) * row_bytes if cfg.kernel != "none" else 0
-    return total * cfg.num_engines + shared
+    """The sum of `host_memory_parts`."""
+    return sum(host_memory_parts(cfg, res).values())
+
+
+# what lowers each part of host_memory_parts
+_REMEDY = {"allocator arrays": "--kv-gib/--kv-slots or raise --block-size",
+           "K/V pools": "--kv-gib/--kv-slots, --kernel-heads, or use --kernel none",
+           "host tiers' K/V": "--host-cache-gib, or use --kernel none",
+           "the shared tier's K/V": "--shared-tier-gib, or use --kernel none",
+           "requests": "--num-requests"}
 
 
 def _tier_slots(gib: float, res: Resolved) -> int:
@@ -339,27 +411,59 @@ def _tier_slots(gib: float, res: Resolved) -> int:
     return int(gib * GIB // res.kv_bytes_per_token)
 
 
+# Address space a run maps after its configuration is checked, besides the arrays counted above: the rest of
+# the engine's modules, Numba's threads and compiled kernels, the workload and the tables' chunks (measured:
+# 0.3 GiB without a kernel, 0.5 GiB with the Numba kernel)
+ADDRESS_SPACE_HEADROOM_BYTES = 3 * GIB // 4
+
+
 def available_memory_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (what can be allocated without swapping), None where unknown."""
+    """What this process can still allocate: the smaller of MemAvailable (/proc/meminfo: what the machine can
+    give without swapping) and the room left under the process's address-space limit (RLIMIT_AS, less the
+    address space already mapped and ADDRESS_SPACE_HEADROOM_BYTES). None where neither is known."""
+    limits = []
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
+                    limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource  # POSIX only
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        limited = soft != resource.RLIM_INFINITY and soft > 0
+    except (ImportError, OSError, ValueError):
+        limited = False
+    if limited:
+        limits.append(max(0, soft - _mapped_bytes() - ADDRESS_SPACE_HEADROOM_BYTES))
+    return min(limits) if limits else None
+
+
+def _mapped_bytes() -> int:
+    """The process's mapped address space (VmSize of /proc/self/status), 0 where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    return 0
 
 
 def _check_host_memory(cfg: RunConfig, res: Resolved) -> None:
-    need = host_memory_bytes(cfg, res)
+    parts = host_memory_parts(cfg, res)
+    need = sum(parts.values())
     available = available_memory_bytes()
-    if available is not None and need > available:
-        parts, remedy = "allocator arrays", "--kv-gib/--kv-slots"
-        if cfg.kernel != "none":
-            parts += f", K/V of {res.kernel_heads} heads"
-            remedy += ", --kernel-heads or use --kernel none"
-        pools = f"{cfg.num_engines} KV pools" if cfg.num_engines > 1 else "the KV pool"
-        raise ValueError(f"{pools} of {res.capacity_slots} slots need{'s' if cfg.num_engines == 1 else ''} "
-                         f"{need / GIB:.3g} GiB of host memory ({parts}), but this machine has "
-                         f"{available / GIB:.3g} GiB available; lower {remedy}")
+    if available is None or need <= available:
+        return
+    largest = max(parts, key=parts.get)
+    remedy = next(text for part, text in _REMEDY.items() if largest.startswith(part))
+    pools = f"{cfg.num_engines} KV pools" if cfg.num_engines > 1 else "the KV pool"
+    listed = ", ".join(f"{part} {size / GIB:.3g} GiB" for part, size in parts.items())
+    raise ValueError(f"{pools} of {res.capacity_slots} slots need{'s' if cfg.num_engines == 1 else ''} "
+                     f"{need / GIB:.3g} GiB of host memory ({listed}), but this process can allocate "
+                     f"{available / GIB:.3g} GiB (the smaller of the machine's available memory and its address-space "
+                     f"limit); lower {remedy}")

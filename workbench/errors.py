@@ -63,3 +63,14 @@ class ConfigError(ValueError):
     """A run or sweep that cannot start as asked: a bad flag, a contradictory combination, a workload the
     configuration cannot serve, or an output directory that must not be touched. The message is the line
     the command-line tools print after `error: `."""
+
+
+class ResultError(ValueError):
+    """A result directory (a run's `--out`, a sweep's point) that cannot be read back. `name` is the file at
+    fault (`summary.json`), `problem` what is wrong with it and what was expected (`lacks kv_slots`); the
+    message is the file's path and the problem."""
+
+    def __init__(self, folder: object, name: str, problem: str):
+        self.name = name
+        self.problem = problem
+        super().__init__(f"{shortened(str(folder))}/{name} {problem}")

@@ -192,6 +192,8 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     request_sums.figures(out)
     out["num_finished"] = int(num_finished)
     out["num_rejected"] = int(num_requests - num_finished)
+    # the whole workload's, so a fleet's replicas leave it out of `extra` and report 0 of their own
+    out["num_failed_rows_dropped"] = int(extra.get("num_failed_rows_dropped", 0))
     for key in ("kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s"):
         out[key] = extra[key]
     return {key: out[key] for key in C.SUMMARY_KEYS}
@@ -253,9 +255,11 @@ class _StepSums:
         """Mutates `out`: the step table's summary keys."""
         dt_total, dt_sat_total = self.dt.total(), self.dt_sat.total()
         for col, key, key_sat in _SLOT_KEYS:
-            out[key] = self.slot_dt[col].total() / dt_total / capacity_slots if dt_total > 0 else math.nan
-            out[key_sat] = (self.slot_dt_sat[col].total() / dt_sat_total / capacity_slots if dt_sat_total > 0
-                            else math.nan)
+            # a pool no step used (a replica the router sent nothing) was free all along
+            idle = 1.0 if col == "free_slots" else 0.0
+            out[key] = self.slot_dt[col].total() / dt_total / capacity_slots if dt_total > 0 else idle
+            # over the saturated steps: 0 when there were none (saturated_step_frac = 0 says so), never NaN
+            out[key_sat] = self.slot_dt_sat[col].total() / dt_sat_total / capacity_slots if dt_sat_total > 0 else 0.0
         n = self.num_steps
         out["ext_frag_index"] = self.frag.total() / n if n else 0.0
         logical, token = self.logical_dt.total(), self.token_dt.total()
@@ -266,9 +270,9 @@ class _StepSums:
         out["mean_batch_size"] = self.running.total() / n if n else 0.0
         out["max_batch_size"] = self.max_running
         out["saturated_step_frac"] = self.saturated.total() / n if n else 0.0
-        out["mean_batch_size_sat"] = self.running_sat.total() / self.num_sat if self.num_sat else math.nan
+        out["mean_batch_size_sat"] = self.running_sat.total() / self.num_sat if self.num_sat else 0.0
         # every running sequence samples one token per step (a prefill its first, a recompute its next)
-        out["throughput_tok_s_sat"] = float(self.running_sat_total) / dt_sat_total if dt_sat_total > 0 else math.nan
+        out["throughput_tok_s_sat"] = float(self.running_sat_total) / dt_sat_total if dt_sat_total > 0 else 0.0
         out["num_preemptions"] = self.preemptions
         out["cow_copies"] = self.cow_copies
 
@@ -309,7 +313,7 @@ class _RequestSums:
     def figures(self, out: dict[str, Any]) -> None:
         """Mutates `out`: the request table's summary keys."""
         n = self.num_finished
-        out["normalized_latency_s_per_tok"] = self.normalized.total() / n if n else math.nan
+        out["normalized_latency_s_per_tok"] = self.normalized.total() / n if n else 0.0
         tpot = self.kept[:self._num_kept]
         out["ttft_p50_s"], out["ttft_p99_s"] = self._figures["ttft_p50_s"], self._figures["ttft_p99_s"]
         out["tpot_p50_s"], out["tpot_p99_s"] = _percentile(tpot, 50), _percentile(tpot, 99)
@@ -324,14 +328,15 @@ def _finished(chunk: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 def _percentile(values: np.ndarray, q: float) -> float:
     """np.percentile, partitioning `values` in place (their order is lost, the figure is the same: it
-    depends on the values alone), so a million values are not copied."""
-    return float(np.percentile(values, q, overwrite_input=True)) if values.size else math.nan
+    depends on the values alone), so a million values are not copied. 0 of no values (no request finished,
+    or none had a second token), as every figure with nothing to measure is."""
+    return float(np.percentile(values, q, overwrite_input=True)) if values.size else 0.0
 
 
 def summary_problem(summary: Any) -> str | None:
     """Why `summary` (a summary.json read back) is not what `summarize` writes, None when it is: every key
-    of columns.SUMMARY_KEYS, text where text belongs, and elsewhere a number, finite unless the key may
-    be NaN. A kept sweep point is trusted only when this is None."""
+    of columns.SUMMARY_KEYS, text where text belongs, and elsewhere a finite number. A kept sweep point is
+    trusted only when this is None."""
     if not isinstance(summary, dict):
         return f"is a {type(summary).__name__}, not a JSON object"
     for key in C.SUMMARY_KEYS:
@@ -343,7 +348,7 @@ def summary_problem(summary: Any) -> str | None:
                 return f"{key} is {type(value).__name__}, not text"
         elif isinstance(value, bool) or not isinstance(value, int | float):
             return f"{key} is {type(value).__name__}, not a number"
-        elif not math.isfinite(value) and not (key in C.SUMMARY_NAN_KEYS and math.isnan(value)):
+        elif not math.isfinite(value):
             return f"{key} is {value}, not a finite number"
     return None
 
@@ -358,8 +363,8 @@ def write_outputs(out_dir: Path, config: dict[str, Any], steps: pd.DataFrame, re
     staged.mkdir(parents=True)
     try:
         write_json(staged / "config.json", config)
-        steps.to_parquet(staged / "steps.parquet", index=False)
-        requests.to_parquet(staged / "requests.parquet", index=False)
+        table_sink.write_frame(staged / "steps.parquet", steps)
+        table_sink.write_frame(staged / "requests.parquet", requests)
         write_json(staged / "summary.json", summary)
         install(staged, out_dir, replace=replace)
     except OutputExistsError:  # the message names `staged`, where the new result is kept

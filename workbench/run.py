@@ -21,7 +21,7 @@ from workbench.config import RunConfig, describe_bounds
 from workbench.errors import ConfigError, TraceError, UnservableError, WorkloadError
 from workbench.outdir import OutputExistsError, check_target, install, staging_dir
 from workbench.presets import GPUS, MODELS
-from workbench.run_table import format_summary
+from workbench.run_table import dropped_rows_note, format_summary
 
 _TYPES = {"int": int, "float": float, "str": str}
 
@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if staged is not None and not keep_staged:
             shutil.rmtree(staged, ignore_errors=True)
+    if (note := dropped_rows_note(cfg.workload, summary)) is not None:
+        print(note, file=sys.stderr)
     print(run_title(cfg))
     print(format_summary(summary))
     if args.out is not None:

@@ -72,6 +72,16 @@ def html_summary(title: str, summary: dict[str, Any]) -> str:
     return f"<div><strong>{html.escape(title)}</strong><table>{body}</table>{tail}</div>"
 
 
+def dropped_rows_note(workload: str, summary: dict[str, Any]) -> str | None:
+    """The line a run says on stderr when its trace reader dropped failed rows (None when it dropped none):
+    a changed workload is never silent."""
+    dropped = summary["num_failed_rows_dropped"]
+    if not dropped:
+        return None
+    return (f"note: {workload}: dropped {dropped:,} failed trace rows (0 output tokens); failed=keep replays them "
+            f"(summary: num_failed_rows_dropped)")
+
+
 # below this fraction of steps with a queue, the run says little about a memory-bound batch
 UNSATURATED_STEP_FRAC = 0.5
 

@@ -66,6 +66,31 @@ class MemorySink:
         return pd.concat(frames, ignore_index=True)
 
 
+def close_quietly(writer: pq.ParquetWriter) -> None:
+    """Close `writer` and its file whatever they raise (a full disk), and mark it closed so that its `__del__`
+    does not try again."""
+    for close in (writer.close, getattr(writer.file_handle, "close", None)):
+        try:
+            if close is not None:
+                close()
+        except (OSError, pa.ArrowException):
+            pass
+    writer.is_open = False
+
+
+def write_frame(path: Path, frame: pd.DataFrame) -> None:
+    """`frame.to_parquet(path, index=False)`, its writer closed at once if the write fails (see
+    `ParquetSink.abandon`)."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    writer = pq.ParquetWriter(path, table.schema)
+    try:
+        writer.write_table(table)
+        writer.close()
+    except BaseException:
+        close_quietly(writer)
+        raise
+
+
 class ParquetSink:
     """Writes `<directory>/<name>.parquet` one row group per chunk; holds no rows itself."""
 
@@ -84,11 +109,28 @@ class ParquetSink:
         elif not table.schema.equals(writer.schema, check_metadata=False):
             raise ValueError(f"table {name}: a chunk's columns {table.schema} differ from the first chunk's "
                              f"{writer.schema}")
-        writer.write_table(table)
+        try:
+            writer.write_table(table)
+        except BaseException:
+            self.abandon()
+            raise
 
     def close(self) -> None:
+        try:
+            for writer in self._writers.values():
+                writer.close()
+        except BaseException:  # a full disk at the last flush: the other writers go too, quietly
+            self.abandon()
+            raise
+        self._writers.clear()
+
+    def abandon(self) -> None:
+        """Mutates. Close every writer after a failed write, ignoring what each says about its own unwritten
+        bytes; the files are incomplete and their directory is removed by the run's caller. A writer left to
+        the garbage collector would instead retry its flush in `__del__` and print a traceback nobody can
+        catch ("Exception ignored in: ParquetWriter.__del__") after the one clear error."""
         for writer in self._writers.values():
-            writer.close()
+            close_quietly(writer)
         self._writers.clear()
 
     def chunks(self, name: str, columns: list[str]) -> Iterator[pd.DataFrame]:

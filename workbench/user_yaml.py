@@ -9,13 +9,14 @@ its size with every alias expanded are bounded, and a mapping that gives a key t
 
 from __future__ import annotations
 
-import stat
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from workbench.errors import shown
+from workbench.paths import open_regular
 
 MAX_FILE_BYTES = 1 << 20  # a sweep spec is a few hundred bytes; a megabyte is not a spec
 MAX_DEPTH = 32  # spec values nest three levels (zip: [ {key: [values]} ]); lists of lists a few more
@@ -32,12 +33,11 @@ def load_file(path: Path) -> Any:
     that is no regular file, a file over MAX_FILE_BYTES, invalid YAML, a duplicate key, or a document
     deeper than MAX_DEPTH or larger than MAX_NODES values once its aliases are expanded."""
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would block or never end
-            raise UserYamlError(f"{path}: not a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise UserYamlError(f"{path}: {info.st_size:,} bytes, more than {MAX_FILE_BYTES:,}; not a sweep spec")
-        text = path.read_text(encoding="utf-8")
+        with open_regular(path) as f:  # a FIFO or a device would block or never end: refused by its kind
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_FILE_BYTES:
+                raise UserYamlError(f"{path}: {size:,} bytes, more than {MAX_FILE_BYTES:,}; not a sweep spec")
+            text = f.read(MAX_FILE_BYTES + 1).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserYamlError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
@@ -121,8 +121,8 @@ def _check_expanded(root: yaml.Node, source: str) -> None:
                 values += child_values
                 height = max(height, child_height + 1)
             if values > MAX_NODES:
-                raise UserYamlError(f"{source}: more than {MAX_NODES:,} values once its anchors and aliases are "
-                                    f"expanded; not a sweep spec")
+                raise UserYamlError(f"{_at(source, node.start_mark)}: more than {MAX_NODES:,} values once its "
+                                    f"anchors and aliases are expanded; not a sweep spec")
             known[id(node)] = (values, height)
         if above + known[id(node)][1] > MAX_DEPTH:  # reached again, deeper than when first walked
             raise too_deep(node)

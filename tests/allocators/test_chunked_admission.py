@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from alloc_model import PoolModel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.allocators.alloc_model import PoolModel
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
 

@@ -48,7 +48,7 @@ def test_a_new_config_field_sends_the_run_to_the_general_loop_until_classified()
     base = RunConfig(**PLAIN)
     replica = replica_of(base)
     assert eligible.applies(replica, base)
-    extended = dataclasses.make_dataclass("ExtendedRunConfig", [("new_knob", int, dataclasses.field(default=0))],
+    extended = dataclasses.make_dataclass("ExtendedRunConfig", [("new_knob", "int", dataclasses.field(default=0))],
                                           bases=(RunConfig,), frozen=True)
     cfg = extended(**PLAIN)
     assert eligible.unclassified(cfg, replica.scheduler.config, replica.clock) == ["RunConfig.new_knob"]

@@ -54,8 +54,9 @@ def tree(path) -> dict[str, bytes]:
                                "fewer than 1 in 10,000 draws of the alpaca lengths; it needs at least 6 tokens"),
     (["--max-model-len", "12", "--workload", "sharegpt-like"], "it needs at least 26 tokens"),
     (["--kv-slots", str(2**31)], f"kv_slots must be <= {2**31 - 1}"),
-    (["--kv-gib", "1e9"], "exceeds 2147483647 (int32 slot ids)"),
-    (["--preemption", "swap", "--swap-gib", "1e12"], "more than 2147483647 (int32 slot ids); lower --swap-gib"),
+    (["--kv-gib", "60000"], "exceeds 2147483647 (int32 slot ids)"),
+    (["--kv-gib", "1e9"], "kv_gib must be <= 65536, got 1000000000.0"),
+    (["--preemption", "swap", "--swap-gib", "60000"], "more than 2147483647 (int32 slot ids); lower --swap-gib"),
     (["--workload", "fixed:prompt=0"], "field 'prompt': expected an integer in [1, 2147483647]"),
     (["--workload", "azure:/no/such/file.csv"], "field 'path': expected an existing file or a registry trace"),
     (["--seed", "1.5"], "error: argument --seed: invalid int value: '1.5' (see python -m workbench.run --help)"),
@@ -76,7 +77,10 @@ def test_a_kernel_pool_larger_than_the_available_memory_is_refused(capsys, monke
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: the KV pool of {8 * 2**20} slots needs 2.02 GiB of host memory (allocator "
-                          "arrays, K/V of 2 heads), but this machine has 1 GiB available; lower --kv-gib/--kv-slots")
+                          "arrays 0.0234 GiB, K/V pools (2 kernel heads) 2 GiB, requests 2.86e-06 GiB), but this "
+                          "process can allocate 1 GiB "
+                          "(the smaller of the machine's available memory and its address-space limit); lower "
+                          "--kv-gib/--kv-slots, --kernel-heads, or use --kernel none")
     assert err.count("\n") == 1
     # a fleet holds a pool per replica: one pool of 1M slots (0.25 GiB) fits, five do not
     fleet = [*TINY, "--kernel", "numba", "--kv-dtype", "fp32", "--kv-slots", str(2**20)]

@@ -190,7 +190,7 @@ def test_same_config_and_seed_give_identical_results():
     ({"prefill_replicas": 1, "decode_replicas": 1, "strategy": "paged-prefix", "shared_tier_gib": 1.0},
      "shared_tier_gib with prefill_replicas/decode_replicas is not built"),
     ({"prefill_replicas": -1, "decode_replicas": 1}, "prefill_replicas must be >= 0"),
-    ({"prefill_replicas": 1, "decode_replicas": 1, "kv_link_gb_s": 0.0}, "kv_link_gb_s must be > 0"),
+    ({"prefill_replicas": 1, "decode_replicas": 1, "kv_link_gb_s": 0.0}, "kv_link_gb_s must be >= 0.01"),
 ])
 def test_bad_combinations_are_refused_in_one_line(changes, message):
     with pytest.raises(ValueError, match=message) as err:

@@ -5,7 +5,6 @@ and sums its replicas' counters."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -86,7 +85,7 @@ def test_every_request_is_served_by_exactly_one_replica(strategy, router):
         assert np.all(np.diff(mine["t_s"].to_numpy()) > 0)
     assert summary["load_imbalance"] >= 1.0
     # one loop drives every replica: the fleet's wall time is measured, a replica's own is not
-    assert summary["sim_wall_s"] > 0 and all(math.isnan(p["sim_wall_s"]) for p in per)
+    assert summary["sim_wall_s"] > 0 and all("sim_wall_s" not in p for p in per)
     json.dumps(summary)  # summary.json can hold it
 
 

@@ -75,6 +75,8 @@ def test_alias_chains_are_refused_before_they_expand(tmp_path_factory, capsys, f
     event("over the bound" if values > MAX_NODES else "within the bound")
     if values > MAX_NODES:
         assert f"more than {MAX_NODES:,} values once its anchors and aliases are expanded" in message
+        line = int(message.split(": line ")[1].split(",")[0])  # the line of the collection that grew too big
+        assert 1 <= line <= text.count("\n") + 1 and ", column " in message
     assert len(path.read_text()) < 4096  # a small file, whatever it stands for
 
 

@@ -98,8 +98,20 @@ def test_the_table_shows_saturated_memory_shares_like_the_figure():
 
     spec = parse_spec({"axes": {"strategy": ["paged", "contiguous-max"]}})
     table = pd.DataFrame({"point_id": ["a", "b"], "strategy": ["paged", "contiguous-max"],
-                          "mem_token_frac": [0.5, 0.2], "mem_token_frac_sat": [0.9, 0.25]})
+                          "mem_token_frac": [0.5, 0.2], "mem_token_frac_sat": [0.9, 0.25],
+                          "saturated_step_frac": [0.7, 0.4]})
     assert "mem_token_frac_sat" in comparison_table(spec, table) and "0.9" in comparison_table(spec, table)
-    table.loc[1, "mem_token_frac_sat"] = float("nan")  # a point that never saturated: all steps for every point
+    # a point that never saturated (its _sat figures are 0): all steps for every point
+    table.loc[1, ["mem_token_frac_sat", "saturated_step_frac"]] = 0.0
     shown = comparison_table(spec, table)
     assert "mem_token_frac_sat" not in shown and "mem_token_frac" in shown and "0.5" in shown
+
+
+@pytest.mark.parametrize("argv", [["-j", "0"], ["-j", "1025"], ["-j", str(2**40)],
+                                  ["--executor", "dask", "--workers", "0"],
+                                  ["--executor", "dask", "--workers", "100000"]])
+def test_a_worker_count_outside_its_range_is_one_line(tmp_path, capsys, argv):
+    assert main(["quickstart", "--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "must be in [1, 1024]" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

@@ -38,3 +38,27 @@ def test_the_handlers_are_restored_and_nothing_is_delivered_without_a_signal():
     with signals_deferred():
         pass
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def report_sigint(queue) -> None:
+    """In a spawned worker, before anything of the pool's runs: its SIGINT disposition."""
+    queue.put(signal.getsignal(signal.SIGINT))
+
+
+@pytest.mark.parametrize("parent_handler", [signal.default_int_handler, lambda n, f: None, signal.SIG_DFL],
+                         ids=["python's", "a function", "default"])
+def test_a_worker_ignores_ctrl_c_from_its_first_instruction_and_the_parent_keeps_its_handler(parent_handler):
+    from workbench.sweep.executors import _WorkerContext
+
+    context = _WorkerContext()
+    previous = signal.signal(signal.SIGINT, parent_handler)
+    try:
+        queue = context.SimpleQueue()
+        worker = context.Process(target=report_sigint, args=(queue,))
+        worker.start()
+        assert signal.getsignal(signal.SIGINT) is parent_handler  # ignored for the spawn call alone
+        assert queue.get() == signal.SIG_IGN  # a Ctrl-C to the group while it imports: no traceback
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)

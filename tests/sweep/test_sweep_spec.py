@@ -209,3 +209,35 @@ def test_a_pool_the_strategy_refuses_fails_before_anything_runs(tmp_path):
 def test_an_option_the_strategy_does_not_take_fails_before_anything_runs(tmp_path):
     message = error_of(tmp_path, "base: {fit: best}\naxes: {strategy: [contiguous-max, paged]}\n")
     assert "point 1 (strategy=paged)" in message and "--fit best does not apply to strategy 'paged'" in message
+
+
+# shapes of a spec past the point limit: axis lengths, then zip group lengths
+OVERSIZED_SHAPES = [((10_001,), ()), ((), (90_000,)), ((101, 100), ()), ((300, 300), ()), ((2, 2), (2_501,)),
+                    ((), (101, 100)), ((1_000, 1_000), ())]
+AXIS_KEYS, ZIP_KEYS = ("seed", "block_size", "rate"), ("num_requests", "duration")
+
+
+def oversized(axes: tuple[int, ...], zips: tuple[int, ...], value) -> dict:
+    return {"base": {"kernel": "none"}, "axes": {AXIS_KEYS[i]: [value] * n for i, n in enumerate(axes)},
+            "zip": [{ZIP_KEYS[i]: [value] * n} for i, n in enumerate(zips)]}
+
+
+@pytest.mark.parametrize(("axes", "zips"), OVERSIZED_SHAPES)
+def test_a_spec_past_the_point_limit_is_refused_before_any_value_is_checked(axes, zips, monkeypatch):
+    from workbench.sweep import spec as spec_module
+
+    monkeypatch.setattr(spec_module, "_checked_value", lambda *a: pytest.fail("a value was checked"))
+    for value in (1, "not a number", None):  # bad values or good: the size alone refuses it
+        with pytest.raises(SpecError, match=r"expands to [\d,]+ points, more than 10,000; pass --yes"):
+            parse_spec(oversized(axes, zips, value))
+
+
+def test_a_spec_past_the_limit_with_yes_says_so_before_it_checks_its_points(monkeypatch, capsys):
+    from workbench.sweep.spec import SweepSpec
+
+    said = []
+    monkeypatch.setattr(SweepSpec, "points", lambda self: said.append(capsys.readouterr().err) or [])
+    parse_spec(oversized((10_001,), (), 1), source="big.yaml", max_points=None)
+    assert said == ["big.yaml: 10,001 points; checking each one before any runs\n"]
+    parse_spec(oversized((10,), (), 1), max_points=None)
+    assert said[1] == ""  # a small sweep starts at once, without the line

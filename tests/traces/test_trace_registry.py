@@ -68,6 +68,16 @@ def test_missing_file_on_the_server_leaves_nothing(cache, tiny, server):
     assert _files(cache) == []
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_file_url_that_is_no_regular_file_is_refused_without_waiting(cache, tiny, tmp_path, kind):
+    from tests.test_reads_never_wait import make, watchdog
+
+    published = make(kind, tmp_path / "published.csv")  # a FIFO nobody writes would block a plain open
+    with watchdog(), pytest.raises(TraceError, match="not a regular file|Is a directory"):
+        fetch("tiny", url=published.as_uri())
+    assert _files(cache) == []
+
+
 def test_a_corrupted_cache_copy_is_replaced(cache, tiny):
     (cache / "tiny").mkdir(parents=True)
     (cache / "tiny" / "tiny.csv").write_bytes(b"garbage")

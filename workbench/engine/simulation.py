@@ -44,7 +44,7 @@ from workbench.paths import REPO_ROOT
 from workbench.results import REQUESTS_TABLE, STEPS_TABLE, summarize_chunks, write_json, write_outputs
 from workbench.table_sink import MemorySink, ParquetSink, TableSink
 from workbench.workload import build_workload, check_workload
-from workbench.workload.request import Request, shortest_request
+from workbench.workload.request import Request, failed_rows_dropped, shortest_request
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,7 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     res = cfg.resolve()
     backend = kernel_backend(cfg)
     replica = make_replica(cfg, res, strategy, requests, backend, timers=timers, sink=sink)
+    dropped = failed_rows_dropped(requests)
     try:
         with fewer_collections():
             if compiled_eligible.applies(replica, cfg):
@@ -184,7 +185,8 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     return summarize_chunks(lambda columns: sink.chunks(STEPS_TABLE, columns),
                             lambda columns: sink.chunks(REQUESTS_TABLE, columns),
                             capacity_slots=strategy.capacity_slots, generated_tokens=log.generated_tokens,
-                            extra={**replica_extra(res, replica, backend), "sim_wall_s": time.perf_counter() - wall0_s})
+                            extra={**replica_extra(res, replica, backend), "num_failed_rows_dropped": dropped,
+                                   "sim_wall_s": time.perf_counter() - wall0_s})
 
 
 def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Strategy], *, progress: bool = False,
@@ -292,7 +294,7 @@ def replica_extra(res: Resolved, replica: Replica, backend: str) -> dict[str, An
         "kernel_time_s": runner.kernel_time_s if runner else 0.0,
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
                         if runner and runner.kernel_time_s > 0 else 0.0),
-        "verify_max_rel_err": runner.verify_max_rel_err if runner else float("nan"),
+        "verify_max_rel_err": runner.verify_max_rel_err if runner else 0.0,
     }
 
 

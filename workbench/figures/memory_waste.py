@@ -38,7 +38,7 @@ def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:
 def _bars(ax, rows: pd.DataFrame, legend: dict[str, object]) -> bool:
     """Draw one panel's stacked bars; adds each category's handle to `legend`. Returns whether the
     saturated-step means were used."""
-    saturated = all(rows[style.MEM_FRAC_SAT_KEY[c]].notna().all() for c in style.STACK_ORDER)
+    saturated = bool((rows["saturated_step_frac"] > 0).all())  # the _sat figures are 0 without saturated steps
     keys = style.MEM_FRAC_SAT_KEY if saturated else style.MEM_FRAC_KEY
     x = np.arange(len(rows))  # [num_points]
     bottom = np.zeros(len(rows))

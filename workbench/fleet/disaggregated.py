@@ -27,10 +27,10 @@ import pandas as pd
 
 from workbench.clock.roofline import link_s
 from workbench.config import RunConfig
-from workbench.fleet.fleet import SUMMED_EXTRA, Member, fleet_summary, nanmax, replica_tables
+from workbench.fleet.fleet import SUMMED_EXTRA, Member, fleet_summary, replica_tables
 from workbench.fleet.routers import Router
 from workbench.results import summarize
-from workbench.workload.request import Request
+from workbench.workload.request import Request, failed_rows_dropped
 
 PREFILLED, LANDED = 0, 1  # event kinds, in their order at one instant
 PREFILL_COUNTED = ("prefix_query_tokens", "prefix_hit_tokens", "prefix_hit_tokens_host", "prefix_hit_tokens_shared")
@@ -184,7 +184,8 @@ def merge(cfg: RunConfig, prefill: list[Member], decode: list[Member], requests:
     looked_up = extras[:len(prefill)]
     extra = {**extras[0], **{key: sum(e.get(key, 0) for e in extras) for key in SUMMED_EXTRA},
              **{key: sum(e.get(key, 0) for e in looked_up) for key in PREFILL_COUNTED},
-             "verify_max_rel_err": nanmax([e["verify_max_rel_err"] for e in extras]), "sim_wall_s": wall_s,
+             "verify_max_rel_err": max(e["verify_max_rel_err"] for e in extras), "sim_wall_s": wall_s,
+             "num_failed_rows_dropped": failed_rows_dropped(requests),
              "kernel_gbps": float(np.mean([e["kernel_gbps"] for e in extras]))}
     # every finished request's tokens once (one sequence each): the prefill side's first token is part of it
     generated = int(req_table.loc[finished, "output_tokens"].sum())

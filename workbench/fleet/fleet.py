@@ -11,7 +11,6 @@ this loop.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any
 
@@ -24,7 +23,7 @@ from workbench.config import RunConfig
 from workbench.engine.rules import recompute_tokens
 from workbench.fleet.routers import Router
 from workbench.results import summarize
-from workbench.workload.request import Request
+from workbench.workload.request import Request, failed_rows_dropped
 
 SUMMED_EXTRA = ("prefix_query_tokens", "prefix_hit_tokens", "prefix_evicted_blocks", "prefix_hit_tokens_host",
                 "host_bytes_loaded", "host_bytes_demoted", "prefix_hit_tokens_shared", "shared_bytes_loaded",
@@ -121,8 +120,8 @@ def merge(cfg: RunConfig, members: list[Member], requests: list[Request], placed
     req_table = req_table.reset_index(drop=True)
     assert np.array_equal(req_table["replica"].to_numpy(), placed), "a request's row is not on its replica"
     extra = {**extras[0], **{key: sum(e.get(key, 0) for e in extras) for key in SUMMED_EXTRA},
-             "verify_max_rel_err": nanmax([e["verify_max_rel_err"] for e in extras]),
-             "sim_wall_s": wall_s}
+             "verify_max_rel_err": max(e["verify_max_rel_err"] for e in extras),
+             "sim_wall_s": wall_s, "num_failed_rows_dropped": failed_rows_dropped(requests)}
     extra["kernel_gbps"] = float(np.mean([e["kernel_gbps"] for e in extras]))
     summary = summarize(step_table, req_table, capacity_slots=members[0].strategy.capacity_slots,
                         generated_tokens=sum(m.scheduler.log.generated_tokens for m in members), extra=extra)
@@ -138,20 +137,15 @@ def replica_tables(members: list[Member], extras: list[dict[str, Any]]
     for k, (m, extra) in enumerate(zip(members, extras, strict=True)):
         replica_steps = m.replica.steps.to_frame()
         replica_requests = m.scheduler.log.to_frame(m.scheduler.requests)
-        per_replica.append(summarize(replica_steps, replica_requests, capacity_slots=m.strategy.capacity_slots,
-                                     generated_tokens=m.scheduler.log.generated_tokens,
-                                     extra={**extra, "sim_wall_s": math.nan}))  # one loop drives all: not apart
+        own = summarize(replica_steps, replica_requests, capacity_slots=m.strategy.capacity_slots,
+                        generated_tokens=m.scheduler.log.generated_tokens, extra={**extra, "sim_wall_s": 0.0})
+        del own["sim_wall_s"]  # one loop drives every replica: a replica's own wall time is not measured
+        per_replica.append(own)
         steps.append(replica_steps.assign(replica=k))
         tables.append(replica_requests)
     step_table = pd.concat(steps, ignore_index=True).sort_values(["t_s", "replica"], kind="stable",
                                                                   ignore_index=True)
     return step_table, tables, per_replica
-
-
-def nanmax(values: list[float]) -> float:
-    """The largest value that is a number; NaN when none is (no replica verified anything)."""
-    numbers = [v for v in values if not np.isnan(v)]
-    return max(numbers) if numbers else float("nan")
 
 
 def fleet_summary(cfg: RunConfig, per_replica: list[dict[str, Any]], imbalance: list[float],

@@ -15,7 +15,7 @@ import pandas as pd
 
 from workbench.clean_exit import OneLineParser, print_error
 from workbench.experiments import builtin_names
-from workbench.sweep.executors import EXECUTOR_NAMES, ExecutorError
+from workbench.sweep.executors import EXECUTOR_NAMES, MAX_WORKERS, ExecutorError
 from workbench.sweep.hooks import FigureHooks
 from workbench.sweep.lock import SweepLocked
 from workbench.sweep.runner import SweepError, open_sweep, run_sweep
@@ -41,11 +41,12 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--executor", choices=EXECUTOR_NAMES, default="local",
                         help="local: process pool on this machine; dask: a Dask distributed cluster")
     parser.add_argument("-j", "--jobs", type=int, default=None,
-                        help="worker processes of the local executor (default: the usable cores)")
+                        help=f"worker processes of the local executor (default: the usable cores) [1, {MAX_WORKERS}]")
     parser.add_argument("--scheduler", default=None,
                         help="dask: address of a running scheduler, e.g. tcp://host:8786 (default: a LocalCluster)")
     parser.add_argument("--workers", type=int, default=None,
-                        help="dask without --scheduler: LocalCluster worker processes (default: the usable cores)")
+                        help=f"dask without --scheduler: LocalCluster worker processes (default: the usable cores) "
+                             f"[1, {MAX_WORKERS}]")
     parser.add_argument("--resume", action="store_true", help="keep complete points in OUT and run only the rest")
     parser.add_argument("--force", action="store_true",
                         help="replace the sweep in OUT; the old points are removed only once the new sweep is done")
@@ -59,8 +60,7 @@ def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
     the saturated steps (a request was waiting) when every point had some, as the memory_waste figure
     draws them; otherwise over all steps."""
     varied = [k for k in spec.axes] + [k for group in spec.zips for k in group]
-    memory = [k for k in TABLE_KEYS if k.startswith("mem_") and k in table.columns]
-    saturated = all(k + "_sat" in table.columns and table[k + "_sat"].notna().all() for k in memory)
+    saturated = "saturated_step_frac" in table.columns and bool((table["saturated_step_frac"] > 0).all())
     keys = [k + "_sat" if saturated and k.startswith("mem_") else k for k in TABLE_KEYS]
     metrics = [k for k in keys if k in table.columns and table[k].notna().any()]
     shown = table[["point_id", *varied, *metrics]]

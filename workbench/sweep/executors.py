@@ -27,6 +27,7 @@ EXECUTOR_NAMES = ("local", "dask")
 CONNECT_TIMEOUT_S = 5.0  # an unreachable scheduler is reported after this, not after Dask's default 30 s
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PARENT_POLL_S = 1.0  # where the kernel cannot signal a parent's death, a worker looks this often
+MAX_WORKERS = 1024  # worker processes of one sweep: more than a machine's cores, fewer than its process limit
 
 
 class ExecutorError(RuntimeError):
@@ -51,8 +52,8 @@ class LocalExecutor:
     with `threads_per_task` threads for parallel kernels (default: its share of the cores)."""
 
     def __init__(self, jobs: int | None = None, threads_per_task: int | None = None) -> None:
-        if jobs is not None and jobs < 1:
-            raise ValueError(f"jobs must be >= 1, got {jobs}")
+        if jobs is not None and not 1 <= jobs <= MAX_WORKERS:
+            raise ValueError(f"jobs must be in [1, {MAX_WORKERS}], got {jobs}")
         if threads_per_task is not None and threads_per_task < 1:
             raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
         self.jobs = jobs or default_jobs()
@@ -64,8 +65,7 @@ class LocalExecutor:
         pool = None
         try:
             with signals_deferred(), _spawnable_main():  # workers start during the submits
-                pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)),
-                                           mp_context=multiprocessing.get_context("spawn"),
+                pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks)), mp_context=_WorkerContext(),
                                            initializer=start_worker, initargs=(os.getpid(),))
                 futures = [pool.submit(fn, task) for task in tasks]
             for future in as_completed(futures):
@@ -84,30 +84,54 @@ class LocalExecutor:
                     pass
 
 
+class _WorkerProcess(multiprocessing.context.SpawnProcess):
+    """A pool worker that starts with Ctrl-C ignored. Ctrl-C reaches the whole process group, and a worker
+    still importing its modules (before `start_worker` runs) would print a KeyboardInterrupt traceback; so
+    the sweep process ignores SIGINT for the spawn call alone (a few milliseconds) and the new interpreter
+    inherits that from its first instruction (Python keeps an inherited SIG_IGN)."""
+
+    @staticmethod
+    def _Popen(process_obj):  # noqa: N802 - multiprocessing's name
+        if threading.current_thread() is not threading.main_thread():
+            return multiprocessing.context.SpawnProcess._Popen(process_obj)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return multiprocessing.context.SpawnProcess._Popen(process_obj)
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+
+
+class _WorkerContext(multiprocessing.context.SpawnContext):
+    Process = _WorkerProcess
+
+
 @contextmanager
 def _spawnable_main() -> Iterator[None]:
-    """While workers start: a `__main__` whose file does not exist (a script read from stdin, `python -`,
-    names its file '<stdin>') loses that name, which a spawned worker would otherwise try to run first and
-    die of (BrokenProcessPool). The workers need nothing from it: they run workbench functions."""
+    """While workers start, the caller's `__main__` names neither a file nor a module, so a spawned worker does
+    not import it first: a script without an `if __name__ == "__main__":` guard would run its top level again
+    in every worker (each trying to start a sweep of its own), and a script read from stdin names a file that
+    does not exist. The workers need nothing from it: they run workbench functions (so a `run_fn` must be
+    importable from a module, not defined in the caller's script)."""
     main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if path is None or getattr(main, "__spec__", None) is not None or \
-            os.path.exists(os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path)):
+    if main is None:
         yield
         return
-    del main.__file__
+    path, spec = main.__dict__.pop("__file__", None), getattr(main, "__spec__", None)
+    main.__spec__ = None
     try:
         yield
     finally:
-        main.__file__ = path
+        if path is not None:
+            main.__file__ = path
+        main.__spec__ = spec
 
 
 class DaskExecutor:
     """Tasks on a Dask cluster: `scheduler` = address of a running one, else a LocalCluster of `workers`."""
 
     def __init__(self, scheduler: str | None = None, workers: int | None = None) -> None:
-        if workers is not None and workers < 1:
-            raise ValueError(f"workers must be >= 1, got {workers}")
+        if workers is not None and not 1 <= workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be in [1, {MAX_WORKERS}], got {workers}")
         self.scheduler = scheduler
         self.workers = workers or default_jobs()
         self.threads_per_task = None if scheduler else max(1, default_jobs() // self.workers)

@@ -14,7 +14,6 @@ sweep manages in it are checked before any work: each must be of its kind (a dir
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -26,16 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from workbench.arguments import count_argument, switch_argument, text_argument
 from workbench.config import RunConfig
-from workbench.errors import ConfigError, shown
+from workbench.errors import ConfigError, ResultError, shown
 from workbench.experiments import find_experiment
 from workbench.outdir import TMP_PREFIX, OutputExistsError, check_target, install, staging_dir
 from workbench.paths import runs_dir
-from workbench.results import summary_problem
+from workbench.result_dir import check_table, read_config, read_summary
 from workbench.sweep.executors import Executor, LocalExecutor, make_executor
 from workbench.sweep.lock import LOCK_FILE, SweepLock
 from workbench.sweep.replaced import POINTS_DIR, asides, discard, move_aside, put_back
@@ -43,7 +41,6 @@ from workbench.sweep.spec import MAX_POINTS, Point, SweepSpec, config_id, descri
 from workbench.sweep.summary import POINT_SUMMARY_FILE, SUMMARY_FILE, summary_table, write_summary
 
 BROKEN_DIR = "broken"
-POINT_FILES = ("config.json", "steps.parquet", "requests.parquet", "summary.json")  # the §8 files of a point
 
 # run_fn(config, out_dir) writes the run files (docs/outputs.md) into out_dir; engine.simulation.run is the default
 RunFn = Callable[[RunConfig, Path], Any]
@@ -105,20 +102,13 @@ def limit_numba_threads(threads: int) -> None:
 def point_problem(points_dir: Path, point: Point) -> str | None:
     """Why the point directory cannot be kept (None when it is complete and belongs to `point`)."""
     folder = points_dir / point.point_id
-    for name in POINT_FILES:
-        if not (folder / name).is_file():
-            return f"{name} is missing"
     try:
-        summary = json.loads((folder / POINT_SUMMARY_FILE).read_text())
-        config = json.loads((folder / "config.json").read_text())
-        stored = RunConfig.from_dict(config["config"] if "config" in config else config)
+        _, stored = read_config(folder)
+        read_summary(folder)
         for table in ("steps.parquet", "requests.parquet"):
-            pq.read_metadata(folder / table)
-    except (OSError, ValueError, TypeError, KeyError, RecursionError, pa.ArrowException) as exc:
-        return f"unreadable: {type(exc).__name__}: {shown(str(exc))}"
-    problem = summary_problem(summary)
-    if problem is not None:
-        return f"{POINT_SUMMARY_FILE} {problem}"
+            check_table(folder, table)
+    except ResultError as exc:
+        return f"{exc.name} {exc.problem}"
     if config_id(stored) != point.point_id:
         return "its config.json describes another configuration"
     return None
@@ -236,7 +226,18 @@ def sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | No
     the rest, so a cell run again costs nothing; `force` replaces them; `resume=False` refuses an `out`
     holding a sweep. `executor` is `local` (a process pool of `jobs` workers) or `dask`.
     """
-    resume = not force if resume is None else resume
+    force = switch_argument("force", force)
+    resume = not force if resume is None else switch_argument("resume", resume)
+    progress = switch_argument("progress", progress)
+    jobs, workers = count_argument("jobs", jobs), count_argument("workers", workers)
+    max_points = count_argument("max_points", max_points)
+    executor = text_argument("executor", executor)
+    scheduler = text_argument("scheduler", scheduler, optional=True)
+    if not isinstance(spec, SweepSpec | Mapping | str | os.PathLike):
+        raise ConfigError(f"spec must be a mapping, a YAML file's path or an experiment's name, got "
+                          f"{type(spec).__name__} {shown(spec)}")
+    if out is not None and not isinstance(out, str | os.PathLike):
+        raise ConfigError(f"out must be a directory's path, got {type(out).__name__} {shown(out)}")
     try:
         sweep_spec, pool, out_dir = open_sweep(spec, out, resume=resume, force=force, executor=executor, jobs=jobs,
                                                scheduler=scheduler, workers=workers, max_points=max_points)

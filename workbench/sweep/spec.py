@@ -24,21 +24,26 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import itertools
 import json
 import math
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from tqdm import tqdm
+
 from workbench import presets, user_yaml
 from workbench.allocators.registry import check_strategy
 from workbench.allocators.registry import names as strategy_names
-from workbench.config import RunConfig
+from workbench.config import RunConfig, plain_value
 from workbench.errors import shown
 from workbench.workload.build import check_workload
 from workbench.workload.spec import parse_spec as parse_workload
@@ -86,28 +91,39 @@ class SweepSpec:
         seen: dict[str, int] = {}
         workloads_checked: set[tuple[Any, ...]] = set()
         strategies_checked: set[str] = set()
-        for index, combo in enumerate(itertools.product(*dims)):
-            varied = {k: v for part in combo for k, v in part.items()}
-            try:
-                config = RunConfig(**{**self.base, **varied})
-                resolved = config.resolve()  # impossible size combinations fail here, not in a worker mid-sweep
-                workload_key = (config.workload, config.model, config.max_model_len, config.rate)
-                if workload_key not in workloads_checked:  # what check_workload reads; the seed is irrelevant
-                    check_workload(config)
-                    workloads_checked.add(workload_key)
-                strategy_key = _strategy_key(config)
-                if strategy_key not in strategies_checked:  # options and pool the strategy refuses
-                    check_strategy(config, resolved)
-                    strategies_checked.add(strategy_key)
-            except ValueError as exc:
-                raise SpecError(f"{self.source}: point {index} ({describe(varied)}): {exc}") from None
-            point_id = config_id(config)
-            if point_id in seen:
-                raise SpecError(f"{self.source}: points {seen[point_id]} and {index} resolve to the same "
-                                f"configuration ({describe(varied)})")
-            seen[point_id] = index
-            points.append(Point(index, point_id, config, varied))
+        count = self.num_points()
+        # a sweep past MAX_POINTS (--yes) takes a while to check: a bar on stderr shows that it is at work
+        with tqdm(total=count, desc="checking points", unit="point", file=sys.stderr, disable=count <= MAX_POINTS,
+                  mininterval=1.0, leave=False, dynamic_ncols=True) as bar:
+            for index, combo in enumerate(itertools.product(*dims)):
+                points.append(self._point(index, combo, seen, workloads_checked, strategies_checked))
+                bar.update(1)
         return points
+
+    def _point(self, index: int, combo: tuple[dict[str, Any], ...], seen: dict[str, int],
+               workloads_checked: set[tuple[Any, ...]], strategies_checked: set[str]) -> Point:
+        """Point `index` of the expansion, checked; `seen` (point ids) and the two sets (what earlier points
+        checked) are mutated."""
+        varied = {k: v for part in combo for k, v in part.items()}
+        try:
+            config = RunConfig(**{**self.base, **varied})
+            resolved = config.resolve()  # impossible size combinations fail here, not in a worker mid-sweep
+            workload_key = (config.workload, config.model, config.max_model_len, config.rate)
+            if workload_key not in workloads_checked:  # what check_workload reads; the seed is irrelevant
+                check_workload(config)
+                workloads_checked.add(workload_key)
+            strategy_key = _strategy_key(config)
+            if strategy_key not in strategies_checked:  # options and pool the strategy refuses
+                check_strategy(config, resolved)
+                strategies_checked.add(strategy_key)
+        except ValueError as exc:
+            raise SpecError(f"{self.source}: point {index} ({describe(varied)}): {exc}") from None
+        point_id = config_id(config)
+        if point_id in seen:
+            raise SpecError(f"{self.source}: points {seen[point_id]} and {index} resolve to the same "
+                            f"configuration ({describe(varied)})")
+        seen[point_id] = index
+        return Point(index, point_id, config, varied)
 
     def config_hash(self) -> str:
         """A hash of every point's resolved configuration, in expansion order (figure provenance)."""
@@ -158,14 +174,14 @@ def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep"
         raise SpecError(f"{source}: {where}: expected an identifier of letters, digits, '_', '-', '.' "
                         f"('-' and '.' not first), at most 100 characters, got {shown(name)}")
 
+    # the shape first (mappings of lists, zip groups of equal lengths), then the size, then each value: a spec of
+    # too many points is refused before its values are checked one by one
     base = _mapping(data.get("base", {}), "base", source)
-    for key, value in base.items():
-        base[key] = _check_value(value, key, f"base.{key}", source)
     sections: list[tuple[str, dict[str, Any]]] = []  # the varied keys; each in one place (base may be overridden)
 
     axes = _mapping(data.get("axes", {}), "axes", source)
     for key, values in axes.items():
-        axes[key] = _check_list(values, key, f"axes.{key}", source)
+        axes[key] = _as_list(values, f"axes.{key}", source)
     sections.append(("axes", axes))
 
     raw_zips = data.get("zip", [])
@@ -177,7 +193,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep"
         if not group:
             raise SpecError(f"{source}: zip[{i}]: empty group; give at least one key: list")
         for key, values in group.items():
-            group[key] = _check_list(values, key, f"zip[{i}].{key}", source)
+            group[key] = _as_list(values, f"zip[{i}].{key}", source)
         lengths = {key: len(values) for key, values in group.items()}
         if len(set(lengths.values())) > 1:
             detail = ", ".join(f"{k} has {n}" for k, n in lengths.items())
@@ -194,9 +210,19 @@ def parse_spec(data: Any, *, source: str = "<spec>", default_name: str = "sweep"
             owner[key] = section
     spec = SweepSpec(name=name, source=source, base=base, axes=axes, zips=zips,
                      figure=data.get("figure"), description=data.get("description", ""))
-    if max_points is not None and spec.num_points() > max_points:
-        raise SpecError(f"{source}: expands to {spec.num_points():,} points, more than {max_points:,}; "
+    num_points = spec.num_points()
+    if max_points is not None and num_points > max_points:
+        raise SpecError(f"{source}: expands to {num_points:,} points, more than {max_points:,}; "
                         f"pass --yes to run it anyway")
+    checked: dict[tuple[str, type, Any], Any] = {}  # a value repeated in many places is checked once
+    for key, value in base.items():
+        base[key] = _check_value(value, key, f"base.{key}", source, checked)
+    for section, lists in sections:
+        for key, values in lists.items():
+            lists[key] = [_check_value(v, key, f"{section}.{key}[{i}]", source, checked)
+                          for i, v in enumerate(values)]
+    if num_points > MAX_POINTS:  # a large sweep (--yes) says what it is doing before it goes quiet checking
+        print(f"{source}: {num_points:,} points; checking each one before any runs", file=sys.stderr, flush=True)
     spec.points()  # validates every combination (cross-field rules, duplicates) before anything runs
     return spec
 
@@ -236,17 +262,37 @@ def _mapping(value: Any, path: str, source: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _check_list(values: Any, key: str, path: str, source: str) -> list[Any]:
+def _as_list(values: Any, path: str, source: str) -> list[Any]:
+    if isinstance(values, tuple | np.ndarray) and np.ndim(values) == 1:  # a spec built in Python
+        values = list(values)
     if not isinstance(values, list):
         raise SpecError(f"{source}: {path}: expected a list of values, got {shown(values)}")
     if not values:
         raise SpecError(f"{source}: {path}: empty list; an axis needs at least one value")
-    return [_check_value(v, key, f"{path}[{i}]", source) for i, v in enumerate(values)]
+    return list(values)
 
 
-def _check_value(value: Any, key: str, path: str, source: str) -> Any:
-    """The value converted to the field's type (int → float for float fields, so ids are canonical)."""
+def _check_value(value: Any, key: str, path: str, source: str,
+                 checked: dict[tuple[str, type, Any], Any] | None = None) -> Any:
+    """The value converted to the field's type (int → float for float fields, so ids are canonical). `checked`
+    remembers the values of plain types already checked for a key (keyed by type too: 1, 1.0 and True are equal
+    in Python, not in a spec)."""
+    memo = (key, type(value), value) if isinstance(value, str | int | float | bool | None) else None
+    if checked is not None and memo is not None and memo in checked:
+        return checked[memo]
+    checked_value = _checked_value(value, key, path, source)
+    if checked is not None and memo is not None:
+        checked[memo] = checked_value
+    return checked_value
+
+
+def _checked_value(value: Any, key: str, path: str, source: str) -> Any:
     allowed = _field_types()[key]
+    if value is not None and type(value) not in (str, int, float, bool):  # numpy.int64(2) from a notebook's spec
+        try:
+            value = plain_value(_fields()[key], value)
+        except ValueError as exc:
+            raise SpecError(f"{source}: {path}: {exc}") from None
     if value is None:
         if type(None) not in allowed:
             raise SpecError(f"{source}: {path}: {key} cannot be null")
@@ -278,6 +324,12 @@ def _is_instance(value: Any, t: type) -> bool:
     return isinstance(value, t)
 
 
+@functools.cache
+def _fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+@functools.cache
 def _field_types() -> dict[str, tuple[type, ...]]:
     hints = typing.get_type_hints(RunConfig)
     out: dict[str, tuple[type, ...]] = {}

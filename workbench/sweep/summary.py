@@ -20,7 +20,9 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.paths import open_regular
 from workbench.sweep.spec import Point
+from workbench.table_sink import write_frame
 
 SUMMARY_FILE = "summary.parquet"
 POINT_SUMMARY_FILE = "summary.json"
@@ -29,8 +31,9 @@ POINT_SUMMARY_FILE = "summary.json"
 def read_point_summary(point_dir: Path) -> dict[str, Any]:
     path = point_dir / POINT_SUMMARY_FILE
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        with open_regular(path) as f:  # never waits on a FIFO put in a point's place
+            return json.loads(f.read())
+    except (OSError, ValueError) as exc:
         raise RuntimeError(f"{path}: cannot read the point's summary: {exc}") from None
 
 
@@ -51,8 +54,11 @@ def write_summary(table: pd.DataFrame, out_dir: Path) -> Path:
     """Write OUT/summary.parquet atomically (temporary file + rename)."""
     path = out_dir / SUMMARY_FILE
     tmp = out_dir / f".{SUMMARY_FILE}.{os.getpid()}.tmp"
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        write_frame(tmp, table)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

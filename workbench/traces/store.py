@@ -11,13 +11,14 @@ import os
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from tqdm import tqdm
 
 from workbench.errors import TraceError
-from workbench.paths import shared_traces_dir
+from workbench.paths import open_regular, shared_traces_dir
 from workbench.traces.derive import DERIVATIONS
 from workbench.traces.registry import TraceEntry, get_trace
 
@@ -107,14 +108,23 @@ def _is_verified(path: Path, entry: TraceEntry) -> bool:
         return False
 
 
+def _open_url(url: str, timeout_s: float):
+    """A readable response for `url`. A `file:` URL's path is opened by `paths.open_regular`, never by urllib,
+    which would open a FIFO nobody writes and wait for ever (its `timeout` covers sockets only)."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return open_regular(urllib.request.url2pathname(parsed.path))
+    return urllib.request.urlopen(url, timeout=timeout_s)
+
+
 def _download(entry: TraceEntry, url: str, timeout_s: float, progress: bool) -> bytes:
     """The published file's bytes, refused when larger than the registry says or when its sha256 (or git
     blob id) differs."""
     cap_bytes = entry.download_size_bytes
     buffer = io.BytesIO()
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            announced = response.headers.get("Content-Length")
+        with _open_url(url, timeout_s) as response:
+            announced = response.headers.get("Content-Length") if hasattr(response, "headers") else None
             if announced is not None and int(announced) > cap_bytes:
                 raise TraceError(f"trace {entry.name!r} at {url} is {int(announced):,} bytes, more than the "
                                  f"registry's {cap_bytes:,}; nothing was written")

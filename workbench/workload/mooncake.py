@@ -37,7 +37,7 @@ def read_mooncake(path: Path, spec: WorkloadSpec) -> RequestTable:
                             f"({rows[i - 1][1]}): timestamps must not go backwards", rows[i][1])
     prompt = np.array([r[2] for r in rows], dtype=np.int64)
     output = np.array([r[3] for r in rows], dtype=np.int64)
-    kept, prompt, output, notes = settle_failed(path, lines, prompt, output, failed=spec.get_choice(
+    kept, prompt, output, notes, dropped = settle_failed(path, lines, prompt, output, failed=spec.get_choice(
         "failed", "drop", FAILED_CHOICES), prompt_field="input_length", output_field="output_length")
     hash_ids = [rows[i][4] for i in kept.tolist()]
     all_ids = np.fromiter((h for ids in hash_ids for h in ids), dtype=np.int64)
@@ -50,7 +50,7 @@ def read_mooncake(path: Path, spec: WorkloadSpec) -> RequestTable:
         last = length - HASH_BLOCK_TOKENS * (len(ids) - 1)  # tokens in the last, possibly cut, block
         content.append(tuple(Segment(next(keys), HASH_BLOCK_TOKENS if j < len(ids) - 1 else last)
                              for j in range(len(ids))))
-    return RequestTable(stamp_ms[kept] / 1000.0, prompt, output, content, notes=notes)
+    return RequestTable(stamp_ms[kept] / 1000.0, prompt, output, content, notes=notes, failed_rows_dropped=dropped)
 
 
 def _parse_lines(path: Path) -> list[tuple[int, float, int, int, list[int]]]:

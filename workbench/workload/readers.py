@@ -46,9 +46,9 @@ def read_azure(path: Path, spec: WorkloadSpec) -> RequestTable:
     arrival_s = (ns - ns[0]) / 1e9
     prompt = numbers(path, table, "ContextTokens", integer=True)
     output = numbers(path, table, "GeneratedTokens", integer=True)
-    kept, prompt, output, notes = settle_failed(path, table.lines, prompt, output, failed=_failed(spec),
+    kept, prompt, output, notes, dropped = settle_failed(path, table.lines, prompt, output, failed=_failed(spec),
                                                 prompt_field="ContextTokens", output_field="GeneratedTokens")
-    return RequestTable(arrival_s[kept], prompt, output, notes=notes)
+    return RequestTable(arrival_s[kept], prompt, output, notes=notes, failed_rows_dropped=dropped)
 
 
 def _iso_ns(path: Path, lines: np.ndarray, raw: pd.Series) -> np.ndarray:
@@ -72,9 +72,9 @@ def read_burstgpt(path: Path, spec: WorkloadSpec) -> RequestTable:
     prompt = numbers(path, csv_table, "Request tokens", integer=True)
     output = numbers(path, csv_table, "Response tokens", integer=True)
     was_failed = output == 0  # [rows]
-    kept, prompt, output, notes = settle_failed(path, csv_table.lines, prompt, output, failed=_failed(spec),
+    kept, prompt, output, notes, dropped = settle_failed(path, csv_table.lines, prompt, output, failed=_failed(spec),
                                                 prompt_field="Request tokens", output_field="Response tokens")
-    table = RequestTable(arrival_s[kept] - arrival_s[0], prompt, output, notes=notes)
+    table = RequestTable(arrival_s[kept] - arrival_s[0], prompt, output, notes=notes, failed_rows_dropped=dropped)
     if "Session ID" in csv_table.columns:
         session = csv_table.text("Session ID")[kept]
         _session_content(table, [s or None for s in session.tolist()], was_failed[kept])
@@ -119,7 +119,7 @@ def read_lengths(path: Path, spec: WorkloadSpec, *, seed: int, rate: float, max_
         raise WorkloadError(path, 1, None, f"a header with the columns {expected}", ",".join(table.columns))
     prompt = numbers(path, table, pair[0], integer=True)
     output = numbers(path, table, pair[1], integer=True)
-    kept, prompt, output, notes = settle_failed(path, table.lines, prompt, output, failed=_failed(spec),
+    kept, prompt, output, notes, dropped = settle_failed(path, table.lines, prompt, output, failed=_failed(spec),
                                                 prompt_field=pair[0], output_field=pair[1])
     if spec.get_choice("filter", "max_model_len", ("max_model_len", "none")) == "max_model_len":
         fits = prompt + output <= max_model_len
@@ -132,7 +132,7 @@ def read_lengths(path: Path, spec: WorkloadSpec, *, seed: int, rate: float, max_
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(prompt))
     arrival_s = arrival_times_s(rng, rate, spec.get_float("cv", 1.0), num=len(prompt))
-    return RequestTable(arrival_s, prompt[order], output[order], notes=notes)
+    return RequestTable(arrival_s, prompt[order], output[order], notes=notes, failed_rows_dropped=dropped)
 
 
 def _failed(spec: WorkloadSpec) -> str:

@@ -108,7 +108,7 @@ class RequestColumns(Sequence[Request]):
 
     def __init__(self, arrival_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray, *,
                  unique_keys: np.ndarray | None, contents: list[tuple[Segment, ...]] | None, n: int,
-                 beam_width: int, sessions: list[str | None] | None) -> None:
+                 beam_width: int, sessions: list[str | None] | None, failed_rows_dropped: int = 0) -> None:
         """`unique_keys` (uint64 [N], or read like one: `table.UniqueKeys`): request i's prompt is one segment
         `Segment(unique_keys[i], prompt)`; else `contents[i]` is its prompt. `sessions`: None when no request
         has a session."""
@@ -123,6 +123,7 @@ class RequestColumns(Sequence[Request]):
         self.n = n
         self.beam_width = beam_width
         self.sessions = sessions
+        self.failed_rows_dropped = failed_rows_dropped  # trace rows the reader dropped as failed, before these
 
     def __len__(self) -> int:
         return self.arrival_s.shape[0]
@@ -229,6 +230,11 @@ def any_beam_search(requests: Sequence[Request]) -> bool:
     if isinstance(requests, RequestColumns):
         return requests.beam_width > 1 and len(requests) > 0
     return any(r.beam_width > 1 for r in requests)
+
+
+def failed_rows_dropped(requests: Sequence[Request]) -> int:
+    """Rows of the trace its reader dropped as failed before these requests (0 for requests built in code)."""
+    return requests.failed_rows_dropped if isinstance(requests, RequestColumns) else 0
 
 
 def shortest_request(requests: Sequence[Request]) -> Request:

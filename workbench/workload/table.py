@@ -36,6 +36,7 @@ class RequestTable:
     content: list[tuple[Part, ...]] | None = None  # per row; None: one unique segment per row
     session_id: list[str | None] | None = None  # per row
     notes: list[str] = field(default_factory=list)  # what a reader dropped or changed, said by describe
+    failed_rows_dropped: int = 0  # rows of the file a reader dropped as failed requests (workload.failed)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -137,7 +138,7 @@ def finalize(
         ids = final_id.tolist()
         keys, contents = None, [_resolve(table.content[r], ids, answer_keys, i) for i, r in enumerate(order.tolist())]
     return RequestColumns(arrival_s, prompt, output, unique_keys=keys, contents=contents, n=n, beam_width=beam_width,
-                          sessions=sessions)
+                          sessions=sessions, failed_rows_dropped=table.failed_rows_dropped)
 
 
 def _int32_column(values: np.ndarray, order: np.ndarray) -> np.ndarray:

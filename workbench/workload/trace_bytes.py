@@ -12,10 +12,12 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import os
 import zlib
 from pathlib import Path
 
 from workbench.errors import WorkloadError
+from workbench.paths import open_regular
 
 MAX_TRACE_BYTES = 4 << 30  # the published traces are at most a few hundred MB uncompressed
 
@@ -29,9 +31,9 @@ def read_trace_bytes(path: Path) -> bytes:
     """The file's content, decompressed when it is gzip, bzip2 or xz. Raises WorkloadError (naming the
     file) for a missing, unreadable, archived, zstd-compressed, corrupt or oversized file."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO or a device is refused, never waited on
             head = f.read(_TAR_MAGIC_OFFSET + 5)
-        size = path.stat().st_size
+            size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         raise WorkloadError(path, None, None, "an existing file") from None
     except OSError as exc:
@@ -49,14 +51,15 @@ def read_trace_bytes(path: Path) -> bytes:
     if size > MAX_TRACE_BYTES:
         raise WorkloadError(path, None, None, f"a trace of at most {MAX_TRACE_BYTES:,} bytes", f"{size:,} bytes")
     try:
-        return path.read_bytes()
+        with open_regular(path) as f:
+            return f.read()
     except OSError as exc:
         raise WorkloadError(path, None, None, "a readable file", exc.strerror) from None
 
 
 def _decompress(path: Path, kind: str, opener) -> bytes:
     try:
-        with opener(path, "rb") as f:
+        with open_regular(path) as raw, opener(raw, "rb") as f:
             data = f.read(MAX_TRACE_BYTES + 1)
     except (OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
         raise WorkloadError(path, None, None, f"a complete {kind} file", str(exc) or type(exc).__name__) from None

@@ -160,7 +160,7 @@ def test_unknown_and_repeated_ids_are_errors():
 
 
 def test_tables_grow_past_their_initial_rows_and_columns():
-    from alloc_model import PoolModel
+    from tests.allocators.alloc_model import PoolModel
 
     rng = np.random.default_rng(3)
     s = paged(capacity_slots=300 * 128, block_size=2, max_model_len=200)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from workbench.allocators.paged import loops
+from numba import njit
 
 
 class BlockStack:
@@ -18,13 +17,13 @@ class BlockStack:
         """Mutates. Take k block ids, int32 [k]; raises if fewer are free."""
         if k > self.size:
             raise RuntimeError(f"out of blocks: need {k}, {self.size} free")
-        taken = loops.pop_blocks(self._ids, self.size, k).copy()
+        taken = pop_blocks(self._ids, self.size, k).copy()
         self.size -= k
         return taken
 
     def push(self, ids: np.ndarray) -> None:
         """Mutates. Return blocks; `ids[0]` ends on top, so it is the next one popped."""
-        self.size = loops.push_blocks(self._ids, self.size, ids, ids.shape[0])
+        self.size = push_blocks(self._ids, self.size, ids, ids.shape[0])
 
     def ids(self) -> np.ndarray:
         """The free block ids (a copy), int32 [size]."""
@@ -37,3 +36,20 @@ class BlockStack:
     def popped(self, k: int) -> None:
         """Mutates. A compiled caller took the top k ids of `compiled_view`."""
         self.size -= k
+
+
+# The stack's order, compiled: the class above and the compiled loops (paged.loops, the compiled step loop)
+# pop and push through these.
+@njit(cache=True)
+def pop_blocks(free_ids, free_size, k):
+    """`BlockStack.pop`'s order: the top k ids of the stack `free_ids[:free_size]` (top last), top first, as a
+    view (the caller copies it or uses it before the next push). The caller checks k <= free_size."""
+    return free_ids[free_size - k:free_size][::-1]
+
+
+@njit(cache=True)
+def push_blocks(free_ids, free_size, ids, n):
+    """`BlockStack.push` of `ids[:n]`: `ids[0]` ends on top, so it is the next one popped. Returns the size."""
+    for j in range(n):
+        free_ids[free_size + n - 1 - j] = ids[j]
+    return free_size + n

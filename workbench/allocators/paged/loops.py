@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from workbench.allocators.batch_check import check_batch
+from workbench.allocators.paged.block_stack import pop_blocks
 
 
 @njit(cache=True)
@@ -183,26 +184,11 @@ def decode_append(rows, length, final_len, num_blocks, swapped, last_block, tabl
         return 1, num_new, 0, 0, 0, -1
     if widest > table.shape[1]:
         return 2, widest, 0, 0, 0, -1
-    popped = free_ids[free_size - num_new:free_size][::-1]  # BlockStack.pop's order: top first
+    popped = pop_blocks(free_ids, free_size, num_new)
     num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, last_block, table, refcount, block_size,
                                                    popped, slots, copies)
     reserved = reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, block_size, scratch)
     return 0, num_new, num_copies, copied_slots, grown, reserved
-
-
-@njit(cache=True)
-def pop_blocks(free_ids, free_size, k):
-    """`BlockStack.pop`'s order: the top k ids of the stack `free_ids[:free_size]` (top last), top first, as a
-    view (the caller copies it or uses it before the next push). The caller checks k <= free_size."""
-    return free_ids[free_size - k:free_size][::-1]
-
-
-@njit(cache=True)
-def push_blocks(free_ids, free_size, ids, n):
-    """`BlockStack.push` of `ids[:n]`: `ids[0]` ends on top, so it is the next one popped. Returns the size."""
-    for j in range(n):
-        free_ids[free_size + n - 1 - j] = ids[j]
-    return free_size + n
 
 
 @njit(cache=True)

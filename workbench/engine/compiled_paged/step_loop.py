@@ -35,6 +35,7 @@ import numpy as np
 from numba import njit
 
 from workbench.allocators.paged import loops
+from workbench.allocators.paged.block_stack import pop_blocks, push_blocks
 from workbench.allocators.paged.compiled_pool import ENTRIES, LOGICAL, WRITTEN
 from workbench.clock import step_formula
 from workbench.engine import rules
@@ -93,7 +94,7 @@ def _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, li
     counts[WRITTEN] -= written
     counts[LOGICAL] -= length[row]
     counts[ENTRIES] -= num_blocks[row]
-    S[FREE_TOP] = loops.push_blocks(free_ids, S[FREE_TOP], released, n)
+    S[FREE_TOP] = push_blocks(free_ids, S[FREE_TOP], released, n)
     data[:, row] = 0
     live[row] = False
     free_rows[S[FREE_ROWS_TOP]] = row
@@ -297,7 +298,7 @@ def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled
             continue
         S[FREE_ROWS_TOP] -= 1
         row = free_rows[S[FREE_ROWS_TOP]]
-        blocks = loops.pop_blocks(free_ids, S[FREE_TOP], need)
+        blocks = pop_blocks(free_ids, S[FREE_TOP], need)
         for j in range(need):
             refcount[blocks[j]] = 1
         loops.fill_row(row, blocks, tokens, np.int64(prompt[i]) + output[i] - 1, table, length, final_len, num_blocks,
