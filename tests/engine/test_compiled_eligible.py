@@ -102,3 +102,17 @@ def test_golden_cases_give_their_recorded_tables_through_both_loops(workload, mo
     plain = WORKLOADS[workload].get("preemption", "recompute") == "recompute" and \
         WORKLOADS[workload].get("n", 1) == 1 and WORKLOADS[workload].get("beam_width", 1) == 1
     assert taken == ([1] if plain else [])
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_run_resolves_its_config_once(monkeypatch, tmp_path, replicas):
+    """The resolved sizes are computed once and handed down (check, strategies, replicas, clock)."""
+    from workbench.engine import simulation
+
+    calls = []
+    resolve = RunConfig.resolve
+    monkeypatch.setattr(RunConfig, "resolve", lambda self: calls.append(1) or resolve(self))
+    cfg = RunConfig(**{**PLAIN, "replicas": replicas})
+    simulation.run_in_memory(cfg)
+    simulation.run(cfg, tmp_path / "out")
+    assert len(calls) == 2

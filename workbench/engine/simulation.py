@@ -99,7 +99,7 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
         handed = [requests]  # the only reference goes to simulate_into, which lets go before the summary
         del requests
         summary = simulate_into(cfg, handed.pop(), registry.create_from_config(cfg, res, shared_tier),
-                                ParquetSink(staged), progress=progress, wall0_s=wall0)
+                                ParquetSink(staged), progress=progress, wall0_s=wall0, res=res)
         if final is not None:
             write_json(staged / "config.json", run_description(cfg, res, summary["kernel_backend"]))
             write_json(staged / "summary.json", summary)
@@ -122,7 +122,7 @@ def run_in_memory(cfg: RunConfig, *, progress: bool = False) -> tuple[RunResult,
     result = _simulate_fleet(cfg, res, requests, shared_tier, progress=progress, wall0_s=wall0)
     if result is None:
         result = simulate(cfg, requests, registry.create_from_config(cfg, res, shared_tier), progress=progress,
-                          wall0_s=wall0)
+                          wall0_s=wall0, res=res)
     return result, run_description(cfg, res, result.summary["kernel_backend"])
 
 
@@ -140,29 +140,32 @@ def _simulate_fleet(cfg: RunConfig, res: Resolved, requests: Sequence[Request], 
     """A disaggregated or colocated fleet's run, in memory; None for a single replica."""
     if cfg.prefill_replicas:
         strategies = [registry.create_from_config(cfg, res) for _ in range(cfg.num_engines)]
-        return simulate_disaggregated(cfg, requests, strategies, progress=progress, wall0_s=wall0_s)
+        return simulate_disaggregated(cfg, requests, strategies, progress=progress, wall0_s=wall0_s, res=res)
     if cfg.replicas > 1:
         strategies = [registry.create_from_config(cfg, res, shared_tier) for _ in range(cfg.replicas)]
-        return simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0_s)
+        return simulate_fleet(cfg, requests, strategies, progress=progress, wall0_s=wall0_s, res=res)
     return None
 
 
 def simulate(cfg: RunConfig, requests: Sequence[Request], strategy: Strategy, *, progress: bool = False,
-             timers: StepTimers | None = None, wall0_s: float | None = None) -> RunResult:
-    """Replay `requests` on a fresh `strategy` (mutated) under `cfg`; returns the tables and summary."""
+             timers: StepTimers | None = None, wall0_s: float | None = None, res: Resolved | None = None
+             ) -> RunResult:
+    """Replay `requests` on a fresh `strategy` (mutated) under `cfg`; returns the tables and summary. `res`:
+    `cfg.resolve()`, when the caller has it already (resolved once per run)."""
     sink = MemorySink()
-    summary = simulate_into(cfg, requests, strategy, sink, progress=progress, timers=timers, wall0_s=wall0_s)
+    summary = simulate_into(cfg, requests, strategy, sink, progress=progress, timers=timers, wall0_s=wall0_s,
+                            res=res)
     return RunResult(sink.frame(STEPS_TABLE), sink.frame(REQUESTS_TABLE), summary)
 
 
 def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strategy, sink: TableSink, *,
-                  progress: bool = False, timers: StepTimers | None = None, wall0_s: float | None = None
-                  ) -> dict[str, Any]:
+                  progress: bool = False, timers: StepTimers | None = None, wall0_s: float | None = None,
+                  res: Resolved | None = None) -> dict[str, Any]:
     """`simulate`, its step and request tables handed to `sink` in chunks while it runs (then closed);
     returns the summary, computed from the sink's tables. Holds `requests` only until the tables are
     written."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
-    res = cfg.resolve()
+    res = cfg.resolve() if res is None else res
     backend = kernel_backend(cfg)
     replica = make_replica(cfg, res, strategy, requests, backend, timers=timers, sink=sink)
     dropped = failed_rows_dropped(requests)
@@ -190,12 +193,12 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
 
 
 def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Strategy], *, progress: bool = False,
-                   wall0_s: float | None = None) -> RunResult:
+                   wall0_s: float | None = None, res: Resolved | None = None) -> RunResult:
     """Replay `requests` on one replica per strategy (each fresh, mutated) behind `cfg.router`
     (docs/fleet.md). Returns the fleet's tables (a `replica` column in both) and summary. With a shared
     tier, every strategy holds the same one (`registry.create_shared_tier`), and so do the kernel pools."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
-    res = cfg.resolve()
+    res = cfg.resolve() if res is None else res
     backend = kernel_backend(cfg)
     if len({id(s.shared_tier) for s in strategies}) > 1:
         raise ValueError("the replicas of a fleet hold different shared tiers: build one "
@@ -215,12 +218,13 @@ def simulate_fleet(cfg: RunConfig, requests: list[Request], strategies: list[Str
 
 
 def simulate_disaggregated(cfg: RunConfig, requests: list[Request], strategies: list[Strategy], *,
-                           progress: bool = False, wall0_s: float | None = None) -> RunResult:
+                           progress: bool = False, wall0_s: float | None = None, res: Resolved | None = None
+                           ) -> RunResult:
     """Replay `requests` on `cfg.prefill_replicas` prefill replicas behind `cfg.router` and decode replicas
     after them, one per strategy (each fresh, mutated; prefill first), the KV of each prompt shipped over its
     prefill replica's link (docs/fleet.md). Returns the fleet's tables (one row per request) and summary."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
-    res = cfg.resolve()
+    res = cfg.resolve() if res is None else res
     backend = kernel_backend(cfg)
     num_prefill = cfg.prefill_replicas
     if not 0 < num_prefill < len(strategies):
