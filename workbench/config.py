@@ -126,6 +126,9 @@ class RunConfig:
                                  "compute (vAttention's latency hiding): on | off", choices=("off", "on"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
+    weight_dtype: str | None = _f(None, "bytes per weight for capacity and the clock's weight reads: fp16 | bf16 | "
+                                        "fp8 (default: the model preset's; DeepSeek-V3 and Kimi-K2 ship fp8)",
+                                  choices=("fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
     tp: int = _f(1, "tensor-parallel GPUs per replica: each holds 1/tp of the weights and of every KV block's "
                     "heads, one KV manager for all of them; the clock adds two all-reduces per layer over "
@@ -236,11 +239,16 @@ class RunConfig:
         # here, not on construction: a sweep checks each axis value alone, and the pools go in pairs
         self._check_disaggregated()
         model = model_from_name(self.model)
-        if model.num_kv_heads % self.tp:
+        if self.weight_dtype is not None:
+            model = dataclasses.replace(model, weight_dtype=self.weight_dtype)
+        if self.kernel_heads is not None and model.kv_layout == "latent":
+            raise ValueError(f"kernel_heads applies to per-head K/V: model {model.name} stores one latent row per "
+                             f"token shared by all its heads (kv_layout latent); drop --kernel-heads")
+        if model.num_kv_heads % self.tp and not model.kv_replicated:
             raise ValueError(f"tp ({self.tp}) must divide the model's {model.num_kv_heads} kv heads: each GPU holds "
                              f"whole heads of every block")
         max_model_len = self.max_model_len or model.max_model_len
-        model = dataclasses.replace(model, max_model_len=max_model_len)
+        model = dataclasses.replace(model, max_model_len=max_model_len, kv_dtype=self.kv_dtype)
         gpu = gpu_from_name(self.gpu)
         if self.kv_slots is not None:
             capacity_slots = self.kv_slots
