@@ -319,6 +319,13 @@ class Resolved:
     # hybrid model; docs/hybrid.md), else (); a paged pool then counts capacity_slots × sum(units) unit slots
     layer_groups: tuple[tuple[int | None, int], ...] = ()
 
+    @property
+    def kernel_head_dim(self) -> int:
+        """Width of one row of the kernel's pool: a head's, or a latent layout's kv_lora_rank + qk_rope_head_dim
+        (one row shared by every head; `kernel_heads` is then 1)."""
+        m = self.model
+        return m.kv_lora_rank + m.qk_rope_head_dim if m.kv_layout == "latent" else m.head_dim
+
 
 # Host bytes per KV block held by a strategy's arrays (reference counts, free stack, scratch), an upper bound.
 ALLOCATOR_BYTES_PER_BLOCK = 32
@@ -332,7 +339,7 @@ def host_memory_bytes(cfg: RunConfig, res: Resolved) -> int:
     one pool for the fleet)."""
     blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
     total = blocks * ALLOCATOR_BYTES_PER_BLOCK
-    row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
+    row_bytes = res.kernel_heads * res.kernel_head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
     if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
         total += 2 * (res.capacity_slots + res.swap_slots + _tier_slots(cfg.host_cache_gib, res)) * row_bytes
     elif cfg.kernel == "cupy":

@@ -27,23 +27,37 @@ def paged_mla_decode(q_latent, q_rope, pool, kv_indptr, kv_indices, kv_last_page
                      kv_dtype=None, scale=None, kv_scale=1.0, selected=None):
     """Latent decode attention over a CSR page table → float32 [num_seqs, num_heads, kv_lora_rank]
     (float64 from "reference"). `scale` defaults to 1/sqrt(kv_lora_rank + qk_rope_head_dim)."""
-    fn = "paged_mla_decode"
-    kv_dtype, scale, kv_scale = _check(fn, q_latent, q_rope, pool, kv_dtype, scale, kv_scale)
-    kv_len = v.check_paged(fn, q_latent.shape[0], pool.shape[0], kv_indptr, kv_indices, kv_last_page_len, block_size)
-    selected = _check_selected(fn, selected, kv_len)
-    paged = (kv_indptr, kv_indices, kv_last_page_len, int(block_size))
-    return _run(fn, backend, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, selected, paged=paged)
+    return prepare_paged_mla_decode(q_latent, q_rope, pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
+                                    backend, kv_dtype, scale, kv_scale, selected)()
 
 
 def contiguous_mla_decode(q_latent, q_rope, pool, kv_start, kv_len, backend="numba", kv_dtype=None, scale=None,
                           kv_scale=1.0, selected=None):
     """Latent decode attention over contiguous extents (as paged_mla_decode)."""
+    return prepare_contiguous_mla_decode(q_latent, q_rope, pool, kv_start, kv_len, backend, kv_dtype, scale, kv_scale,
+                                         selected)()
+
+
+def prepare_paged_mla_decode(q_latent, q_rope, pool, kv_indptr, kv_indices, kv_last_page_len, block_size,
+                             backend="numba", kv_dtype=None, scale=None, kv_scale=1.0, selected=None):
+    """`paged_mla_decode` checked now; returns the call that runs it (what a timer wraps)."""
+    fn = "paged_mla_decode"
+    kv_dtype, scale, kv_scale = _check(fn, q_latent, q_rope, pool, kv_dtype, scale, kv_scale)
+    kv_len = v.check_paged(fn, q_latent.shape[0], pool.shape[0], kv_indptr, kv_indices, kv_last_page_len, block_size)
+    selected = _check_selected(fn, selected, kv_len)
+    paged = (kv_indptr, kv_indices, kv_last_page_len, int(block_size))
+    return lambda: _run(fn, backend, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, selected, paged=paged)
+
+
+def prepare_contiguous_mla_decode(q_latent, q_rope, pool, kv_start, kv_len, backend="numba", kv_dtype=None,
+                                  scale=None, kv_scale=1.0, selected=None):
+    """`contiguous_mla_decode` checked now; returns the call that runs it."""
     fn = "contiguous_mla_decode"
     kv_dtype, scale, kv_scale = _check(fn, q_latent, q_rope, pool, kv_dtype, scale, kv_scale)
     lengths = v.check_contiguous(fn, q_latent.shape[0], pool.shape[0], kv_start, kv_len)
     selected = _check_selected(fn, selected, lengths)
-    return _run(fn, backend, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, selected,
-                contiguous=(kv_start, kv_len))
+    return lambda: _run(fn, backend, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, selected,
+                        contiguous=(kv_start, kv_len))
 
 
 def mla_bytes_read(num_tokens, latent: int, rope: int, kv_dtype: str) -> int:
@@ -128,8 +142,10 @@ def reference(q_latent, q_rope, pool, kv_dtype, scale, kv_scale, *, paged=None, 
             sel_indptr, sel_positions = selected
             slots = slots[sel_positions[sel_indptr[seq]:sel_indptr[seq + 1]].astype(np.int64)]
         rows = dequantize(pool[slots], kv_dtype, kv_scale)  # [n, latent + rope]
-        scores = (q_latent[seq].astype(np.float64) @ rows[:, :latent].T
-                  + q_rope[seq].astype(np.float64) @ rows[:, latent:].T) * scale  # [num_heads, n]
+        c, k_rope = rows[:, :latent], rows[:, latent:]
+        # einsum, not BLAS: a BLAS product's last bits depend on its thread count
+        scores = (np.einsum("hd,nd->hn", np.asarray(q_latent[seq], dtype=np.float64), c)
+                  + np.einsum("hd,nd->hn", np.asarray(q_rope[seq], dtype=np.float64), k_rope)) * scale  # [heads, n]
         p = np.exp(scores - scores.max(axis=1, keepdims=True))
-        out[seq] = (p @ rows[:, :latent]) / p.sum(axis=1, keepdims=True)
+        out[seq] = np.einsum("hn,nd->hd", p, c) / p.sum(axis=1, keepdims=True)
     return out
