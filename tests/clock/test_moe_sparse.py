@@ -123,3 +123,21 @@ def test_a_sparse_run_finishes_and_its_indexer_keys_take_room(tmp_path):
                 tmp_path / "dense")
     assert sparse["num_finished"] == dense["num_finished"] == 30
     assert sparse["kv_slots"] < dense["kv_slots"]  # the indexer's keys take room in every block
+
+
+def test_the_compiled_loop_leaves_sparse_attention_to_the_general_loop():
+    """The compiled paged loop charges every key of every context; a sparse model's attention terms
+    (the scheduler's attention_windows) keep its runs in the general loop, latent and MoE runs it models."""
+    from workbench.allocators import registry
+    from workbench.config import RunConfig
+    from workbench.engine.compiled_paged import eligible
+    from workbench.engine.simulation import make_replica
+    from workbench.workload.build import build_workload
+
+    latent = ("custom:layers=4,heads=8,head_dim=32,kv_lora=64,rope_dim=16,experts=4,experts_per_token=2,"
+              "expert_width=64,params_b=0.05,max_model_len=1024")
+    for model, expected in ((latent, True), (latent + ",index_heads=4,index_dim=128,index_topk=64", False)):
+        cfg = RunConfig(model=model, kv_gib=0.05, kernel="none", num_requests=5, rate=5.0)
+        res = cfg.resolve()
+        replica = make_replica(cfg, res, registry.create_from_config(cfg, res), build_workload(cfg), "none")
+        assert eligible.applies(replica) is expected
