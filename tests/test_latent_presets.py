@@ -92,6 +92,11 @@ def test_the_experts_fit_in_the_parameter_total(name):
     assert 0 <= rest < 0.005 * m.params_b * 1e9
 
 
+def test_a_lower_max_model_len_caps_the_top_k_at_every_token():
+    res = RunConfig(model="deepseek-v3.2", gpu="h200", tp=8, max_model_len=1024).resolve()
+    assert res.model.index_topk == 1024 and MODELS["deepseek-v3.2"].index_topk == 2048
+
+
 def test_a_custom_latent_geometry():
     m = model_from_name(SMALL_LATENT + ",index_heads=2,index_dim=128,index_topk=64")
     assert m.kv_layout == "latent" and m.num_kv_heads == 1
@@ -105,8 +110,6 @@ def test_a_custom_latent_geometry():
     (["--model", SMALL_LATENT + ",index_heads=2,index_dim=16,index_topk=-3"], "index_topk must be >= 1, got -3"),
     (["--model", SMALL_LATENT + ",index_heads=2,index_dim=16,index_topk=513"],
      "index_topk (513) exceeds max_model_len (512)"),
-    (["--model", SMALL_LATENT + ",index_heads=2,index_dim=16,index_topk=300", "--max-model-len", "256"],
-     "index_topk (300) exceeds max_model_len (256)"),
     (["--model", "custom:layers=2,heads=4,kv_heads=4,head_dim=16,experts=64,experts_per_token=2,expert_width=4096,"
                  "params_b=0.1"], "2 MoE layers × (64 + 0) experts of width 4096 hold 0.1007 B parameters"),
     (["--model", "custom:layers=2,heads=4,kv_heads=4,head_dim=16,experts=4,experts_per_token=5,expert_width=16"],

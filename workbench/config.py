@@ -248,7 +248,10 @@ class RunConfig:
             raise ValueError(f"tp ({self.tp}) must divide the model's {model.num_kv_heads} kv heads: each GPU holds "
                              f"whole heads of every block")
         max_model_len = self.max_model_len or model.max_model_len
-        model = dataclasses.replace(model, max_model_len=max_model_len, kv_dtype=self.kv_dtype)
+        # a query never has more than max_model_len tokens to choose from: a top-k above a lowered length
+        # attends to every token, exactly as top-k = max_model_len does
+        model = dataclasses.replace(model, max_model_len=max_model_len, kv_dtype=self.kv_dtype,
+                                    index_topk=min(model.index_topk, max_model_len))
         gpu = gpu_from_name(self.gpu)
         if self.kv_slots is not None:
             capacity_slots = self.kv_slots
