@@ -25,7 +25,8 @@ def test_a_deepseek_v3_step_reads_the_experts_its_rows_touch(rows):
     routed experts no row touches. With uniform routing a MoE layer's 256 experts are each untouched by
     `rows` rows with probability (1 − 8/256)^rows: 8 experts at batch 1, 255.92 at batch 256. FLOPs per row:
     2 × the active parameters (8 of the 256 routed experts)."""
-    m, clock = MODELS["deepseek-v3"], _clock("deepseek-v3")
+    assert MODELS["deepseek-v3"].weight_dtype == "fp8"  # 1 byte a weight below
+    clock = _clock("deepseek-v3")
     expert = 3 * 7168 * 2048
     table = 129280 * 7168
     touched = 256 * (1 - (1 - 8 / 256) ** rows)
