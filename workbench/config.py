@@ -131,8 +131,8 @@ class RunConfig:
                                   choices=("fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
     tp: int = _f(1, "tensor-parallel GPUs per replica: each holds 1/tp of the weights and of every KV block's "
-                    "heads, one KV manager for all of them; the clock adds two all-reduces per layer over "
-                    "the GPUs' link (docs/engine.md)", ge=1, le=64)
+                    "heads (a latent KV: all of every block), one KV manager for all of them; the clock adds two "
+                    "all-reduces per layer over the GPUs' link (docs/engine.md)", ge=1, le=64)
     gpu_memory_utilization: float = _f(0.9, "fraction of GPU memory the server may use when deriving KV capacity",
                                        gt=0, le=1)
     kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU", gt=0)
