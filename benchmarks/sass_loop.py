@@ -27,10 +27,11 @@ from workbench.kernels import launch, nvrtc, source
 _INSTRUCTION = re.compile(r"^\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<text>[^;]*);")
 _BRANCH = re.compile(r"\bBRA\s+(?:`\()?0x(?P<target>[0-9a-f]+)")
 _FUNCTION = re.compile(r"Function : (?P<name>\S+)")
+_PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
 KV_LOAD_BYTES = {"LDG.E.128": 16 * 32, "LDG.E.64": 8 * 32}  # one vector load per lane of a warp
-# The latent (MLA) kernel reads its rows one element per lane (mla_attention.cu): its main loop is the
-# innermost loop holding loads of the element's width, 32 lanes × its bytes per trip. (fp32 rows load with
-# the same 32-bit instruction as the float query, so only the 2- and 1-byte dtypes are told apart.)
+# The latent (MLA) kernel reads a token's row with one warp, one element per lane and load (mla_attention.cu):
+# its main loop is the innermost loop holding loads of the element's width, 32 lanes × its bytes per load.
+# (fp32 rows load with the same 32-bit instruction as the float query: only 2- and 1-byte dtypes are told apart.)
 MLA_LOAD_BYTES = {"__half": {"LDG.E.U16": 2 * 32}, "__nv_bfloat16": {"LDG.E.U16": 2 * 32},
                   "kvw::Fp8E4M3": {"LDG.E.U8": 32}}
 
@@ -106,16 +107,18 @@ def split_functions(sass: str) -> dict[str, list[tuple[int, str]]]:
     return functions
 
 
-def main_loop(instructions: list[tuple[int, str]], load_bytes: dict[str, int] = KV_LOAD_BYTES) -> tuple[int, int]:
+def main_loop(instructions: list[tuple[int, str]], load_bytes: dict[str, int] = KV_LOAD_BYTES,
+              predicated: bool = False) -> tuple[int, int]:
     """(instructions, KV bytes per warp) of the innermost loop that holds KV loads (`load_bytes`: opcode → bytes
-    a warp loads with it); (0, 0) when there is none."""
+    a warp loads with it; `predicated`: count loads under a predicate too); (0, 0) when there is none."""
     best = (0, 0)
     for addr, text in instructions:
         branch = _BRANCH.search(text)
         if not branch or int(branch["target"], 16) > addr:
             continue
         body = [t for a, t in instructions if int(branch["target"], 16) <= a <= addr and not t.startswith("NOP")]
-        loads = sum(size for t in body for op, size in load_bytes.items() if t.startswith(op))
+        opcodes = [_PREDICATE.sub("", t) if predicated else t for t in body]
+        loads = sum(size for t in opcodes for op, size in load_bytes.items() if t.startswith(op))
         if loads and (best == (0, 0) or len(body) < best[0]):
             best = (len(body), loads)
     return best
@@ -149,7 +152,8 @@ def loop_costs(expressions: list[str], arch: str = "sm_90", nvcc: str | None = N
         report = module.resources[mangled]
         latent = source_name == source.MLA_CU
         loads = MLA_LOAD_BYTES[expression.split("<", 1)[1].split(",", 1)[0]] if latent else KV_LOAD_BYTES
-        count, kv_bytes = main_loop(functions.get(mangled, []), loads)
+        # the latent kernel's row loads sit under the tile's "token exists" predicate
+        count, kv_bytes = main_loop(functions.get(mangled, []), loads, predicated=latent)
         # a latent block loads each row once for all its heads, with one pass of its warps
         warps = 1 if latent else warps_per_kv_byte(expression, attention_text)
         costs.append(LoopCost(expression, report.registers, report.spill_store_bytes + report.spill_load_bytes,

@@ -75,14 +75,13 @@ __device__ __forceinline__ void mla_block(
 
   for (int base = 0; base < count; base += MLA_TILE) {
     __syncthreads();  // the previous tile's rows and weights are used up; s_q is written
-    for (int i = tid; i < MLA_TILE * ROW; i += MLA_THREADS) {
-      const int t = i / ROW, d = i % ROW, idx = base + t;
-      float x = 0.f;
-      if (idx < count) {
-        const int pos = SPARSE ? positions[idx] : idx;
-        x = to_float(pool[(long long)rows.slot(pos) * ROW + d]);
-      }
-      s_kv[t][d] = x;
+    // one warp per token row: its slot is looked up once, then the lanes read the row's consecutive elements
+    for (int t = tid / WARP_SIZE; t < MLA_TILE; t += MLA_THREADS / WARP_SIZE) {
+      const int idx = base + t;
+      const bool valid = idx < count;
+      const T* __restrict__ row = pool + (valid ? (long long)rows.slot(SPARSE ? positions[idx] : idx) * ROW : 0);
+#pragma unroll
+      for (int d = tid % WARP_SIZE; d < ROW; d += WARP_SIZE) s_kv[t][d] = valid ? to_float(row[d]) : 0.f;
     }
     __syncthreads();
     {
