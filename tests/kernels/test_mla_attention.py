@@ -156,3 +156,30 @@ def test_bad_input_is_one_clear_error(kwargs, message):
 def test_storage_dtypes_are_the_per_head_kernels():
     assert {d: np.dtype(t) for d, t in STORAGE_DTYPE.items()} == {
         "fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8": np.uint8}
+
+
+def _cupy_device():
+    """cupy, or None where it is not installed or sees no device."""
+    try:
+        import cupy
+        return cupy if cupy.cuda.is_available() else None
+    except Exception:  # a broken CUDA install means no GPU here
+        return None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_cupy_device() is None, reason="no CUDA device visible to CuPy")
+@pytest.mark.parametrize(("block_size", "kv_dtype", "sparse"), GRID)
+def test_gpu_matches_the_reference(block_size, kv_dtype, sparse):
+    cp = _cupy_device()
+    rng = np.random.default_rng([block_size, len(kv_dtype), sparse, 41])
+    kv_scale = 0.5 if kv_dtype == "fp8" else 1.0
+    q_lat, q_rope, paged, table, _, _ = _case(rng, LENGTHS, 16, block_size, kv_dtype, kv_scale)
+    selected = _selection(rng, LENGTHS, 10) if sparse else None
+    kw = dict(kv_dtype=kv_dtype, kv_scale=kv_scale)
+    expected = mla.paged_mla_decode(q_lat, q_rope, paged, *table, block_size, backend="reference", selected=selected,
+                                    **kw)
+    device = [cp.asarray(a) for a in (q_lat, q_rope, paged, *table)]
+    out = mla.paged_mla_decode(*device, block_size, backend="cupy", **kw,
+                               selected=None if selected is None else tuple(cp.asarray(a) for a in selected))
+    _check(cp.asnumpy(out), expected)

@@ -13,6 +13,7 @@ through the CPU shim), "cupy" (GPU). fp8 pools hold e4m3 codes of value / kv_sca
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -106,26 +107,19 @@ def _check_selected(fn, selected, kv_len):
     return sel_indptr, sel_positions
 
 
+# the modules that run the latent kernel, imported on first use (as workbench.kernels' backends)
+BACKEND_MODULES = {"numba": "workbench.kernels.numba_mla", "cuda-cpu": "workbench.kernels.cuda_cpu",
+                   "cupy": "workbench.kernels.cupy_backend"}
+
+
 def _run(fn, backend, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, selected, *, paged=None, contiguous=None):
     kw = dict(paged=paged, contiguous=contiguous, selected=selected)
     if backend == "reference":
         return reference(q_latent, q_rope, pool, kv_dtype, scale, kv_scale, **kw)
-    if backend == "numba":
-        from workbench.kernels import numba_mla
-        return numba_mla.mla_decode(q_latent, q_rope, pool, kv_dtype, scale, kv_scale, **kw)
-    if backend == "cuda-cpu":
-        from workbench.kernels import cuda_cpu, cuda_launches
-        out, launches = cuda_launches.mla_decode(np, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, **kw)
-        cuda_cpu.run(launches)
-        return out
-    if backend == "cupy":
-        import cupy as cp
-
-        from workbench.kernels import cuda_launches, cupy_backend
-        out, launches = cuda_launches.mla_decode(cp, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, **kw)
-        cupy_backend.run(launches)
-        return out
-    v._fail(fn, f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend not in BACKEND_MODULES:
+        v._fail(fn, f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return importlib.import_module(BACKEND_MODULES[backend]).mla_decode(q_latent, q_rope, pool, kv_dtype, scale,
+                                                                         kv_scale, **kw)
 
 
 def reference(q_latent, q_rope, pool, kv_dtype, scale, kv_scale, *, paged=None, contiguous=None, selected=None):
