@@ -27,7 +27,13 @@ from workbench.kernels import launch, nvrtc, source
 _INSTRUCTION = re.compile(r"^\s*/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<text>[^;]*);")
 _BRANCH = re.compile(r"\bBRA\s+(?:`\()?0x(?P<target>[0-9a-f]+)")
 _FUNCTION = re.compile(r"Function : (?P<name>\S+)")
+_PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
 KV_LOAD_BYTES = {"LDG.E.128": 16 * 32, "LDG.E.64": 8 * 32}  # one vector load per lane of a warp
+# The latent (MLA) kernel reads a token's row with one warp, one element per lane and load (mla_attention.cu):
+# its main loop is the innermost loop holding loads of the element's width, 32 lanes × its bytes per load.
+# (fp32 rows load with the same 32-bit instruction as the float query: only 2- and 1-byte dtypes are told apart.)
+MLA_LOAD_BYTES = {"__half": {"LDG.E.U16": 2 * 32}, "__nv_bfloat16": {"LDG.E.U16": 2 * 32},
+                  "kvw::Fp8E4M3": {"LDG.E.U8": 32}}
 
 
 @dataclass(frozen=True)
@@ -101,31 +107,35 @@ def split_functions(sass: str) -> dict[str, list[tuple[int, str]]]:
     return functions
 
 
-def main_loop(instructions: list[tuple[int, str]]) -> tuple[int, int]:
-    """(instructions, KV bytes per warp) of the innermost loop that holds KV loads; (0, 0) when there is none."""
+def main_loop(instructions: list[tuple[int, str]], load_bytes: dict[str, int] = KV_LOAD_BYTES,
+              predicated: bool = False) -> tuple[int, int]:
+    """(instructions, KV bytes per warp) of the innermost loop that holds KV loads (`load_bytes`: opcode → bytes
+    a warp loads with it; `predicated`: count loads under a predicate too); (0, 0) when there is none."""
     best = (0, 0)
     for addr, text in instructions:
         branch = _BRANCH.search(text)
         if not branch or int(branch["target"], 16) > addr:
             continue
         body = [t for a, t in instructions if int(branch["target"], 16) <= a <= addr and not t.startswith("NOP")]
-        loads = sum(size for t in body for op, size in KV_LOAD_BYTES.items() if t.startswith(op))
+        opcodes = [_PREDICATE.sub("", t) if predicated else t for t in body]
+        loads = sum(size for t in opcodes for op, size in load_bytes.items() if t.startswith(op))
         if loads and (best == (0, 0) or len(body) < best[0]):
             best = (len(body), loads)
     return best
 
 
-def loop_costs(expressions: list[str], arch: str = "sm_90", nvcc: str | None = None) -> list[LoopCost]:
-    """One NVRTC compilation of `expressions` (attention kernels), or with `nvcc` (a path) one nvcc compilation
-    from the same options, and the loop cost of each."""
+def loop_costs(expressions: list[str], arch: str = "sm_90", nvcc: str | None = None,
+               source_name: str = source.ATTENTION_CU) -> list[LoopCost]:
+    """One NVRTC compilation of `expressions` (attention kernels of `source_name`), or with `nvcc` (a path) one
+    nvcc compilation from the same options, and the loop cost of each."""
     cuobjdump = find_tool("cuobjdump")
     if cuobjdump is None:
         raise SystemExit("cuobjdump not found (a CUDA toolkit, or pip install nvidia-cuda-cuobjdump "
                          "nvidia-cuda-nvdisasm): --sass needs it")
     if nvcc:
-        module = nvrtc.nvcc_cubin(nvcc, source.ATTENTION_CU, expressions, arch)
+        module = nvrtc.nvcc_cubin(nvcc, source_name, expressions, arch)
     else:
-        module = nvrtc.compile_cubin(source.ATTENTION_CU, expressions, arch)
+        module = nvrtc.compile_cubin(source_name, expressions, arch)
     env = dict(os.environ)
     if nvdisasm := find_tool("nvdisasm"):
         env["PATH"] = f"{Path(nvdisasm).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -140,9 +150,14 @@ def loop_costs(expressions: list[str], arch: str = "sm_90", nvcc: str | None = N
     for expression in expressions:
         mangled = module.lowered_names[expression]
         report = module.resources[mangled]
-        count, kv_bytes = main_loop(functions.get(mangled, []))
+        latent = source_name == source.MLA_CU
+        loads = MLA_LOAD_BYTES[expression.split("<", 1)[1].split(",", 1)[0]] if latent else KV_LOAD_BYTES
+        # the latent kernel's row loads sit under the tile's "token exists" predicate
+        count, kv_bytes = main_loop(functions.get(mangled, []), loads, predicated=latent)
+        # a latent block loads each row once for all its heads, with one pass of its warps
+        warps = 1 if latent else warps_per_kv_byte(expression, attention_text)
         costs.append(LoopCost(expression, report.registers, report.spill_store_bytes + report.spill_load_bytes,
-                              count, kv_bytes, warps_per_kv_byte(expression, attention_text)))
+                              count, kv_bytes, warps))
     return costs
 
 
@@ -154,9 +169,14 @@ def print_table(expressions: list[str], nvcc: str | None = None) -> None:
     compiler = f"nvcc {nvcc}" if nvcc else f"NVRTC {'.'.join(map(str, nvrtc.nvrtc_version()))}"
     print(f"SASS of the attention main loop ({compiler}, sm_90, {' '.join(nvrtc.CODEGEN_OPTIONS)}); "
           f"kernels from {source.kernels_dir()}")
-    print(f"{'kernel':<46} {'regs':>5} {'spill_B':>7} {'loop_instr':>10} {'KV_B/trip':>9} {'instr/KV_B':>10} "
+    print(f"{'kernel':<54} {'regs':>5} {'spill_B':>7} {'loop_instr':>10} {'KV_B/trip':>9} {'instr/KV_B':>10} "
           f"{'warps/B':>7} {'instr/uniq_B':>12}")
-    for c in loop_costs(expressions, nvcc=nvcc):
-        print(f"{c.kernel:<46} {c.registers:>5} {c.spill_bytes:>7} {c.loop_instructions:>10} "
+    rows = loop_costs(expressions, nvcc=nvcc)
+    if hasattr(source, "MLA_CU"):  # the dense paged latent kernels, where the checkout has them
+        latent = [e for e in source.all_mla_kernel_names() if e.startswith("kvw::paged") and e.endswith("false>")
+                  and e.split("<", 1)[1].split(",", 1)[0] in MLA_LOAD_BYTES]
+        rows += loop_costs(latent, nvcc=nvcc, source_name=source.MLA_CU)
+    for c in rows:
+        print(f"{c.kernel:<54} {c.registers:>5} {c.spill_bytes:>7} {c.loop_instructions:>10} "
               f"{c.kv_bytes_per_trip:>9} {c.instructions_per_kv_byte:>10.3f} {c.warps_per_kv_byte:>7} "
               f"{c.instructions_per_unique_kv_byte:>12.3f}")

@@ -12,6 +12,7 @@
 
 #include "attention.cu"
 #include "cache_ops.cu"
+#include "mla_attention.cu"
 
 namespace {
 
@@ -56,8 +57,21 @@ void add_rows(Registry& r, const std::string& type) {
   add_attention<T, HEAD_DIM, 8>(r, type);
 }
 
+template <typename T, int LATENT, int ROPE>
+void add_mla(Registry& r, const std::string& type) {
+  for (const bool sparse : {false, true}) {
+    const std::string args = "<" + type + ", " + std::to_string(LATENT) + ", " + std::to_string(ROPE) + ", " +
+                             (sparse ? "true" : "false") + ">";
+    r["kvw::paged_mla_decode" + args] = sparse ? launcher(&kvw::paged_mla_decode<T, LATENT, ROPE, true>)
+                                               : launcher(&kvw::paged_mla_decode<T, LATENT, ROPE, false>);
+    r["kvw::contiguous_mla_decode" + args] = sparse ? launcher(&kvw::contiguous_mla_decode<T, LATENT, ROPE, true>)
+                                                    : launcher(&kvw::contiguous_mla_decode<T, LATENT, ROPE, false>);
+  }
+}
+
 template <typename T>
 void add_head_dims(Registry& r, const std::string& type) {
+  add_mla<T, 512, 64>(r, type);
   add_rows<T, 64>(r, type);
   add_rows<T, 80>(r, type);
   add_rows<T, 96>(r, type);

@@ -167,10 +167,13 @@ class RunConfig:
                                  "compute (vAttention's latency hiding): on | off", choices=("off", "on"))
     model: str = _f("opt-13b", "model preset name, or custom:layers=..,kv_heads=..,head_dim=..,...")
     kv_dtype: str = _f("fp16", "KV cache dtype", choices=("fp32", "fp16", "bf16", "fp8"))
+    weight_dtype: str | None = _f(None, "bytes per weight for capacity and the clock's weight reads: fp16 | bf16 | "
+                                        "fp8 (default: the model preset's; DeepSeek-V3 and Kimi-K2 ship fp8)",
+                                  choices=("fp16", "bf16", "fp8"))
     gpu: str = _f("a100-40gb", "GPU preset (capacity when --kv-gib is absent; roofline clock)")
     tp: int = _f(1, "tensor-parallel GPUs per replica: each holds 1/tp of the weights and of every KV block's "
-                    "heads, one KV manager for all of them; the clock adds two all-reduces per layer over "
-                    "the GPUs' link (docs/engine.md)", ge=1, le=64)
+                    "heads (a latent KV: all of every block), one KV manager for all of them; the clock adds two "
+                    "all-reduces per layer over the GPUs' link (docs/engine.md)", ge=1, le=64)
     gpu_memory_utilization: float = _f(0.9, "fraction of GPU memory the server may use when deriving KV capacity",
                                        ge=MIN_EFF, le=1)
     kv_gib: float | None = _f(None, "KV cache size in GiB (2^30 bytes); default: derived from the GPU", ge=MIN_KV_GIB,
@@ -280,11 +283,19 @@ class RunConfig:
         # here, not on construction: a sweep checks each axis value alone, and the pools go in pairs
         self._check_disaggregated()
         model = model_from_name(self.model)
-        if model.num_kv_heads % self.tp:
+        if self.weight_dtype is not None:
+            model = dataclasses.replace(model, weight_dtype=self.weight_dtype)
+        if self.kernel_heads is not None and model.kv_layout == "latent":
+            raise ValueError(f"kernel_heads applies to per-head K/V: model {model.name} stores one latent row per "
+                             f"token shared by all its heads (kv_layout latent); drop --kernel-heads")
+        if model.num_kv_heads % self.tp and not model.kv_replicated:
             raise ValueError(f"tp ({self.tp}) must divide the model's {model.num_kv_heads} kv heads: each GPU holds "
                              f"whole heads of every block")
         max_model_len = self.max_model_len or model.max_model_len
-        model = dataclasses.replace(model, max_model_len=max_model_len)
+        # a query never has more than max_model_len tokens to choose from: a top-k above a lowered length
+        # attends to every token, exactly as top-k = max_model_len does
+        model = dataclasses.replace(model, max_model_len=max_model_len, kv_dtype=self.kv_dtype,
+                                    index_topk=min(model.index_topk, max_model_len))
         gpu = gpu_from_name(self.gpu)
         if self.kv_slots is not None:
             capacity_slots = self.kv_slots
@@ -355,6 +366,13 @@ class Resolved:
     # hybrid model; docs/hybrid.md), else (); a paged pool then counts capacity_slots × sum(units) unit slots
     layer_groups: tuple[tuple[int | None, int], ...] = ()
 
+    @property
+    def kernel_head_dim(self) -> int:
+        """Width of one row of the kernel's pool: a head's, or a latent layout's kv_lora_rank + qk_rope_head_dim
+        (one row shared by every head; `kernel_heads` is then 1)."""
+        m = self.model
+        return m.kv_lora_rank + m.qk_rope_head_dim if m.kv_layout == "latent" else m.head_dim
+
 
 # Host bytes per KV block held by a strategy's arrays (reference counts, free stack, scratch), an upper bound;
 # the compiled step loop of plain `paged` runs works on the same arrays (workbench.engine.compiled_paged).
@@ -374,7 +392,7 @@ def host_memory_parts(cfg: RunConfig, res: Resolved) -> dict[str, int]:
     engines = cfg.num_engines
     blocks = (res.capacity_slots + res.swap_slots) // cfg.block_size + 1
     per_block = ALLOCATOR_BYTES_PER_BLOCK
-    row_bytes = res.kernel_heads * res.model.head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
+    row_bytes = res.kernel_heads * res.kernel_head_dim * STORAGE_ITEMSIZE[cfg.kv_dtype]
     host_tier_rows = _tier_slots(cfg.host_cache_gib, res)
     if cfg.kernel in ("numba", "auto"):  # auto is counted as the CPU backend: the safe side on a GPU machine
         pool_rows, tier_rows = res.capacity_slots + res.swap_slots, host_tier_rows

@@ -1,6 +1,14 @@
 """Model KV geometries and GPUs as plain data, looked up by name (docs/memory.md).
 
-`kv_bytes_per_token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes`.
+`kv_bytes_per_token = 2 (K and V) × num_layers × num_kv_heads × head_dim × dtype_bytes` for models that
+store per-head keys and values (`kv_layout` "heads"). Multi-head latent attention (`kv_layout` "latent",
+DeepSeek-V2/V3, Kimi-K2) stores one compressed latent and one rotary key per token and layer, shared by
+every query head: `num_layers × (kv_lora_rank + qk_rope_head_dim) × dtype_bytes`, no factor 2 (the latent
+is both key and value). DeepSeek Sparse Attention adds its indexer's key, one per token and layer, to the
+same token's bytes (`index_bytes_per_token_layer`).
+
+Mixture-of-experts presets carry their routed and shared experts; the clock charges the active ones
+(workbench.clock.operators) and `params_b` stays the total, which capacity subtracts as weights.
 
 Hybrid models (docs/hybrid.md) split their layers into groups: full-attention layers read every token,
 sliding-window layers only the last `window_tokens`. A group's bytes per token are the same formula
@@ -12,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import reduce
+from typing import NamedTuple
 
 GIB = 2**30
 
@@ -24,7 +33,17 @@ DEFAULT_SHARED_LINK_GB_S = 25.0
 DEFAULT_KV_LINK_GB_S = 25.0
 # Far above any real model, low enough that sizes and modeled step times stay finite and in int64.
 MODEL_LIMITS = {"num_layers": 2**16, "num_heads": 2**16, "num_kv_heads": 2**16, "head_dim": 2**16,
-                "max_model_len": 2**31 - 1, "params_b": 1e6, "vocab_size": 2**24}
+                "max_model_len": 2**31 - 1, "params_b": 1e6, "vocab_size": 2**24, "kv_lora_rank": 2**16,
+                "qk_rope_head_dim": 2**16, "q_lora_rank": 2**20, "index_heads": 2**16, "index_head_dim": 2**16,
+                "num_experts": 2**16, "experts_per_token": 2**16, "num_shared_experts": 2**16,
+                "expert_width": 2**20}
+KV_LAYOUTS = ("heads", "latent")
+WEIGHT_DTYPES = ("fp16", "bf16", "fp8")
+# DeepSeek-V3.2's indexer quantizes each key to fp8 in blocks of 128 values with one fp32 scale per block
+# (the reference inference code's Indexer keeps `k_cache` [.., head_dim] fp8 and `k_scale_cache`
+# [.., head_dim // 128] fp32: deepseek-ai/DeepSeek-V3.2-Exp, inference/model.py).
+INDEX_SCALE_BLOCK = 128
+INDEX_SCALE_BYTES = 4
 
 # CUDA virtual memory: what mapping one physical page into one layer's K or V buffer costs in vAttention
 # (Prabhu et al., ASPLOS '25, arXiv 2405.04437v3, Table 3, µs per call at 2 MB pages: cuMemAddressReserve 2,
@@ -37,11 +56,30 @@ MODEL_LIMITS = {"num_layers": 2**16, "num_heads": 2**16, "num_kv_heads": 2**16, 
 VMM_MAP_US_BY_PAGE_KIB = {2048: 2.0 + 38.0}
 
 
+def dtype_bytes(kv_dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[kv_dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {kv_dtype!r}; expected one of {sorted(DTYPE_BYTES)}") from None
+
+
 def vmm_map_us_per_page(page_kib: int) -> float:
     """µs to map one page of `page_kib` KiB into one buffer: the measurement at the nearest measured page
     size (nearest in log2 of the size; the larger size on a tie)."""
     nearest = min(VMM_MAP_US_BY_PAGE_KIB, key=lambda kib: (abs(math.log2(kib / page_kib)), -kib))
     return VMM_MAP_US_BY_PAGE_KIB[nearest]
+
+
+class AttentionTerm(NamedTuple):
+    """A share of a step's attention for the cost meter (`workbench.clock.step_cost`): queries read and attend
+    min(context, cap_tokens) keys (None: every key), weighted `read_frac` in KV bytes and `flop_frac` in
+    FLOPs; `sparse`: the keys are any top-k of the context (a prefill chunk's queries may read all of it),
+    not a window of the last ones."""
+
+    cap_tokens: int | None
+    read_frac: float
+    flop_frac: float
+    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +120,32 @@ class ModelPreset:
     vocab_size: int = 32000
     tied_embeddings: bool = False
     gated_mlp: bool = True
+    # bytes per weight for capacity and the clock (docs/memory.md); `--weight-dtype` overrides it
+    weight_dtype: str = "fp16"
+    # Multi-head latent attention ("latent"): one row of kv_lora_rank + qk_rope_head_dim per token and layer,
+    # shared by all num_heads query heads (num_kv_heads is 1); head_dim is then the per-head no-rope query
+    # and value width, and q_lora_rank the query's compression (0: the query is projected directly).
+    kv_layout: str = "heads"
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    q_lora_rank: int = 0
+    # DeepSeek Sparse Attention: the lightning indexer's heads and key width, its key cache's dtype, and the
+    # tokens each query attends to (0 everywhere: dense attention)
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_dtype: str = "fp8"
+    index_topk: int = 0
+    # Mixture of experts (0 experts: a dense MLP in every layer): routed experts per MoE layer, how many
+    # each token is routed to, experts every token passes through, the leading layers that keep a dense
+    # MLP, and one expert's inner width
+    num_experts: int = 0
+    experts_per_token: int = 0
+    num_shared_experts: int = 0
+    num_dense_layers: int = 0
+    expert_width: int = 0
+    # the KV cache's dtype of a run (RunConfig.resolve sets it): what sparse attention's cost terms weigh the
+    # latent rows against the indexer's keys with (`window_layer_fracs`)
+    kv_dtype: str = "fp16"
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "max_model_len", "vocab_size"):
@@ -102,6 +166,75 @@ class ModelPreset:
         if self.layer_groups and sum(g.num_layers for g in self.layer_groups) != self.num_layers:
             raise ValueError(f"model {self.name!r}: layer groups hold {sum(g.num_layers for g in self.layer_groups)} "
                              f"layers, the model has {self.num_layers}")
+        if self.weight_dtype not in WEIGHT_DTYPES:
+            raise ValueError(f"model {self.name!r}: weight_dtype {self.weight_dtype!r} is not one of "
+                             f"{', '.join(WEIGHT_DTYPES)}")
+        self._check_latent()
+        self._check_indexer()
+        self._check_experts()
+
+    def _check_latent(self) -> None:
+        for field in ("kv_lora_rank", "qk_rope_head_dim", "q_lora_rank", "index_heads", "index_head_dim",
+                      "num_experts", "experts_per_token", "num_shared_experts", "num_dense_layers", "expert_width"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"model {self.name!r}: {field} must be >= 0, got {getattr(self, field)}")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise ValueError(f"model {self.name!r}: kv_layout {self.kv_layout!r} is not one of {', '.join(KV_LAYOUTS)}")
+        if self.kv_layout == "heads":
+            if self.kv_lora_rank or self.qk_rope_head_dim or self.q_lora_rank:
+                raise ValueError(f"model {self.name!r}: kv_lora_rank, qk_rope_head_dim and q_lora_rank describe a "
+                                 f"latent KV layout; set kv_layout latent or leave them 0")
+            return
+        if self.kv_lora_rank < 1:
+            raise ValueError(f"model {self.name!r}: kv_layout latent needs kv_lora_rank >= 1")
+        if self.num_kv_heads != 1:
+            raise ValueError(f"model {self.name!r}: a latent KV row is shared by every head: num_kv_heads must be 1, "
+                             f"got {self.num_kv_heads}")
+        if self.layer_groups:
+            raise ValueError(f"model {self.name!r}: sliding-window layer groups with a latent KV layout are not built")
+
+    def _check_indexer(self) -> None:
+        has_indexer = self.index_heads or self.index_head_dim
+        if self.index_topk < 0:
+            raise ValueError(f"model {self.name!r}: index_topk must be >= 1, got {self.index_topk}")
+        if not has_indexer:
+            if self.index_topk:
+                raise ValueError(f"model {self.name!r}: index_topk {self.index_topk} without an indexer: set "
+                                 f"index_heads and index_head_dim")
+            return
+        if not (self.index_heads and self.index_head_dim):
+            raise ValueError(f"model {self.name!r}: an indexer needs both index_heads and index_head_dim >= 1")
+        if self.kv_layout != "latent":
+            raise ValueError(f"model {self.name!r}: an indexer (DeepSeek Sparse Attention) needs kv_layout latent")
+        if self.index_topk == 0:
+            raise ValueError(f"model {self.name!r}: an indexer without index_topk: set the tokens each query "
+                             f"attends to (DeepSeek-V3.2: 2048)")
+        if self.index_topk > self.max_model_len:
+            raise ValueError(f"model {self.name!r}: index_topk ({self.index_topk}) exceeds max_model_len "
+                             f"({self.max_model_len}): no query could select that many tokens")
+        dtype_bytes(self.index_dtype)
+
+    def _check_experts(self) -> None:
+        if not self.num_experts:
+            if self.experts_per_token or self.num_shared_experts or self.num_dense_layers or self.expert_width:
+                raise ValueError(f"model {self.name!r}: experts_per_token, num_shared_experts, num_dense_layers and "
+                                 f"expert_width need num_experts >= 1")
+            return
+        if not 1 <= self.experts_per_token <= self.num_experts:
+            raise ValueError(f"model {self.name!r}: experts_per_token must be in [1, num_experts = "
+                             f"{self.num_experts}], got {self.experts_per_token}")
+        if self.expert_width < 1:
+            raise ValueError(f"model {self.name!r}: a mixture of experts needs expert_width >= 1")
+        if self.num_dense_layers >= self.num_layers:
+            raise ValueError(f"model {self.name!r}: num_dense_layers ({self.num_dense_layers}) leaves no MoE layer "
+                             f"of the {self.num_layers}")
+        experts = self.moe_layers * (self.num_experts + self.num_shared_experts) * self.expert_params
+        room = self.params_b * 1e9 - self.embedding_params - self.num_layers * self.attention_params
+        if experts > room:
+            raise ValueError(f"model {self.name!r}: {self.moe_layers} MoE layers × ({self.num_experts} + "
+                             f"{self.num_shared_experts}) experts of width {self.expert_width} hold "
+                             f"{experts / 1e9:.4g} B parameters, more than the {room / 1e9:.4g} B that params_b "
+                             f"({self.params_b}) leaves after the embeddings and attention")
 
     @property
     def hidden(self) -> int:
@@ -109,7 +242,64 @@ class ModelPreset:
         return self.num_heads * self.head_dim if self.hidden_size is None else self.hidden_size
 
     def kv_bytes_per_token(self, kv_dtype: str = "fp16") -> int:
+        """Bytes one token's KV takes over all layers; under tensor parallelism a per-head layout splits
+        them over the GPUs, a latent one is held whole by every GPU (`kv_replicated`)."""
+        if self.kv_layout == "latent":
+            latent = (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(kv_dtype)
+            return self.num_layers * (latent + self.index_bytes_per_token_layer)
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
+
+    @property
+    def kv_replicated(self) -> bool:
+        """Whether every tensor-parallel GPU holds each token's whole KV: a latent row serves every head, so
+        splitting the heads over GPUs does not split it (vLLM and SGLang replicate it likewise)."""
+        return self.kv_layout == "latent"
+
+    @property
+    def index_bytes_per_token_layer(self) -> int:
+        """The sparse-attention indexer's key for one token in one layer: index_head_dim values of
+        index_dtype, plus one fp32 scale per 128 values when they are fp8 (0 without an indexer)."""
+        if not self.index_head_dim:
+            return 0
+        scales = self.index_head_dim // INDEX_SCALE_BLOCK * INDEX_SCALE_BYTES if self.index_dtype == "fp8" else 0
+        return self.index_head_dim * dtype_bytes(self.index_dtype) + scales
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.num_experts else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one expert: up, gate and down matrices (up and down for a plain MLP)."""
+        return (3 if self.gated_mlp else 2) * self.hidden * self.expert_width
+
+    @property
+    def embedding_params(self) -> int:
+        """The embedding table, and the output layer when it is a second matrix."""
+        return self.vocab_size * self.hidden * (1 if self.tied_embeddings else 2)
+
+    @property
+    def attention_params(self) -> int:
+        """One layer's attention projections. Per-head: Q, K, V and O. Latent (DeepSeek-V2/V3's MLA): the query
+        (through its q_lora_rank compression when there is one), the latent and rotary key from the hidden
+        state, the latent's up-projection to every head's no-rope key and value, and O; plus the indexer's
+        query (from the query's compression), key and per-head weights when it has one."""
+        hidden, heads, d = self.hidden, self.num_heads, self.head_dim
+        if self.kv_layout == "heads":
+            return hidden * heads * d + 2 * hidden * self.num_kv_heads * d + heads * d * hidden
+        q_width = heads * (d + self.qk_rope_head_dim)
+        q = hidden * self.q_lora_rank + self.q_lora_rank * q_width if self.q_lora_rank else hidden * q_width
+        kv = hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * heads * 2 * d
+        indexer = 0
+        if self.index_heads:
+            q_in = self.q_lora_rank or hidden
+            indexer = (q_in * self.index_heads * self.index_head_dim + hidden * self.index_head_dim
+                       + hidden * self.index_heads)
+        return q + kv + heads * d * hidden + indexer
 
     @property
     def is_hybrid(self) -> bool:
@@ -123,11 +313,28 @@ class ModelPreset:
             return self.layer_groups
         return (LayerGroup(self.num_layers),)
 
-    def window_layer_fracs(self) -> tuple[tuple[int, float], ...]:
-        """(window tokens, fraction of the layers) of each sliding-window group: what the clock charges
-        min(context, W) keys (`step_cost`), whatever the allocation (`--hybrid`)."""
+    def window_layer_fracs(self) -> tuple[tuple, ...]:
+        """The attention terms the step's cost meter charges beside full attention over every key
+        (`workbench.clock.step_cost`), whatever the allocation (`--hybrid`): (window tokens, fraction of the
+        layers) of each sliding-window group, read and attended min(context, W) keys; for sparse attention
+        (DSA) the top-k term and the indexer's scan (`sparse_attention_terms`)."""
+        if self.index_topk:
+            return self.sparse_attention_terms()
         return tuple((g.window_tokens, g.num_layers / self.num_layers) for g in self.layer_groups
                      if g.window_tokens is not None)
+
+    def sparse_attention_terms(self) -> tuple[AttentionTerm, AttentionTerm]:
+        """DeepSeek Sparse Attention's two terms, in the clock's units (a key = one token's `kv_bytes_per_token`
+        read, `attn_flops_per_key` FLOPs): each query reads and attends its top min(context, index_topk)
+        latent rows, and the indexer reads and scores every key of its context."""
+        latent = (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(self.kv_dtype)
+        index = self.index_bytes_per_token_layer
+        # the indexer's FLOPs per key (one dot product of index_head_dim per index head) over attention's
+        # (absorbed MLA: q·c and q_rope·k_rope, then p·c per head), both 2 flops per multiply-add
+        index_flops = self.index_heads * self.index_head_dim
+        attention_flops = self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+        return (AttentionTerm(self.index_topk, latent / (latent + index), 1.0, sparse=True),
+                AttentionTerm(None, index / (latent + index), index_flops / attention_flops))
 
     def group_kv_bytes_per_token(self, group: LayerGroup, kv_dtype: str = "fp16") -> int:
         return 2 * group.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
@@ -137,8 +344,9 @@ class ModelPreset:
         a whole number of slots of the same size (vLLM v1 gives all groups one page size in bytes)."""
         return reduce(math.gcd, (g.num_layers for g in self.groups(hybrid)))
 
-    def weight_bytes(self, weight_dtype: str = "fp16") -> int:
-        return int(self.params_b * 1e9) * dtype_bytes(weight_dtype)
+    def weight_bytes(self, weight_dtype: str | None = None) -> int:
+        """All the parameters at `weight_dtype` (default: the preset's)."""
+        return int(self.params_b * 1e9) * dtype_bytes(weight_dtype or self.weight_dtype)
 
 
 @dataclass(frozen=True)
@@ -149,6 +357,14 @@ class GpuPreset:
     peak_tflops: float  # dense fp16/bf16 TFLOP/s
     host_link_gb_s: float = 32.0  # GB/s host->device, one direction of the GPU's host interconnect
     gpu_link_gb_s: float = 300.0  # GB/s GPU->GPU, one direction of its NVLink (tensor parallelism's all-reduces)
+
+
+def _deepseek_v3(name: str, params_b: float, **indexer) -> ModelPreset:
+    """DeepSeek-V3's geometry (config.json cited at the presets below), with or without an indexer."""
+    return ModelPreset(name, 61, 128, 1, 128, params_b, 163840, hidden_size=7168, vocab_size=129280,
+                       weight_dtype="fp8", kv_layout="latent", kv_lora_rank=512, qk_rope_head_dim=64,
+                       q_lora_rank=1536, num_experts=256, experts_per_token=8, num_shared_experts=1,
+                       num_dense_layers=3, expert_width=2048, **indexer)
 
 
 MODELS: dict[str, ModelPreset] = {
@@ -170,12 +386,19 @@ MODELS: dict[str, ModelPreset] = {
         # Hybrid presets, from the models' Hugging Face config.json files (num_hidden_layers,
         # num_attention_heads, num_key_value_heads, head_dim, sliding_window, layer_types /
         # sliding_window_pattern, max_position_embeddings):
-        # huggingface.co/openai/gpt-oss-20b: 24 layers alternating sliding(128)/full, 64 heads, 8 KV, dim 64
-        ModelPreset("gpt-oss-20b", 24, 64, 8, 64, 20.9, 131072,
-                    (LayerGroup(12, 128), LayerGroup(12)), hidden_size=2880, vocab_size=201088),
-        # huggingface.co/openai/gpt-oss-120b: 36 layers alternating sliding(128)/full, 64 heads, 8 KV, dim 64
+        # huggingface.co/openai/gpt-oss-20b: 24 layers alternating sliding(128)/full, 64 heads, 8 KV, dim 64;
+        # num_local_experts 32, experts_per_token 4, intermediate_size 2880 (one expert's width), every layer
+        # MoE. params_b: 20.91 B total (OpenAI's gpt-oss model card, arXiv 2508.10925, Table 1). The experts
+        # ship in MXFP4 (4.25 bits), which no weight dtype here matches: left at fp16, `--weight-dtype fp8`
+        # comes closer.
+        ModelPreset("gpt-oss-20b", 24, 64, 8, 64, 20.91, 131072,
+                    (LayerGroup(12, 128), LayerGroup(12)), hidden_size=2880, vocab_size=201088,
+                    num_experts=32, experts_per_token=4, expert_width=2880),
+        # huggingface.co/openai/gpt-oss-120b: 36 layers alternating sliding(128)/full, 64 heads, 8 KV, dim 64;
+        # num_local_experts 128, experts_per_token 4, intermediate_size 2880; 116.8 B total (model card: 116.83)
         ModelPreset("gpt-oss-120b", 36, 64, 8, 64, 116.8, 131072,
-                    (LayerGroup(18, 128), LayerGroup(18)), hidden_size=2880, vocab_size=201088),
+                    (LayerGroup(18, 128), LayerGroup(18)), hidden_size=2880, vocab_size=201088,
+                    num_experts=128, experts_per_token=4, expert_width=2880),
         # huggingface.co/google/gemma-3-27b-it (text_config): 62 layers, sliding_window 1024, every 6th
         # layer global (sliding_window_pattern 6: 52 local + 10 global), 32 heads, 16 KV, dim 128
         ModelPreset("gemma-3-27b", 62, 32, 16, 128, 27.4, 131072,
@@ -188,6 +411,39 @@ MODELS: dict[str, ModelPreset] = {
         # huggingface.co/mistralai/Mistral-7B-v0.1: every layer sliding_window 4096, 32 heads, 8 KV, dim 128
         ModelPreset("mistral-7b-v0.1", 32, 32, 8, 128, 7.24, 32768,
                     (LayerGroup(32, 4096),), vocab_size=32000),
+        # Latent-attention mixtures of experts. Geometry from each model's Hugging Face config.json:
+        # num_hidden_layers, num_attention_heads, qk_nope_head_dim (= v_head_dim, our head_dim),
+        # max_position_embeddings, hidden_size, vocab_size, kv_lora_rank, qk_rope_head_dim, q_lora_rank,
+        # n_routed_experts, num_experts_per_tok, n_shared_experts, first_k_dense_replace (the dense layers),
+        # moe_intermediate_size (expert width); the weights' dtype from its quantization_config
+        # (fp8 e4m3, 128 × 128 blocks) or torch_dtype.
+        # huggingface.co/deepseek-ai/DeepSeek-V3: 61 layers, 128 heads, 512 + 64 latent, q_lora 1536, 256 routed
+        # experts (8 per token) + 1 shared of width 2048, 3 dense layers, 163840 tokens, fp8 weights;
+        # 671 B parameters in the main model (the model card; the 14 B multi-token-prediction module apart)
+        _deepseek_v3("deepseek-v3", 671.0),
+        # huggingface.co/deepseek-ai/DeepSeek-R1: the same architecture and config.json as DeepSeek-V3
+        _deepseek_v3("deepseek-r1", 671.0),
+        # huggingface.co/deepseek-ai/DeepSeek-V3.2-Exp: DeepSeek-V3's geometry plus the indexer's index_n_heads
+        # 64, index_head_dim 128, index_topk 2048, keys cached in fp8 (inference/model.py); params: V3's 671 B
+        # plus the indexer's projections (wq_b 1536 × 64·128, wk 7168 × 128, weights_proj 7168 × 64: 13.96 M
+        # a layer, 0.85 B over 61 layers)
+        _deepseek_v3("deepseek-v3.2", 671.85, index_heads=64, index_head_dim=128, index_dtype="fp8",
+                     index_topk=2048),
+        # huggingface.co/moonshotai/Kimi-K2-Instruct: DeepSeek-V3's architecture with 64 heads, 384 routed
+        # experts, 1 dense layer, vocab 163840, 131072 tokens, fp8 weights. params: its config's tensors summed
+        # (embeddings 2.35 B, attention 6.17 B, 60 × 385 experts of 44.04 M = 1017.3 B, the dense MLP and the
+        # routers 0.56 B) = 1026.4 B, the model card's "1T total parameters"
+        ModelPreset("kimi-k2", 61, 64, 1, 128, 1026.4, 131072, hidden_size=7168, vocab_size=163840,
+                    weight_dtype="fp8", kv_layout="latent", kv_lora_rank=512, qk_rope_head_dim=64, q_lora_rank=1536,
+                    num_experts=384, experts_per_token=8, num_shared_experts=1, num_dense_layers=1,
+                    expert_width=2048),
+        # huggingface.co/deepseek-ai/DeepSeek-V2-Lite: 27 layers, 16 heads, 512 + 64 latent, no q compression
+        # (q_lora_rank null), 64 routed experts (6 per token) + 2 shared of width 1408, 1 dense layer,
+        # hidden 2048, vocab 102400, 163840 tokens, bf16 weights; 15.7 B parameters (the model card)
+        ModelPreset("deepseek-v2-lite", 27, 16, 1, 128, 15.7, 163840, hidden_size=2048, vocab_size=102400,
+                    weight_dtype="bf16", kv_layout="latent", kv_lora_rank=512, qk_rope_head_dim=64,
+                    num_experts=64, experts_per_token=6, num_shared_experts=2, num_dense_layers=1,
+                    expert_width=1408),
     ]
 }
 
@@ -215,14 +471,22 @@ _CUSTOM_KEYS = {
     "max_model_len": "max_model_len",
     "hidden": "hidden_size",
     "vocab": "vocab_size",
+    # a latent KV layout (kv_lora given: kv_layout latent, kv_heads 1 unless stated)
+    "kv_lora": "kv_lora_rank",
+    "rope_dim": "qk_rope_head_dim",
+    "q_lora": "q_lora_rank",
+    # a sparse-attention indexer (fp8 keys)
+    "index_heads": "index_heads",
+    "index_dim": "index_head_dim",
+    "index_topk": "index_topk",
+    # a mixture of experts
+    "experts": "num_experts",
+    "experts_per_token": "experts_per_token",
+    "shared_experts": "num_shared_experts",
+    "dense_layers": "num_dense_layers",
+    "expert_width": "expert_width",
 }
-
-
-def dtype_bytes(kv_dtype: str) -> int:
-    try:
-        return DTYPE_BYTES[kv_dtype]
-    except KeyError:
-        raise ValueError(f"unknown dtype {kv_dtype!r}; expected one of {sorted(DTYPE_BYTES)}") from None
+_CUSTOM_REQUIRED = ("layers", "kv_heads", "head_dim")
 
 
 def model_from_name(name: str) -> ModelPreset:
@@ -257,8 +521,9 @@ def _parse_custom(spec: str) -> ModelPreset:
             raise ValueError(f"custom model {spec!r}: {key} must be a number, got {value!r}") from None
         if not math.isfinite(values[_CUSTOM_KEYS[key]]):
             raise ValueError(f"custom model {spec!r}: {key} must be a finite number, got {value!r}")
-    missing = [k for k, f in _CUSTOM_KEYS.items() if f not in values and k not in ("heads", "params_b", "max_model_len",
-                                                                                    "hidden", "vocab")]
+    if "kv_lora_rank" in values:
+        values.setdefault("num_kv_heads", 1.0)
+    missing = [k for k in _CUSTOM_REQUIRED if _CUSTOM_KEYS[k] not in values]
     if missing:
         raise ValueError(f"custom model {spec!r}: missing {missing}")
     ints = {f: int(v) for f, v in values.items() if f != "params_b"}
@@ -267,7 +532,8 @@ def _parse_custom(spec: str) -> ModelPreset:
             raise ValueError(f"custom model {spec!r}: {f} must be an integer, got {v}")
     ints.setdefault("num_heads", ints["num_kv_heads"])
     ints.setdefault("max_model_len", 4096)
-    return ModelPreset(name=spec, params_b=values.get("params_b", 7.0), **ints)
+    latent = {"kv_layout": "latent"} if "kv_lora_rank" in ints else {}
+    return ModelPreset(name=spec, params_b=values.get("params_b", 7.0), **latent, **ints)
 
 
 def with_max_model_len(model: ModelPreset, max_model_len: int | None) -> ModelPreset:
@@ -287,7 +553,11 @@ def kv_capacity_slots(
     """KV capacity in token slots: floor(kv_bytes / kv_bytes_per_token).
 
     kv_bytes is `kv_gib × 2^30` when given, else `num_gpus × (gpu_memory × utilization − activations)
-    − weights`: under tensor parallelism each GPU holds its share of the weights and of every block.
+    − weights` (the weights at the model's `weight_dtype`): under tensor parallelism each GPU holds its
+    share of the weights and, with per-head K/V, its heads' share of every block. A latent KV row serves
+    every head, so each GPU holds all of it (`ModelPreset.kv_replicated`): a token then takes
+    `num_gpus × kv_bytes_per_token` of the GPUs' memory together, i.e. one GPU's KV memory, `gpu_memory ×
+    utilization − activations − weights / num_gpus`, over `kv_bytes_per_token` (docs/memory.md).
     """
     if kv_gib is not None:
         if not kv_gib > 0:
@@ -304,4 +574,5 @@ def kv_capacity_slots(
                 f"model {model.name} ({model.weight_bytes() / GIB:.1f} GiB of weights) leaves no KV memory "
                 f"on {gpus} ({gpu.memory_gib} GiB × {gpu_memory_utilization} each)"
             )
-    return math.floor(kv_bytes / model.kv_bytes_per_token(kv_dtype))
+    copies = num_gpus if model.kv_replicated else 1
+    return math.floor(kv_bytes / (copies * model.kv_bytes_per_token(kv_dtype)))

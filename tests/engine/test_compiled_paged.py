@@ -216,3 +216,13 @@ def test_rows_in_bulk_equal_rows_one_by_one(counts, seed):
 def test_rows_of_the_wrong_width_are_refused():
     with pytest.raises(ValueError, match="step rows of shapes"):
         StepLog().record_rows(np.zeros((2, len(FLOAT_STEP_COLUMNS))), np.zeros((2, len(INT_STEP_COLUMNS) - 1)))
+
+
+@pytest.mark.parametrize("model, tp, kv_gib", [("deepseek-v2-lite", 1, 0.5), ("deepseek-v3", 8, 4.0)])
+def test_latent_and_mixture_of_experts_runs_give_the_general_tables(monkeypatch, model, tp, kv_gib):
+    """A latent KV replicated over tensor-parallel GPUs and routed experts are in the clock constants and
+    per-row times the compiled loop reads from the run's clock; it gives the general loop's tables."""
+    cfg = RunConfig(strategy="paged", model=model, gpu="h200", tp=tp, hybrid="off", max_model_len=2048,
+                    workload="sharegpt-like", rate=40.0, num_requests=200, kernel="none", kv_gib=kv_gib)
+    compiled, general = run_both(cfg, build_workload(cfg), monkeypatch)
+    assert_same(compiled, general)

@@ -64,6 +64,9 @@ SPECS = {
     "hybrid": {"base": {**TINY, "model": "gpt-oss-20b", "max_model_len": 1024, "kv_slots": None,
                         "workload": "fixed:prompt=300,output=300", "num_requests": 12, "rate": 1000.0},
                "axes": {"kv_gib": [0.06, 0.12], "hybrid": ["on", "off"]}},
+    "kv_layouts": {"base": {**TINY, "kv_slots": None, "kv_gib": 1.0, "max_model_len": 512, "num_requests": 8,
+                            "block_size": 64},
+                   "axes": {"model": ["llama-2-13b", "deepseek-v2-lite", "deepseek-v3.2"]}},
 }
 
 
@@ -499,4 +502,26 @@ def test_hybrid_memory_panels_are_the_allocator(built):
         np.testing.assert_allclose(on, w + f)
         np.testing.assert_allclose(off * full.num_layers / model.num_layers, f)  # same bytes per layer-token
         assert (on <= off).all() and on[-1] < off[-1]  # equal while the context fits in the window
+    plt.close(fig)
+
+
+def test_kv_layouts_bars_are_the_presets_and_the_runs(built):
+    from workbench.figures.kv_layouts import step_read_bytes
+    from workbench.presets import MODELS
+
+    _, summary = built["kv_layouts"]
+    fig, (per_token, slots, reads) = figure(built, "kv_layouts")
+    models = list(summary["model"])
+    heights = [p.get_height() for p in per_token.patches]
+    assert heights == pytest.approx([MODELS[m].kv_bytes_per_token("fp16") / 1024 for m in models], rel=1e-12)
+    assert [p.get_height() for p in slots.patches] == pytest.approx(list(summary["kv_slots"] / 1e6), rel=1e-12)
+    lines = {line.get_label(): line for line in reads.get_lines()}
+    assert set(lines) == {"MHA", "MLA", "MLA + DSA"}
+    sparse = lines["MLA + DSA"]
+    context = int(sparse.get_xdata()[-1])
+    # past the top-k, a sparse step reads every indexer key and 2,048 latent rows
+    expected = 61 * (132 * context + 2048 * 1152)
+    assert sparse.get_ydata()[-1] * 2**20 == pytest.approx(expected, rel=1e-12)
+    assert step_read_bytes("deepseek-v3.2", context) == pytest.approx(expected, rel=1e-12)
+    assert lines["MLA"].get_ydata()[-1] * 2**20 == pytest.approx(27 * 1152 * context, rel=1e-12)
     plt.close(fig)

@@ -131,3 +131,17 @@ def test_nvcc_builds_the_same_machine_code_from_the_same_options(monkeypatch):
     without_ftz = _text_bytes(nvrtc.nvcc_cubin(NVCC, source.CACHE_OPS_CU, names, "sm_90").cubin)
     fp8_write = by_nvrtc.lowered_names["kvw::write_cache_fp8<float>"]
     assert without_ftz[fp8_write] != nvrtc_text[fp8_write]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_latent_attention_variant_compiles_without_spills(arch):
+    """2 addressings × 4 KV dtypes × dense/sparse at every latent preset's 512 + 64, within the 48 KB of static
+    shared memory a block may hold."""
+    names = source.all_mla_kernel_names()
+    assert len(set(names)) == 2 * 4 * len(source.MLA_DIMS) * 2
+    module = nvrtc.compile_cubin(source.MLA_CU, names, arch)
+    assert len(set(module.lowered_names.values())) == len(names)
+    for expression, mangled in module.lowered_names.items():
+        report = module.resources[mangled]
+        assert not report.spills, f"{arch}: {expression} spills ({report.spill_store_bytes} B stored)"
+        assert 0 < report.registers <= 255

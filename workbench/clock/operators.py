@@ -11,10 +11,23 @@ output layer from the vocabulary and the residual width, and the MLP is what `pa
 linear layers' FLOPs still add up to 2 × params × tokens (less the embedding, plus the output layer for
 the sampled rows). Attention itself depends on the batch's context, not only its rows: the clock
 charges it apart (`RooflineClock`).
+
+A latent-attention model (MLA) projects the query (through its compression when it has one), the latent
+and rotary key, and the latent's up-projection to the heads' keys and values: `ModelPreset.attention_params`
+counts them, and the clock charges them as one projection.
+
+A mixture of experts replaces the MLP of its MoE layers by `num_experts` routed experts, of which each row
+passes through `experts_per_token`, and `num_shared_experts` that every row passes through; its first
+`num_dense_layers` layers keep a dense MLP, the size of what `params_b` leaves. FLOPs count the active
+experts only. A step reads the weights of the experts its rows touch: with routing taken as uniform and
+independent per row, an expert is untouched by all `rows` rows with probability (1 − k/E)^rows, so a step
+reads E·(1 − (1 − k/E)^rows) routed experts per MoE layer in expectation (k at one row, all E at large
+batches); real routers are skewed, which touches fewer.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 ACTIVATION_BYTES = 2  # fp16 / bf16 activations
@@ -37,6 +50,17 @@ class Operator:
     flops_per_row: float
     split: bool
     gemm: bool
+    # routed experts: `weight_bytes` holds all `experts` of them, of which each row touches `experts_per_row`
+    experts: int = 0
+    experts_per_row: int = 0
+
+    def weight_bytes_at(self, rows: int) -> float:
+        """Weight bytes a step of `rows` rows reads: all of them, or for routed experts the expected share
+        that its rows touch, 1 − (1 − k/E)^rows (uniform routing)."""
+        if not self.experts:
+            return self.weight_bytes
+        return self.weight_bytes * -math.expm1(rows * math.log1p(-self.experts_per_row / self.experts)) \
+            if self.experts_per_row < self.experts else self.weight_bytes
 
 
 @dataclass(frozen=True)
@@ -62,9 +86,19 @@ def forward_pass(model, weight_dtype_bytes: int = 2) -> ForwardPass:
     a = ACTIVATION_BYTES
     w = weight_dtype_bytes
     embedding_params = model.vocab_size * hidden
-    qkv_params = hidden * (q_dim + 2 * kv_dim)
-    o_params = q_dim * hidden
+    if model.kv_layout == "latent":
+        # the query, latent and rotary key, and up-projections, with O apart; the query and output rows
+        # are the heads' no-rope + rope query and value widths
+        o_params = q_dim * hidden
+        qkv_params = model.attention_params - o_params
+        qkv_out = model.num_heads * (2 * model.head_dim + model.qk_rope_head_dim) + model.kv_lora_rank
+    else:
+        qkv_params = hidden * (q_dim + 2 * kv_dim)
+        o_params = q_dim * hidden
+        qkv_out = q_dim + 2 * kv_dim
     body_params = model.params_b * 1e9 - embedding_params * (1 if model.tied_embeddings else 2)
+    if model.num_experts:
+        return _moe_forward(model, w, embedding_params, qkv_params, qkv_out, o_params, body_params)
     # a custom geometry may state fewer parameters than its projections hold: no MLP then
     mlp_params = max(0.0, body_params / layers - qkv_params - o_params)
     up_share = 2 / 3 if model.gated_mlp else 1 / 2  # gated: up and gate are two of three equal matrices
@@ -95,3 +129,53 @@ def forward_pass(model, weight_dtype_bytes: int = 2) -> ForwardPass:
     output = Operator("output_layer", 1, embedding_params * w, hidden * a + model.vocab_size * LOGIT_BYTES,
                       2.0 * embedding_params, split=True, gemm=True)
     return ForwardPass(per_row, output, layers, attention_kernels=2 * layers, mlp_params=mlp_params)
+
+
+def _moe_forward(model, w: int, embedding_params: float, qkv_params: float, qkv_out: float, o_params: float,
+                 body_params: float) -> ForwardPass:
+    """`forward_pass` of a mixture of experts: attention in every layer, a dense MLP (what params_b leaves) in
+    the first num_dense_layers, shared and routed experts in the others."""
+    layers, hidden, a = model.num_layers, model.hidden, ACTIVATION_BYTES
+    q_dim = model.num_heads * model.head_dim
+    moe, dense = model.moe_layers, model.num_dense_layers
+    gated = 2 if model.gated_mlp else 1
+    width = model.expert_width
+    expert = model.expert_params
+    experts_params = moe * (model.num_experts + model.num_shared_experts) * expert
+    routers = moe * hidden * model.num_experts
+    dense_mlp = (max(0.0, body_params - layers * (qkv_params + o_params) - experts_params - routers) / dense
+                 if dense else 0.0)
+
+    def linear(name: str, n: int, params: float, inputs: float, outputs: float) -> Operator:
+        return Operator(name, n, n * params * w, n * (inputs + outputs) * a, n * 2.0 * params, split=True, gemm=True)
+
+    def elementwise(name: str, kernels: int, row_bytes: float, split: bool) -> Operator:
+        return Operator(name, kernels, 0.0, row_bytes, 0.0, split, gemm=False)
+
+    k, shared = model.experts_per_token, model.num_shared_experts
+    per_row = [
+        elementwise("embedding", 1, 2 * hidden * a, split=False),
+        elementwise("final_norm", 1, 2 * hidden * a, split=False),
+        elementwise("norm", 2 * layers, 2 * layers * 2 * hidden * a, split=False),
+        linear("qkv_proj", layers, qkv_params, hidden, qkv_out),
+        elementwise("rope", layers, layers * 2 * qkv_out * a, split=True),
+        linear("o_proj", layers, o_params, q_dim, hidden),
+        elementwise("residual_add", 2 * layers, 2 * layers * 3 * hidden * a, split=False),
+        # the router: one logit per routed expert
+        linear("router", moe, routers / moe, hidden, model.num_experts),
+        # every row's k routed experts: up (and gate), activation and down, grouped into one GEMM each
+        Operator("routed_experts", 2 * moe, moe * model.num_experts * expert * w,
+                 moe * k * (hidden + gated * width + width + hidden) * a, moe * k * 2.0 * expert,
+                 split=True, gemm=True, experts=model.num_experts, experts_per_row=k),
+        elementwise("expert_activation", moe, moe * k * (gated * width + width) * a, split=True),
+    ]
+    if shared:
+        per_row.append(linear("shared_experts", moe, shared * expert, hidden, hidden))
+    if dense:
+        ffn = dense_mlp / ((gated + 1) * hidden)
+        per_row += [linear("mlp_up", dense, dense_mlp * gated / (gated + 1), hidden, gated * ffn),
+                    elementwise("activation", dense, dense * (gated * ffn + ffn) * a, split=True),
+                    linear("mlp_down", dense, dense_mlp / (gated + 1), ffn, hidden)]
+    output = Operator("output_layer", 1, embedding_params * w, hidden * a + model.vocab_size * LOGIT_BYTES,
+                      2.0 * embedding_params, split=True, gemm=True)
+    return ForwardPass(tuple(per_row), output, layers, attention_kernels=2 * layers, mlp_params=dense_mlp)

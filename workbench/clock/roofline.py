@@ -39,7 +39,7 @@ import numpy as np
 
 from workbench.clock import step_formula as F
 from workbench.clock.operators import ACTIVATION_BYTES, forward_pass
-from workbench.presets import GpuPreset, ModelPreset
+from workbench.presets import GpuPreset, ModelPreset, dtype_bytes
 
 # Host<->device copies (swaps, host-tier loads) reach about 25 of PCIe 4.0 x16's 32 GB/s per direction
 # with pinned memory; the same fraction of the GPU preset's datasheet link (`host_link_gb_s`) is used
@@ -107,16 +107,20 @@ class RooflineClock:
         # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
         # a step that has both costs the two in sequence, each with its own weight pass and overhead
         self.separate_prefill = separate_prefill
-        self.forward = forward_pass(model)
+        self.forward = forward_pass(model, dtype_bytes(model.weight_dtype))
         self.kernel_launch_s = kernel_launch_s
         # attention's launches (its kernel and the KV-cache write, every layer): every step has them
         self.attention_launch_s = self.forward.attention_kernels * kernel_launch_s
         # attention reads each row's query and writes its output, beside the KV rows
         self.attn_bytes_per_row = 2.0 * model.num_layers * model.num_heads * model.head_dim * ACTIVATION_BYTES
-        self.kv_bytes_per_token = float(kv_bytes_per_token)
-        self.block_bytes = float(kv_bytes_per_token * block_size)
+        # every GPU holds and reads the whole of a replicated (latent) KV row: the bytes over all GPUs are tp ×
+        copies = tp if model.kv_replicated else 1
+        self.kv_bytes_per_token = float(kv_bytes_per_token * copies)
+        self.block_bytes = float(kv_bytes_per_token * block_size * copies)
         # QK^T and PV: 2 flops per multiply-add each, per query head, layer and key
         self.attn_flops_per_key = 4.0 * model.num_layers * model.num_heads * model.head_dim
+        if model.kv_layout == "latent":
+            self._latent_attention(model)
         # tensor parallelism: tp GPUs, each with its own HBM, SMs and host link, work on their shards at once
         self.tp = tp
         self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw * tp
@@ -169,6 +173,19 @@ class RooflineClock:
         K[F.LINK_BYTES_PER_S], K[F.SWAP_FIXED_S_PER_BLOCK] = self.link_bytes_per_s, self.swap_fixed_s_per_block
         K[F.STEP_OVERHEAD_S], K[F.SEPARATE_PREFILL] = self.step_overhead_s, self.separate_prefill
         return K
+
+    def _latent_attention(self, model: ModelPreset) -> None:
+        """Attention's constants for a latent KV (MLA in its absorbed form, as FlashMLA decodes): per head the
+        query is a kv_lora_rank latent plus a qk_rope_head_dim rotary part, scored against each key's latent
+        and rotary key, and the output stays a kv_lora_rank latent. With an indexer (DeepSeek Sparse
+        Attention) the key-dependent FLOPs are the indexer's scores over every key, charged per key of the
+        full context, and attention's over the top-k keys (`ModelPreset.window_layer_fracs` gives the
+        step's cost meter the weights of the two)."""
+        layers, heads = model.num_layers, model.num_heads
+        latent, rope = model.kv_lora_rank, model.qk_rope_head_dim
+        self.attn_bytes_per_row = float(layers * heads * (2 * latent + rope) * ACTIVATION_BYTES)
+        # q·c and q_rope·k_rope, then p·c: 2 flops per multiply-add
+        self.attn_flops_per_key = 2.0 * layers * heads * (2 * latent + rope)
 
     def cost_s(self, cost, measured_attention_s: float | None = None) -> float:
         """Duration of the step a `workbench.clock.step_cost.StepCost` describes (`step_formula.compute_s`: one
@@ -277,5 +294,5 @@ def operator_s(op, rows: int, bytes_per_s: float, flops_per_s: float, tp: int = 
         bytes_per_s *= elementwise_bw_frac
     if not op.split:
         bytes_per_s /= tp
-    memory_s = (op.weight_bytes + op.bytes_per_row * rows) / bytes_per_s
+    memory_s = (op.weight_bytes_at(rows) + op.bytes_per_row * rows) / bytes_per_s
     return max(memory_s, op.flops_per_row * rows / flops_per_s) + op.kernels * kernel_launch_s

@@ -9,6 +9,13 @@ Sliding-window layers (docs/hybrid.md) read at most W keys per query: with `wind
 the model's layers) the attention totals (`kv_read_tokens`, `attn_query_ctx`, `decode_ctx_tokens`)
 are averaged over layers, a window layer counting min(context, W) (`_WindowSums` keeps the decode
 side's sum of min(kv_len, W) in O(1) per step). Without windows they are the plain integer totals.
+
+Sparse attention (DeepSeek Sparse Attention) comes as two terms (`workbench.presets.AttentionTerm`): each
+query reads and attends its top min(context, k) latent rows, like a window of k, and the indexer reads and
+scores every key, like full attention, each weighted by its share of a key's bytes and of attention's FLOPs
+per key. A prefill chunk's queries may select any of the context's keys, so its reads are
+min(context, k × queries) for the top-k term (a window's are the chunk's keys plus the W − 1 before it).
+`decode_ctx_tokens` is then the read-weighted total.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from workbench.intmath import cdiv
+from workbench.presets import AttentionTerm
 
 
 class StepCost(NamedTuple):
@@ -46,14 +54,24 @@ class StepCost(NamedTuple):
 class CostMeter:
     """Running totals over the decoding sequences. Every method but `cost` mutates."""
 
-    def __init__(self, block_size: int, windows: tuple[tuple[int, float], ...] = ()) -> None:
-        """`windows`: (window tokens, fraction of the layers) of the model's sliding-window layer groups."""
+    def __init__(self, block_size: int, windows: tuple[tuple, ...] = ()) -> None:
+        """`windows`: (window tokens, fraction of the layers) of the model's sliding-window layer groups, or a
+        sparse-attention model's `AttentionTerm`s (`ModelPreset.window_layer_fracs`)."""
         self.block_size = block_size
         self._decode_ctx = 0  # sum of kv_len
         self._unshared_blocks = 0  # sum of ceil(kv_len / block_size)
         self._crossing = [0] * block_size
-        self._windows = [(_WindowSums(w), frac) for w, frac in windows]
-        self._full_frac = 1.0 - sum(frac for _, frac in windows)  # layers reading every key
+        terms = [AttentionTerm(*t) if len(t) > 2 else AttentionTerm(t[0], t[1], t[1]) for t in windows]
+        capped = [t for t in terms if t.cap_tokens is not None]
+        full = [t for t in terms if t.cap_tokens is None]
+        self._windows = [(_WindowSums(t.cap_tokens), t.read_frac) for t in capped]
+        # (sums, read share, FLOP share, sparse) of each capped term
+        self._terms = [(sums, t.read_frac, t.flop_frac, t.sparse) for (sums, _), t in zip(self._windows, capped,
+                                                                                         strict=True)]
+        # the share reading every key: the layers outside every window, or a term of its own
+        self._full_frac = sum(t.read_frac for t in full) if full else 1.0 - sum(t.read_frac for t in capped)
+        self._full_flop_frac = (sum(t.flop_frac for t in full) if full
+                                else 1.0 - sum(t.flop_frac for t in capped))
 
     def add(self, kv_len: int, n: int, step: int, sign: int) -> None:
         """Add (+1) or remove (-1) a synced running group of `n` sequences holding `kv_len` rows each at `step`."""
@@ -103,17 +121,26 @@ class CostMeter:
     def _windowed(self, num_prefill: int, num_decode: int, prefills, unshared: int, num_running: int,
                   copied_blocks: int, swapped_blocks: int, mapped_pages: int, sampled: int) -> StepCost:
         """`cost` with window layers charged min(context, W) keys: the attention totals averaged over layers."""
-        full = self._full_frac
+        full, full_flops, terms = self._full_frac, self._full_flop_frac, self._terms
         decode = full * self._decode_ctx + sum(frac * sums.total() for sums, frac in self._windows)
-        kv_read = attn_ctx = decode
+        kv_read = decode
+        attn_ctx = full_flops * self._decode_ctx + sum(f * sums.total() for sums, _, f, _ in terms)
         for p in prefills:
             n = p.num_seqs
-            kv_read += n * (full * p.stop + sum(frac * (p.stop - max(0, p.start - sums.window + 1))
-                                                for sums, frac in self._windows))
-            attn_ctx += full * _capped_sum(p.start + 1, p.stop, None) + sum(
-                frac * _capped_sum(p.start + 1, p.stop, sums.window) for sums, frac in self._windows)
+            kv_read += n * (full * p.stop + sum(frac * _prefill_reads(p.start, p.stop, sums.window, sparse)
+                                                for sums, frac, _, sparse in terms))
+            attn_ctx += full_flops * _capped_sum(p.start + 1, p.stop, None) + sum(
+                f * _capped_sum(p.start + 1, p.stop, sums.window) for sums, _, f, _ in terms)
         return StepCost(num_prefill, num_decode, kv_read, attn_ctx, decode, unshared, num_running, copied_blocks,
                         swapped_blocks, mapped_pages, self._unshared_blocks, 0, 0, sampled)
+
+
+def _prefill_reads(start: int, stop: int, cap: int, sparse: bool) -> int:
+    """Keys a prefill of positions [start, stop) reads from a term capped at `cap`: a window's span (the
+    chunk's keys and the cap − 1 before it), or for top-k any min(stop, cap × queries) of the context."""
+    if sparse:
+        return min(stop, cap * (stop - start))
+    return stop - max(0, start - cap + 1)
 
 
 def _capped_sum(first: int, last: int, cap: int | None) -> int:

@@ -15,9 +15,12 @@ import numpy as np
 from workbench import kernels
 from workbench.allocators.base import PagedDescriptor
 from workbench.engine.kvpool import KVContent, KVPool, content_terms, prefix_sums
+from workbench.engine.latent import LatentKernel, top_k_positions
+from workbench.engine.latent import prepare_decode as prepare_latent_decode
+from workbench.engine.latent import reference_decode as latent_reference
 from workbench.engine.plan import SeqWrite, StepPlan
 from workbench.engine.tokens import TokenStore
-from workbench.kernels import reference
+from workbench.kernels import mla, reference
 from workbench.workload.request import mix64
 
 # sequences checked at a verification step, chosen by a draw seeded with (seed, step): the reference
@@ -50,17 +53,22 @@ class KernelRunner:
     token store (for the logical tokens it rebuilds K/V from) and nothing else of the scheduler."""
 
     def __init__(self, pool: KVPool, tokens: TokenStore, *, block_size: int, num_q_heads: int, head_dim: int,
-                 seed: int, verify_every: int) -> None:
+                 seed: int, verify_every: int, latent: LatentKernel | None = None) -> None:
+        """`latent`: a latent KV layout (workbench.engine.latent): the pool holds one row of its width per slot,
+        decode attention runs the latent kernel and prefills write their rows without an attention kernel."""
         self.pool = pool
         self.tokens = tokens
         self.block_size = block_size
         self.backend = pool.backend
         self.kv_dtype = pool.kv_dtype
+        self.latent = latent
+        if latent is not None:
+            head_dim = latent.row_width
         num_kv_heads = pool.k.shape[1]
         self.content = KVContent(num_kv_heads, head_dim, pool.kv_dtype)
         self.num_q_heads = num_q_heads
         self.head_dim = head_dim
-        self.scale = 1.0 / np.sqrt(head_dim)
+        self.scale = 1.0 / np.sqrt(head_dim) if latent is None else latent.scale
         self.seed = seed
         self.verify_every = verify_every
         rng = np.random.default_rng(seed ^ 0x51)
@@ -107,6 +115,8 @@ class KernelRunner:
                                 [g.decode_slots for g in kernel.groups])
         if not kernel.attention:
             return None
+        if self.latent is not None:  # one layer group, read by the latent decode kernel
+            return self._latent_decode(plan.step, dec_ids, kernel.decode_positions, kernel.groups[0].decode_desc)
         weighted_s = 0.0
         for group in kernel.groups:  # each layer group's attention over its own table, with its window
             window = group.window_tokens
@@ -198,6 +208,32 @@ class KernelRunner:
         qo_indptr[1:] = np.cumsum([w.stop - w.query_start for w in extend])
         q = self._queries(q_seq, q_pos, step)
         return q, qo_indptr, self._launch(desc, q, qo_indptr, window)
+
+    def _latent_decode(self, step: int, dec_ids: np.ndarray, positions: np.ndarray, desc) -> float:
+        """The decode batch's latent attention (over its top-k positions under sparse attention), timed, counted
+        and verified like the per-head kernels; returns its time (0.0 without decodes)."""
+        if not len(dec_ids):
+            return 0.0
+        latent = self.latent
+        kv_lens = positions + 1
+        q = self._queries(dec_ids, positions, step)
+        selected = (top_k_positions(dec_ids, kv_lens, latent.index_topk, step, self.seed) if latent.index_topk
+                    else None)
+        call = prepare_latent_decode(latent, desc, self.pool, q, selected, self.backend, self.kv_dtype)
+        attended = kv_lens if selected is None else np.diff(selected[0])
+        self.kernel_bytes += mla.mla_bytes_read(attended, latent.kv_lora_rank, latent.qk_rope_head_dim, self.kv_dtype)
+        out, elapsed = self._timed(call)
+        self.kernel_time_s += elapsed
+        if self.verify_every and step % self.verify_every == 0:
+            out = self._host(out)
+            rng = np.random.default_rng((self.seed, step))
+            for i in rng.permutation(len(dec_ids))[:VERIFY_DECODE_SEQS]:
+                seq_id, length = int(dec_ids[i]), int(kv_lens[i])
+                rows, _ = self._reference_rows(seq_id, length)
+                chosen = None if selected is None else selected[1][selected[0][i]:selected[0][i + 1]]
+                ref = latent_reference(latent, q[i:i + 1], rows, chosen, self.kv_dtype)
+                self._check(step, seq_id, out[i:i + 1], ref, "latent decode")
+        return elapsed
 
     def _timed(self, fn, *args):
         """(fn(*args), seconds it took): between CUDA events around it on the GPU (device time of the kernels

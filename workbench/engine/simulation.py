@@ -252,7 +252,7 @@ def shared_kv_of(cfg: RunConfig, res: Resolved, strategy: Strategy, backend: str
         return None
     from workbench.engine.kvpool import shared_tier_arrays
     return shared_tier_arrays(strategy.shared_tier_blocks * strategy.block_size, res.kernel_heads,
-                              res.model.head_dim, cfg.kv_dtype)
+                              res.kernel_head_dim, cfg.kv_dtype)
 
 
 def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: Sequence[Request], backend: str, *,
@@ -267,6 +267,7 @@ def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: Se
     runner = None
     if backend != "none":
         from workbench.engine.kvpool import KVPool
+        from workbench.engine.latent import latent_kernel
         from workbench.engine.runner import KernelRunner
         pool_class, paging = KVPool, {}
         if strategy.page_tokens:  # pages mapped on demand: CUDA virtual memory, emulated on the CPU
@@ -274,12 +275,13 @@ def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: Se
             paging = {"page_rows": strategy.page_tokens}
         if shared_kv is None:
             shared_kv = shared_kv_of(cfg, res, strategy, backend)
-        pool = pool_class(strategy.virtual_slots, res.swap_slots, res.kernel_heads, res.model.head_dim, cfg.kv_dtype,
+        pool = pool_class(strategy.virtual_slots, res.swap_slots, res.kernel_heads, res.kernel_head_dim, cfg.kv_dtype,
                           backend, tier_slots=strategy.host_tier_blocks * strategy.block_size, shared_kv=shared_kv,
                           **paging)
         group_size = res.model.num_heads // res.model.num_kv_heads
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
-                              head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
+                              head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every,
+                              latent=latent_kernel(res.model))
     clock = make_clock(cfg, res, strategy.block_size, strategy.map_s_per_page, strategy.overlap_map,
                        paged_kernel=strategy.kernel_reads_blocks, overlap_load=strategy.overlap_load,
                        shared_link_gb_s=strategy.shared_link_gb_s if strategy.shared_tier_blocks else 0.0)

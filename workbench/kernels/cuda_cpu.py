@@ -207,6 +207,15 @@ paged_decode, contiguous_decode, paged_extend, contiguous_extend = map(
     (prepare_paged_decode, prepare_contiguous_decode, prepare_paged_extend, prepare_contiguous_extend))
 
 
+def mla_decode(q_latent, q_rope, pool, kv_dtype, scale, kv_scale, *, paged=None, contiguous=None,
+               selected=None) -> np.ndarray:
+    """Latent attention (`workbench.kernels.mla`, validated there) through the shim."""
+    out, launches = cuda_launches.mla_decode(np, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, paged=paged,
+                                             contiguous=contiguous, selected=selected)
+    run(launches)
+    return out
+
+
 def cache_write(k_pool, v_pool, k_new, v_new, slot_mapping) -> None:
     """Mutates the pools: row i of k_new/v_new goes to slot slot_mapping[i]; negative slots are skipped."""
     if len(slot_mapping) and int(slot_mapping.max()) >= k_pool.shape[0]:

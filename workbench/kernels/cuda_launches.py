@@ -19,7 +19,10 @@ from workbench.kernels.source import (
     CUDA_KV_TYPES,
     HEAD_DIMS,
     MERGE_KERNEL_NAME,
+    MLA_CU,
+    MLA_DIMS,
     attention_kernel_name,
+    mla_kernel_name,
 )
 
 COPY_WORD_TYPES = {16: "uint4", 2: "unsigned short"}
@@ -215,3 +218,32 @@ def launched_now(prepare):
     call.__name__ = call.__qualname__ = prepare.__name__
     call.__doc__ = prepare.__doc__
     return call
+
+
+def mla_decode(xp, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, *, paged=None, contiguous=None,
+               selected=None):
+    """Output buffer (float32 [num_seqs, H, kv_lora_rank], NaN-poisoned) and the latent attention launch.
+
+    paged = (kv_indptr, kv_indices, kv_last_page_len, block_size) or contiguous = (kv_start, kv_len);
+    selected = (sel_indptr, sel_positions) for the sparse variant (None: every position)."""
+    num_seqs, num_heads, latent = q_latent.shape
+    rope = q_rope.shape[2]
+    if (latent, rope) not in MLA_DIMS:
+        raise ValueError(f"the CUDA latent attention kernel is instantiated for (kv_lora_rank, qk_rope_head_dim) in "
+                         f"{MLA_DIMS}, got {(latent, rope)}")
+    out = xp.full(q_latent.shape, np.nan, dtype=np.float32)
+    if num_seqs == 0:
+        return out, []
+    if paged is not None:
+        kv_indptr, kv_indices, kv_last_page_len, block_size = paged
+        addressing, addressing_args = "paged", (kv_indptr, kv_indices, kv_last_page_len, np.int32(block_size))
+    else:
+        addressing, addressing_args = "contiguous", tuple(contiguous)
+    sparse = selected is not None
+    # the dense kernel never reads the selection: any int32 array stands in for it
+    sel_indptr, sel_positions = selected if sparse else (addressing_args[0], addressing_args[0])
+    kernel = mla_kernel_name(addressing, kv_dtype, latent, rope, sparse)
+    grid = (-(-num_heads // launch.MLA_HEADS), num_seqs, 1)
+    return out, [Launch(MLA_CU, kernel, grid, (launch.MLA_THREADS, 1, 1),
+                        (q_latent, q_rope, pool, *addressing_args, sel_indptr, sel_positions, np.int32(num_heads),
+                         np.float32(scale), np.float32(kv_scale), out))]

@@ -67,6 +67,14 @@ def _data_ptr(array) -> int:
     return array.data.ptr
 
 
+def mla_decode(q_latent, q_rope, pool, kv_dtype, scale, kv_scale, *, paged=None, contiguous=None, selected=None):
+    """Latent attention (`workbench.kernels.mla`, validated there) on the current stream: float32 CuPy array."""
+    out, launches = cuda_launches.mla_decode(cp, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, paged=paged,
+                                             contiguous=contiguous, selected=selected)
+    run(launches)
+    return out
+
+
 def prepare_attention(q, qo_indptr, k_pool, v_pool, kv_dtype, scale, *, paged=None, contiguous=None,
                       partition_tokens=None, max_q_per_seq=None, window=0):
     """Extend attention (decode when every sequence has one query) on the GPU, planned: returns a call that

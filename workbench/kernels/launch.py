@@ -16,6 +16,8 @@ from workbench.kernels.source import ROW_TILES
 
 ATTN_THREADS = 128  # threads per attention block (kernels/attention.cu)
 MERGE_THREADS = 64  # threads per merge_partitions block
+MLA_THREADS = 128  # threads per latent attention block (kernels/mla_attention.cu)
+MLA_HEADS = 8  # query heads per latent attention block
 COPY_THREADS = 128  # threads per write_cache / copy_blocks block
 MIN_PARTITION_TOKENS = 256  # split-K never cuts a sequence into pieces shorter than this
 PARTITION_ALIGN_TOKENS = 64

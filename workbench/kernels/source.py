@@ -12,6 +12,7 @@ from workbench.paths import PACKAGE_DIR, REPO_ROOT
 # Every file of the kernel sources; the .cu files are the compilation units, the rest are included.
 ATTENTION_CU = "attention.cu"
 CACHE_OPS_CU = "cache_ops.cu"
+MLA_CU = "mla_attention.cu"
 SHIM_HEADER = "cuda_cpu_shim.h"
 SHIM_ENTRY = "cuda_cpu_entry.cpp"
 
@@ -116,3 +117,20 @@ def cache_kernel_names() -> list[str]:
 
 
 MERGE_KERNEL_NAME = "kvw::merge_partitions"
+# (kv_lora_rank, qk_rope_head_dim) of the latent attention kernels: every latent preset's 512 + 64
+MLA_DIMS = ((512, 64),)
+
+
+def mla_kernel_name(addressing: str, kv_dtype: str, latent: int, rope: int, sparse: bool) -> str:
+    """The name expression of one latent attention instantiation, e.g. `kvw::paged_mla_decode<__half, 512, 64,
+    false>`."""
+    if addressing not in ("paged", "contiguous"):
+        raise ValueError(f"addressing must be 'paged' or 'contiguous', got {addressing!r}")
+    return f"kvw::{addressing}_mla_decode<{CUDA_KV_TYPES[kv_dtype]}, {latent}, {rope}, {str(sparse).lower()}>"
+
+
+def all_mla_kernel_names() -> list[str]:
+    """Every latent attention instantiation: addressing × KV dtype × dims × dense/sparse."""
+    return [mla_kernel_name(addressing, kv_dtype, latent, rope, sparse)
+            for addressing in ("paged", "contiguous") for kv_dtype in CUDA_KV_TYPES
+            for latent, rope in MLA_DIMS for sparse in (False, True)]

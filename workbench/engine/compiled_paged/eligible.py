@@ -30,6 +30,7 @@ _FLEET = "read by a fleet's router only; the loop runs one replica (replicas 1, 
 
 RUN_HANDLED = {
     "block_size": _CAPACITY, "model": _CAPACITY, "kv_dtype": _CAPACITY, "gpu": _CAPACITY, "tp": _CAPACITY,
+    "weight_dtype": "capacity (the weights' bytes) and the per-row operator times the formula reads",
     "gpu_memory_utilization": _CAPACITY, "kv_gib": _CAPACITY, "kv_slots": _CAPACITY,
     "max_model_len": "the arrival verdict (rules.too_long)",
     "fit": "contiguous strategies only: " + _STRATEGY, "eviction": "prefix caches only: " + _STRATEGY,
