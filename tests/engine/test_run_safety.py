@@ -77,7 +77,7 @@ def test_a_kernel_pool_larger_than_the_available_memory_is_refused(capsys, monke
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: the KV pool of {8 * 2**20} slots needs 2.02 GiB of host memory (allocator "
-                          "arrays 0.0234 GiB, K/V pools (2 kernel heads) 2 GiB, requests 2.86e-06 GiB), but this "
+                          "arrays 0.0156 GiB, K/V pools (2 kernel heads) 2 GiB, requests 2.86e-06 GiB), but this "
                           "process can allocate 1 GiB "
                           "(the smaller of the machine's available memory and its address-space limit); lower "
                           "--kv-gib/--kv-slots, --kernel-heads, or use --kernel none")

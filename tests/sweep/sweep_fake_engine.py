@@ -40,12 +40,24 @@ def fake_run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = Fa
         (out_dir / "config.json").write_text(json.dumps({"config": cfg.to_dict()}))
         pd.DataFrame({c: [0, 1] for c in STEP_COLUMNS}).to_parquet(out_dir / "steps.parquet")
         pd.DataFrame({c: [0] for c in REQUEST_COLUMNS}).to_parquet(out_dir / "requests.parquet")
-        (out_dir / "numba_threads.txt").write_text(os.environ.get("NUMBA_NUM_THREADS", ""))
+        (out_dir / "numba_threads.txt").write_text(_numba_threads())
         (out_dir / "summary.json").write_text(json.dumps(summary))
         log_dir = os.environ.get("SWEEP_FAKE_LOG_DIR")
         if log_dir:
             Path(log_dir, f"{config_id(cfg)}-{uuid.uuid4().hex}").touch()
     return summary
+
+
+def _numba_threads() -> str:
+    """The parallel threads this process's Numba kernels would use: its setting once Numba is imported (a worker
+    that imported it before its point caps it there), else the variable Numba will read at its import."""
+    import sys
+
+    if "numba" in sys.modules:
+        import numba
+
+        return str(numba.get_num_threads())
+    return os.environ.get("NUMBA_NUM_THREADS", "")
 
 
 class SerialExecutor:

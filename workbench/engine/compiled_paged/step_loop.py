@@ -134,8 +134,9 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
                 return status
             if S[NBATCH] == 0 and S[NWAIT] == 0:  # every request that arrived now was rejected
                 continue
-            # a step ends at most every waiting group and the batch's (a retired group and the admitted ones)
-            if S[EVENTS] + S[NWAIT] + 2 * C[MAX_NUM_SEQS] + 1 > events.shape[0]:
+            # a step ends at most every waiting group (rejected, or admitted and done with one token) and every
+            # running one (finished, or the one retired)
+            if S[EVENTS] + S[NWAIT] + S[RUNNING_SEQS] + 1 > events.shape[0]:
                 return EVENTS_FULL
             S[REJECTED_BEFORE], S[P_PREEMPTIONS], S[P_NPF] = S[NUM_REJECTED], 0, 0
             S[PHASE] = APPEND
