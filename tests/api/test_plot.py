@@ -46,7 +46,7 @@ def test_latency_vs_rate_lines_are_the_results(results):
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert set(lines) == {"Contiguous (max)", "Paged (16)"}
     for label, strategy in (("Contiguous (max)", "contiguous-max"), ("Paged (16)", "paged")):
-        mine = [r.figures for r in results if r.config.strategy == strategy]
+        mine = [r.metrics for r in results if r.config.strategy == strategy]
         np.testing.assert_array_equal(lines[label].get_xdata(), [2.0, 40.0])
         np.testing.assert_array_equal(lines[label].get_ydata(), [f["normalized_latency_s_per_tok"] for f in mine])
     plt.close(fig)
@@ -63,7 +63,7 @@ def test_timeline_stacks_each_results_steps(results, tmp_path):
         top = layers[-1].get_paths()[0].vertices[:, 1].max()
         assert top == pytest.approx(100.0)
         steps = result.steps
-        token_percent = steps["token_slots"].to_numpy() / result.figures["kv_slots"] * 100
+        token_percent = steps["token_slots"].to_numpy() / result.metrics["kv_slots"] * 100
         first = layers[0].get_paths()[0].vertices[:, 1]
         assert first.max() == pytest.approx(token_percent.max())
     plt.close(fig)

@@ -3,6 +3,7 @@ run (`make notebooks`), so that it reads with its figures where it is hosted."""
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from pathlib import Path
@@ -61,6 +62,18 @@ def test_a_notebook_uses_the_api_not_the_plumbing(path):
     source = "".join(cell.source for cell in _code_cells(nbformat.read(path, as_version=4)))
     assert "import workbench as wb" in source
     assert not [word for word in PLUMBING if word in source]
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in API_NOTEBOOKS], ids=lambda p: p.stem)
+def test_a_notebook_names_the_folder_of_each_sweep(path):
+    """`out=nb.runs_dir() / NAME` in every `wb.sweep(...)` call: where a notebook's sweeps go is said in the
+    call, not by an environment variable that the helper would set for the whole process."""
+    for cell in _code_cells(nbformat.read(path, as_version=4)):
+        source = "\n".join("#" + line[1:] if line.startswith("%") else line for line in cell.source.split("\n"))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "wb.sweep":
+                out = [k.value for k in node.keywords if k.arg == "out"]
+                assert out and ast.unparse(out[0]).startswith("nb.runs_dir() / "), ast.unparse(node)[:200]
 
 
 def _experiments_run_by(book) -> list[Path]:

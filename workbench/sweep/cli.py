@@ -58,7 +58,7 @@ def build_parser() -> OneLineParser:
 
 
 def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
-    """The varied run flags and the main summary figures, one line per point. Memory fractions are over
+    """The varied run flags and the main summary metrics, one line per point. Memory fractions are over
     the saturated steps (a request was waiting) when every point had some, as the memory_waste figure
     draws them; otherwise over all steps."""
     varied = [k for k in spec.axes] + [k for group in spec.zips for k in group]

@@ -243,7 +243,7 @@ def sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | No
           scheduler: str | None = None, workers: int | None = None, progress: bool = True,
           max_points: int | None = MAX_POINTS) -> pd.DataFrame:
     """Run a sweep and return its summary table (one row per point: `point_id`, the configuration, the
-    summary figures), as `python -m workbench.sweep` does.
+    summary metrics), as `python -m workbench.sweep` does.
 
     `spec` is a mapping (`{"base": {...}, "axes": {...}}`, the YAML as data), a YAML file, or a built-in
     experiment's name. Points go to `out/points/<id>/` (default `out`: `$WORKBENCH_RUNS_DIR/<name>`, else
