@@ -10,6 +10,7 @@ from matplotlib.container import BarContainer
 
 import workbench as wb
 from tests.engine.conftest import SMALL_MODEL
+from tests.figures.figure_rules import figure_problems
 from workbench.columns import SLOT_COLUMNS
 from workbench.figures import style
 
@@ -101,3 +102,14 @@ def test_a_registered_figure_draws_from_a_sweep_table_as_from_its_directory(tmp_
                    [c.get_paths()[0].vertices.tolist() for c in b.collections]
         plt.close(mine)
         plt.close(theirs)
+
+
+def test_draw_once_draws_coinciding_series_once_and_says_so():
+    fig, ax = plt.subplots()
+    notes = wb.plot.draw_once(ax, [("lru", [1, 2], [3, 4], {"color": "red"}), ("fifo", [1, 2], [3, 5], {}),
+                                   ("lfu", [1, 2], [3, 4], {"color": "blue"}), ("depth", [1], [3], {})])
+    assert [line.get_label() for line in ax.get_lines()] == ["lru = lfu", "fifo", "depth"]
+    assert ax.get_lines()[0].get_color() == "red"  # the first series' style
+    assert notes == ["lru and lfu coincide at every point: drawn once"]
+    assert not figure_problems(fig)
+    plt.close(fig)

@@ -4,6 +4,7 @@ run (`make notebooks`), so that it reads with its figures where it is hosted."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import sys
 from pathlib import Path
@@ -85,6 +86,28 @@ def _experiments_run_by(book) -> list[Path]:
             if path.name in source or ("run_experiments(" in source and path.name.startswith("paper_"))]
 
 
+# Run before a notebook's first cell: every figure it shows or saves (each goes through print_figure) is held
+# to the figure rules (tests/figures/figure_rules.py) as it is drawn, under the number of the cell that drew it.
+CHECK_FIGURES = """
+import matplotlib.backend_bases
+from IPython import get_ipython
+from tests.figures.figure_rules import figure_problems
+
+_figure_problems = []
+_print_figure = matplotlib.backend_bases.FigureCanvasBase.print_figure
+
+
+def _checked_print_figure(canvas, *args, **kwargs):
+    cell = get_ipython().execution_count - 1  # the notebook's own code cells count from 1
+    _figure_problems.extend(f"code cell {cell}: {problem}" for problem in figure_problems(canvas.figure))
+    return _print_figure(canvas, *args, **kwargs)
+
+
+matplotlib.backend_bases.FigureCanvasBase.print_figure = _checked_print_figure
+"""
+REPORT_FIGURES = "import json; print(json.dumps(_figure_problems))"
+
+
 # Small as it is, the paper notebook reruns every experiment of the paper table (tests/paper runs them
 # too, on a reduced table): it executes in the full run only.
 SLOW_NOTEBOOKS = {"06-reproducing-the-paper"}
@@ -105,11 +128,16 @@ def test_executes(path, tmp_path, monkeypatch):
     skip_without_traces_of(*_experiments_run_by(book))
     for cell in _code_cells(book):
         cell.outputs = []
+    book.cells.insert(0, nbformat.v4.new_code_cell(CHECK_FIGURES))
+    book.cells.append(nbformat.v4.new_code_cell(REPORT_FIGURES))
     # raises CellExecutionError, with the cell and traceback, on the first failing cell
     notebook_client(book, path.parent, timeout_s=300).execute()
     errors = [out for cell in _code_cells(book) for out in cell.outputs if out.output_type == "error"]
     assert not errors
     assert _images(book), f"{path.name} shows no figure"
+    (report,) = [out for out in book.cells[-1].outputs if out.output_type == "stream"]
+    problems = json.loads(report.text)
+    assert not problems, f"{path.name}: its figures break the figure rules: {problems}"
     source = "".join(cell.source for cell in _code_cells(book))
     if "runs_dir()" in source or "wb.sweep(" in source:
         assert list(tmp_path.iterdir()), "the notebook wrote its sweeps under WORKBENCH_RUNS_DIR"
