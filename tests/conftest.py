@@ -131,5 +131,11 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("=", f"{CPU_SLOWEST} largest CPU times (s, this test and the processes it ran)")
     for nodeid, cpu_s in slowest:
         terminalreporter.write_line(f"{cpu_s:8.2f}s  {nodeid}")
+    by_file: dict[str, float] = {}
+    for nodeid, cpu_s in _cpu_by_test.items():
+        by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0.0) + cpu_s
+    terminalreporter.write_sep("-", f"{CPU_SLOWEST} largest CPU times by file")
+    for path, cpu_s in sorted(by_file.items(), key=lambda item: -item[1])[:CPU_SLOWEST]:
+        terminalreporter.write_line(f"{cpu_s:8.2f}s  {path}")
     terminalreporter.write_line(f"{sum(_cpu_by_test.values()):8.1f}s  in all {len(_cpu_by_test)} tests "
                                 "(without pytest's own start and the kernel builds)")
