@@ -26,8 +26,10 @@ $(STAMP_RUN): pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
+# --no-compile: a module's bytecode is written when something first imports it. Compiling all ~7,200 modules
+# of the dependencies up front costs ~13 s of CPU; the ~1,500 that the tests import cost ~3 s at first import
 $(STAMP_DEV): pyproject.toml setup.py | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-compile -e '.[dev]'
 	touch $@ $(STAMP_RUN)
 
 # JupyterLab only where a person reads the notebooks: the tests execute them with a kernel and a client
