@@ -1,4 +1,5 @@
-"""Ship the CUDA sources of the top-level `kernels/` folder inside the wheel as `workbench/_kernels`."""
+"""Ship the top-level folders that are package data but not Python: `kernels/` (the CUDA sources) as
+`workbench/_kernels` and `experiments/` (the built-in sweep specs) as `workbench/_experiments`."""
 
 import shutil
 from pathlib import Path
@@ -6,16 +7,23 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
+# top-level folder -> (folder inside the package, the file suffixes it ships)
+SHIPPED = {
+    "kernels": ("_kernels", (".cu", ".cuh", ".h", ".cpp")),
+    "experiments": ("_experiments", (".yaml",)),
+}
 
-class BuildPyWithKernels(build_py):
+
+class BuildPyWithData(build_py):
     def run(self):
         super().run()
-        src = Path(__file__).parent / "kernels"
-        dst = Path(self.build_lib) / "workbench" / "_kernels"
-        dst.mkdir(parents=True, exist_ok=True)
-        for path in src.glob("*"):
-            if path.suffix in (".cu", ".cuh", ".h", ".cpp"):
-                shutil.copy2(path, dst / path.name)
+        for folder, (inside, suffixes) in SHIPPED.items():
+            src = Path(__file__).parent / folder
+            dst = Path(self.build_lib) / "workbench" / inside
+            dst.mkdir(parents=True, exist_ok=True)
+            for path in src.glob("*"):
+                if path.suffix in suffixes:
+                    shutil.copy2(path, dst / path.name)
 
 
-setup(cmdclass={"build_py": BuildPyWithKernels})
+setup(cmdclass={"build_py": BuildPyWithData})

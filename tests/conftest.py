@@ -86,3 +86,56 @@ def call_cli(main, argv: list[str]) -> tuple[int, str]:
         except SystemExit as exc:
             status = exc.code
     return status, err.getvalue()
+
+
+# CPU seconds per test (setup, call and teardown; this process and the processes it waited for), reported
+# beside pytest's wall-clock --durations: on a shared machine wall time mostly measures the neighbours.
+# Each worker measures its own tests and sends the figure with the test's report.
+CPU_SLOWEST = 15
+_cpu_by_test: dict[str, float] = {}
+
+
+def _cpu_s() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_CPU_START] = _cpu_s()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "teardown":
+        outcome.get_result().user_properties.append(("cpu_s", _cpu_s() - item.stash[_CPU_START]))
+
+
+_CPU_START = pytest.StashKey[float]()
+
+
+def pytest_runtest_logreport(report):
+    for key, value in report.user_properties:
+        if key == "cpu_s" and report.when == "teardown":
+            _cpu_by_test[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _cpu_by_test or hasattr(terminalreporter.config, "workerinput"):
+        return
+    slowest = sorted(_cpu_by_test.items(), key=lambda item: -item[1])[:CPU_SLOWEST]
+    terminalreporter.write_sep("=", f"{CPU_SLOWEST} largest CPU times (s, this test and the processes it ran)")
+    for nodeid, cpu_s in slowest:
+        terminalreporter.write_line(f"{cpu_s:8.2f}s  {nodeid}")
+    by_file: dict[str, float] = {}
+    for nodeid, cpu_s in _cpu_by_test.items():
+        by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0.0) + cpu_s
+    terminalreporter.write_sep("-", f"{CPU_SLOWEST} largest CPU times by file")
+    for path, cpu_s in sorted(by_file.items(), key=lambda item: -item[1])[:CPU_SLOWEST]:
+        terminalreporter.write_line(f"{cpu_s:8.2f}s  {path}")
+    terminalreporter.write_line(f"{sum(_cpu_by_test.values()):8.1f}s  in all {len(_cpu_by_test)} tests "
+                                "(without pytest's own start and the kernel builds)")

@@ -23,6 +23,7 @@ import difflib
 import importlib
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -51,20 +52,28 @@ class Result:
         config: the run's configuration (`RunConfig`).
         steps: one row per engine step (the columns of steps.parquet, docs/outputs.md).
         requests: one row per request (the columns of requests.parquet).
-        summary: one row: `point_id`, the configuration, then the run's summary figures, laid out as a
+        summary: one row: `point_id`, the configuration, then the run's summary metrics, laid out as a
             row of a sweep's summary table, so that results and sweeps concatenate and plot alike.
-        figures: the summary figures as a dict (summary.json).
+        metrics: the summary metrics as a dict (summary.json). `figures`, its former name, still reads
+            it for one release, with a DeprecationWarning.
         description: the resolved configuration and where it ran (config.json).
     """
 
-    def __init__(self, config: RunConfig, steps: pd.DataFrame, requests: pd.DataFrame, figures: dict[str, Any],
+    def __init__(self, config: RunConfig, steps: pd.DataFrame, requests: pd.DataFrame, metrics: dict[str, Any],
                  description: dict[str, Any]) -> None:
         self.config = config
         self.steps = steps
         self.requests = requests
-        self.figures = figures
+        self.metrics = metrics
         self.description = description
-        self.summary = pd.DataFrame([summary_row(config_id(config), config.to_dict(), figures)])
+        self.summary = pd.DataFrame([summary_row(config_id(config), config.to_dict(), metrics)])
+
+    @property
+    def figures(self) -> dict[str, Any]:
+        """The summary metrics under their former name; `figures` means plots everywhere else."""
+        warnings.warn("Result.figures is renamed Result.metrics (the summary numbers); the old name goes in the "
+                      "next release", DeprecationWarning, stacklevel=2)
+        return self.metrics
 
     @property
     def title(self) -> str:
@@ -72,10 +81,10 @@ class Result:
         return run_title(self.config)
 
     def __repr__(self) -> str:
-        return f"{self.title}\n{format_summary(self.figures)}"
+        return f"{self.title}\n{format_summary(self.metrics)}"
 
     def _repr_html_(self) -> str:
-        return html_summary(self.title, self.figures)
+        return html_summary(self.title, self.metrics)
 
     def save(self, path: str | Path, *, force: bool = False) -> Path:
         """Write config.json, steps.parquet, requests.parquet and summary.json into the directory `path`,
@@ -116,7 +125,7 @@ def point(table: pd.DataFrame, point_id: str) -> Result:
 
 def write_result(result: Result, path: Path, *, replace: bool) -> None:
     """The run files of `result` into `path` (already checked by `outdir.check_target`), atomically."""
-    write_outputs(path, result.description, result.steps, result.requests, result.figures, replace=replace)
+    write_outputs(path, result.description, result.steps, result.requests, result.metrics, replace=replace)
 
 
 def run_config(**flags: Any) -> RunConfig:

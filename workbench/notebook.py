@@ -3,8 +3,10 @@
 Importing this module sets display options for a notebook (figures at a readable resolution, tables
 that fit a page). The notebooks run at full size; with WORKBENCH_NOTEBOOK_SMALL=1 (the tests set it)
 `model()` gives a tiny model and `size()` the small request counts, so each notebook runs in well
-under a minute. Sweeps go under $WORKBENCH_RUNS_DIR (default ../runs/notebooks: the checkout's runs/
-when the notebook runs from notebooks/).
+under a minute. A notebook names where each sweep goes, `runs_dir() / NAME`: an absolute folder,
+$WORKBENCH_RUNS_DIR when set (the tests set it), else the checkout's runs/notebooks. Importing this
+module changes no environment variable, so a sweep elsewhere in the process, or a child process, goes
+where it would have gone without it.
 
 `python -m workbench.notebook NOTEBOOK...` (`make notebooks`) executes notebooks at full size and
 stores their outputs in place, so that they read with figures on a code-hosting site.
@@ -21,7 +23,6 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from workbench import paths
 from workbench.paths import IN_CHECKOUT, REPO_ROOT
 
 SMALL = os.environ.get("WORKBENCH_NOTEBOOK_SMALL") == "1"
@@ -45,14 +46,13 @@ def size(full, small):
     return small if SMALL else full
 
 
-# `workbench.sweep` writes a sweep under $WORKBENCH_RUNS_DIR when no directory is named: a notebook's go to the
-# checkout's runs/notebooks (a notebook runs in notebooks/), or wherever the environment points them (the tests)
-os.environ.setdefault("WORKBENCH_RUNS_DIR", str(Path("..") / "runs" / "notebooks"))
-
-
 def runs_dir() -> Path:
-    """Where this notebook's sweeps go when none is named."""
-    return paths.runs_dir()
+    """The absolute folder a notebook's sweeps go into: $WORKBENCH_RUNS_DIR when set, else runs/notebooks of
+    the checkout (of the working directory's parent for an installed package: a notebook runs in its
+    notebooks/ folder)."""
+    if os.environ.get("WORKBENCH_RUNS_DIR"):
+        return Path(os.environ["WORKBENCH_RUNS_DIR"]).resolve()
+    return ((REPO_ROOT if IN_CHECKOUT else Path.cwd().parent) / "runs" / "notebooks").resolve()
 
 
 def trace(name: str) -> Path | None:

@@ -6,13 +6,16 @@ figures/ are (their style and caption line).
     wb.plot.timeline(result)                     # the pool's partition over simulated time
     wb.plot.latency_vs_rate(table)               # normalized latency against the request rate
     wb.plot.figure("block_size", table)          # any figure of figures/ from a sweep of its kind
+    wb.plot.draw_once(ax, series)                # your own lines, coinciding ones drawn once
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -79,3 +82,21 @@ def figure(name: str, table: pd.DataFrame, sweep_dir: str | Path | None = None) 
     steps find them in `sweep_dir` (default: where the sweep that returned the table ran)."""
     sweep_dir = sweep_dir or table.attrs.get("sweep_dir")
     return draw_table(name, table, Path(sweep_dir) if sweep_dir is not None else Path())
+
+
+def draw_once(ax, series: Sequence[tuple[str, Any, Any, dict[str, Any]]]) -> list[str]:
+    """Plot each `(label, x, y, line style)` of `series` on `ax`, drawing series that coincide point for point
+    once: in the first one's style, under their labels joined by ' = '. Returns a sentence per merged group,
+    for the figure's caption (`workbench.figures.caption.add_caption`); none when every series differs."""
+    groups: list[tuple[list[str], np.ndarray, np.ndarray, dict[str, Any]]] = []
+    for label, x, y, line_style in series:
+        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        same = next((g for g in groups if g[1].shape == x.shape and g[2].shape == y.shape
+                     and np.array_equal(g[1], x, equal_nan=True) and np.array_equal(g[2], y, equal_nan=True)), None)
+        if same is None:
+            groups.append(([label], x, y, line_style))
+        else:
+            same[0].append(label)
+    for labels, x, y, line_style in groups:
+        ax.plot(x, y, **{**line_style, "label": " = ".join(labels)})
+    return [f"{' and '.join(labels)} coincide at every point: drawn once" for labels, *_ in groups if len(labels) > 1]

@@ -128,10 +128,10 @@ def _frame_source(frame: pd.DataFrame) -> ChunkSource:
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, capacity_slots: int,
               generated_tokens: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """The run-level figures of docs/outputs.md from the two tables (`summarize_chunks` over one chunk each).
+    """The run-level metrics of docs/outputs.md from the two tables (`summarize_chunks` over one chunk each).
 
     `generated_tokens` counts every sample's tokens of the finished requests; `extra` supplies the
-    keys the tables cannot give (prefix counters, kernel figures, wall time)."""
+    keys the tables cannot give (prefix counters, kernel metrics, wall time)."""
     return summarize_chunks(_frame_source(steps), _frame_source(requests), capacity_slots=capacity_slots,
                             generated_tokens=generated_tokens, extra=extra)
 
@@ -154,8 +154,8 @@ def _count(source: ChunkSource, column: str, test: Callable[[pd.Series], np.ndar
 
 def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slots: int, generated_tokens: int,
                      extra: dict[str, Any]) -> dict[str, Any]:
-    """The run-level figures of docs/outputs.md from the two tables read chunk by chunk (two passes over
-    each: the counts, then the sums), equal bit for bit to the figures over the whole columns."""
+    """The run-level metrics of docs/outputs.md from the two tables read chunk by chunk (two passes over
+    each: the counts, then the sums), equal bit for bit to the metrics over the whole columns."""
     num_steps, num_sat = _count(steps, "num_waiting", lambda col: col.to_numpy() > 0)
     # imported here: exact_sums compiles with Numba, and a sweep worker sets Numba's threads before it loads
     from workbench.exact_sums import BufferedSum, PairwiseSum
@@ -166,13 +166,13 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     request_sums = _RequestSums(num_finished, PairwiseSum)
     for chunk in requests(_REQUEST_INPUTS):
         request_sums.add(chunk)
-    request_sums.ttft_figures()
+    request_sums.ttft_metrics()
     for chunk in requests(_REQUEST_INPUTS):  # a second pass: TTFT and TPOT are never held at once
         request_sums.add_tpot(chunk)
 
     out: dict[str, Any] = {"kv_slots": int(capacity_slots), "num_requests": int(num_requests),
                            "sim_time_s": step_sums.last_t_s}
-    step_sums.figures(out, capacity_slots)
+    step_sums.metrics(out, capacity_slots)
     query, hit = int(extra["prefix_query_tokens"]), int(extra["prefix_hit_tokens"])
     out["prefix_query_tokens"], out["prefix_hit_tokens"] = query, hit
     out["prefix_hit_rate"] = hit / query if query else 0.0
@@ -189,7 +189,7 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     sim_time = out["sim_time_s"]
     out["throughput_req_s"] = num_finished / sim_time if sim_time > 0 else 0.0
     out["throughput_tok_s"] = generated_tokens / sim_time if sim_time > 0 else 0.0
-    request_sums.figures(out)
+    request_sums.metrics(out)
     out["num_finished"] = int(num_finished)
     out["num_rejected"] = int(num_requests - num_finished)
     # the whole workload's, so a fleet's replicas leave it out of `extra` and report 0 of their own
@@ -251,7 +251,7 @@ class _StepSums:
         self.preemptions += int(col["preemptions"].sum())
         self.cow_copies += int(col["cow_copies"].sum())
 
-    def figures(self, out: dict[str, Any], capacity_slots: int) -> None:
+    def metrics(self, out: dict[str, Any], capacity_slots: int) -> None:
         """Mutates `out`: the step table's summary keys."""
         dt_total, dt_sat_total = self.dt.total(), self.dt_sat.total()
         for col, key, key_sat in _SLOT_KEYS:
@@ -278,8 +278,8 @@ class _StepSums:
 
 
 class _RequestSums:
-    """The finished requests' latency figures, fed chunk by chunk in order, in two passes over the request
-    table (`add`, `ttft_figures`, then `add_tpot`; all mutate): the normalized latency's mean in NumPy's
+    """The finished requests' latency metrics, fed chunk by chunk in order, in two passes over the request
+    table (`add`, `ttft_metrics`, then `add_tpot`; all mutate): the normalized latency's mean in NumPy's
     order and TTFT kept for its percentiles, then TPOT kept for its own (8 bytes per finished request,
     one of the two arrays at a time: a million-request run holds 8 MB, not 16)."""
 
@@ -288,17 +288,17 @@ class _RequestSums:
         self.normalized = PairwiseSum(num_finished)
         self.kept = np.empty(num_finished)  # [num_finished] TTFT, then TPOT, filled in request order
         self._num_kept = 0
-        self._figures: dict[str, float] = {}
+        self._metrics: dict[str, float] = {}
 
     def add(self, chunk: pd.DataFrame) -> None:
         arrival, first, finish, output = _finished(chunk)
         self.normalized.add((finish - arrival) / output)
         self._keep(first - arrival)
 
-    def ttft_figures(self) -> None:
+    def ttft_metrics(self) -> None:
         """The TTFT percentiles, once every chunk was added; empties the array for `add_tpot`."""
         ttft = self.kept[:self._num_kept]
-        self._figures["ttft_p50_s"], self._figures["ttft_p99_s"] = _percentile(ttft, 50), _percentile(ttft, 99)
+        self._metrics["ttft_p50_s"], self._metrics["ttft_p99_s"] = _percentile(ttft, 50), _percentile(ttft, 99)
         self._num_kept = 0
 
     def add_tpot(self, chunk: pd.DataFrame) -> None:
@@ -310,12 +310,12 @@ class _RequestSums:
         self.kept[self._num_kept:self._num_kept + values.shape[0]] = values
         self._num_kept += values.shape[0]
 
-    def figures(self, out: dict[str, Any]) -> None:
+    def metrics(self, out: dict[str, Any]) -> None:
         """Mutates `out`: the request table's summary keys."""
         n = self.num_finished
         out["normalized_latency_s_per_tok"] = self.normalized.total() / n if n else 0.0
         tpot = self.kept[:self._num_kept]
-        out["ttft_p50_s"], out["ttft_p99_s"] = self._figures["ttft_p50_s"], self._figures["ttft_p99_s"]
+        out["ttft_p50_s"], out["ttft_p99_s"] = self._metrics["ttft_p50_s"], self._metrics["ttft_p99_s"]
         out["tpot_p50_s"], out["tpot_p99_s"] = _percentile(tpot, 50), _percentile(tpot, 99)
 
 

@@ -10,6 +10,7 @@ from matplotlib.container import BarContainer
 
 import workbench as wb
 from tests.engine.conftest import SMALL_MODEL
+from tests.figures.figure_rules import figure_problems
 from workbench.columns import SLOT_COLUMNS
 from workbench.figures import style
 
@@ -46,7 +47,7 @@ def test_latency_vs_rate_lines_are_the_results(results):
     lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
     assert set(lines) == {"Contiguous (max)", "Paged (16)"}
     for label, strategy in (("Contiguous (max)", "contiguous-max"), ("Paged (16)", "paged")):
-        mine = [r.figures for r in results if r.config.strategy == strategy]
+        mine = [r.metrics for r in results if r.config.strategy == strategy]
         np.testing.assert_array_equal(lines[label].get_xdata(), [2.0, 40.0])
         np.testing.assert_array_equal(lines[label].get_ydata(), [f["normalized_latency_s_per_tok"] for f in mine])
     plt.close(fig)
@@ -63,7 +64,7 @@ def test_timeline_stacks_each_results_steps(results, tmp_path):
         top = layers[-1].get_paths()[0].vertices[:, 1].max()
         assert top == pytest.approx(100.0)
         steps = result.steps
-        token_percent = steps["token_slots"].to_numpy() / result.figures["kv_slots"] * 100
+        token_percent = steps["token_slots"].to_numpy() / result.metrics["kv_slots"] * 100
         first = layers[0].get_paths()[0].vertices[:, 1]
         assert first.max() == pytest.approx(token_percent.max())
     plt.close(fig)
@@ -101,3 +102,14 @@ def test_a_registered_figure_draws_from_a_sweep_table_as_from_its_directory(tmp_
                    [c.get_paths()[0].vertices.tolist() for c in b.collections]
         plt.close(mine)
         plt.close(theirs)
+
+
+def test_draw_once_draws_coinciding_series_once_and_says_so():
+    fig, ax = plt.subplots()
+    notes = wb.plot.draw_once(ax, [("lru", [1, 2], [3, 4], {"color": "red"}), ("fifo", [1, 2], [3, 5], {}),
+                                   ("lfu", [1, 2], [3, 4], {"color": "blue"}), ("depth", [1], [3], {})])
+    assert [line.get_label() for line in ax.get_lines()] == ["lru = lfu", "fifo", "depth"]
+    assert ax.get_lines()[0].get_color() == "red"  # the first series' style
+    assert notes == ["lru and lfu coincide at every point: drawn once"]
+    assert not figure_problems(fig)
+    plt.close(fig)

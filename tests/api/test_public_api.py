@@ -66,16 +66,18 @@ def test_the_command_and_the_call_write_the_same_result(tmp_path, capsys):
 def test_the_result_holds_the_tables_in_memory():
     result = wb.run(**TINY)
     assert len(result.requests) == TINY["num_requests"] and len(result.steps) > 0
-    assert result.figures["num_finished"] + result.figures["num_rejected"] == TINY["num_requests"]
+    assert result.metrics["num_finished"] + result.metrics["num_rejected"] == TINY["num_requests"]
     assert len(result.summary) == 1
     row = result.summary.iloc[0]
-    for key, value in result.figures.items():
+    for key, value in result.metrics.items():
         assert row[key] == value or (pd.isna(value) and pd.isna(row[key])), key
     assert row["strategy"] == "paged" and row["config_num_requests"] == TINY["num_requests"]
     html = result._repr_html_()
-    for name, value in summary_rows(result.figures):
+    for name, value in summary_rows(result.metrics):
         assert f"{html_escape(name)}</th><td style='text-align:left'>{html_escape(value)}</td>" in html
     assert repr(result).startswith(result.title)
+    with pytest.warns(DeprecationWarning, match="Result.metrics"):
+        assert result.figures is result.metrics  # the former name, for one release
 
 
 BAD_FLAGS = [

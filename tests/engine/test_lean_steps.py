@@ -10,6 +10,7 @@ admission; the strategy's integrity is checked at every step of both runs."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,11 +29,30 @@ CONFIGS = dict(
     rate=st.sampled_from([3.0, 60.0]), seed=st.integers(0, 2**16))
 
 
+# The quick run draws one configuration per strategy, the full run 24 more over every axis (the same check
+# over more of the space)
+@pytest.mark.parametrize("strategy", registry.names())
+@settings(max_examples=1, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(**{k: v for k, v in CONFIGS.items() if k != "strategy"})
+def test_fast_paths_give_the_plain_tables(monkeypatch, strategy, block_size, kv_slots, fanout, preemption,
+                                          chunked_prefill, admission, watermark_frac, workload, rate, seed):
+    check_fast_against_plain(monkeypatch, strategy, block_size, kv_slots, fanout, preemption, chunked_prefill,
+                             admission, watermark_frac, workload, rate, seed)
+
+
+@pytest.mark.slow
 @settings(max_examples=24, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(**CONFIGS)
-def test_fast_paths_give_the_plain_tables(monkeypatch, strategy, block_size, kv_slots, fanout, preemption,
-                                          chunked_prefill, admission, watermark_frac, workload, rate, seed):
+def test_more_fast_paths_give_the_plain_tables(monkeypatch, strategy, block_size, kv_slots, fanout, preemption,
+                                               chunked_prefill, admission, watermark_frac, workload, rate, seed):
+    check_fast_against_plain(monkeypatch, strategy, block_size, kv_slots, fanout, preemption, chunked_prefill,
+                             admission, watermark_frac, workload, rate, seed)
+
+
+def check_fast_against_plain(monkeypatch, strategy, block_size, kv_slots, fanout, preemption, chunked_prefill,
+                             admission, watermark_frac, workload, rate, seed):
     cfg = small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption,
                        chunked_prefill=chunked_prefill, admission=admission, watermark_frac=watermark_frac,
                        workload=workload, seed=seed, kernel="none", num_requests=20, rate=rate, swap_gib=1 / 4096,

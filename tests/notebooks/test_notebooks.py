@@ -3,6 +3,8 @@ run (`make notebooks`), so that it reads with its figures where it is hosted."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import sys
 from pathlib import Path
@@ -64,6 +66,18 @@ def test_a_notebook_uses_the_api_not_the_plumbing(path):
     assert not [word for word in PLUMBING if word in source]
 
 
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in API_NOTEBOOKS], ids=lambda p: p.stem)
+def test_a_notebook_names_the_folder_of_each_sweep(path):
+    """`out=nb.runs_dir() / NAME` in every `wb.sweep(...)` call: where a notebook's sweeps go is said in the
+    call, not by an environment variable that the helper would set for the whole process."""
+    for cell in _code_cells(nbformat.read(path, as_version=4)):
+        source = "\n".join("#" + line[1:] if line.startswith("%") else line for line in cell.source.split("\n"))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "wb.sweep":
+                out = [k.value for k in node.keywords if k.arg == "out"]
+                assert out and ast.unparse(out[0]).startswith("nb.runs_dir() / "), ast.unparse(node)[:200]
+
+
 def _experiments_run_by(book) -> list[Path]:
     """The built-in experiments a notebook runs: named in its cells, and the paper's when it runs them
     all (`run_experiments`). Traces a notebook opens itself go through `workbench.notebook.trace`, which
@@ -71,6 +85,28 @@ def _experiments_run_by(book) -> list[Path]:
     source = "".join(cell.source for cell in _code_cells(book))
     return [path for path in sorted(builtin_dir().glob("*.yaml"))
             if path.name in source or ("run_experiments(" in source and path.name.startswith("paper_"))]
+
+
+# Run before a notebook's first cell: every figure it shows or saves (each goes through print_figure) is held
+# to the figure rules (tests/figures/figure_rules.py) as it is drawn, under the number of the cell that drew it.
+CHECK_FIGURES = """
+import matplotlib.backend_bases
+from IPython import get_ipython
+from tests.figures.figure_rules import figure_problems
+
+_figure_problems = []
+_print_figure = matplotlib.backend_bases.FigureCanvasBase.print_figure
+
+
+def _checked_print_figure(canvas, *args, **kwargs):
+    cell = get_ipython().execution_count - 1  # the notebook's own code cells count from 1
+    _figure_problems.extend(f"code cell {cell}: {problem}" for problem in figure_problems(canvas.figure))
+    return _print_figure(canvas, *args, **kwargs)
+
+
+matplotlib.backend_bases.FigureCanvasBase.print_figure = _checked_print_figure
+"""
+REPORT_FIGURES = "import json; print(json.dumps(_figure_problems))"
 
 
 # Small as it is, the paper notebook reruns every experiment of the paper table (tests/paper runs them
@@ -93,11 +129,16 @@ def test_executes(path, tmp_path, monkeypatch):
     skip_without_traces_of(*_experiments_run_by(book))
     for cell in _code_cells(book):
         cell.outputs = []
+    book.cells.insert(0, nbformat.v4.new_code_cell(CHECK_FIGURES))
+    book.cells.append(nbformat.v4.new_code_cell(REPORT_FIGURES))
     # raises CellExecutionError, with the cell and traceback, on the first failing cell
     notebook_client(book, path.parent, timeout_s=300).execute()
     errors = [out for cell in _code_cells(book) for out in cell.outputs if out.output_type == "error"]
     assert not errors
     assert _images(book), f"{path.name} shows no figure"
+    (report,) = [out for out in book.cells[-1].outputs if out.output_type == "stream"]
+    problems = json.loads(report.text)
+    assert not problems, f"{path.name}: its figures break the figure rules: {problems}"
     source = "".join(cell.source for cell in _code_cells(book))
     if "runs_dir()" in source or "wb.sweep(" in source:
         assert list(tmp_path.iterdir()), "the notebook wrote its sweeps under WORKBENCH_RUNS_DIR"

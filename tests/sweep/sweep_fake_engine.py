@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.code_version import code_version
 from workbench.columns import REQUEST_COLUMNS, STEP_COLUMNS, SUMMARY_KEYS, WALL_CLOCK_KEYS
 from workbench.config import RunConfig
 from workbench.sweep import config_id
@@ -37,7 +38,7 @@ def fake_run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = Fa
     if out_dir is not None:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.json").write_text(json.dumps({"config": cfg.to_dict()}))
+        (out_dir / "config.json").write_text(json.dumps({"config": cfg.to_dict(), **code_version()}))
         pd.DataFrame({c: [0, 1] for c in STEP_COLUMNS}).to_parquet(out_dir / "steps.parquet")
         pd.DataFrame({c: [0] for c in REQUEST_COLUMNS}).to_parquet(out_dir / "requests.parquet")
         (out_dir / "numba_threads.txt").write_text(_numba_threads())

@@ -16,12 +16,21 @@ from workbench.sweep import SpecError, load_spec
 from workbench.sweep.__main__ import run as sweep_main
 from workbench.user_yaml import MAX_DEPTH, MAX_NODES
 
-YAML_EXAMPLES = 60  # per generator; the huge-value one runs a third of that (PyYAML scans ~1 MB/s)
+# per generator, in make test and (marked slow) make test-all; the huge-value one runs a third of that
+# (PyYAML scans ~1 MB/s)
+QUICK_EXAMPLES, YAML_EXAMPLES = 15, 60
 MESSAGE_CHARS = 2000  # a refusal lists at most the valid keys; never the hostile value itself
 TINY_BASE = "base: {kernel: none, num_requests: 4, workload: 'fixed:prompt=4,output=4'}\n"
 KEYS = ("name", "description", "base", "axes")  # where a hostile value is planted
 SETTINGS = settings(max_examples=YAML_EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def quick_and_full(check, share: float = 1.0, **strategies):
+    """Two tests of `check` over the same `strategies`: a few draws for make test, many for make test-all."""
+    quick = settings(SETTINGS, max_examples=max(1, int(QUICK_EXAMPLES * share)))(given(**strategies)(check))
+    full = pytest.mark.slow(settings(SETTINGS, max_examples=int(YAML_EXAMPLES * share))(given(**strategies)(check)))
+    return quick, full
 
 
 def bomb(fanout: int, levels: int, where: str) -> tuple[str, int]:
@@ -64,9 +73,7 @@ def check_refused(path: Path, capsys, tmp: Path) -> str:
     return message
 
 
-@SETTINGS
-@given(fanout=st.integers(2, 12), levels=st.integers(1, 40), where=st.sampled_from(KEYS))
-def test_alias_chains_are_refused_before_they_expand(tmp_path_factory, capsys, fanout, levels, where):
+def check_alias_chain(tmp_path_factory, capsys, fanout, levels, where):
     tmp = tmp_path_factory.mktemp("bomb")
     text, values = bomb(fanout, levels, where)
     path = tmp / "spec.yaml"
@@ -80,15 +87,22 @@ def test_alias_chains_are_refused_before_they_expand(tmp_path_factory, capsys, f
     assert len(path.read_text()) < 4096  # a small file, whatever it stands for
 
 
-@SETTINGS
-@given(depth=st.integers(2, 5000), where=st.sampled_from(KEYS))  # axes: {seed: [1]} is a fine spec
-def test_deep_nesting_is_one_line_not_a_recursion_error(tmp_path_factory, capsys, depth, where):
+test_alias_chains_are_refused_before_they_expand, test_more_alias_chains_are_refused_before_they_expand = \
+    quick_and_full(check_alias_chain, fanout=st.integers(2, 12), levels=st.integers(1, 40), where=st.sampled_from(KEYS))
+
+
+def check_deep_nesting(tmp_path_factory, capsys, depth, where):
     tmp = tmp_path_factory.mktemp("deep")
     path = tmp / "spec.yaml"
     path.write_text(nested(depth, where))
     message = check_refused(path, capsys, tmp)
     if depth + 1 > MAX_DEPTH:  # the mapping at the top is one level
         assert f"nested more than {MAX_DEPTH} levels deep" in message and ": line 1, column " in message
+
+
+# depth from 2: `axes: {seed: [1]}` is a fine spec
+test_deep_nesting_is_one_line_not_a_recursion_error, test_more_deep_nesting_is_one_line_not_a_recursion_error = \
+    quick_and_full(check_deep_nesting, depth=st.integers(2, 5000), where=st.sampled_from(KEYS))
 
 
 def test_an_alias_that_contains_itself_is_refused(tmp_path, capsys):
@@ -101,10 +115,7 @@ VALID_LINES = ["name: dup", "description: a sweep", TINY_BASE.strip(), "axes: {s
 BASE_KEYS = ("seed", "rate", "kernel", "num_requests", "block_size")
 
 
-@SETTINGS
-@given(order=st.permutations(range(len(VALID_LINES))), repeat=st.integers(0, len(VALID_LINES) - 1),
-       inside_base=st.booleans(), key=st.sampled_from(BASE_KEYS))
-def test_a_key_given_twice_is_refused_at_its_second_line(tmp_path_factory, capsys, order, repeat, inside_base, key):
+def check_key_twice(tmp_path_factory, capsys, order, repeat, inside_base, key):
     tmp = tmp_path_factory.mktemp("dup")
     lines = [VALID_LINES[i] for i in order]
     if inside_base:
@@ -122,9 +133,13 @@ def test_a_key_given_twice_is_refused_at_its_second_line(tmp_path_factory, capsy
     assert f"line {second}, column " in message and f"duplicate key '{shown_key}'" in message, message
 
 
-@settings(SETTINGS, max_examples=YAML_EXAMPLES // 3)
-@given(size=st.integers(1_000, 100_000), where=st.sampled_from(("name", "description", "axes", "base", "key")))
-def test_a_huge_value_is_shown_shortened(tmp_path_factory, capsys, size, where):
+test_a_key_given_twice_is_refused_at_its_second_line, test_more_keys_given_twice_are_refused_at_their_second_line = \
+    quick_and_full(check_key_twice, order=st.permutations(range(len(VALID_LINES))),
+                   repeat=st.integers(0, len(VALID_LINES) - 1), inside_base=st.booleans(),
+                   key=st.sampled_from(BASE_KEYS))
+
+
+def check_huge_value(tmp_path_factory, capsys, size, where):
     tmp = tmp_path_factory.mktemp("huge")
     huge = "x" * size
     text = {"name": f"name: {huge}\n", "description": f"description: [{huge}]\n", "axes": f"axes: {{seed: {huge}}}\n",
@@ -135,10 +150,12 @@ def test_a_huge_value_is_shown_shortened(tmp_path_factory, capsys, size, where):
     assert huge[:200] not in message
 
 
-@SETTINGS
-@given(before=st.integers(0, 6), inside=st.integers(0, 6), escape=st.sampled_from(["\\q", "\\x4", "\\u12", "\\U1"]))
-def test_a_bad_escape_in_a_quoted_scalar_spanning_lines_names_its_own_line(tmp_path_factory, capsys, before, inside,
-                                                                           escape):
+test_a_huge_value_is_shown_shortened, test_more_huge_values_are_shown_shortened = \
+    quick_and_full(check_huge_value, share=1 / 3, size=st.integers(1_000, 100_000),
+                   where=st.sampled_from(("name", "description", "axes", "base", "key")))
+
+
+def check_bad_escape(tmp_path_factory, capsys, before, inside, escape):
     tmp = tmp_path_factory.mktemp("quoted")
     lines = [f"# comment {i}" for i in range(before)]
     lines.append('description: "first line')
@@ -148,3 +165,9 @@ def test_a_bad_escape_in_a_quoted_scalar_spanning_lines_names_its_own_line(tmp_p
     path.write_text("\n".join(lines) + "\n")
     message = check_refused(path, capsys, tmp)
     assert f": line {len(lines)}, column " in message and "not valid YAML" in message, message
+
+
+test_a_bad_escape_in_a_quoted_scalar_spanning_lines_names_its_own_line, \
+    test_more_bad_escapes_in_quoted_scalars_spanning_lines_name_their_own_line = \
+    quick_and_full(check_bad_escape, before=st.integers(0, 6), inside=st.integers(0, 6),
+                   escape=st.sampled_from(["\\q", "\\x4", "\\u12", "\\U1"]))

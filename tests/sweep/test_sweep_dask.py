@@ -15,6 +15,9 @@ SPEC = {"name": "dask", "axes": {"strategy": ["paged", "contiguous-oracle"], "se
         "zip": [{"block_size": [8, 32], "rate": [1.0, 4.0]}]}
 
 
+# tests/sweep/test_sweep_cli.py compares Dask with the process pool on the real engine in `make test`; this
+# comparison over more points of the stand-in engine runs in the full suite
+@pytest.mark.slow
 def test_dask_local_cluster_equals_local_pool(tmp_path):
     spec = parse_spec(SPEC)
     local = run_sweep(spec, tmp_path / "local", executor=LocalExecutor(2), progress=False, run_fn=fake_run)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import platform
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -22,10 +21,11 @@ from typing import Any
 
 import pandas as pd
 
-from workbench import __version__, table_sink
+from workbench import table_sink
 from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.clock.profiles import make_clock
+from workbench.code_version import code_version
 from workbench.config import Resolved, RunConfig
 from workbench.engine.compiled_paged import drive as compiled_drive
 from workbench.engine.compiled_paged import eligible as compiled_eligible
@@ -40,7 +40,6 @@ from workbench.fleet import disaggregated, fleet
 from workbench.fleet.registry import make_router
 from workbench.heap import release_free_memory
 from workbench.outdir import OutputExistsError, install, staging_dir
-from workbench.paths import REPO_ROOT
 from workbench.results import REQUESTS_TABLE, STEPS_TABLE, summarize_chunks, write_json, write_outputs
 from workbench.table_sink import MemorySink, ParquetSink, TableSink
 from workbench.workload import build_workload, check_workload
@@ -365,18 +364,13 @@ def _drive(replica: Replica, progress: bool, sink: TableSink) -> None:
 
 def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:
     """config.json: the resolved configuration and where it ran."""
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
     return {
         "config": cfg.to_dict(),
         "resolved": {"model": asdict(res.model), "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
                      "swap_slots": res.swap_slots, "max_num_batched_tokens": res.max_num_batched_tokens,
                      "kv_bytes_per_token": res.kv_bytes_per_token, "kernel_heads": res.kernel_heads,
                      "layer_groups": res.layer_groups},
-        "seed": cfg.seed, "version": __version__, "git_commit": commit, "kernel_backend": backend,
+        "seed": cfg.seed, **code_version(), "kernel_backend": backend,
         "hardware": {"machine": platform.machine(), "processor": platform.processor(),
                      "python": platform.python_version(), "system": platform.system()},
     }

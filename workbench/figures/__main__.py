@@ -10,9 +10,36 @@ from pathlib import Path
 from workbench.clean_exit import OneLineParser, print_error, run_cli
 from workbench.figures.build import FIGURES_DIR, RUNS_DIR, build
 from workbench.figures.registry import FIGURE_NAMES
+from workbench.paths import REPO_ROOT
 from workbench.sweep.executors import EXECUTOR_NAMES, make_executor
 from workbench.sweep.runner import SweepError
 from workbench.sweep.spec import SpecError
+
+FOLDER_OPTIONS = ("--figures-dir", "--runs-dir")
+
+
+def recorded_command(argv: list[str]) -> str:
+    """The command a provenance sidecar records, run from the repository root: a folder option names its
+    folder relative to the repository, and is left out when the folder lies outside it (it says where files
+    went on one machine, not what they hold), so that no machine's path is committed."""
+    words = ["python", "-m", "workbench.figures"]
+    rest = list(argv)
+    while rest:
+        word = rest.pop(0)
+        option, equals, value = word.partition("=")
+        if option not in FOLDER_OPTIONS:
+            words.append(word)
+            continue
+        if not equals:
+            if not rest:
+                words.append(word)
+                continue
+            value = rest.pop(0)
+        try:
+            words += [option, str(Path(value).resolve().relative_to(REPO_ROOT))]
+        except ValueError:
+            continue
+    return shlex.join(words)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.executor or args.jobs:
         executor = make_executor(args.executor or "local", jobs=args.jobs, scheduler=args.scheduler,
                                  workers=args.workers)
-    command = shlex.join(["python", "-m", "workbench.figures", *(argv if argv is not None else sys.argv[1:])])
+    command = recorded_command(argv if argv is not None else sys.argv[1:])
     for name in args.names or FIGURE_NAMES:
         start_s = time.perf_counter()
         try:

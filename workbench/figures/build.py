@@ -90,10 +90,12 @@ def provenance(name: str, spec: SweepSpec, command: str) -> dict[str, Any]:
 
 
 def _relative(path: Path) -> str:
+    """The experiment's path in the repository (the wheel's copy as `workbench/_experiments/...`); a file
+    elsewhere by its name only, since its folder is one machine's."""
     try:
         return str(path.resolve().relative_to(REPO_ROOT))
     except ValueError:
-        return str(path)
+        return path.name
 
 
 def _git(*args: str) -> str | None:

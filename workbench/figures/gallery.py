@@ -34,7 +34,7 @@ def gallery_markdown(figures_dir: Path, image_dir: str = "figures") -> str:
     the page), caption, command and provenance (read from `figures_dir/NAME.provenance.json` where present)."""
     parts = ["# Figure gallery", "",
              "Every figure of `python -m workbench.figures`, drawn from its built-in experiment "
-             "(`workbench/experiments/fig_<name>.yaml`). Each figure's own caption line, under the plot, says "
+             "(`experiments/fig_<name>.yaml`). Each figure's own caption line, under the plot, says "
              "what was measured: model, KV capacity, GPU preset, clock and kernel.", ""]
     for name in FIGURE_NAMES:
         parts += [f"## {name}", "", f"![{name}]({image_dir}/{name}.png)", "", caption(name), "",

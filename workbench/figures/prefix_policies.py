@@ -13,7 +13,7 @@ Caches whose every point gives the same hit rates and throughput (on block-hashe
 tree at page = block holds exactly the blocks paged-prefix holds) are drawn once, under one name
 joined by `=`, and the caption line says so. Caches whose lines nearly coincide are all drawn, each
 earlier one wider than the next so it shows at the edges of the one above, and the caption says by how
-much they differ.
+much they differ: over the whole figure, or in the one panel where they coincide.
 """
 
 from __future__ import annotations
@@ -105,6 +105,36 @@ def overlaps(rows: pd.DataFrame, groups: list[list[str]]) -> list[tuple[str, str
     return found
 
 
+def panel_overlaps(rows: pd.DataFrame, groups: list[list[str]]) -> list[tuple[str, str, str, str, str]]:
+    """Pairs of groups whose lines nearly coincide in one panel only (one workload's hit rate or throughput),
+    where `overlaps`, over the whole figure, finds them apart: (lower group's label, upper group's label,
+    the panel's measure, its workload, the gap in words)."""
+    whole = {(low, high) for low, high, *_ in overlaps(rows, groups)}
+    drawn = rows[rows["eviction"] == reference_policy(rows)]
+    found = []
+    for workload, part in drawn.groupby("workload", sort=False):
+        lines = {group[0]: part[part["strategy"] == group[0]].set_index(_POINT)[["hit_rate", "throughput_tok_s"]]
+                 for group in groups}
+        for i, low in enumerate(groups):
+            for high in groups[i + 1:]:
+                if (group_label(low), group_label(high)) in whole:
+                    continue
+                a, b = lines[low[0]].align(lines[high[0]], join="inner")
+                if a.empty:
+                    continue
+                hit_points = float((a["hit_rate"] - b["hit_rate"]).abs().max() * 100)
+                speed_frac = float(((a["throughput_tok_s"] - b["throughput_tok_s"]).abs()
+                                    / b["throughput_tok_s"]).max())
+                label = style.workload_label(str(workload))
+                if hit_points < OVERLAP_HIT_POINTS:
+                    found.append((group_label(low), group_label(high), "hit rate", label,
+                                  f"{_at_most(hit_points)} points"))
+                if speed_frac < OVERLAP_THROUGHPUT_FRAC:
+                    found.append((group_label(low), group_label(high), "throughput", label,
+                                  f"{_at_most(100 * speed_frac)}%"))
+    return found
+
+
 def reference_policy(rows: pd.DataFrame) -> str:
     """The eviction policy the lines draw: the sweep's first."""
     return str(rows["eviction"].iloc[0])
@@ -131,6 +161,8 @@ def caption_note(summary: pd.DataFrame) -> str:
              f"'{group_label(group)}'" for group in groups if len(group) > 1]
     parts += [f"'{low}' (wide) lies under '{high}': their lines differ by {_at_most(hit)} points of hit rate "
               f"and {_at_most(100 * speed)}% of throughput" for low, high, hit, speed in overlaps(rows, groups)]
+    parts += [f"'{low}' (wide) lies under '{high}' in the {measure} of {workload}: they differ by {gap}"
+              for low, high, measure, workload, gap in panel_overlaps(rows, groups)]
     parts.append(f"lines: eviction {reference_policy(rows)}; every policy's device-only hit rate in the table")
     return "\n".join(parts)  # a line each: the caption stays as wide as the figure
 

@@ -1,4 +1,4 @@
-"""The figures by name: each is the built-in experiment `fig_<name>` (workbench/experiments/fig_<name>.yaml)
+"""The figures by name: each is the built-in experiment `fig_<name>` (experiments/fig_<name>.yaml)
 plus `workbench.figures.<name>.plot`."""
 
 from __future__ import annotations

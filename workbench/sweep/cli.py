@@ -47,7 +47,10 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--workers", type=int, default=None,
                         help=f"dask without --scheduler: LocalCluster worker processes (default: the usable cores) "
                              f"[1, {MAX_WORKERS}]")
-    parser.add_argument("--resume", action="store_true", help="keep complete points in OUT and run only the rest")
+    parser.add_argument("--resume", action="store_true", help="keep complete points in OUT and run only the rest "
+                        "(a point made by another package version or git commit runs again)")
+    parser.add_argument("--reuse-stale", action="store_true",
+                        help="with --resume: keep complete points even when other code made them")
     parser.add_argument("--force", action="store_true",
                         help="replace the sweep in OUT; the old points are removed only once the new sweep is done")
     parser.add_argument("--yes", action="store_true", help=f"run a sweep of more than {MAX_POINTS:,} points")
@@ -56,7 +59,7 @@ def build_parser() -> OneLineParser:
 
 
 def comparison_table(spec: SweepSpec, table: pd.DataFrame) -> str:
-    """The varied run flags and the main summary figures, one line per point. Memory fractions are over
+    """The varied run flags and the main summary metrics, one line per point. Memory fractions are over
     the saturated steps (a request was waiting) when every point had some, as the memory_waste figure
     draws them; otherwise over all steps."""
     varied = [k for k in spec.axes] + [k for group in spec.zips for k in group]
@@ -79,6 +82,8 @@ def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> i
         parser.error("--workers starts a LocalCluster; an existing --scheduler brings its own workers")
     if args.resume and args.force:
         parser.error("--resume keeps the points in OUT and --force replaces them: choose one")
+    if args.reuse_stale and not args.resume:
+        parser.error("--reuse-stale says which points --resume keeps: pass it with --resume")
     try:  # bad input or an OUT that must not be touched: one line, exit 2, nothing written
         spec, executor, out_dir = open_sweep(args.experiment, args.out, resume=args.resume, force=args.force,
                                              executor=args.executor, jobs=args.jobs, scheduler=args.scheduler,
@@ -90,7 +95,7 @@ def main(argv: list[str] | None = None, figures: FigureHooks | None = None) -> i
         return 2
     try:
         table = run_sweep(spec, out_dir, executor=executor, resume=args.resume, force=args.force,
-                          progress=not args.no_progress)
+                          reuse_stale=args.reuse_stale, progress=not args.no_progress)
     except (SweepLocked, ValueError) as exc:
         print_error(exc)
         return 2

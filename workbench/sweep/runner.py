@@ -8,8 +8,10 @@ points, run the rest) or `force` (start over; the old points are moved aside and
 the new sweep has finished; put back if it does not: `workbench.sweep.replaced`). `resume` checks
 every kept point (its four files, a summary whose figures are numbers where numbers belong, a
 config whose hash is the point id) and moves a broken one to `OUT/broken/` before running it
-again. A lock file keeps a second sweep out of the same OUT while one runs. OUT and the entries the
-sweep manages in it are checked before any work: each must be of its kind (a directory, a file).
+again; a point that other code made (its config.json records another package version or git commit)
+goes to `OUT/stale/` and runs again, unless `reuse_stale`. A lock file keeps a second sweep out of the
+same OUT while one runs. OUT and the entries the sweep manages in it are checked before any work: each
+must be of its kind (a directory, a file).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from workbench.arguments import count_argument, switch_argument, text_argument
+from workbench.code_version import code_version
 from workbench.config import RunConfig
 from workbench.errors import ConfigError, ResultError, shown
 from workbench.experiments import find_experiment
@@ -41,6 +44,7 @@ from workbench.sweep.spec import MAX_POINTS, Point, SweepSpec, config_id, descri
 from workbench.sweep.summary import POINT_SUMMARY_FILE, SUMMARY_FILE, summary_table, write_summary
 
 BROKEN_DIR = "broken"
+STALE_DIR = "stale"  # points made by other code, set aside by a resume that runs them again
 
 # run_fn(config, out_dir) writes the run files (docs/outputs.md) into out_dir; engine.simulation.run is the default
 RunFn = Callable[[RunConfig, Path], Any]
@@ -122,7 +126,8 @@ def holds_sweep(out_dir: Path) -> bool:
 
 
 # what the sweep itself creates in OUT, and the kind each must be
-OUT_ENTRIES = {POINTS_DIR: stat.S_ISDIR, BROKEN_DIR: stat.S_ISDIR, LOCK_FILE: stat.S_ISREG, SUMMARY_FILE: stat.S_ISREG}
+OUT_ENTRIES = {POINTS_DIR: stat.S_ISDIR, BROKEN_DIR: stat.S_ISDIR, STALE_DIR: stat.S_ISDIR, LOCK_FILE: stat.S_ISREG,
+               SUMMARY_FILE: stat.S_ISREG}
 
 
 def check_out_dir(out_dir: Path, *, resume: bool, force: bool) -> Path:
@@ -150,10 +155,13 @@ def check_out_dir(out_dir: Path, *, resume: bool, force: bool) -> Path:
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None = None, resume: bool = False,
-              force: bool = False, progress: bool = True, run_fn: RunFn | None = None) -> pd.DataFrame:
+              force: bool = False, reuse_stale: bool = False, progress: bool = True,
+              run_fn: RunFn | None = None) -> pd.DataFrame:
     """Run every point of `spec` (with `resume`, only those OUT lacks) and write the summary.
 
-    Mutates `out_dir`: creates `points/<id>/` per point and `summary.parquet`. Raises ValueError
+    A point kept by `resume` must also have been made by this code (the package version and git commit its
+    config.json records); one made by other code is moved to `OUT/stale/` and run again, unless
+    `reuse_stale`. Mutates `out_dir`: creates `points/<id>/` per point and `summary.parquet`. Raises ValueError
     before any work when OUT holds a sweep and neither `resume` nor `force` is given, SweepLocked
     when another sweep holds OUT, SweepError when a point fails. Returns the summary table.
     """
@@ -166,7 +174,13 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None
         points_dir.mkdir(parents=True, exist_ok=True)
         for debris in points_dir.glob(TMP_PREFIX + "*"):  # temporaries of killed runs; the lock says none is live
             shutil.rmtree(debris, ignore_errors=True)
-        todo = [p for p in points if not _keep(out_dir, p)] if resume else points
+        if resume:
+            kept = [p for p in points if _keep(out_dir, p)]
+            if not reuse_stale:
+                _say(set_aside_stale(out_dir, kept, len(points)))
+            todo = [p for p in points if not (points_dir / p.point_id).exists()]
+        else:
+            todo = points
         executor = executor or LocalExecutor()
         tasks = [PointTask(p.point_id, f"point {p.index} [{p.point_id}] ({describe(p.varied)})",
                            p.config.to_dict(), str(points_dir.resolve()), run_fn, executor.threads_per_task)
@@ -214,17 +228,20 @@ def open_sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path
 
 
 def sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | None = None, *,
-          resume: bool | None = None, force: bool = False, executor: str = "local", jobs: int | None = None,
+          resume: bool | None = None, force: bool = False, reuse_stale: bool = False, executor: str = "local",
+          jobs: int | None = None,
           scheduler: str | None = None, workers: int | None = None, progress: bool = True,
           max_points: int | None = MAX_POINTS) -> pd.DataFrame:
     """Run a sweep and return its summary table (one row per point: `point_id`, the configuration, the
-    summary figures), as `python -m workbench.sweep` does.
+    summary metrics), as `python -m workbench.sweep` does.
 
     `spec` is a mapping (`{"base": {...}, "axes": {...}}`, the YAML as data), a YAML file, or a built-in
     experiment's name. Points go to `out/points/<id>/` (default `out`: `$WORKBENCH_RUNS_DIR/<name>`, else
     `runs/<name>`). `resume` (the default unless `force`) keeps the complete points already in `out` and runs
-    the rest, so a cell run again costs nothing; `force` replaces them; `resume=False` refuses an `out`
-    holding a sweep. `executor` is `local` (a process pool of `jobs` workers) or `dask`.
+    the rest, so a cell run again costs nothing; a kept point that another package version or git commit
+    made runs again (the old one moved to `out/stale/`) unless `reuse_stale`; `force` replaces them;
+    `resume=False` refuses an `out` holding a sweep. `executor` is `local` (a process pool of `jobs` workers)
+    or `dask`.
     """
     force = switch_argument("force", force)
     resume = not force if resume is None else switch_argument("resume", resume)
@@ -243,7 +260,8 @@ def sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | No
                                                scheduler=scheduler, workers=workers, max_points=max_points)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    table = run_sweep(sweep_spec, out_dir, executor=pool, resume=resume, force=force, progress=progress)
+    table = run_sweep(sweep_spec, out_dir, executor=pool, resume=resume, force=force, reuse_stale=reuse_stale,
+                      progress=progress)
     table.attrs["sweep_dir"] = str(out_dir)  # where `workbench.api.point` reads a point's tables
     return table
 
@@ -251,6 +269,41 @@ def sweep(spec: SweepSpec | Mapping[str, Any] | str | Path, out: str | Path | No
 def _say(line: str | None) -> None:
     if line is not None:
         print(line, file=sys.stderr)
+
+
+def made_by(folder: Path) -> tuple[Any, Any]:
+    """The package version and git commit that a point's config.json records (None where it records none)."""
+    description, _ = read_config(folder)
+    return description.get("version"), description.get("git_commit")
+
+
+def _code_label(version: Any, commit: Any) -> str:
+    if version is None and commit is None:
+        return "code that recorded no version"
+    return f"version {version}" + (f" at commit {str(commit)[:12]}" if commit else " outside a git checkout")
+
+
+def set_aside_stale(out_dir: Path, kept: list[Point], num_points: int) -> str | None:
+    """Move the kept points that other code made (another package version or git commit than this one's)
+    to OUT/stale/, so that the sweep runs them again; returns the line that says how many and why."""
+    now = code_version()
+    current = (now["version"], now["git_commit"])
+    stale: dict[tuple[Any, Any], int] = {}
+    for point in kept:
+        folder = out_dir / POINTS_DIR / point.point_id
+        maker = made_by(folder)
+        if maker == current:
+            continue
+        aside = out_dir / STALE_DIR / f"{point.point_id}-{uuid.uuid4().hex[:8]}"
+        aside.parent.mkdir(exist_ok=True)
+        os.rename(folder, aside)
+        stale[maker] = stale.get(maker, 0) + 1
+    if not stale:
+        return None
+    makers = "; ".join(f"{count} by {_code_label(*maker)}" for maker, count in stale.items())
+    return (f"resume: running {sum(stale.values())} of {num_points} points again: they were made by other code "
+            f"({makers}), this is {_code_label(*current)}; the old points are in {out_dir / STALE_DIR}/ "
+            f"(--reuse-stale keeps them instead)")
 
 
 def _keep(out_dir: Path, point: Point) -> bool:

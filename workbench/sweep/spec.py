@@ -16,8 +16,8 @@ An axis or zip key overrides the same key of `base`; a key may be varied in one 
 Errors name the file and the key path (`axes.block_size[2]`) and show a value at most
 `errors.SHOWN_CHARS` long. The YAML is read by `workbench.user_yaml`: plain data, no key twice in a
 mapping, anchors and aliases expanding to at most 100,000 values nested at most 32 deep. A point's id
-is a short hash of the canonical JSON of its resolved configuration, so it is stable across runs,
-executors and machines.
+is a short hash of the canonical JSON of the configuration fields that differ from their defaults, so it
+is stable across runs, executors, machines and the addition of new fields.
 """
 
 from __future__ import annotations
@@ -141,8 +141,13 @@ def _strategy_key(config: RunConfig) -> str:
 
 
 def config_id(config: RunConfig) -> str:
-    """Short hex id of a resolved configuration: hash of its canonical JSON (sorted keys, no spaces)."""
-    return _short_hash(json.dumps(config.to_dict(), sort_keys=True, separators=(",", ":")))
+    """Short hex id of a configuration: a hash of the canonical JSON (sorted keys, no spaces) of the fields
+    whose value differs from the field's default. A field added with a default that keeps the old behaviour
+    leaves every id as it was; whether the code that made a point still stands is for `--resume` to judge
+    from the version and commit the point records (workbench.sweep.runner), not for its id."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    changed = {name: value for name, value in config.to_dict().items() if value != defaults[name]}
+    return _short_hash(json.dumps(changed, sort_keys=True, separators=(",", ":")))
 
 
 def load_spec(path: str | Path, *, max_points: int | None = MAX_POINTS) -> SweepSpec:

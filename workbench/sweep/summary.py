@@ -1,8 +1,8 @@
 """The sweep's summary table: one row per point, in expansion order, read from the points' files.
 
 Columns: `point_id`, then the flattened run configuration (one column per `RunConfig` field), then
-the run's summary figures (`workbench.columns.SUMMARY_KEYS` and any extra keys the run reported, in
-the order of its summary.json). Where a config field and a summary figure share a name
+the run's summary metrics (`workbench.columns.SUMMARY_KEYS` and any extra keys the run reported, in
+the order of its summary.json). Where a config field and a summary metric share a name
 (`kv_slots`, `num_requests`) the summary keeps the name, holding the resolved value, and the
 configured value moves to `config_<name>`.
 
@@ -37,11 +37,11 @@ def read_point_summary(point_dir: Path) -> dict[str, Any]:
         raise RuntimeError(f"{path}: cannot read the point's summary: {exc}") from None
 
 
-def summary_row(point_id: str, config: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
-    """One row of the table: the point id, the run configuration, then the run's summary figures."""
+def summary_row(point_id: str, config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+    """One row of the table: the point id, the run configuration, then the run's summary metrics."""
     row: dict[str, Any] = {"point_id": point_id}
-    row.update({(f"config_{k}" if k in figures else k): v for k, v in config.items()})
-    row.update(figures)
+    row.update({(f"config_{k}" if k in metrics else k): v for k, v in config.items()})
+    row.update(metrics)
     return row
 
 

@@ -110,10 +110,25 @@ def hybrid_eviction_walk(geometry, eviction: str, block_size: int, seed: int, nu
     assert pools[0].prefix_evicted_blocks > 0 or num_ops < 100, "the walk never evicted: the pool is too large"
 
 
+# The quick run walks once per geometry and policy at block size 4, and at block size 1 (many more blocks a
+# walk, each evicted alone) on the geometry of three groups, window and full ones among them; the full run
+# walks every geometry at both sizes three more times
+QUICK_CASES = [(geometry, 4) for geometry in GEOMETRIES] + [(GEOMETRIES[-1], 1)]
+
+
+@pytest.mark.parametrize(("geometry", "block_size"), QUICK_CASES)
+@pytest.mark.parametrize("eviction", list(POLICIES))
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_batched_eviction_matches_one_entry_at_a_time(geometry, eviction, block_size, seed):
+    hybrid_eviction_walk(geometry, eviction, block_size, seed, num_ops=150)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("geometry", GEOMETRIES)
 @pytest.mark.parametrize("eviction", list(POLICIES))
 @pytest.mark.parametrize("block_size", [1, 4])
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
-def test_batched_eviction_matches_one_entry_at_a_time(geometry, eviction, block_size, seed):
+def test_more_batched_evictions_match_one_entry_at_a_time(geometry, eviction, block_size, seed):
     hybrid_eviction_walk(geometry, eviction, block_size, seed, num_ops=150)
