@@ -10,8 +10,9 @@
    a window of it with `--kernel numba --kernel-heads 8` (one layer of 8 KV and 32 query heads on
    this CPU: prefill attention of the trace's ~1,000-token prompts dominates).
 
-3. With `--requests N` (repeatable), the scale rows instead: `paged`, Llama-3-8B on an H100, 40 GiB of
-   KV, `sharegpt-like` at 40 req/s, `--kernel none` (the compiled loop's plain case), N requests written
+3. With `--requests N` (repeatable), the scale rows instead: `paged` (or each `--strategy NAME`), Llama-3-8B on
+   an H100, 40 GiB of KV, `sharegpt-like` at 40 req/s, `--kernel none` (for `paged` the compiled loop's plain
+   case), N requests written
    to a temporary `--out`: steps, mean batch, CPU seconds, CPU µs per simulated step and peak RSS, each
    row in a fresh process (peak RSS is per process). `--baseline PATH` runs every row also with the package
    at PATH (another checkout), alternating, so before and after are measured side by side. `--set KEY=VALUE`
@@ -26,6 +27,7 @@ Wall times are noisy on a shared machine: compare rows of one run.
 
     python benchmarks/bench_engine.py [--model llama-3-8b] [--gpu a100-80gb] [--window-s 20]
     python benchmarks/bench_engine.py --requests 100000 --requests 1000000 [--baseline ../main]
+    python benchmarks/bench_engine.py --requests 20000 --strategy paged --strategy paged-prefix --baseline ../old
     python benchmarks/bench_engine.py --requests 100000 --baseline ../old --set eff_bw=1.0 --set step_overhead_s=0.00075
 """
 
@@ -92,9 +94,9 @@ from pathlib import Path
 from workbench.config import RunConfig  # first, as in a user's run: the package picks Arrow's memory pool
 from workbench.engine.simulation import run
 import pyarrow.parquet as pq
-cfg = RunConfig(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
-                workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none",
-                **json.loads(sys.argv[3]))
+cfg = RunConfig(**{**dict(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
+                          workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none"),
+                   **json.loads(sys.argv[3])})
 with tempfile.TemporaryDirectory() as tmp:
     cpu0 = time.process_time()
     run(cfg, Path(tmp) / "out")
@@ -119,19 +121,22 @@ def scale_row(num_requests: int, package_root: Path, changes: dict) -> tuple[int
     return int(out[0]), float(out[1]), float(out[2]), int(out[3])
 
 
-def scale_table(counts: list[int], baseline: Path | None, changes: dict, baseline_changes: dict) -> None:
+def scale_table(counts: list[int], strategies: list[str], baseline: Path | None, changes: dict,
+                baseline_changes: dict) -> None:
     here = Path(__file__).resolve().parent.parent
     roots = [("this", here, changes)] + ([("baseline", baseline, baseline_changes)] if baseline is not None else [])
-    print("paged, llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none")
+    print("llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none (unless --set says otherwise)")
     for label, _, fields in roots:
         if fields:
             print(f"{label}: " + ", ".join(f"{k}={v}" for k, v in fields.items()))
-    print(f"{'package':<9} {'requests':>9} {'steps':>9} {'batch':>6} {'cpu_s':>8} {'us/step':>8} {'peak RSS MB':>12}")
-    for n in counts:
-        for label, root, fields in roots:  # alternating: the same load on both
-            steps, batch, cpu_s, rss = scale_row(n, root, fields)
-            print(f"{label:<9} {n:>9,} {steps:>9,} {batch:>6.1f} {cpu_s:>8.1f} {cpu_s / steps * 1e6:>8.1f} "
-                  f"{rss / 1e6:>12.0f}", flush=True)
+    print(f"{'strategy':<20} {'package':<9} {'requests':>9} {'steps':>9} {'batch':>6} {'cpu_s':>8} {'us/step':>8} "
+          f"{'peak RSS MB':>12}")
+    for strategy in strategies:
+        for n in counts:
+            for label, root, fields in roots:  # alternating: the same load on both
+                steps, batch, cpu_s, rss = scale_row(n, root, {"strategy": strategy, **fields})
+                print(f"{strategy:<20} {label:<9} {n:>9,} {steps:>9,} {batch:>6.1f} {cpu_s:>8.1f} "
+                      f"{cpu_s / steps * 1e6:>8.1f} {rss / 1e6:>12.0f}", flush=True)
 
 
 def config_changes(pairs: list[str] | None) -> dict:
@@ -154,6 +159,8 @@ def main() -> int:
     parser.add_argument("--gpu", default="a100-80gb")
     parser.add_argument("--window-s", type=float, default=20.0, help="trace window for the kernel run, seconds")
     parser.add_argument("--requests", type=int, action="append", help="scale rows: requests per run (repeatable)")
+    parser.add_argument("--strategy", action="append", help="with --requests: the strategy of a set of rows "
+                        "(repeatable; default paged)")
     parser.add_argument("--baseline", type=Path, help="with --requests: a checkout to run each row with too")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="with --requests: a config field of this package's runs (repeatable)")
@@ -161,7 +168,8 @@ def main() -> int:
                         help="with --requests: a config field of the baseline's runs (repeatable)")
     args = parser.parse_args()
     if args.requests:
-        scale_table(args.requests, args.baseline, config_changes(args.set), config_changes(args.baseline_set))
+        scale_table(args.requests, args.strategy or ["paged"], args.baseline, config_changes(args.set),
+                    config_changes(args.baseline_set))
         return 0
     try:
         path = resolve("azure-llm-2023-conv")  # cache, shared folder, else a verified download

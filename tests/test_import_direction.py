@@ -12,6 +12,9 @@ import pytest
 
 PACKAGE = Path(__file__).parents[1] / "workbench"
 
+ENGINE_BELOW_THE_RUN = tuple(f"workbench.engine.{p.stem}" for p in (PACKAGE / "engine").glob("*.py")
+                             if p.stem not in ("__init__", "simulation")) + ("workbench.engine.compiled_paged",)
+
 # (importer prefix, forbidden prefix): the first never imports the second
 _SCHEDULING = ("workbench.engine.scheduler", "workbench.engine.admission", "workbench.engine.decode_batch",
                "workbench.engine.prefill_chunks", "workbench.engine.plan", "workbench.engine.kernel_inputs")
@@ -26,6 +29,11 @@ FORBIDDEN = [
     # the scheduling side decides on integers: it never reaches device memory, kernels or the loop above it
     *[(m, f) for m in _SCHEDULING for f in ("workbench.engine.runner", "workbench.engine.kvpool", "workbench.kernels",
                                              "workbench.engine.simulation", "workbench.engine.replica")],
+    # the engine knows strategies through their protocol (allocators.base) and the registry, never a concrete one
+    *[("workbench.engine", f"workbench.allocators.{kind}") for kind in ("paged", "prefix", "contiguous", "virtual")],
+    # a fleet is replicas of the engine: it imports the engine's modules; of the engine, only the run's entry
+    # (`simulation`, which builds a fleet when configured) imports the fleet
+    *[(m, "workbench.fleet") for m in ENGINE_BELOW_THE_RUN],
 ]
 MAX_FLOORS = 10  # import edges on the longest chain of the graph
 

@@ -1,16 +1,18 @@
-"""The package's one NumPy splitmix64, a leaf module: the KV pool hashes with it without importing the
-workload package (and with it pandas), so the GPU path stays small."""
+"""The package's one splitmix64, a leaf module: the KV pool hashes with it without importing the workload
+package (and with it pandas), so the GPU path stays small."""
 
 from __future__ import annotations
 
-import numpy as np
+from numba import uint64, vectorize
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer, vectorized over uint64 (arithmetic wraps modulo 2^64). The one NumPy
-    splitmix64 of the package; `allocators.prefix.loops` has its compiled twin."""
-    with np.errstate(over="ignore"):  # uint64 scalars warn on the wrap that arrays do silently
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+# a compiled ufunc: the engine calls it on a step's few blocks or sequences, where NumPy's per-operation
+# overhead (ten array operations and an error-state switch) would cost more than the hashing
+@vectorize([uint64(uint64)], cache=True)
+def mix64(x):
+    """splitmix64 finalizer over uint64 arrays or scalars (arithmetic wraps modulo 2^64). The one splitmix64
+    of the package; `allocators.prefix.loops` has its compiled twin for use inside compiled loops."""
+    z = x + uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> uint64(30))) * uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> uint64(27))) * uint64(0x94D049BB133111EB)
+    return z ^ (z >> uint64(31))

@@ -224,6 +224,11 @@ class StepEffects(NamedTuple):
 NO_EFFECTS = StepEffects()
 
 
+def blocks_refused(need: int, allocatable: int) -> str:
+    """The reason a block pool refuses an admission: `need` blocks, fewer `allocatable`."""
+    return f"needs {need} blocks, {allocatable} allocatable"
+
+
 class Strategy(ABC):
     """A KV allocation strategy. Sequences are named by the caller's integer ids. A strategy class
     subclasses this one; the abstract verbs are its whole duty, and every optional capability below
@@ -234,11 +239,26 @@ class Strategy(ABC):
     block_size: int  # slots per block; 1 for contiguous strategies
     capacity_slots: int  # whole blocks only: the pool's C of docs/memory.md (a tail smaller than a block is not pool)
     supports_swap: bool  # False: swap_out raises and the engine must preempt by recompute
+    # True: a sequence takes fixed-size blocks from one shared pool as it grows (paged), so admission keeps a
+    # watermark of free blocks for the running ones, bounds a readmitted group's appends before admitting it,
+    # and a step row's unshared slots are whole blocks; False: a sequence's memory is its own extent
+    grows_by_blocks: bool = False
     wants_token_ids: bool = False  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
     needs_prompt_ids: bool = True  # False: `admit` reads only the count of `SeqSpec.token_ids` (may be given None)
     prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache by this instance (0 without one)
     prefix_hit_tokens: int = 0  # of those, tokens served from the cache
     prefix_evicted_blocks: int = 0  # cached blocks evicted (unregistered and reused) by this instance
+
+    def runs_compiled(self) -> str | None:
+        """Pure. The compiled step loop that can run this strategy through a whole run from its present state
+        (workbench.engine.compiled_paged: "paged"), or None for the general loop."""
+        return None
+
+    @property
+    def kernel_reads_blocks(self) -> bool:
+        """The attention kernel walks a block table (each block visit has its own cost in the clock), rather
+        than reading each sequence's KV as one extent."""
+        return self.kernel_mode == "paged"
 
     @abstractmethod
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:

@@ -35,6 +35,9 @@ from __future__ import annotations
 import bisect
 import math
 
+import numpy as np
+
+from workbench.clock import step_formula as F
 from workbench.clock.operators import ACTIVATION_BYTES, forward_pass
 from workbench.presets import GpuPreset, ModelPreset
 
@@ -85,6 +88,14 @@ def link_s(num_bytes: int, link_gb_s: float) -> float:
     return num_bytes / (link_gb_s * 1e9)
 
 
+# the attributes `RooflineClock._constants` puts in K
+FORMULA_CONSTANTS = frozenset((
+    "kv_bytes_per_token", "attn_bytes_per_row", "bytes_per_s", "attn_flops_per_key", "attn_s_per_block_read",
+    "attention_launch_s", "kernel_launch_s", "block_bytes", "tp", "allreduce_fixed_s", "allreduce_s_per_token",
+    "map_s_per_page", "overlap_map", "link_bytes_per_s", "swap_fixed_s_per_block", "step_overhead_s",
+    "separate_prefill"))
+
+
 class RooflineClock:
     """Pure function of the step's work; holds the constants of one run."""
 
@@ -111,8 +122,10 @@ class RooflineClock:
         self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw * tp
         self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops * tp  # large GEMMs; scaled by gemm_shape_frac
         self._flops_per_s_at: dict[int, float] = {}  # tokens of a step -> its GEMMs' FLOP rate, as computed
-        self._rows_s: dict[int, float] = {}  # tokens of a step -> its per-row operators' time, as computed
-        self._output_s: dict[int, float] = {}  # sampled rows -> the output layer's time, as computed
+        # per row count, NaN until computed: the per-row operators' time, the output layer's time (sampled rows)
+        # and the GEMM rate; the formula (workbench.clock.step_formula) reads them, both step loops share them
+        self.rows_s_table, self.output_s_table, self.flops_per_s_table = (np.full(1024, np.nan) for _ in range(3))
+        self.need = np.zeros(4, dtype=np.int64)  # the table entries a formula lacked
         link_gb_s = gpu.host_link_gb_s * HOST_LINK_EFF if host_link_gbps is None else host_link_gbps
         self.link_bytes_per_s = link_gb_s * 1e9 * tp
         # two all-reduces per layer of every token's activations (the residual stream's width)
@@ -135,38 +148,53 @@ class RooflineClock:
         # a shared-tier block crosses the shared link (0: no shared tier, nothing is ever loaded from one)
         self.shared_load_s_per_block = self.block_bytes / (shared_link_gb_s * 1e9) if shared_link_gb_s else 0.0
         self.overlap_load = overlap_load
+        self.K = self._constants()
+
+    def __setattr__(self, name: str, value) -> None:
+        # the attributes are the constants' truth: K follows a change made after construction (a test's or a
+        # fit's variant of one clock)
+        object.__setattr__(self, name, value)
+        if name in FORMULA_CONSTANTS and "K" in self.__dict__:
+            object.__setattr__(self, "K", self._constants())
+
+    def _constants(self) -> np.ndarray:
+        """The constants the formula reads, in `step_formula`'s K order (`FORMULA_CONSTANTS`)."""
+        K = np.zeros(F.NUM_CONSTS)
+        K[F.KV_BYTES_PER_TOKEN], K[F.ATTN_BYTES_PER_ROW] = self.kv_bytes_per_token, self.attn_bytes_per_row
+        K[F.BYTES_PER_S], K[F.ATTN_FLOPS_PER_KEY] = self.bytes_per_s, self.attn_flops_per_key
+        K[F.ATTN_S_PER_BLOCK_READ], K[F.ATTENTION_LAUNCH_S] = self.attn_s_per_block_read, self.attention_launch_s
+        K[F.KERNEL_LAUNCH_S], K[F.BLOCK_BYTES], K[F.TP] = self.kernel_launch_s, self.block_bytes, self.tp
+        K[F.ALLREDUCE_FIXED_S], K[F.ALLREDUCE_S_PER_TOKEN] = self.allreduce_fixed_s, self.allreduce_s_per_token
+        K[F.MAP_S_PER_PAGE], K[F.OVERLAP_MAP] = self.map_s_per_page, self.overlap_map
+        K[F.LINK_BYTES_PER_S], K[F.SWAP_FIXED_S_PER_BLOCK] = self.link_bytes_per_s, self.swap_fixed_s_per_block
+        K[F.STEP_OVERHEAD_S], K[F.SEPARATE_PREFILL] = self.step_overhead_s, self.separate_prefill
+        return K
 
     def cost_s(self, cost, measured_attention_s: float | None = None) -> float:
-        """Duration of the step a `workbench.clock.step_cost.StepCost` describes; see `step_s`. Host-tier
-        and shared-tier loads (one after the other) are added to it, or with `overlap_load` hidden behind it
-        up to its length."""
-        step_s = self._compute_cost_s(cost, measured_attention_s)
+        """Duration of the step a `workbench.clock.step_cost.StepCost` describes (`step_formula.compute_s`: one
+        iteration, or a decode and a prompt iteration under `separate_prefill`). Host-tier and shared-tier loads
+        (one after the other) are added to it, or with `overlap_load` hidden behind it up to its length."""
+        sampled = cost.sampled_tokens
+        if sampled is None:  # a StepCost built by hand: every decode row and one prompt row sample
+            sampled = cost.num_decode_tokens + (1 if cost.num_prefill_tokens else 0)
+        measured_s = math.nan if measured_attention_s is None else measured_attention_s
+        while True:
+            step_s = F.compute_s(self.K, self.rows_s_table, self.output_s_table, self.flops_per_s_table, self.need,
+                                 cost.num_prefill_tokens, cost.num_decode_tokens, cost.kv_read_tokens,
+                                 cost.attn_query_ctx, cost.decode_ctx_tokens, cost.copied_blocks, cost.swapped_blocks,
+                                 measured_s, cost.mapped_pages, cost.decode_blocks, sampled)
+            if not math.isnan(step_s):
+                break
+            self.fill(self.need)
         if not (cost.loaded_blocks or cost.shared_loaded_blocks):
             return step_s
         load_s = cost.loaded_blocks * self.load_s_per_block + cost.shared_loaded_blocks * self.shared_load_s_per_block
         return max(step_s, load_s) if self.overlap_load else step_s + load_s
 
-    def _compute_cost_s(self, cost, measured_attention_s: float | None) -> float:
-        sampled = cost.sampled_tokens
-        if sampled is None:  # a StepCost built by hand: every decode row and one prompt row sample
-            sampled = cost.num_decode_tokens + (1 if cost.num_prefill_tokens else 0)
-        if not (self.separate_prefill and cost.num_prefill_tokens and cost.num_decode_tokens):
-            return self.step_s(cost.num_tokens, cost.kv_read_tokens, cost.attn_query_ctx, cost.copied_blocks,
-                               cost.swapped_blocks, measured_attention_s, cost.mapped_pages, cost.decode_blocks,
-                               sampled)
-        ctx = cost.decode_ctx_tokens
-        # a measured attention time covers both phases, and page mapping both: charged to the decode iteration
-        decode_s = self.step_s(cost.num_decode_tokens, ctx, ctx, cost.copied_blocks, cost.swapped_blocks,
-                               measured_attention_s, cost.mapped_pages, cost.decode_blocks, cost.num_decode_tokens)
-        prefill_s = self.step_s(cost.num_prefill_tokens, cost.kv_read_tokens - ctx, cost.attn_query_ctx - ctx, 0, 0,
-                                None if measured_attention_s is None else 0.0,
-                                sampled_tokens=sampled - cost.num_decode_tokens)
-        return decode_s + prefill_s
-
     def step_s(self, num_tokens: int, kv_read_tokens: float, attn_query_ctx: float, copied_blocks: int,
                swapped_blocks: int, measured_attention_s: float | None = None, mapped_pages: int = 0,
                decode_blocks: int = 0, sampled_tokens: int | None = None) -> float:
-        """Duration of a step, all counts over the full model:
+        """Duration of one iteration (`step_formula.step_s`), all counts over the full model:
         `num_tokens` rows through the layers (prefill + decode); `kv_read_tokens` KV rows read by
         attention, summed over sequences; `attn_query_ctx` keys attended, summed over query tokens;
         `copied_blocks` copy-on-write copies; `swapped_blocks` moved over the host link;
@@ -177,47 +205,60 @@ class RooflineClock:
         attention reads, summed over sequences."""
         if sampled_tokens is None:
             sampled_tokens = 1 if num_tokens else 0
-        compute_s = self.rows_s(num_tokens) + self.output_layer_s(sampled_tokens)
-        if measured_attention_s is None:
-            kv_bytes = (num_tokens + kv_read_tokens) * self.kv_bytes_per_token + num_tokens * self.attn_bytes_per_row
-            compute_s += max(kv_bytes / self.bytes_per_s,
-                             attn_query_ctx * self.attn_flops_per_key / self.gemm_flops_per_s(num_tokens))
-            compute_s += decode_blocks * self.attn_s_per_block_read  # a measured kernel includes its own
-        else:
-            compute_s += num_tokens * self.kv_bytes_per_token / self.bytes_per_s + measured_attention_s / self.tp
-        compute_s += self.attention_launch_s
-        if copied_blocks:  # copy-on-write: one copy kernel reads and writes each block
-            compute_s += 2.0 * copied_blocks * self.block_bytes / self.bytes_per_s + self.kernel_launch_s
-        if self.tp > 1:
-            compute_s += self.allreduce_fixed_s + num_tokens * self.allreduce_s_per_token
-        map_s = mapped_pages * self.map_s_per_page
-        compute_s = max(compute_s, map_s) if self.overlap_map else compute_s + map_s
-        swap_s = (swapped_blocks * self.block_bytes / self.link_bytes_per_s
-                  + swapped_blocks * self.swap_fixed_s_per_block)
-        return compute_s + swap_s + self.step_overhead_s
+        self.rows_s(num_tokens)
+        self.output_layer_s(sampled_tokens)
+        return F.step_s(self.K, self.rows_s_table, self.output_s_table, self.flops_per_s_table, num_tokens,
+                        kv_read_tokens, attn_query_ctx, copied_blocks, swapped_blocks,
+                        math.nan if measured_attention_s is None else measured_attention_s, mapped_pages,
+                        decode_blocks, sampled_tokens)
+
+    def fill(self, need) -> None:
+        """Mutates the tables: the entries a formula lacked (`need`, step_formula's NEED_* order)."""
+        self.rows_s(int(need[F.NEED_ROWS_A]))
+        self.rows_s(int(need[F.NEED_ROWS_B]))
+        self.output_layer_s(int(need[F.NEED_SAMPLED_A]))
+        self.output_layer_s(int(need[F.NEED_SAMPLED_B]))
 
     def rows_s(self, num_tokens: int) -> float:
-        """The per-row operators' time of a step with `num_tokens` rows, as `step_s` adds it (memoized)."""
-        rows_s = self._rows_s.get(num_tokens)
-        if rows_s is None:
-            rows_s = self._rows_s[num_tokens] = self._operators_s(self.forward.per_row, num_tokens)
-        return rows_s
+        """The per-row operators' time of a step with `num_tokens` rows, as the formula adds it (memoized in
+        `rows_s_table`, with the GEMM rate at that row count)."""
+        self._hold(num_tokens)
+        rows_s = self.rows_s_table[num_tokens]
+        if math.isnan(rows_s):
+            rows_s = self.rows_s_table[num_tokens] = self._operators_s(self.forward.per_row, num_tokens)
+            self.flops_per_s_table[num_tokens] = self.gemm_flops_per_s(num_tokens)
+        return float(rows_s)
 
     def output_layer_s(self, sampled_tokens: int) -> float:
-        """The output layer's time for `sampled_tokens` rows, as `step_s` adds it (0 rows: it does not run)."""
-        output_s = self._output_s.get(sampled_tokens)
-        if output_s is None:
-            output_s = self._output_s[sampled_tokens] = (
+        """The output layer's time for `sampled_tokens` rows, as the formula adds it (0 rows: it does not run;
+        memoized in `output_s_table`)."""
+        self._hold(sampled_tokens)
+        output_s = self.output_s_table[sampled_tokens]
+        if math.isnan(output_s):
+            output_s = self.output_s_table[sampled_tokens] = (
                 self._operators_s((self.forward.output,), sampled_tokens) if sampled_tokens else 0.0)
-        return output_s
+        return float(output_s)
 
     def gemm_flops_per_s(self, rows: int) -> float:
-        """The FLOP rate of GEMMs with `rows` rows, over the tensor-parallel GPUs (memoized); `step_s` divides
+        """The FLOP rate of GEMMs with `rows` rows, over the tensor-parallel GPUs (memoized); the formula divides
         a step's attention FLOPs by it."""
         rate = self._flops_per_s_at.get(rows)
         if rate is None:
             rate = self._flops_per_s_at[rows] = self.flops_per_s * gemm_shape_frac(rows)
         return rate
+
+    def _hold(self, rows: int) -> None:
+        """Mutates. The tables reach index `rows` (doubling; new entries NaN: not computed)."""
+        size = self.rows_s_table.shape[0]
+        if rows < size:
+            return
+        while size <= rows:
+            size *= 2
+        for name in ("rows_s_table", "output_s_table", "flops_per_s_table"):
+            old = getattr(self, name)
+            new = np.full(size, np.nan)
+            new[:old.shape[0]] = old
+            setattr(self, name, new)
 
     def _operators_s(self, operators, rows: int) -> float:
         """The operators' times at `rows` rows, summed (`operator_s`; weights are read even at 0 rows)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.allocators.base import SeqSpec, Strategy
-from workbench.engine import reasons
+from workbench.engine import reasons, rules
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.plan import Landed, Prefill
 from workbench.engine.prefill_chunks import PrefillChunks, append_recomputed, shared_token_ids
@@ -85,7 +85,7 @@ class Admission:
         fewest_blocks = smallest_extent = MAX_PASS_KEY
         while len(self.waiting) > passed:
             g = self.waiting[passed]
-            tokens = g.request.prompt_tokens + g.generated  # a recomputed group re-prefills what it generated
+            tokens = rules.recompute_tokens(g.request.prompt_tokens, g.generated)
             num_seqs = g.num_seqs_requested
             if num_seqs > self.max_num_seqs:
                 self.reject(self._take(passed), f"{num_seqs} sequences > max_num_seqs ({self.max_num_seqs})")
@@ -94,17 +94,19 @@ class Admission:
                 tokens = g.request.prompt_tokens
             elif self.chunks is not None:
                 tokens = min(tokens, budget)  # the first chunk; blocks follow the chunks
-            if (not g.transferred and (tokens > budget or not budget)) or \
-                    running_seqs + num_seqs > self.max_num_seqs:
+            pool_empty = rules.refusal_is_final(running_seqs)
+            needed_blocks = rules.blocks_needed(tokens, self.strategy.block_size, num_seqs)
+            # the free blocks are asked for only where a watermark reads them (a call into the strategy)
+            allocatable = self.strategy.num_allocatable_blocks() if self.watermark_blocks else 0
+            verdict = rules.admission_verdict(tokens, budget, not g.transferred, running_seqs, num_seqs,
+                                              self.max_num_seqs, needed_blocks, allocatable, self.watermark_blocks)
+            if verdict == rules.STOP:
                 return refused_extent, running_seqs
-            pool_empty = running_seqs == 0
-            needed_blocks = cdiv(tokens, self.strategy.block_size) + num_seqs - 1
             if passed and (needed_blocks >= fewest_blocks
                            or self.refused_extents.get(g.index, 0) >= smallest_extent):
                 passed += 1
                 continue
-            if self.watermark_blocks and \
-                    self.strategy.num_allocatable_blocks() - needed_blocks < self.watermark_blocks:
+            if verdict == rules.BELOW_WATERMARK:
                 if pool_empty:
                     self.reject(self._take(passed), reasons.ABOVE_WATERMARK)
                     continue
@@ -181,12 +183,12 @@ class Admission:
         strategy = self.strategy
         req = g.request
         recomputed = g.generated
-        paged = strategy.kernel_mode == "paged"
+        by_blocks = strategy.grows_by_blocks
         if strategy.needs_prompt_ids:
             spec = SeqSpec(shared_token_ids(self.tokens, g), g.final_len)
         else:  # the count is all it reads (`shared_token_ids`' length)
             spec = SeqSpec(None, g.final_len, num_tokens=req.prompt_tokens + (recomputed if g.num_seqs == 1 else 0))
-        if num_seqs > 1 and recomputed and paged and not pool_empty:
+        if num_seqs > 1 and recomputed and by_blocks and not pool_empty:
             # the appends below must not fail once the prompt is admitted (its blocks may be registered
             # in a prefix cache before their KV is written): check an upper bound of the blocks first —
             # the shared prompt, then per sequence its own tokens plus a copy of the shared last block.
@@ -205,7 +207,7 @@ class Admission:
         if num_seqs > 1 and recomputed:
             # each sample's own generated tokens follow the shared prompt: one append per position
             for j in range(recomputed):
-                if not paged and not strategy.can_append(g.seq_ids):
+                if not by_blocks and not strategy.can_append(g.seq_ids):
                     # memory mapped on demand (virtual-contiguous) ran out before the samples' own tokens:
                     # undo the admission (nothing is written yet, no prefix cache holds these slots)
                     for seq_id in g.seq_ids:

@@ -28,7 +28,11 @@ class DecodeBatch:
         self._request_list: list[int] = []  # the groups' request indices, batch order
         self._requests: tuple[int, ...] | None = ()  # that list as a tuple, built once per change
         # A decoding sequence writes position `_pos_base + step`, generated token `_pos_base + step -
-        # _prompt_len`; these arrays describe the list `_batch` and are rebuilt when the ids change.
+        # _prompt_len`; these arrays describe the list `_batch` and are rebuilt when the ids change. Per
+        # group, kv_len - synced_step is fixed while it runs (a sync adds the same lag to both), so the
+        # groups' values are kept in lists edited at each join and leave, batch order.
+        self._group_base: list[int] = []
+        self._group_prompt: list[int] = []
         self._batch: list[int] | None = None
         self._batch_ids = NO_SLOTS  # int64 [num_decode]
         self._pos_base = NO_SLOTS  # int64 [num_decode]
@@ -53,13 +57,13 @@ class DecodeBatch:
         """int64 [num_decode] each: the sequence ids of `ids` (this batch's list), the position each writes
         at `step`, and the index of the generated token it writes."""
         if self._batch is not ids:
-            sizes = [g.num_seqs for g in self.groups]
             self._batch_ids = np.asarray(ids, dtype=np.int64)
             # a running group's kv_len lags by (step - synced_step): position = kv_len - synced_step + step
-            self._pos_base = np.repeat(np.array([g.kv_len - g.synced_step for g in self.groups], dtype=np.int64),
-                                       sizes)
-            self._prompt_len = np.repeat(np.array([g.request.prompt_tokens for g in self.groups], dtype=np.int64),
-                                         sizes)
+            self._pos_base = np.array(self._group_base, dtype=np.int64)
+            self._prompt_len = np.array(self._group_prompt, dtype=np.int64)
+            if self._multi:  # each group's values once per sequence
+                sizes = [len(g.seq_ids) for g in self.groups]
+                self._pos_base, self._prompt_len = np.repeat(self._pos_base, sizes), np.repeat(self._prompt_len, sizes)
             self._batch = ids
         positions = self._pos_base + step
         return self._batch_ids, positions, positions - self._prompt_len
@@ -78,6 +82,8 @@ class DecodeBatch:
         g.state = GroupState.RUNNING
         self.groups.append(g)
         self._request_list.append(g.index)
+        self._group_base.append(g.kv_len - g.synced_step)
+        self._group_prompt.append(g.request.prompt_tokens)
         self._requests = None
         self._multi += g.num_seqs > 1
         if self._ids is not None:  # extend the batch (a new list: plans keep the old one)
@@ -90,6 +96,8 @@ class DecodeBatch:
         i = self.groups.index(g)
         del self.groups[i]
         del self._request_list[i]
+        del self._group_base[i]
+        del self._group_prompt[i]
         self._requests = None
         if self._ids is not None and not self._multi and g.num_seqs == 1:
             self._ids = self._ids[:i] + self._ids[i + 1:]

@@ -15,7 +15,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from workbench.allocators.base import NO_EFFECTS, NO_PAIRS, ContiguousDescriptor, PagedDescriptor, Snapshot, StepEffects
+from workbench.allocators.base import (
+    NO_EFFECTS,
+    NO_PAIRS,
+    AppendResult,
+    ContiguousDescriptor,
+    PagedDescriptor,
+    Snapshot,
+    StepEffects,
+)
 from workbench.clock.step_cost import StepCost
 
 NO_SLOTS = np.zeros(0, dtype=np.int64)
@@ -125,6 +133,36 @@ class StepPlan(NamedTuple):
     # the step writes it) and promotes, the same for the fleet's shared tier, and the strategy's own step columns
     effects: StepEffects = NO_EFFECTS
     landed: tuple[Landed, ...] = ()  # requests whose transferred prompt KV is admitted this step
+
+
+class GrownBatch:
+    """The decode batch of a step once it has its slots (`Scheduler._grow_batch`, mutated there): the decoding sequences
+    (batch order); with token ids the same as an array, the position each writes and its token; the append."""
+
+    __slots__ = ("ids", "seq_ids", "positions", "token_ids", "appended", "preemptions")
+
+    def __init__(self, ids: list[int], preemptions: int = 0) -> None:
+        self.ids = ids
+        self.seq_ids = self.positions = self.token_ids = None
+        self.appended: AppendResult | None = None
+        self.preemptions = preemptions
+
+
+class Admitted:
+    """What a step admits beside its decodes (`Scheduler._admit`): groups swapped back in or landed, prefills,
+    landed prompts, the swap-ins' block pairs and the extent refused to the first group that did not fit."""
+
+    __slots__ = ("started", "prefills", "landed", "swap_in", "refused_extent")
+
+    def __init__(self) -> None:
+        self.started: list[Resumed] = []
+        self.prefills: list[Prefill] = []
+        self.landed: list[Landed] = []
+        self.swap_in = NO_PAIRS
+        self.refused_extent = 0
+
+
+NOTHING_ADMITTED = Admitted()  # read only: a decode-only step's
 
 
 def concat_pairs(parts: list[np.ndarray]) -> np.ndarray:

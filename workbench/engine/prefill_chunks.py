@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import AdmitResult, SeqSpec, Strategy
+from workbench.engine import rules
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.plan import Prefill
 from workbench.engine.tokens import TokenStore
@@ -107,7 +108,7 @@ def shared_token_ids(tokens: TokenStore, g: Group) -> np.ndarray:
     recomputed sequence what it generated too (several sequences each append their own after it)."""
     req = g.request
     if g.num_seqs == 1 and g.generated:
-        return tokens.logical(g.seq_ids[0], req.prompt_tokens + g.generated)
+        return tokens.logical(g.seq_ids[0], rules.recompute_tokens(req.prompt_tokens, g.generated))
     return req.prompt_token_ids()
 
 

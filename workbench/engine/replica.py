@@ -14,6 +14,7 @@ import time
 
 from workbench.allocators.base import GROUP_PARTS
 from workbench.clock.roofline import RooflineClock
+from workbench.engine import reasons, rules
 from workbench.engine.plan import StepPlan
 from workbench.engine.scheduler import Scheduler
 from workbench.results import StepLog
@@ -82,11 +83,10 @@ class Replica:
             a0, t0 = timers.allocator_s, perf()
         rejected = sched.log.num_rejected
         plan = sched.schedule(self.now_s)
-        if not plan.cost.num_running and not plan.started:
-            # nothing computes: every candidate was rejected (then go on), or nothing can ever move
-            if sched.log.num_rejected == rejected:
-                raise RuntimeError(f"scheduler stuck at t = {self.now_s:.6g} s: {len(sched.waiting)} waiting, "
-                                   f"{len(sched.swapped)} swapped, nothing running or admissible")
+        verdict = rules.step_verdict(plan.cost.num_running, len(plan.started), sched.log.num_rejected - rejected)
+        if verdict != rules.RUN:
+            if verdict == rules.STUCK:
+                raise RuntimeError(reasons.stuck(self.now_s, len(sched.waiting), len(sched.swapped)))
             return 0
         if timers:
             a1, t1 = timers.allocator_s, perf()
@@ -117,7 +117,7 @@ class Replica:
             snap.token_slots, snap.reserved_slots, snap.internal_frag_slots, snap.cached_slots,
             snap.external_frag_slots, snap.free_slots, snap.logical_token_slots, snap.block_table_bytes,
             cost.copied_blocks, plan.preemptions, cost.swapped_blocks,
-            snap.largest_free_extent_slots, cost.unshared_block_slots if self.scheduler.paged else allocated,
+            snap.largest_free_extent_slots, cost.unshared_block_slots if self.scheduler.grows_by_blocks else allocated,
         ))
         if plan.effects.columns:
             log.record_groups(dict(plan.effects.columns))

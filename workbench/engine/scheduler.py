@@ -15,42 +15,22 @@ the KV pool.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from workbench.allocators.base import NO_PAIRS, Strategy
 from workbench.clock.step_cost import CostMeter
-from workbench.engine import reasons
+from workbench.engine import reasons, rules
 from workbench.engine.admission import Admission
 from workbench.engine.beam_forks import BeamForks
 from workbench.engine.decode_batch import DecodeBatch
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.kernel_inputs import kernel_inputs
-from workbench.engine.plan import Landed, Prefill, Resumed, StepPlan, concat_pairs
+from workbench.engine.plan import NOTHING_ADMITTED, Admitted, GrownBatch, Prefill, Resumed, StepPlan, concat_pairs
 from workbench.engine.prefill_chunks import PrefillChunks
 from workbench.engine.request_log import RequestLog
+from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.tokens import TokenStore
 from workbench.workload.request import Request, any_beam_search
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """The scheduling limits and policies of one replica (docs/engine.md)."""
-
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    watermark_frac: float = 0.0  # free blocks (share of the pool) admission keeps for running groups
-    swap: bool = False  # preempt by swapping when the strategy and the host pool allow, else recompute
-    seed: int = 0
-    # None when no kernel consumes the plans (they then carry no kernel inputs); else attention runs at
-    # steps divisible by it, and those plans carry the kernels' descriptors
-    kernel_every: int | None = None
-    chunked_prefill: bool = False
-    admission: str = "fcfs"  # or "skip": pass over waiting groups the pool cannot place
-    beam_branch_frac: float = 1.0
-    attention_windows: tuple[tuple[int, float], ...] = ()  # (window, layer fraction): step_cost
 
 
 class Scheduler:
@@ -67,11 +47,12 @@ class Scheduler:
         self.tokens = tokens
         self.config = config
         self.log = RequestLog(len(requests))
-        self.paged = strategy.kernel_mode == "paged"
+        self.grows_by_blocks = strategy.grows_by_blocks
         self.block_size = strategy.block_size
         self.swap = config.swap and strategy.supports_swap  # else preemption recomputes
         self.chunks = PrefillChunks(strategy, tokens) if config.chunked_prefill else None
-        watermark = int(config.watermark_frac * (strategy.capacity_slots // self.block_size)) if self.paged else 0
+        num_blocks = strategy.capacity_slots // self.block_size
+        watermark = int(config.watermark_frac * num_blocks) if self.grows_by_blocks else 0
         self.live: dict[int, Group] = {}  # request index -> its group, from arrival until done
         self.admission = Admission(strategy, tokens, self.log, self.chunks, self.live,
                                    max_num_seqs=config.max_num_seqs, watermark_blocks=watermark,
@@ -104,9 +85,8 @@ class Scheduler:
             self.next_arrival += 1
             self._next = None
             group = Group(i, req, final_len=req.prompt_tokens + req.output_tokens - 1)
-            total = req.prompt_tokens + req.output_tokens
-            if total > max_len:
-                self.admission.reject(group, reasons.too_long(total, max_len))
+            if rules.too_long(req.prompt_tokens, req.output_tokens, max_len):
+                self.admission.reject(group, reasons.too_long(req.prompt_tokens + req.output_tokens, max_len))
             else:
                 if i in self.transferred:  # it generated its first token on its prefill replica
                     self.transferred.discard(i)
@@ -162,84 +142,89 @@ class Scheduler:
             plan = self._decode_only()
             if plan is not None:
                 return plan
-        strategy, batch = self.strategy, self.batch
         forks, copies = self.beams.take() if self.has_beams else ((), [])
         swap_out: list[np.ndarray] = []
-        preemptions = 0
-        ids = batch.ids()
-        decode_seq_ids = positions = token_ids = appended = None
-        while ids:
-            if self.needs_token_ids:
-                decode_seq_ids, positions, generated = batch.positions(ids, self.step)
-                token_ids = self.tokens.generated(decode_seq_ids, generated)
-            appended = strategy.append_if_room(ids, token_ids if strategy.wants_token_ids else None)
-            if appended is not None:
-                break
-            partial = self._partial()
-            holders = batch.groups if partial is None else [*batch.groups, partial]
-            victim = max(holders, key=lambda g: g.index)
-            if len(holders) == 1:
-                self._retire(victim, reasons.OUTGROWS_POOL)
-            else:
-                self._preempt(victim, swap_out)
-                preemptions += 1
-            ids = batch.ids()
-        if not ids:
-            decode_seq_ids = positions = token_ids = None
-        decode_requests = batch.requests()
-        if appended is not None:
-            if len(appended.copies):
-                copies.append(appended.copies)
-            batch.meter.decoded(len(ids), self.step)
-        budget = self.config.max_num_batched_tokens - (len(ids) if self.chunks is not None else 0)
-
-        started: list[Resumed] = []
-        swap_in: list[np.ndarray] = []
-        prefills: list[Prefill] = []
-        landed: list[Landed] = []
-        refused_extent = 0
-        if not preemptions:
-            if self._partial() is not None:
-                budget = self._continue_prefill(prefills, copies, budget)
-            self._swap_in(started, swap_in)
-            if not self.swapped and self._partial() is None:
-                refused_extent, self.num_running_seqs = self.admission.admit(
-                    now_s, self.num_running_seqs, prefills, copies, budget, landed)
-                if landed:  # a shipped prompt holds its blocks from now and decodes from the next step, as a swap-in
-                    started += [Resumed(t.request_index, 1, t.kv_len) for t in landed]
-        copies_arr, swap_out_arr, swap_in_arr = concat_pairs(copies), concat_pairs(swap_out), concat_pairs(swap_in)
-        effects = strategy.end_step()
-        cost = batch.meter.cost(len(ids), prefills, started, len(copies_arr), len(swap_out_arr) + len(swap_in_arr),
-                                effects.mapped_pages)
-        if len(effects.promote) or len(effects.shared_promote):
-            cost = cost._replace(loaded_blocks=len(effects.promote), shared_loaded_blocks=len(effects.shared_promote))
-        kernel = None
-        if self.config.kernel_every is not None:
-            kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, decode_seq_ids,
-                                   positions, token_ids, prefills, appended, landed)
-        return StepPlan(self.step, decode_requests, tuple(started), tuple(prefills), swap_out_arr, swap_in_arr,
-                        copies_arr, tuple(forks), preemptions, refused_extent, strategy.snapshot(refused_extent),
-                        cost, kernel, effects, tuple(landed))
+        grown = self._grow_batch(swap_out)
+        if grown.appended is not None and len(grown.appended.copies):
+            copies.append(grown.appended.copies)
+        budget = self.config.max_num_batched_tokens - (len(grown.ids) if self.chunks is not None else 0)
+        admitted = Admitted()
+        if not grown.preemptions:
+            self._admit(now_s, budget, copies, admitted)
+        return self._plan(grown.ids, admitted, concat_pairs(copies), concat_pairs(swap_out), grown.preemptions,
+                          tuple(forks), grown)
 
     def _decode_only(self) -> StepPlan | None:
         """The plan of a step whose work is the decode batch alone: nothing waits, is swapped out or is
         part-prefilled, no beam forks and no kernel inputs. It makes the same strategy calls, in the same
         order, as `schedule` does then, without the admission machinery that has nothing to do; None, with
         nothing changed, when the batch does not fit (then `schedule` preempts)."""
-        strategy, batch = self.strategy, self.batch
-        ids = batch.ids()
-        appended = strategy.append_if_room(ids, None)
+        ids = self.batch.ids()
+        appended = self.strategy.append_if_room(ids, None)
         if appended is None:
             return None
+        self.batch.meter.decoded(len(ids), self.step)
         copies = appended.copies if len(appended.copies) else NO_PAIRS
-        num_decode = len(ids)
-        batch.meter.decoded(num_decode, self.step)
+        return self._plan(ids, NOTHING_ADMITTED, copies, NO_PAIRS, 0, (), None)
+
+    def _grow_batch(self, swap_out: list[np.ndarray]) -> GrownBatch:
+        """Mutates. Every decoding sequence gets one slot, all or nothing: while the pool cannot supply them the
+        latest-arrived holder is preempted (swapped out into `swap_out`, or freed for recompute), or rejected
+        when it is the only one."""
+        strategy, batch = self.strategy, self.batch
+        grown = GrownBatch(batch.ids())
+        while grown.ids:
+            if self.needs_token_ids:
+                grown.seq_ids, grown.positions, generated = batch.positions(grown.ids, self.step)
+                grown.token_ids = self.tokens.generated(grown.seq_ids, generated)
+            grown.appended = strategy.append_if_room(grown.ids, grown.token_ids if strategy.wants_token_ids else None)
+            if grown.appended is not None:
+                batch.meter.decoded(len(grown.ids), self.step)
+                return grown
+            partial = self._partial()
+            holders = batch.groups if partial is None else [*batch.groups, partial]
+            victim = holders[rules.victim(np.array([g.index for g in holders], dtype=np.int64))]
+            if len(holders) == 1:
+                self._retire(victim, reasons.OUTGROWS_POOL)
+            else:
+                self._preempt(victim, swap_out)
+                grown.preemptions += 1
+            grown.ids = batch.ids()
+        return GrownBatch(grown.ids, preemptions=grown.preemptions)  # nobody decodes: no positions, no tokens
+
+    def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted) -> None:
+        """Mutates. Nothing was preempted: the partial prefill continues, swapped groups come back, then (with
+        neither left) waiting groups are admitted under the budget."""
+        if self._partial() is not None:
+            budget = self._continue_prefill(admitted.prefills, copies, budget)
+        swap_in: list[np.ndarray] = []
+        self._swap_in(admitted.started, swap_in)
+        admitted.swap_in = concat_pairs(swap_in)
+        if not self.swapped and self._partial() is None:
+            admitted.refused_extent, self.num_running_seqs = self.admission.admit(
+                now_s, self.num_running_seqs, admitted.prefills, copies, budget, admitted.landed)
+            # a shipped prompt holds its blocks from now and decodes from the next step, as a swap-in
+            admitted.started += [Resumed(t.request_index, 1, t.kv_len) for t in admitted.landed]
+
+    def _plan(self, ids: list[int], admitted: Admitted, copies: np.ndarray, swap_out: np.ndarray, preemptions: int,
+              forks: tuple, grown: GrownBatch | None) -> StepPlan:
+        """The step's plan once its allocations are made: the strategy's step effects, the cost, the kernel's
+        inputs (a step with a kernel) and the snapshot."""
+        strategy = self.strategy
         effects = strategy.end_step()
-        cost = batch.meter.cost(num_decode, (), (), len(copies), 0, effects.mapped_pages)
+        cost = self.batch.meter.cost(len(ids), admitted.prefills, admitted.started, len(copies),
+                                     len(swap_out) + len(admitted.swap_in), effects.mapped_pages)
         if len(effects.promote) or len(effects.shared_promote):
             cost = cost._replace(loaded_blocks=len(effects.promote), shared_loaded_blocks=len(effects.shared_promote))
-        return StepPlan(self.step, batch.requests(), (), (), NO_PAIRS, NO_PAIRS, copies, (), 0, 0, strategy.snapshot(0),
-                        cost, None, effects, ())
+        kernel = None
+        if self.config.kernel_every is not None:
+            kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, grown.seq_ids,
+                                   grown.positions, grown.token_ids, admitted.prefills, grown.appended,
+                                   admitted.landed)
+        refused = admitted.refused_extent
+        return StepPlan(self.step, self.batch.requests(), tuple(admitted.started), tuple(admitted.prefills), swap_out,
+                        admitted.swap_in, copies, forks, preemptions, refused, strategy.snapshot(refused), cost, kernel,
+                        effects, tuple(admitted.landed))
 
     def complete(self, plan: StepPlan, now_s: float) -> int:
         """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished
@@ -282,7 +267,7 @@ class Scheduler:
 
     def _start_decoding(self, g: Group) -> None:
         """A STARTING group joins the decode batch; it finishes after (output - generated) more steps."""
-        left = g.request.output_tokens - g.generated
+        left = rules.tokens_left(g.request.output_tokens, g.generated)
         g.synced_step = self.step
         self.finish_at.setdefault(self.step + left, []).append((g, g.epoch))
         if left:  # a group with nothing left stays STARTING and finishes in this `complete`

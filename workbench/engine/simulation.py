@@ -31,7 +31,8 @@ from workbench.engine.compiled_paged import drive as compiled_drive
 from workbench.engine.compiled_paged import eligible as compiled_eligible
 from workbench.engine.gc_pause import fewer_collections
 from workbench.engine.replica import Replica, StepTimers
-from workbench.engine.scheduler import Scheduler, SchedulerConfig
+from workbench.engine.scheduler import Scheduler
+from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.summary_counters import summary_counters
 from workbench.engine.tokens import TokenStore
 from workbench.errors import UnservableError
@@ -166,7 +167,7 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     replica = make_replica(cfg, res, strategy, requests, backend, timers=timers, sink=sink)
     try:
         with fewer_collections():
-            if compiled_eligible.applies(replica):
+            if compiled_eligible.applies(replica, cfg):
                 compiled_drive.drive(replica, progress, sink)
             else:
                 _drive(replica, progress, sink)
@@ -274,7 +275,7 @@ def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: Se
         runner = KernelRunner(pool, tokens, block_size=strategy.block_size, num_q_heads=res.kernel_heads * group_size,
                               head_dim=res.model.head_dim, seed=cfg.seed, verify_every=cfg.verify_every)
     clock = make_clock(cfg, res, strategy.block_size, strategy.map_s_per_page, strategy.overlap_map,
-                       paged_kernel=strategy.kernel_mode == "paged", overlap_load=strategy.overlap_load,
+                       paged_kernel=strategy.kernel_reads_blocks, overlap_load=strategy.overlap_load,
                        shared_link_gb_s=strategy.shared_link_gb_s if strategy.shared_tier_blocks else 0.0)
     # measured attention of one layer with kernel_heads -> the full model's attention time
     attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads

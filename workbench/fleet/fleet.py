@@ -21,6 +21,7 @@ import pandas as pd
 from workbench.allocators.prefix.keys import block_keys
 from workbench.allocators.prefix.leading import leading_held
 from workbench.config import RunConfig
+from workbench.engine.rules import recompute_tokens
 from workbench.fleet.routers import Router
 from workbench.results import summarize
 from workbench.workload.request import Request
@@ -75,7 +76,7 @@ class Member:
     def queued_prefill_tokens(self) -> int:
         sched = self.scheduler
         not_arrived = sum(r.prompt_tokens for r in sched.requests[sched.next_arrival:])
-        waiting = sum(g.request.prompt_tokens + g.generated for g in sched.waiting)  # a recompute redoes its output
+        waiting = sum(recompute_tokens(g.request.prompt_tokens, g.generated) for g in sched.waiting)
         partial = sched.chunks.group if sched.chunks is not None else None
         return not_arrived + waiting + (partial.request.prompt_tokens - partial.kv_len if partial else 0)
 

@@ -48,6 +48,7 @@ _NO_KEYS = np.zeros(0, dtype=np.uint64)
 
 class HybridPaged(Strategy):
     kernel_mode = "paged"
+    grows_by_blocks = True
     supports_swap = False
 
     def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int,

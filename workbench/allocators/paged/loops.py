@@ -24,37 +24,42 @@ from workbench.allocators.batch_check import check_batch
 
 
 @njit(cache=True)
-def count_append(rows, length, final_len, num_blocks, swapped, table, refcount, block_size, scratch, row_mark):
+def count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size, scratch, row_mark):
     """Pure (scratch and row_mark are restored). (blocks the append takes, widest table after it),
-    or `batch_check`'s (negative status, index of the offending sequence in the batch)."""
+    or `batch_check`'s (negative status, index of the offending sequence in the batch). The per-block tallies
+    of shared last blocks are skipped while no block of the batch is shared."""
     status, bad = check_batch(rows, length, final_len, swapped, row_mark)
     if status != 0:
         return status, bad
     num_new = 0
     widest = 0
+    shared = False  # a writer into a shared last block was tallied in scratch
     for i in range(rows.shape[0]):
         r = rows[i]
         if length[r] % block_size == 0:
             num_new += 1
             widest = max(widest, num_blocks[r] + 1)
         else:
-            b = table[r, num_blocks[r] - 1]
-            scratch[b] += 1  # this writer is the scratch[b]-th into block b
-            if scratch[b] < refcount[b]:
-                num_new += 1  # a copy: some other holder is still there
+            b = last_block[r]
+            if refcount[b] > 1:  # this writer is the scratch[b]-th into block b; a sole holder never copies
+                scratch[b] += 1
+                shared = True
+                if scratch[b] < refcount[b]:
+                    num_new += 1  # a copy: some other holder is still there
             widest = max(widest, num_blocks[r])
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        if length[r] % block_size != 0:
-            scratch[table[r, num_blocks[r] - 1]] = 0
+    if shared:
+        for i in range(rows.shape[0]):
+            r = rows[i]
+            if length[r] % block_size != 0:
+                scratch[last_block[r]] = 0
     return num_new, widest
 
 
 @njit(cache=True)
-def apply_append(rows, length, num_blocks, table, refcount, block_size, new_blocks, slots, copies):
-    """Mutates table, length, num_blocks, refcount, and fills slots int64 [num_seqs] and the first
-    rows of copies int32 [>= num_copies, 2]. `new_blocks` must hold exactly what count_append
-    counted, in the order they are used. Returns (number of copies, slots copied, tables grown)."""
+def apply_append(rows, length, num_blocks, last_block, table, refcount, block_size, new_blocks, slots, copies):
+    """Mutates table, length, num_blocks, last_block, refcount, and fills slots int64 [num_seqs] and the first
+    rows of copies int32 [>= num_copies, 2]. `new_blocks` must hold exactly what count_append counted, in the
+    order they are used. Returns (number of copies, slots copied, tables grown)."""
     used = 0
     num_copies = 0
     copied_slots = 0
@@ -68,17 +73,19 @@ def apply_append(rows, length, num_blocks, table, refcount, block_size, new_bloc
             b = new_blocks[used]
             used += 1
             table[r, index] = b
+            last_block[r] = b
             refcount[b] = 1
             num_blocks[r] += 1
             grown += 1
         else:
-            b = table[r, index]
+            b = last_block[r]  # = table[r, index]: a table holds ceil(length / block_size) blocks
             if refcount[b] > 1:  # copy-on-write: the writer takes a private copy
                 dst = new_blocks[used]
                 used += 1
                 refcount[b] -= 1
                 refcount[dst] = 1
                 table[r, index] = dst
+                last_block[r] = dst
                 copies[num_copies, 0] = b
                 copies[num_copies, 1] = dst
                 num_copies += 1
@@ -161,76 +168,23 @@ def reserved_slots(live, swapped, length, final_len, num_blocks, last_block, ref
 @njit(cache=True)
 def decode_append(rows, length, final_len, num_blocks, swapped, last_block, table, refcount, block_size, scratch,
                   row_mark, free_ids, free_size, slots, copies, live):
-    """A decode step's append in one call: `check_batch`, `count_append`, then, when the free stack
-    (`free_ids[:free_size]`, top last) holds the blocks and the table is wide enough, their pop and
-    `apply_append`, and last `reserved_slots` of the state left (the step's snapshot reads it when nothing
-    else changes). The same results as those functions, with the last table entries read from `last_block`
-    (int64 [capacity_rows]: a row's table is rarely in cache, the column is) and the per-block tallies
-    of shared blocks skipped while no block of the batch is shared. Returns (status, x, y, z, grown,
-    reserved): status < 0: `check_batch`'s error, x the offending index; 1: x blocks needed, fewer free;
-    2: the table needs x columns (nothing changed in those three; reserved -1); 0: appended, taking x
-    blocks, making y copies of z slots in all, the tables `grown` entries longer."""
-    n = rows.shape[0]
-    status, bad = check_batch(rows, length, final_len, swapped, row_mark)
-    if status != 0:
-        return status, bad, 0, 0, 0, -1
-    num_new = 0
-    widest = 0
-    shared = False  # a writer into a shared last block was tallied in scratch
-    for i in range(n):
-        r = rows[i]
-        if length[r] % block_size == 0:
-            num_new += 1
-            widest = max(widest, num_blocks[r] + 1)
-        else:
-            b = last_block[r]
-            if refcount[b] > 1:  # this writer is the scratch[b]-th into block b; a sole holder never copies
-                scratch[b] += 1
-                shared = True
-                if scratch[b] < refcount[b]:
-                    num_new += 1  # a copy: some other holder is still there
-            widest = max(widest, num_blocks[r])
-    if shared:
-        for i in range(n):
-            r = rows[i]
-            if length[r] % block_size != 0:
-                scratch[last_block[r]] = 0
+    """A decode step's append in one call: `count_append`, then, when the free stack (`free_ids[:free_size]`,
+    top last) holds the blocks and the table is wide enough, `apply_append` with them in the stack's pop
+    order, and last `reserved_slots` of the state left (the step's snapshot reads it when nothing else
+    changes). Returns (status, x, y, z, grown, reserved): status < 0: `check_batch`'s error, x the offending
+    index; 1: x blocks needed, fewer free; 2: the table needs x columns (nothing changed in those three;
+    reserved -1); 0: appended, taking x blocks, making y copies of z slots in all, the tables `grown` entries
+    longer."""
+    num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size,
+                                   scratch, row_mark)
+    if num_new < 0:
+        return num_new, widest, 0, 0, 0, -1
     if num_new > free_size:
         return 1, num_new, 0, 0, 0, -1
     if widest > table.shape[1]:
         return 2, widest, 0, 0, 0, -1
-    used = 0
-    num_copies = 0
-    copied_slots = 0
-    grown = 0
-    for i in range(n):
-        r = rows[i]
-        pos = length[r]
-        index = pos // block_size
-        offset = pos - index * block_size
-        if offset == 0:
-            b = free_ids[free_size - 1 - used]  # the stack's pop order: top first
-            used += 1
-            table[r, index] = b
-            last_block[r] = b
-            refcount[b] = 1
-            num_blocks[r] += 1
-            grown += 1
-        else:
-            b = last_block[r]  # = table[r, index]: a table holds ceil(length / block_size) blocks
-            if refcount[b] > 1:  # copy-on-write: the writer takes a private copy
-                dst = free_ids[free_size - 1 - used]
-                used += 1
-                refcount[b] -= 1
-                refcount[dst] = 1
-                table[r, index] = dst
-                last_block[r] = dst
-                copies[num_copies, 0] = b
-                copies[num_copies, 1] = dst
-                num_copies += 1
-                copied_slots += offset
-                b = dst
-        slots[i] = np.int64(b) * block_size + offset
-        length[r] = pos + 1
+    popped = free_ids[free_size - num_new:free_size][::-1]  # BlockStack.pop's order: top first
+    num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, last_block, table, refcount, block_size,
+                                                   popped, slots, copies)
     reserved = reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, block_size, scratch)
     return 0, num_new, num_copies, copied_slots, grown, reserved

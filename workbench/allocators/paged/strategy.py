@@ -48,6 +48,7 @@ from workbench.allocators.base import (
     Snapshot,
     StepEffects,
     Strategy,
+    blocks_refused,
 )
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.paged.integrity import check_paged
@@ -65,14 +66,10 @@ _NO_KEYS = np.zeros(0, dtype=np.uint64)
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
 
 
-def blocks_refused(need: int, allocatable: int) -> str:
-    """The reason an admission is refused: `need` blocks, fewer `allocatable`."""
-    return f"needs {need} blocks, {allocatable} allocatable"
-
-
 class PagedStrategy(PagedSwap, Strategy):
     name = "paged"
     kernel_mode = "paged"
+    grows_by_blocks = True
     supports_swap = True
 
     def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
@@ -247,6 +244,13 @@ class PagedStrategy(PagedSwap, Strategy):
         self._free.push(blocks if self.prefix is None else self.prefix.release(blocks))
 
     # -- protocol ---------------------------------------------------------------------------------
+
+    def runs_compiled(self) -> str | None:
+        """"paged" for this class itself, fresh and without prefix cache or tiers (the compiled loop's plain
+        case); a subclass, a cache or a used pool takes the general loop."""
+        plain = (type(self) is PagedStrategy and self.prefix is None and self.host_tier is None
+                 and self.shared_tier is None and self._free.size == self.num_blocks)
+        return "paged" if plain else None
 
     def num_allocatable_blocks(self) -> int:
         """Blocks a request can get now: free ones plus evictable cached ones."""

@@ -104,7 +104,7 @@ class BlockTables:
         a repeated, swapped-out or finished sequence."""
         c = self.seqs.column
         num_new, widest = loops.count_append(rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"),
-                                             self._table, refcount, self.block_size, self._scratch, c("mark"))
+                                             c("last_block"), refcount, self.block_size, self._scratch, c("mark"))
         if num_new < 0:
             raise_for_status(num_new, seq_ids, widest)
         self._fit(widest)
@@ -116,9 +116,9 @@ class BlockTables:
         c = self.seqs.column
         slots = np.empty(rows.shape[0], dtype=np.int64)
         copies = np.empty((new_blocks.shape[0], 2), dtype=np.int32)
-        num_copies, copied_slots, grown = loops.apply_append(rows, c("length"), c("num_blocks"), self._table,
-                                                             refcount, self.block_size, new_blocks, slots, copies)
-        c("last_block")[rows] = self._table[rows, c("num_blocks")[rows] - 1]
+        num_copies, copied_slots, grown = loops.apply_append(rows, c("length"), c("num_blocks"), c("last_block"),
+                                                             self._table, refcount, self.block_size, new_blocks, slots,
+                                                             copies)
         return slots, copies[:num_copies], copied_slots, grown
 
     def append_from(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray, stack: BlockStack):

@@ -2,9 +2,9 @@
 
 `drive` does what `simulation._drive` does — steps until no request is left, hands step rows and done
 request rows to the sink in chunks, shows finished requests on a progress bar — with `step_loop.run_steps`
-making the steps. Between its calls, Python does what only Python has: the clock's per-row times (from
-the replica's own `RooflineClock`, so each step's duration is computed from the same doubles), the request
-log's words and its window, and the buffers' growth.
+making the steps. Between its calls, Python does what only Python has: the clock's per-row times (into
+the replica's own `RooflineClock`'s tables, which the loop's step formula reads as the general loop's does),
+the request log's words and its window, and the buffers' growth.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import table_sink
-from workbench.allocators.paged.strategy import blocks_refused
+from workbench.allocators.base import blocks_refused
 from workbench.engine import reasons
 from workbench.engine.compiled_paged import step_loop as L
 from workbench.engine.request_log import rejected_status
@@ -39,10 +39,9 @@ def drive(replica, progress: bool, sink: TableSink) -> None:
             if status == L.ROWS_FULL:
                 run.hand_rows()
             elif status == L.NEED_CLOCK:
-                run.fill_clock()
+                replica.clock.fill(replica.clock.need)
             elif status == L.STUCK:
-                raise RuntimeError(f"scheduler stuck at t = {run.F[0]:.6g} s: {run.S[L.NWAIT]} waiting, 0 swapped, "
-                                   f"nothing running or admissible")
+                raise RuntimeError(reasons.stuck(float(run.F[0]), int(run.S[L.NWAIT]), 0))
             else:  # EVENTS_FULL, GROW
                 run.grow(status)
             bar.update(run.take_events())
@@ -74,21 +73,8 @@ class _Run:
         C = np.zeros(L.NUM_CONSTS, dtype=np.int64)
         C[L.BLOCK_SIZE], C[L.MAX_MODEL_LEN], C[L.MAX_NUM_SEQS] = strategy.block_size, cfg.max_model_len, max_seqs
         C[L.MAX_BATCHED], C[L.WATERMARK] = cfg.max_num_batched_tokens, sched.admission.watermark_blocks
-        C[L.CAPACITY_SLOTS], C[L.SEPARATE_PREFILL] = strategy.capacity_slots, clock.separate_prefill
-        C[L.TP], C[L.OVERLAP_MAP] = clock.tp, clock.overlap_map
+        C[L.CAPACITY_SLOTS] = strategy.capacity_slots
         self.C = C
-        K = np.zeros(L.NUM_CLOCK)
-        K[L.KV_BYTES_PER_TOKEN], K[L.ATTN_BYTES_PER_ROW] = clock.kv_bytes_per_token, clock.attn_bytes_per_row
-        K[L.BYTES_PER_S], K[L.ATTN_FLOPS_PER_KEY] = clock.bytes_per_s, clock.attn_flops_per_key
-        K[L.ATTN_S_PER_BLOCK_READ], K[L.ATTENTION_LAUNCH_S] = clock.attn_s_per_block_read, clock.attention_launch_s
-        K[L.ALLREDUCE_FIXED_S], K[L.ALLREDUCE_S_PER_TOKEN] = clock.allreduce_fixed_s, clock.allreduce_s_per_token
-        K[L.MAP_S_PER_PAGE], K[L.BLOCK_BYTES] = clock.map_s_per_page, clock.block_bytes
-        K[L.LINK_BYTES_PER_S], K[L.SWAP_FIXED_S_PER_BLOCK] = clock.link_bytes_per_s, clock.swap_fixed_s_per_block
-        K[L.STEP_OVERHEAD_S] = clock.step_overhead_s
-        self.K = K
-        # a step computes at most a budget of prompt tokens and one token per other running sequence
-        table_len = cfg.max_num_batched_tokens + max_seqs + 1
-        self.rows_s, self.flops_per_s, self.output_s = (np.full(table_len, np.nan) for _ in range(3))
         ring = _pow2(max(1024, self.log.done.shape[0]))
         self.g_generated = np.zeros(ring, dtype=np.int64)
         self.g_slot = np.full(ring, -1, dtype=np.int64)
@@ -107,8 +93,10 @@ class _Run:
 
     def call(self) -> int:
         log = self.log
-        return L.run_steps(self.S, self.F, self.C, self.K, self.arrival_s, self.prompt, self.output, self.rows_s,
-                           self.flops_per_s, self.output_s, self.g_generated, self.g_slot, self.wait, self.s_req,
+        clock = self.clock  # its tables grow between calls: read them at each
+        return L.run_steps(self.S, self.F, self.C, clock.K, self.arrival_s, self.prompt, self.output,
+                           clock.rows_s_table, clock.flops_per_s_table, clock.output_s_table, clock.need,
+                           self.g_generated, self.g_slot, self.wait, self.s_req,
                            self.s_len, self.s_final, self.s_head, self.s_tail, self.s_nblocks, self.batch,
                            self.free_slots, self.free_stack, self.next_block, self.prefilled, log.admitted_s,
                            log.first_token_s, log.finish_s, log.num_preemptions, log.done, self.events,
@@ -120,14 +108,6 @@ class _Run:
         if n:
             self.replica.steps.record_rows(self.rows_f[:n], self.rows_i[:n])
         self.S[L.ROWS] = 0
-
-    def fill_clock(self) -> None:
-        """The clock's per-row times the planned step lacks, as `RooflineClock.step_s` computes them."""
-        S, clock = self.S, self.clock
-        for rows in (int(S[L.NEED_ROWS_A]), int(S[L.NEED_ROWS_B])):
-            self.rows_s[rows], self.flops_per_s[rows] = clock.rows_s(rows), clock.gemm_flops_per_s(rows)
-        for sampled in (int(S[L.NEED_SAMPLED_A]), int(S[L.NEED_SAMPLED_B])):
-            self.output_s[sampled] = clock.output_layer_s(sampled)
 
     def take_events(self) -> int:
         """Mutates the request log: statuses and counters of the requests the loop ended. Returns how many

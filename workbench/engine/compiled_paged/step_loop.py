@@ -15,12 +15,13 @@ or an output buffer is full; every state it stops in is one it can resume from:
   EVENTS_FULL  the buffer of finished and rejected requests may not hold this step's (the caller logs them and
                resets S[EVENTS], or grows the buffer when it is already empty)
   GROW         the next arrival needs a larger request window or waiting ring
-  NEED_CLOCK   the step is planned (S[PHASE] = 1) and the clock's per-row tables lack S[NEED_ROWS_A],
-               S[NEED_ROWS_B] or S[NEED_SAMPLED_A], S[NEED_SAMPLED_B] (the caller fills them from the clock)
+  NEED_CLOCK   the step is planned (S[PHASE] = 1) and the clock's per-row tables lack the entries `need` names
+               (workbench.clock.step_formula; the caller fills them from the clock)
   STUCK        work is left that can never run (the caller raises, as `Replica.step` does)
 
-No fastmath: the clock's arithmetic is `RooflineClock.step_s`' own, operation for operation, so the
-step times are the same doubles.
+The verdicts (arrival, admission, the victim, finishing, a step that cannot run) are workbench.engine.rules'
+and the step's duration is workbench.clock.step_formula's, the same functions the general loop calls; no
+fastmath, so the step times are the same doubles.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ import math
 import numpy as np
 from numba import njit
 
+from workbench.clock import step_formula
+from workbench.engine import rules
+
 # statuses
 DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK = 0, 1, 2, 3, 4, 5
 
@@ -38,39 +42,16 @@ DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK = 0, 1, 2, 3, 4, 5
  LOG_BASE, LOG_READY, NUM_FINISHED, NUM_REJECTED, GENERATED_TOKENS,
  # the planned step (PHASE 1): its cost and its snapshot
  P_NUM_DECODE, P_NPF, P_NUM_PREFILL, P_KV_READ, P_ATTN_CTX, P_DECODE_CTX, P_DECODE_BLOCKS, P_UNSHARED_SLOTS,
- P_PREEMPTIONS, P_TOKEN_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES,
- NEED_ROWS_A, NEED_ROWS_B, NEED_SAMPLED_A, NEED_SAMPLED_B, NUM_STATE) = range(34)
+ P_PREEMPTIONS, P_TOKEN_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES, NUM_STATE) = range(30)
 
 # C: the run's integer constants, int64 [NUM_CONSTS]
-(BLOCK_SIZE, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BATCHED, WATERMARK, CAPACITY_SLOTS, SEPARATE_PREFILL, TP,
- OVERLAP_MAP, NUM_CONSTS) = range(10)
-
-# K: the clock's constants, float64 [NUM_CLOCK]
-(KV_BYTES_PER_TOKEN, ATTN_BYTES_PER_ROW, BYTES_PER_S, ATTN_FLOPS_PER_KEY, ATTN_S_PER_BLOCK_READ, ATTENTION_LAUNCH_S,
- ALLREDUCE_FIXED_S, ALLREDUCE_S_PER_TOKEN, MAP_S_PER_PAGE, BLOCK_BYTES, LINK_BYTES_PER_S, SWAP_FIXED_S_PER_BLOCK,
- STEP_OVERHEAD_S, NUM_CLOCK) = range(14)
+BLOCK_SIZE, MAX_MODEL_LEN, MAX_NUM_SEQS, MAX_BATCHED, WATERMARK, CAPACITY_SLOTS, NUM_CONSTS = range(7)
 
 # why a request ended (the event buffer's code column; workbench.engine.compiled_paged.drive words them)
 FINISHED, REJECT_TOO_LONG, REJECT_POOL, REJECT_WATERMARK, REJECT_BLOCKS = 0, 1, 2, 3, 4
 
 # step-row columns (INT_STEP_COLUMNS order, workbench.results)
 NUM_INT_COLUMNS = 18
-
-
-@njit(cache=True)
-def _step_s(n, kv_read, attn_ctx, decode_blocks, sampled, K, C, rows_s, flops_per_s, output_s):
-    """`RooflineClock.step_s` of a step that copies, swaps and maps nothing, without a measured attention time."""
-    compute_s = rows_s[n] + output_s[sampled]
-    kv_bytes = (n + kv_read) * K[KV_BYTES_PER_TOKEN] + n * K[ATTN_BYTES_PER_ROW]
-    compute_s += max(kv_bytes / K[BYTES_PER_S], attn_ctx * K[ATTN_FLOPS_PER_KEY] / flops_per_s[n])
-    compute_s += decode_blocks * K[ATTN_S_PER_BLOCK_READ]
-    compute_s += K[ATTENTION_LAUNCH_S]
-    if C[TP] > 1:
-        compute_s += K[ALLREDUCE_FIXED_S] + n * K[ALLREDUCE_S_PER_TOKEN]
-    map_s = 0 * K[MAP_S_PER_PAGE]
-    compute_s = max(compute_s, map_s) if C[OVERLAP_MAP] else compute_s + map_s
-    swap_s = 0 * K[BLOCK_BYTES] / K[LINK_BYTES_PER_S] + 0 * K[SWAP_FIXED_S_PER_BLOCK]
-    return compute_s + swap_s + K[STEP_OVERHEAD_S]
 
 
 @njit(cache=True)
@@ -132,7 +113,7 @@ def _leave_batch(S, batch, slot):
 
 
 @njit(cache=True)
-def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output_s, g_generated, g_slot, wait,
+def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output_s, need, g_generated, g_slot, wait,
               s_req, s_len, s_final, s_head, s_tail, s_nblocks, batch, free_slots, free_stack, next_block, prefilled,
               log_admitted, log_first, log_finish, log_preempt, log_done, events, rows_f, rows_i):
     """Step until a status (module docstring) says to stop. `F[0]` is the replica's clock (s). Per request
@@ -161,13 +142,16 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
                 npf = _admit(S, F, C, prompt, output, g_generated, g_slot, wait, s_req, s_len, s_final, s_head,
                              s_tail, s_nblocks, free_slots, free_stack, next_block, prefilled, log_admitted, log_done,
                              events)
-            if S[NBATCH] == 0 and npf == 0:  # nothing computes (`Replica.step`)
-                if S[NUM_REJECTED] == rejected_before:
+            verdict = rules.step_verdict(S[NBATCH] + npf, 0, S[NUM_REJECTED] - rejected_before)
+            if verdict != rules.RUN:
+                if verdict == rules.STUCK:
                     return STUCK
                 continue
             _plan(S, C, preemptions, npf, s_len, s_final, s_nblocks, batch, prefilled)
             S[PHASE] = 1
-        dt_s = _duration_s(S, C, K, rows_s, flops_per_s, output_s)
+        dt_s = step_formula.compute_s(K, rows_s, output_s, flops_per_s, need, S[P_NUM_PREFILL], S[P_NUM_DECODE],
+                                      S[P_KV_READ], S[P_ATTN_CTX], S[P_DECODE_CTX], 0, 0, math.nan, 0,
+                                      S[P_DECODE_BLOCKS], S[P_NUM_DECODE] + S[P_NPF])
         if math.isnan(dt_s):
             return NEED_CLOCK
         F[0] += dt_s
@@ -197,10 +181,9 @@ def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_slot, wait, log_d
                 or S[EVENTS] == events.shape[0]:
             return GROW
         S[NEXT_ARRIVAL] = i + 1
-        total = np.int64(prompt[i]) + output[i]  # lengths may come as int32 columns
-        if total > C[MAX_MODEL_LEN]:
+        if rules.too_long(np.int64(prompt[i]), np.int64(output[i]), C[MAX_MODEL_LEN]):  # int32 columns widened
             S[NUM_REJECTED] += 1
-            _event(S, events, i, REJECT_TOO_LONG, total, C[MAX_MODEL_LEN])
+            _event(S, events, i, REJECT_TOO_LONG, np.int64(prompt[i]) + output[i], C[MAX_MODEL_LEN])
             _log_done(S, log_done, i)
             continue
         g_generated[i & gmask] = 0
@@ -231,10 +214,7 @@ def _append_or_preempt(S, C, g_slot, wait, s_req, s_len, s_head, s_tail, s_nbloc
                     _take_block(S, slot, s_head, s_tail, s_nblocks, next_block, free_stack)
                 s_len[slot] += 1
             return preemptions
-        victim = batch[0]
-        for k in range(1, S[NBATCH]):
-            if s_req[batch[k]] > s_req[victim]:
-                victim = batch[k]
+        victim = batch[rules.victim(s_req[batch[:S[NBATCH]]])]
         i = s_req[victim]
         last_one = S[NBATCH] == 1
         _leave_batch(S, batch, victim)
@@ -268,16 +248,18 @@ def _admit(S, F, C, prompt, output, g_generated, g_slot, wait, s_req, s_len, s_f
     budget = C[MAX_BATCHED]
     while S[NWAIT] > 0:
         i = wait[S[WAIT_HEAD]]
-        tokens = prompt[i] + g_generated[i & gmask]  # a recomputed group re-prefills what it generated
-        if tokens > budget or budget == 0 or S[RUNNING_SEQS] + 1 > C[MAX_NUM_SEQS]:
+        tokens = rules.recompute_tokens(np.int64(prompt[i]), g_generated[i & gmask])
+        need = rules.blocks_needed(tokens, bs, 1)
+        verdict = rules.admission_verdict(tokens, budget, True, S[RUNNING_SEQS], 1, C[MAX_NUM_SEQS], need,
+                                          S[FREE_TOP], C[WATERMARK])
+        if verdict == rules.STOP:
             break
-        need = (tokens + bs - 1) // bs
         refusal = -1
-        if C[WATERMARK] and S[FREE_TOP] - need < C[WATERMARK]:
+        if verdict == rules.BELOW_WATERMARK:
             refusal = REJECT_WATERMARK
-        elif need > S[FREE_TOP]:
+        elif need > S[FREE_TOP]:  # PagedStrategy.admit's refusal (`blocks_refused`)
             refusal = REJECT_BLOCKS
-        if refusal >= 0 and S[RUNNING_SEQS] > 0:  # blocks will come free: it waits
+        if refusal >= 0 and not rules.refusal_is_final(S[RUNNING_SEQS]):  # blocks will come free: it waits
             break
         S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
         S[NWAIT] -= 1
@@ -332,30 +314,6 @@ def _plan(S, C, preemptions, npf, s_len, s_final, s_nblocks, batch, prefilled):
 
 
 @njit(cache=True)
-def _duration_s(S, C, K, rows_s, flops_per_s, output_s):
-    """The planned step's duration (`RooflineClock.cost_s`); NaN, with S[NEED_*] set, when the per-row
-    tables lack an entry it reads (the caller fills them from the clock)."""
-    num_decode, num_prefill = S[P_NUM_DECODE], S[P_NUM_PREFILL]
-    sampled = num_decode + S[P_NPF]
-    separate = C[SEPARATE_PREFILL] != 0 and num_prefill > 0 and num_decode > 0
-    rows_a = num_decode if separate else num_prefill + num_decode
-    rows_b = num_prefill if separate else 0
-    sampled_a = num_decode if separate else sampled
-    sampled_b = sampled - num_decode if separate else 0
-    if math.isnan(rows_s[rows_a]) or math.isnan(rows_s[rows_b]) or math.isnan(output_s[sampled_a]) \
-            or math.isnan(output_s[sampled_b]):
-        S[NEED_ROWS_A], S[NEED_ROWS_B], S[NEED_SAMPLED_A], S[NEED_SAMPLED_B] = rows_a, rows_b, sampled_a, sampled_b
-        return math.nan
-    if not separate:
-        return _step_s(rows_a, S[P_KV_READ], S[P_ATTN_CTX], S[P_DECODE_BLOCKS], sampled, K, C, rows_s, flops_per_s,
-                       output_s)
-    ctx = S[P_DECODE_CTX]  # prompts and decodes as separate iterations
-    return _step_s(num_decode, ctx, ctx, S[P_DECODE_BLOCKS], num_decode, K, C, rows_s, flops_per_s, output_s) \
-        + _step_s(num_prefill, S[P_KV_READ] - ctx, S[P_ATTN_CTX] - ctx, 0, sampled - num_decode, K, C, rows_s,
-                  flops_per_s, output_s)
-
-
-@njit(cache=True)
 def _complete(S, now_s, output, g_generated, g_slot, s_req, s_head, s_nblocks, batch, prefilled, free_slots,
               free_stack, next_block, log_first, log_finish, log_done, events):
     """The step ended at `now_s` (`Scheduler.complete`): every decoding sequence produced a token, every
@@ -366,7 +324,7 @@ def _complete(S, now_s, output, g_generated, g_slot, s_req, s_head, s_nblocks, b
         slot = batch[k]
         i = s_req[slot]
         g_generated[i & gmask] += 1
-        if g_generated[i & gmask] == output[i]:
+        if rules.tokens_left(np.int64(output[i]), g_generated[i & gmask]) == 0:
             _leave_batch(S, batch, slot)
             _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
                     log_finish, log_done, events)
@@ -379,7 +337,7 @@ def _complete(S, now_s, output, g_generated, g_slot, s_req, s_head, s_nblocks, b
         j = i - S[LOG_BASE]
         if math.isnan(log_first[j]):
             log_first[j] = now_s
-        if g_generated[i & gmask] == output[i]:  # one output token: done with its prefill
+        if rules.tokens_left(np.int64(output[i]), g_generated[i & gmask]) == 0:  # one output token: done
             _finish(S, slot, i, now_s, output, s_head, s_nblocks, next_block, free_stack, free_slots, g_slot,
                     log_finish, log_done, events)
         else:

@@ -1,0 +1,56 @@
+"""The scheduler's verdicts (workbench.engine.rules) on enumerated grids, compiled and as plain Python: each
+function agrees with its definition written out here, and the compiled version with its own source."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from workbench.engine import rules
+
+
+def test_arrival_rejects_exactly_what_exceeds_the_model_length():
+    for prompt, output, max_len in itertools.product(range(0, 6), range(1, 6), range(1, 10)):
+        assert rules.too_long(prompt, output, max_len) == (prompt + output > max_len)
+
+
+def test_blocks_needed_covers_the_tokens_and_one_copy_per_further_sequence():
+    for tokens, block_size, num_seqs in itertools.product(range(0, 40), (1, 2, 16), (1, 2, 4)):
+        need = rules.blocks_needed(tokens, block_size, num_seqs)
+        assert (need - num_seqs + 1) * block_size >= tokens > (need - num_seqs) * block_size or tokens == 0
+
+
+@pytest.mark.parametrize("spends_budget", [True, False])
+def test_admission_verdict_grid(spends_budget):
+    for tokens, budget, running, num_seqs, needed, free, watermark in itertools.product(
+            (0, 5, 8), (0, 5, 8), (0, 3), (1, 2), (1, 4), (0, 4, 10), (0, 2)):
+        verdict = rules.admission_verdict(tokens, budget, spends_budget, running, num_seqs, 4, needed, free, watermark)
+        over = (spends_budget and (tokens > budget or budget == 0)) or running + num_seqs > 4
+        below = watermark > 0 and free - needed < watermark
+        assert verdict == (rules.STOP if over else rules.BELOW_WATERMARK if below else rules.PLACE)
+        assert verdict == rules.admission_verdict.py_func(tokens, budget, spends_budget, running, num_seqs, 4,
+                                                          needed, free, watermark)
+
+
+def test_the_victim_is_the_latest_arrived_holder():
+    rng = np.random.default_rng(0)
+    for n in range(1, 30):
+        order = rng.permutation(1000)[:n].astype(np.int64)
+        assert order[rules.victim(order)] == order.max()
+
+
+def test_a_refusal_is_final_only_on_an_empty_device():
+    assert rules.refusal_is_final(0) and not rules.refusal_is_final(1)
+
+
+def test_step_verdict():
+    for computing, started, rejected in itertools.product((0, 3), (0, 1), (0, 2)):
+        expected = rules.RUN if computing or started else rules.IDLE if rejected else rules.STUCK
+        assert rules.step_verdict(computing, started, rejected) == expected
+
+
+def test_recompute_and_tokens_left():
+    assert rules.recompute_tokens(100, 7) == 107
+    assert rules.tokens_left(10, 10) == 0 and rules.tokens_left(10, 3) == 7

@@ -1,0 +1,86 @@
+"""The scheduler's verdicts, stated once (docs/engine.md): pure functions of integers, compiled with Numba.
+
+The general step loop (workbench.engine.scheduler, admission), the compiled step loop
+(workbench.engine.compiled_paged) and the fleet's routers (workbench.fleet) call these same functions, from
+Python or from compiled code, so a change to admission or preemption is one change here.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+# admission_verdict: what becomes of the waiting group at the head of the line
+PLACE = 0  # ask the strategy to place it
+STOP = 1  # the step's token budget or max_num_seqs is spent: admission ends for this step
+BELOW_WATERMARK = 2  # placing it would leave fewer free blocks than the watermark keeps for running groups
+
+
+@njit(cache=True)
+def too_long(prompt_tokens, output_tokens, max_model_len):
+    """A request that can never run: its prompt and output exceed the model's length (rejected on arrival)."""
+    return prompt_tokens + output_tokens > max_model_len
+
+
+@njit(cache=True)
+def recompute_tokens(prompt_tokens, generated_tokens):
+    """Tokens a group computes when it is (re)admitted: its prompt, plus what it generated before a recompute
+    preemption (one sequence re-prefills them as part of its prompt)."""
+    return prompt_tokens + generated_tokens
+
+
+@njit(cache=True)
+def blocks_needed(tokens, block_size, num_seqs):
+    """Blocks a group of `num_seqs` sequences needs for `tokens` shared tokens: the tokens' blocks, and one
+    more per further sequence for its copy of a shared partial last block (an upper bound for paged pools)."""
+    return (tokens + block_size - 1) // block_size + num_seqs - 1
+
+
+@njit(cache=True)
+def admission_verdict(tokens, budget, spends_budget, running_seqs, num_seqs, max_num_seqs, needed_blocks,
+                      allocatable_blocks, watermark_blocks):
+    """What admission does with a waiting group of `num_seqs` sequences computing `tokens` this step (a shipped
+    prompt spends no budget), with `running_seqs` on the device and `allocatable_blocks` free: STOP, PLACE or
+    BELOW_WATERMARK (a watermark of 0 keeps nothing back)."""
+    if (spends_budget and (tokens > budget or budget == 0)) or running_seqs + num_seqs > max_num_seqs:
+        return STOP
+    if watermark_blocks and allocatable_blocks - needed_blocks < watermark_blocks:
+        return BELOW_WATERMARK
+    return PLACE
+
+
+@njit(cache=True)
+def refusal_is_final(running_seqs):
+    """A group the pool cannot place (or that outgrows it) with no other sequence on the device: no block will
+    ever come free for it, so it is rejected; otherwise it waits for running groups to free blocks."""
+    return running_seqs == 0
+
+
+@njit(cache=True)
+def victim(arrival_order):
+    """Position of the group preempted when the decode batch cannot grow: the latest arrived (largest request
+    index) among those holding device KV, given as an int64 array of their request indices."""
+    best = 0
+    for k in range(1, arrival_order.shape[0]):
+        if arrival_order[k] > arrival_order[best]:
+            best = k
+    return best
+
+
+@njit(cache=True)
+def tokens_left(output_tokens, generated_tokens):
+    """Tokens a decoding group still has to generate: it is finished at 0."""
+    return output_tokens - generated_tokens
+
+
+# step_verdict: what a planned step does
+RUN = 0  # something computes (or comes back from the host): the step runs
+IDLE = 1  # nothing computes because every candidate was rejected: the loop goes on to the next event
+STUCK = 2  # nothing computes and nothing was rejected: work is left that can never run
+
+
+@njit(cache=True)
+def step_verdict(computing_seqs, started_groups, newly_rejected):
+    """Whether a planned step runs: RUN, IDLE or STUCK (the loop raises `reasons.stuck`)."""
+    if computing_seqs or started_groups:
+        return RUN
+    return IDLE if newly_rejected else STUCK
