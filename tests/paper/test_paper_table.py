@@ -202,8 +202,11 @@ def test_the_kinds_follow_the_values_file(reduced_table):
     by_item = {r.item: r for r in rows}
     assert by_item["sharegpt-2rps: paged"].kind == R.FIT_TARGET
     assert by_item["sharegpt-2rps: contiguous-pow2"].kind == R.CHOSEN
-    assert by_item["sharegpt-2rps: contiguous-max"].kind == R.PREDICTION
+    assert by_item["sharegpt-2rps: contiguous-max"].kind == R.SAME_PANEL
+    assert by_item["sharegpt, opt-13b: paged over oracle"].kind == R.PREDICTION
     assert all(r.kind == R.SIBLING for r in rows if r.figure == R._cite_short(values["fig18b"]))
+    # every seed's row is combined: one row per item, with a value and a verdict per seed
+    assert all(len(r.seed_values) == 3 for r in rows if r.experiment.startswith("experiments/"))
 
 
 def test_the_headline_counts_predictions_only():
