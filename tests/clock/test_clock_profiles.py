@@ -11,6 +11,7 @@ from workbench.clock.roofline import GEMM_SHAPE_POINTS, RooflineClock, gemm_shap
 from workbench.clock.step_cost import StepCost
 from workbench.config import RunConfig
 from workbench.paper.fit_block_costs import fit_kernel, fit_swap
+from workbench.paper.fit_clock import weight_streaming_eff_bw
 from workbench.presets import GPUS, MODELS
 
 
@@ -139,3 +140,42 @@ def test_the_profile_holds_the_fitted_block_costs():
     assert profile.swap_s_per_transfer == pytest.approx(s_per_copy, rel=2e-3)
     assert profile.attn_s_per_block == pytest.approx(s_per_visit, rel=2e-3)
     assert max(abs(swap_residuals_ms)) < 3.0
+
+
+def test_a_prompt_iteration_pays_its_own_overhead_under_separate_prefill():
+    """vLLM 0.1 ran prompts and decodes as separate iterations, each with its own overhead: a prompt-only
+    step and the prompt half of a mixed step pay `prefill_overhead_s`, a decode iteration `step_overhead_s`.
+    Without separate iterations (every profile but the paper's) there is one overhead, whatever is set."""
+    fused, separate = _llama7b_clock(), _llama7b_clock()
+    separate.separate_prefill = True
+    prompt_only, decode_only, mixed = _cost(300, 0, 0), _cost(0, 20, 8000), _cost(300, 20, 8000)
+    before = {name: separate.cost_s(cost) for name, cost in
+              (("prompt", prompt_only), ("decode", decode_only), ("mixed", mixed))}
+    separate.prefill_overhead_s = separate.step_overhead_s + 0.005
+    assert separate.cost_s(prompt_only) == pytest.approx(before["prompt"] + 0.005, rel=1e-12)
+    assert separate.cost_s(decode_only) == before["decode"]
+    assert separate.cost_s(mixed) == pytest.approx(before["mixed"] + 0.005, rel=1e-12)
+    fused_before = fused.cost_s(prompt_only)
+    fused.prefill_overhead_s = fused.step_overhead_s + 0.005
+    assert fused.cost_s(prompt_only) == fused_before
+
+
+def test_the_paper_profile_charges_the_fitted_overheads_by_iteration_kind():
+    """vllm-sosp23-a100: a decode iteration of OPT-13B pays step_overhead_s, a lone prompt (a preempted
+    sequence's recomputation, §7.3) prefill_overhead_s; the two differ (docs/clock-profiles.md)."""
+    profile = PROFILES["vllm-sosp23-a100"]
+    assert profile.separate_prefill and profile.prefill_overhead_s != profile.step_overhead_s
+    clock = _opt13b_clock(16)
+    prompt = StepCost(num_prefill_tokens=256, num_decode_tokens=0, kv_read_tokens=256,
+                      attn_query_ctx=256 * 257 // 2, decode_ctx_tokens=0, unshared_block_slots=0, num_running=1,
+                      copied_blocks=0, swapped_blocks=0)
+    assert clock.cost_s(prompt) == pytest.approx(clock.step_s(256, 256, 256 * 257 // 2, 0, 0)
+                                                 - profile.step_overhead_s + profile.prefill_overhead_s)
+
+
+def test_the_paper_profile_takes_its_bandwidth_from_vidurs_weight_streaming_layers():
+    """eff_bw is not fitted to the paper: it is the fraction of the datasheet bandwidth at which the clock's
+    A100 layer takes Vidur's profiled time where the projections only stream weights (1-32 rows)."""
+    median, per_rows = weight_streaming_eff_bw()
+    assert PROFILES["vllm-sosp23-a100"].eff_bw == round(median, 2)
+    assert all(abs(bw - median) < 0.05 for bw in per_rows.values())  # one bandwidth holds at every row count

@@ -18,15 +18,27 @@ from workbench.sweep import load_spec
 
 
 def _expected_items(values):
-    """One graded row per Fig. 2 segment and per Fig. 13 system, per model for Fig. 12's ShareGPT
-    ratios, one per entry elsewhere."""
+    """One graded row per Fig. 2 segment (and one for each split of a scored sum) and per Fig. 13 system,
+    per model for Fig. 12's ShareGPT ratios, per dataset and side for Fig. 11, one per entry elsewhere;
+    none for a section that is not graded or the peer's (counted apart)."""
     models = {p.config.model for p in load_spec(EXPERIMENTS_DIR / values["fig12"]["experiment"]).points()}
     for section, entry in values.items():
+        if entry["kind"] in (R.UNGRADED, *R.PEER_KINDS):
+            continue
         for key, value in entry["rows"].items():
+            if R._kind(entry, key) == R.UNGRADED:
+                continue
             if section == "fig12":
-                yield from (value.values() if key == "alpaca" else [v for v in value.values() for _ in models])
+                yield from ([value] if key == "abstract" else
+                            value.values() if key == "alpaca" else [v for v in value.values() for _ in models])
+            elif section == "fig2":
+                yield from value
+                if all(R._kind(entry, f"{key}/{s}") == R.SPLIT for s in ("internal", "external")):
+                    yield "split"
+            elif section == "fig11":
+                yield from ("input", "output")
             else:
-                yield from (value if section in ("fig2", "fig13") else [value])
+                yield from (value if section == "fig13" else [value])
 
 
 def _ranges(spec):
@@ -39,7 +51,16 @@ def _ranges(spec):
 
 
 def _graded(rows):
-    return [r for r in rows if r.kind != R.DERIVED]
+    """The paper's rows that are graded (the peer's apart)."""
+    return [r for r in rows if r.kind not in R.NOT_GRADED and r.kind not in R.PEER_KINDS]
+
+
+def _committed_rows():
+    """The committed table's paper rows, split into cells (the peer section's rows apart)."""
+    text = (REPO_ROOT / "figures" / "paper_table.md").read_text()
+    paper_part = text.split("## Peer check")[0]
+    rows = [line.split(" | ") for line in paper_part.splitlines() if line.startswith("| ") and "---" not in line]
+    return text, rows[1:]
 
 
 class InlineExecutor:
@@ -82,32 +103,70 @@ def test_every_value_row_appears_once_with_a_number_and_a_verdict(reduced_table)
 
 
 def test_the_committed_table_explains_every_row_outside_its_tolerance():
-    text = (REPO_ROOT / "figures" / "paper_table.md").read_text()
-    table_rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    graded = [cells for cells in table_rows if cells[2] != R.DERIVED]
+    text, table_rows = _committed_rows()
+    graded = [cells for cells in table_rows if cells[2] not in R.NOT_GRADED]
     assert len(graded) == sum(1 for _ in _expected_items(R.load_values()))
-    explained = text.split("Outside the band:")[-1]
+    explained = text.split("Outside the band, or seed-sensitive:")[-1]
     for cells in graded:
-        if cells[7] == "no":
+        if cells[7] != "yes":
             figure, item, kind = cells[0].removeprefix("| "), cells[1], cells[2]
             line = next(x for x in explained.splitlines() if x.startswith(f"- **{figure}, {item}** ({kind}): "))
             assert len(line.split("): ", 1)[1]) > 20, line
-    # the headline counts the committed table's own prediction rows
-    predictions = [cells for cells in graded if cells[2] == R.PREDICTION]
-    within = sum(cells[7] == "yes" for cells in predictions)
-    assert f"Predictions: {within} of {len(predictions)} within their band." in text
+
+
+def test_the_headline_recounts_from_the_committed_table():
+    """Each kind's count in the headline is the count of the committed table's rows of that kind, a
+    seed-sensitive row never within: the recount can be redone from the table alone."""
+    text, table_rows = _committed_rows()
+    headline = next(line for line in text.splitlines() if line.startswith("**Paper predictions:"))
+    for kind in R.KINDS:
+        mine = [cells for cells in table_rows if cells[2] == kind]
+        within = sum(cells[7] == "yes" for cells in mine)
+        if kind == R.PREDICTION:
+            sensitive = sum(cells[7].startswith("seed-sensitive") for cells in mine)
+            assert (f"Paper predictions: {within} of {len(mine)} within their band ({sensitive} seed-sensitive"
+                    in headline)
+        elif kind in R.NOT_GRADED:
+            assert all(cells[7] == "(not graded)" for cells in mine)
+        elif mine:
+            assert f"{kind}: {within} of {len(mine)}" in headline, kind
+    # the peer's rows are counted apart, over every profiled row count
+    peer = R.counts_by_kind(R.vidur_rows(R.load_values()["vidur"]))
+    for kind, (within, total) in peer.items():
+        assert f"{kind}s: {within} of {total} row counts" in headline
+    assert sum(total for kind, (_, total) in peer.items() if kind == R.PEER_PREDICTION) == 518
+
+
+def test_the_rows_the_table_once_called_predictions_carry_their_kinds():
+    """By the table's own rules: rows that follow from the scored Fig. 2 shares, Oracle's internal share,
+    the bars and curves beside a fitted one, and the two rows of a scored sum are not predictions."""
+    _, table_rows = _committed_rows()
+    kind = {(cells[0].removeprefix("| "), cells[1]): cells[2] for cells in table_rows}
+    assert kind["Fig. 2", "contiguous-pow2: reserved"] == R.CHOSEN
+    assert kind["Fig. 2", "contiguous-oracle: reserved"] == R.CHOSEN
+    assert kind["Fig. 2", "contiguous-oracle: external"] == R.CHOSEN
+    assert kind["Fig. 2", "contiguous-oracle: internal"] == R.DEFINITION
+    assert kind["Fig. 13", "sharegpt-2rps: contiguous-max"] == R.SAME_PANEL
+    assert kind["Fig. 13", "alpaca-30rps: contiguous-max"] == R.SAME_PANEL
+    assert {k for (figure, _), k in kind.items() if figure == "§7.3 and Fig. 19a"} == {R.SAME_PANEL}
+    assert kind["Fig. 2", "contiguous-pow2: internal"] == kind["Fig. 2", "contiguous-pow2: external"] == R.SPLIT
+    assert kind["Fig. 2", "contiguous-pow2: internal share of internal + external"] == R.PREDICTION
+    assert not any(figure == "Vidur" for figure, _ in kind)  # the peer has its own section
 
 
 def test_markdown_lists_every_row_and_every_gap(reduced_table):
     _, _, rows = reduced_table
     text = R.markdown(rows)
-    assert sum(line.startswith("| ") for line in text.splitlines()) == len(rows) + 1  # plus the header
-    for r in rows:
+    listed = [r for r in rows if r.listed]
+    # a header for the paper's table and one for the peer's anchors
+    assert sum(line.startswith("| ") for line in text.splitlines()) == len(listed) + 2
+    for r in listed:
         assert r.item in text
-        if not r.ok:
+        if not r.within:
             assert r.reason in text
-        if r.kind == R.DERIVED:  # always says how the two definitions differ
+        if r.kind in R.NOT_GRADED:  # always says how the two definitions differ, or why it is not graded
             assert r.reason and r.reason in text
+    assert all(r.kind in R.PEER_KINDS for r in rows if not r.listed)
 
 
 def test_rows_follow_the_values_file(reduced_table):
@@ -116,8 +175,9 @@ def test_rows_follow_the_values_file(reduced_table):
     before = next(r for r in rows if r.item == "sharegpt-2rps: paged")
     edited = {**values, "fig13": {**values["fig13"], "rows": {
         **values["fig13"]["rows"], "sharegpt-2rps": {**values["fig13"]["rows"]["sharegpt-2rps"], "paged": 1.0}}}}
-    after = next(r for r in R.fig13(edited["fig13"], tables["paper_fig13.yaml"]) if r.item == before.item)
-    assert after.paper == "1" and after.workbench == before.workbench
+    table = tables["paper_fig13.yaml"]
+    after = next(r for r in R.fig13(edited["fig13"], table[table["seed"] == 0]) if r.item == before.item)
+    assert after.paper == "1" and after.workbench == before.seed_values[0]
 
 
 def test_fig2_grades_the_artifacts_accounting_and_shows_the_workbenchs_beside(reduced_table):
@@ -127,9 +187,12 @@ def test_fig2_grades_the_artifacts_accounting_and_shows_the_workbenchs_beside(re
         graded = [by_item[f"{strategy}: {s}"] for s in ("internal", "external")]
         ours = [by_item[f"{strategy}: {s}, workbench accounting"] for s in ("internal", "external")]
         assert [r.kind for r in ours] == [R.DERIVED] * 2
-        # the same waste, re-bucketed: the round-up moves from internal to external
-        assert graded[0].workbench < ours[0].workbench and graded[1].workbench > ours[1].workbench
-        assert sum(r.workbench for r in graded) == pytest.approx(sum(r.workbench for r in ours))
+        # the same waste, re-bucketed at each seed: the round-up moves from internal to external
+        for seed in range(len(graded[0].seed_values)):
+            assert graded[0].seed_values[seed] < ours[0].seed_values[seed]
+            assert graded[1].seed_values[seed] > ours[1].seed_values[seed]
+            assert (sum(r.seed_values[seed] for r in graded)
+                    == pytest.approx(sum(r.seed_values[seed] for r in ours)))
     # the oracle reserves exactly the final length: nothing is internal in the artifact's accounting
     assert by_item["contiguous-oracle: internal"].workbench == 0
 
@@ -139,8 +202,11 @@ def test_the_kinds_follow_the_values_file(reduced_table):
     by_item = {r.item: r for r in rows}
     assert by_item["sharegpt-2rps: paged"].kind == R.FIT_TARGET
     assert by_item["sharegpt-2rps: contiguous-pow2"].kind == R.CHOSEN
-    assert by_item["sharegpt-2rps: contiguous-max"].kind == R.PREDICTION
+    assert by_item["sharegpt-2rps: contiguous-max"].kind == R.SAME_PANEL
+    assert by_item["sharegpt, opt-13b: paged over oracle"].kind == R.PREDICTION
     assert all(r.kind == R.SIBLING for r in rows if r.figure == R._cite_short(values["fig18b"]))
+    # every seed's row is combined: one row per item, with a value and a verdict per seed
+    assert all(len(r.seed_values) == 3 for r in rows if r.experiment.startswith("experiments/"))
 
 
 def test_the_headline_counts_predictions_only():
@@ -148,22 +214,53 @@ def test_the_headline_counts_predictions_only():
         return R.Row("Fig. 0", f"{kind} {ok}", kind, "1", 1.0, "+0", ok, "±1", "experiments/x.yaml", "")
 
     rows = [row(R.PREDICTION, True), row(R.PREDICTION, False), row(R.FIT_TARGET, True), row(R.FIT_TARGET, True),
-            row(R.CHOSEN, False), row(R.DERIVED, False)]
-    assert R.counts_by_kind(rows) == {R.PREDICTION: (1, 2), R.FIT_TARGET: (2, 2), R.CHOSEN: (0, 1)}
+            row(R.CHOSEN, False), row(R.DERIVED, False), row(R.PEER_PREDICTION, True), row(R.UNGRADED, False)]
+    assert R.counts_by_kind(rows) == {R.PREDICTION: (1, 2), R.FIT_TARGET: (2, 2), R.CHOSEN: (0, 1),
+                                      R.PEER_PREDICTION: (1, 1)}
     text = R.headline(rows)
-    assert text.startswith("Predictions: 1 of 2 within their band.")
-    assert "fit target: 2 of 2" in text and "1 derived rows" in text
+    assert text.startswith("Paper predictions: 1 of 2 within their band (0 seed-sensitive")
+    assert "fit target: 2 of 2" in text and "1 derived rows" in text and "1 rows not graded" in text
+    assert "peer predictions: 1 of 1 row counts" in text.split("Peer check")[1]
+
+
+def test_a_row_whose_verdict_flips_across_seeds_is_never_counted_within():
+    """The value is the median, graded in the same band; a verdict that differs at any seed marks the row
+    seed-sensitive, outside the count even when the median is inside."""
+    entry = R.load_values()["fig13"]
+
+    def at(value):
+        return R._rel_row(entry, "x", "sharegpt-2rps/contiguous-max", 10.0, value, 0.15, kind=R.PREDICTION)
+
+    flipping = R.over_seeds([at(10.0), at(11.0), at(12.0)])  # the last is outside ±15%
+    assert flipping.workbench == 11.0 and flipping.ok and flipping.seed_sensitive and not flipping.within
+    assert flipping.seed_oks == (True, True, False) and flipping.seed_values == (10.0, 11.0, 12.0)
+    steady = R.over_seeds([at(9.0), at(10.0), at(11.0)])
+    assert steady.within and not steady.seed_sensitive
+    outside = R.over_seeds([at(12.0), at(12.5), at(13.0)])
+    assert not outside.ok and not outside.seed_sensitive and outside.reason
+    assert R.counts_by_kind([flipping, steady, outside]) == {R.PREDICTION: (1, 3)}
+    assert "seed-sensitive: yes, yes, no" in R.markdown([flipping])
+    assert "10 to 12 over 3 seeds" in R.markdown([flipping])
 
 
 def test_every_band_is_two_sided_and_sourced():
     values = R.load_values()
     for section, entry in values.items():
+        assert entry["band_source"] in R.BAND_SOURCES, section
         assert len(entry["band"]) > 20, section
         for lo, hi in _ranges(entry["rows"]):
             lo, hi = float(lo), float(hi)
             assert math.isfinite(lo) and math.isfinite(hi) and lo < hi, section
     with pytest.raises(ValueError, match="two-sided"):
         R._range_row(values["fig12"], "x", "paged_over_oracle", {"paper": "> 1", "range": [1, math.inf]}, 2.0)
+
+
+def test_a_band_without_a_named_source_is_refused(tmp_path):
+    text = R.VALUES_PATH.read_text().replace("band_source: reading precision", "band_source: it looked right", 1)
+    path = tmp_path / "values.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match="it looked right"):
+        R.load_values(path)
 
 
 def test_an_unknown_kind_is_refused(tmp_path):

@@ -26,6 +26,7 @@ class ClockProfile:
     eff_flops: float | None = None
     step_overhead_s: float | None = None
     separate_prefill: bool = False  # prompts and decodes in separate iterations (RooflineClock)
+    prefill_overhead_s: float | None = None  # a prompt iteration's overhead under separate_prefill (None: step's)
     host_link_gbps: float | None = None  # GB/s host<->device, one direction, as copies achieve it (None: the GPU's)
     swap_s_per_transfer: float = 0.0  # fixed cost of one host<->device copy (one block of one layer's K or V)
     attn_s_per_block: float = 0.0  # decode attention's fixed cost per KV block, query head and layer
@@ -37,13 +38,15 @@ PROFILES: dict[str, ClockProfile] = {p.name: p for p in (
     # PyTorch eager kernels and a Python scheduler, so each step costs far more than the roofline.
     # The paper also serves OPT-175B on A100-80GBs: the same chip, software and link, so the same
     # efficiencies and overheads (with that GPU's own memory and bandwidth).
+    # eff_bw is the weight-streaming efficiency of Vidur's profiled A100 layers at 1-32 rows; the decode and
+    # prompt iterations' overheads were fitted at it to the paged batches of Fig. 13 (workbench.paper.fit_clock).
     # Per-block costs (docs/clock-profiles.md): the swap link and per-copy cost fitted to Fig. 19a
     # (swapping 256 tokens in and out at block sizes 1-256), the attention cost per block visit to
     # Fig. 18a (the paged kernel at block 16 against FasterTransformer's contiguous one).
     ClockProfile("vllm-sosp23-a100", "fitted to the vLLM paper's OPT-13B / A100-40GB measurements "
-                 "(docs/clock-profiles.md)", gpus=("a100-40gb", "a100-80gb"), eff_bw=0.65, eff_flops=0.75,
-                 step_overhead_s=0.016, separate_prefill=True, host_link_gbps=12.4, swap_s_per_transfer=2.57e-6,
-                 attn_s_per_block=1.6e-9),
+                 "(docs/clock-profiles.md)", gpus=("a100-40gb", "a100-80gb"), eff_bw=0.80, eff_flops=0.75,
+                 step_overhead_s=0.030, prefill_overhead_s=0.012, separate_prefill=True, host_link_gbps=12.4,
+                 swap_s_per_transfer=2.57e-6, attn_s_per_block=1.6e-9),
 )}
 
 PROFILE_NAMES = tuple(PROFILES)
@@ -81,4 +84,5 @@ def make_clock(cfg, res, block_size: int, map_s_per_page: float = 0.0, overlap_m
                          overlap_map=overlap_map, host_link_gbps=profile.host_link_gbps,
                          swap_s_per_transfer=profile.swap_s_per_transfer,
                          attn_s_per_block=profile.attn_s_per_block if paged_kernel else 0.0, tp=cfg.tp,
+                         prefill_overhead_s=profile.prefill_overhead_s,
                          overlap_load=overlap_load, shared_link_gb_s=shared_link_gb_s)

@@ -93,7 +93,7 @@ FORMULA_CONSTANTS = frozenset((
     "kv_bytes_per_token", "attn_bytes_per_row", "bytes_per_s", "attn_flops_per_key", "attn_s_per_block_read",
     "attention_launch_s", "kernel_launch_s", "block_bytes", "tp", "allreduce_fixed_s", "allreduce_s_per_token",
     "map_s_per_page", "overlap_map", "link_bytes_per_s", "swap_fixed_s_per_block", "step_overhead_s",
-    "separate_prefill"))
+    "separate_prefill", "prefill_overhead_s"))
 
 
 class RooflineClock:
@@ -103,7 +103,8 @@ class RooflineClock:
                  eff_bw: float, eff_flops: float, step_overhead_s: float, separate_prefill: bool = False,
                  map_s_per_page: float = 0.0, overlap_map: bool = False, host_link_gbps: float | None = None,
                  swap_s_per_transfer: float = 0.0, attn_s_per_block: float = 0.0, overlap_load: bool = False,
-                 shared_link_gb_s: float = 0.0, tp: int = 1, kernel_launch_s: float = KERNEL_LAUNCH_S) -> None:
+                 shared_link_gb_s: float = 0.0, tp: int = 1, kernel_launch_s: float = KERNEL_LAUNCH_S,
+                 prefill_overhead_s: float | None = None) -> None:
         # separate_prefill: the engine runs prompts and decodes as separate iterations (vLLM 0.1), so
         # a step that has both costs the two in sequence, each with its own weight pass and overhead
         self.separate_prefill = separate_prefill
@@ -146,6 +147,8 @@ class RooflineClock:
         # (under tensor parallelism each GPU visits its own heads' blocks, at the same time as the others)
         self.attn_s_per_block_read = attn_s_per_block * model.num_layers * model.num_heads / tp
         self.step_overhead_s = step_overhead_s
+        # a prompt iteration's own overhead under separate_prefill (None: the same as a decode step's)
+        self.prefill_overhead_s = step_overhead_s if prefill_overhead_s is None else prefill_overhead_s
         self.map_s_per_page = map_s_per_page
         self.overlap_map = overlap_map
         self.load_s_per_block = self.block_bytes / self.link_bytes_per_s
@@ -172,6 +175,7 @@ class RooflineClock:
         K[F.MAP_S_PER_PAGE], K[F.OVERLAP_MAP] = self.map_s_per_page, self.overlap_map
         K[F.LINK_BYTES_PER_S], K[F.SWAP_FIXED_S_PER_BLOCK] = self.link_bytes_per_s, self.swap_fixed_s_per_block
         K[F.STEP_OVERHEAD_S], K[F.SEPARATE_PREFILL] = self.step_overhead_s, self.separate_prefill
+        K[F.PREFILL_OVERHEAD_S] = self.prefill_overhead_s
         return K
 
     def _latent_attention(self, model: ModelPreset) -> None:

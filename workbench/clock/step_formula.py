@@ -20,7 +20,8 @@ from numba import njit
 # K: the clock's constants, float64 [NUM_CONSTS]
 (KV_BYTES_PER_TOKEN, ATTN_BYTES_PER_ROW, BYTES_PER_S, ATTN_FLOPS_PER_KEY, ATTN_S_PER_BLOCK_READ, ATTENTION_LAUNCH_S,
  KERNEL_LAUNCH_S, BLOCK_BYTES, TP, ALLREDUCE_FIXED_S, ALLREDUCE_S_PER_TOKEN, MAP_S_PER_PAGE, OVERLAP_MAP,
- LINK_BYTES_PER_S, SWAP_FIXED_S_PER_BLOCK, STEP_OVERHEAD_S, SEPARATE_PREFILL, NUM_CONSTS) = range(18)
+ LINK_BYTES_PER_S, SWAP_FIXED_S_PER_BLOCK, STEP_OVERHEAD_S, SEPARATE_PREFILL, PREFILL_OVERHEAD_S,
+ NUM_CONSTS) = range(19)
 
 # need: the table entries a formula lacked, int64 [4]
 NEED_ROWS_A, NEED_ROWS_B, NEED_SAMPLED_A, NEED_SAMPLED_B = range(4)
@@ -56,6 +57,8 @@ def compute_s(K, rows_s, output_s, flops_per_s, need, num_prefill_tokens, num_de
     """Duration of a step's compute (a `StepCost`'s counts, `RooflineClock.cost_s` less the tier loads): one
     iteration, or, where the engine runs prompts and decodes as separate iterations (K[SEPARATE_PREFILL]) and the
     step has both, the decode iteration then the prompt iteration, each with its own weight pass and overhead.
+    Under separate iterations a prompt iteration pays K[PREFILL_OVERHEAD_S] where a decode iteration pays
+    K[STEP_OVERHEAD_S]: a profile may fit the two kinds' overheads apart (docs/clock-profiles.md).
     A measured attention time covers both iterations, and page mapping both: both are charged to the decode
     iteration. NaN, with `need` set, when a table lacks an entry."""
     num_tokens = num_prefill_tokens + num_decode_tokens
@@ -71,12 +74,15 @@ def compute_s(K, rows_s, output_s, flops_per_s, need, num_prefill_tokens, num_de
             rows_a, rows_b, sampled_a, sampled_b
         return math.nan
     if not separate:
-        return step_s(K, rows_s, output_s, flops_per_s, num_tokens, kv_read_tokens, attn_query_ctx, copied_blocks,
-                      swapped_blocks, measured_attention_s, mapped_pages, decode_blocks, sampled_tokens)
+        one_s = step_s(K, rows_s, output_s, flops_per_s, num_tokens, kv_read_tokens, attn_query_ctx, copied_blocks,
+                       swapped_blocks, measured_attention_s, mapped_pages, decode_blocks, sampled_tokens)
+        if K[SEPARATE_PREFILL] != 0 and num_prefill_tokens > 0 and num_decode_tokens == 0:
+            return one_s + (K[PREFILL_OVERHEAD_S] - K[STEP_OVERHEAD_S])  # a prompt iteration's own overhead
+        return one_s
     ctx = decode_ctx_tokens
     decode_s = step_s(K, rows_s, output_s, flops_per_s, num_decode_tokens, ctx, ctx, copied_blocks, swapped_blocks,
                       measured_attention_s, mapped_pages, decode_blocks, num_decode_tokens)
     prefill_measured_s = measured_attention_s if math.isnan(measured_attention_s) else 0.0
     prefill_s = step_s(K, rows_s, output_s, flops_per_s, num_prefill_tokens, kv_read_tokens - ctx,
                        attn_query_ctx - ctx, 0, 0, prefill_measured_s, 0, 0, sampled_b)
-    return decode_s + prefill_s
+    return decode_s + prefill_s + (K[PREFILL_OVERHEAD_S] - K[STEP_OVERHEAD_S])  # the prompt iteration's overhead

@@ -2,8 +2,8 @@
 
 No simulation: each figure is the clock's charge for the operation the artifact's benchmark timed
 (OPT-13B on one A100-40GB). The swap and per-block attention constants were fitted to Figs. 19a and
-18a (`workbench.paper.fit_block_costs`); the recomputation is the profile's prompt-only iteration,
-whose step overhead was fitted to Fig. 13's decode-heavy steps.
+18a (`workbench.paper.fit_block_costs`); the recomputation is the profile's prompt-only iteration, with
+the overhead the profile charges a prompt iteration (fitted with the decode overhead to Fig. 13).
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ def swap_in_out_s(block_size: int, tokens: int = SWAP_TOKENS) -> float:
 
 
 def recompute_s(tokens: int = SWAP_TOKENS) -> float:
-    """Recomputing a preempted request of `tokens`: its prompt-only iteration (no block-size term)."""
-    return opt13b_clock(KERNEL_BLOCK_SIZE).step_s(tokens, tokens, tokens * (tokens + 1) // 2, 0, 0)
+    """Recomputing a preempted request of `tokens`: its prompt-only iteration (no block-size term), with the
+    overhead the profile charges a prompt iteration."""
+    prompt = StepCost(num_prefill_tokens=tokens, num_decode_tokens=0, kv_read_tokens=tokens,
+                      attn_query_ctx=tokens * (tokens + 1) // 2, decode_ctx_tokens=0, unshared_block_slots=0,
+                      num_running=1, copied_blocks=0, swapped_blocks=0, decode_blocks=0)
+    return opt13b_clock(KERNEL_BLOCK_SIZE).cost_s(prompt)
 
 
 def crossover_block_size() -> int:

@@ -4,7 +4,10 @@ Each section function takes its entry of values.yaml, the summary table of its e
 per point, workbench.sweep.summary) and the directory of its points (for the sections that read a
 point's step and request tables), and returns `Row`s. Paper numbers come only from the YAML, and the
 peer's (Vidur's profiled operator times) from its published data (workbench/paper/data). Every
-row says what kind of test it is (`KINDS`); the headline counts predictions only.
+row says what kind of test it is (`KINDS`); the headline counts the paper's predictions only, the
+peer's rows apart. An experiment run at several seeds gives each row per seed: the row shows the
+median and the spread, its verdict is the median's, and a verdict that differs between seeds marks
+the row seed-sensitive, never counted within its band.
 """
 
 from __future__ import annotations
@@ -12,24 +15,43 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from workbench.config import RunConfig
 from workbench.paper import artifact, micro, vidur
+from workbench.paper.fit_block_costs import KERNEL_BLOCK_SIZE, KERNEL_US
+from workbench.workload.build import build_workload
 
 VALUES_PATH = Path(__file__).with_name("values.yaml")
 
 PREDICTION = "prediction"
 FIT_TARGET = "fit target"
+SAME_PANEL = "in a fitted panel"
 SIBLING = "fitted on a sibling panel"
 CHOSEN = "configuration chosen by this row"
+DEFINITION = "fixed by definition"
+SPLIT = "part of a scored sum"
+INPUT = "input data"
+SUMMARY = "summary of rows above"
+UNGRADED = "not graded"
 DERIVED = "derived"
-KINDS = (PREDICTION, FIT_TARGET, SIBLING, CHOSEN, DERIVED)  # values.yaml explains each
+PEER_PREDICTION = "peer prediction"
+PEER_FIT_TARGET = "peer fit target"
+# values.yaml explains each; the last two are Vidur's (a peer simulator's profiled operators, not the paper)
+KINDS = (PREDICTION, FIT_TARGET, SAME_PANEL, SIBLING, CHOSEN, DEFINITION, SPLIT, INPUT, SUMMARY, UNGRADED,
+         DERIVED, PEER_PREDICTION, PEER_FIT_TARGET)
+NOT_GRADED = (UNGRADED, DERIVED)  # shown, never graded
+PEER_KINDS = (PEER_PREDICTION, PEER_FIT_TARGET)
+# the sources a band may name (values.yaml `band_source`)
+BAND_SOURCES = ("reading precision", "printed precision", "the text", "the peer's accuracy", "judgment")
 
 
 @dataclass(frozen=True)
@@ -44,16 +66,43 @@ class Row:
     tolerance: str  # the band
     experiment: str  # experiments/<file>, or the module that computes a clock-only row
     reason: str  # the explanation of the gap; empty when ok
+    listed: bool = True  # shown as a line of the table (a peer row at a row count between anchors is only counted)
+    seed_values: tuple[float, ...] = ()  # the value at each seed, when the experiment ran more than one
+    seed_oks: tuple[bool, ...] = ()  # the verdict at each seed
+    # the same row for another value (the median over seeds), graded against the same band
+    remake: Callable[[float], Row] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def seed_sensitive(self) -> bool:
+        return len(set(self.seed_oks)) > 1
+
+    @property
+    def within(self) -> bool:
+        """Counted within its band: inside it at the median and at every seed."""
+        return self.ok and not self.seed_sensitive
+
+
+NOT_GRADED_KEY = "not_graded"  # values.yaml's list of the paper's claims the table does not grade, with reasons
 
 
 def load_values(path: Path = VALUES_PATH) -> dict[str, Any]:
+    """The sections of values.yaml (its `not_graded` list apart: `not_graded_claims`)."""
     values = yaml.safe_load(path.read_text())
+    values.pop(NOT_GRADED_KEY, None)
     for section, entry in values.items():
+        if entry.get("band_source") not in BAND_SOURCES:
+            raise ValueError(f"{path}: {section}: band_source {entry.get('band_source')!r} is not one of "
+                             f"{', '.join(BAND_SOURCES)}")
         kinds = [entry["kind"], *entry.get("kinds", {}).values()]
         unknown = [k for k in kinds if k not in KINDS]
         if unknown:
             raise ValueError(f"{path}: {section}: kind {unknown[0]!r} is not one of {', '.join(KINDS)}")
     return values
+
+
+def not_graded_claims(path: Path = VALUES_PATH) -> list[dict[str, str]]:
+    """The paper's claims the table leaves ungraded, each with its `cite` and `reason`."""
+    return yaml.safe_load(path.read_text()).get(NOT_GRADED_KEY, [])
 
 
 def _cite_short(entry: dict) -> str:
@@ -90,8 +139,9 @@ def _abs_row(entry, item, key, paper: float, ours: float, tol: float, unit: str,
     ok = abs(ours - paper) <= tol
     points = " pp" if unit == "%" else unit  # a difference of percentages is in percentage points
     return Row(_cite_short(entry), item, kind or _kind(entry, key), f"{paper:g}{unit}", ours,
-               f"{ours - paper:+.1f}{points}", ok, f"±{tol:g}{points}", _source(entry),
-               "" if ok else _gap(entry, key))
+               f"{ours - paper:+.1f}{points}", ok, f"±{tol:.3g}{points}", _source(entry),
+               "" if ok else _gap(entry, key),
+               remake=lambda value: _abs_row(entry, item, key, paper, value, tol, unit, kind))
 
 
 def _sustained_ratio(table: pd.DataFrame, strategy: str, baseline: str) -> float:
@@ -105,7 +155,8 @@ def _rel_row(entry, item, key, paper: float, ours: float, tol_frac: float, kind:
     ok = abs(ours - paper) <= tol_frac * abs(paper)
     return Row(_cite_short(entry), item, kind or _kind(entry, key), f"{paper:g}", ours,
                f"{(ours - paper) / paper:+.0%}", ok, f"±{tol_frac:.0%}", _source(entry),
-               "" if ok else _gap(entry, key))
+               "" if ok else _gap(entry, key),
+               remake=lambda value: _rel_row(entry, item, key, paper, value, tol_frac, kind))
 
 
 def _range_row(entry, item, key, spec: dict, ours: float) -> Row:
@@ -115,12 +166,21 @@ def _range_row(entry, item, key, spec: dict, ours: float) -> Row:
     ok = lo <= ours <= hi
     side = "inside" if ok else ("below" if ours < lo else "above")
     return Row(_cite_short(entry), item, _kind(entry, key), str(spec["paper"]), ours, side, ok,
-               f"in [{lo:g}, {hi:g}]", _source(entry), "" if ok else _gap(entry, key))
+               f"in [{lo:g}, {hi:g}]", _source(entry), "" if ok else _gap(entry, key),
+               remake=lambda value: _range_row(entry, item, key, spec, value))
+
+
+def _ungraded_row(entry, item, key, ours: float) -> Row:
+    """A value the table shows beside a claim it cannot grade (the paper's number is not verified)."""
+    return Row(_cite_short(entry), item, UNGRADED, str(entry["rows"][key]["paper"]), ours, "", False, "none",
+               _source(entry), _gap(entry, key), remake=lambda value: _ungraded_row(entry, item, key, value))
 
 
 def _derived(entry: dict, row: Row) -> Row:
     """A derived row always carries the section's explanation of the two definitions."""
-    return dataclasses.replace(row, reason=_gap(entry, "derived"))
+    remake = row.remake
+    return dataclasses.replace(row, reason=_gap(entry, "derived"),
+                               remake=None if remake is None else lambda value: _derived(entry, remake(value)))
 
 
 def _points_dir(points_dir: Path | None, section: str) -> Path:
@@ -174,7 +234,18 @@ def fig2(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> li
             if segment in ("internal", "external") and not math.isclose(graded[segment], ours[segment]):
                 derived.append(_derived(entry, _abs_row(entry, f"{strategy}: {segment}, workbench accounting",
                                                         "derived", paper, ours[segment], tol, "%", kind=DERIVED)))
+        if all(_kind(entry, f"{strategy}/{s}") == SPLIT for s in ("internal", "external")):
+            rows.append(_split_row(entry, strategy, segments, graded))
     return rows + derived
+
+
+def _split_row(entry: dict, strategy: str, paper: dict, ours: dict) -> Row:
+    """Where the scored sum internal + external splits: internal's share of it, the one quantity of the two
+    rows that no scoring fixed. Its band is the segments' band over the paper's sum."""
+    paper_sum, ours_sum = paper["internal"] + paper["external"], ours["internal"] + ours["external"]
+    tol = entry["tolerance"] * 100 / paper_sum
+    return _abs_row(entry, f"{strategy}: internal share of internal + external", f"{strategy}/split",
+                    round(100 * paper["internal"] / paper_sum, 1), 100 * ours["internal"] / ours_sum, tol, "%")
 
 
 def config_of(points_dir: Path, point: pd.Series) -> RunConfig:
@@ -203,6 +274,11 @@ def fig12(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
                  / min(ratio(m, "alpaca", "contiguous-oracle") for m in smaller))
     rows.append(_range_row(entry, "alpaca: opt-175b's paged / oracle over the other models' smallest",
                            "opt175b_oracle_advantage_over_others", spec, advantage))
+    # the abstract's "2-4x" over the Orca baselines: the median of every model, dataset and baseline's ratio
+    baselines = sorted(set(table["strategy"]) - {"paged"})
+    every = [ratio(m, w, b) for m in models for w in ("sharegpt", "alpaca") for b in baselines]
+    rows.append(_range_row(entry, "abstract: paged over Orca, median of every model, dataset and baseline",
+                           "abstract", entry["rows"]["abstract"], statistics.median(every)))
     return rows
 
 
@@ -228,10 +304,10 @@ def fig15(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
         point = _point(table, rate=entry["rate"], **where)
         steps, _ = _point_tables(folder, point)
         ours = 100 * artifact.fig15_saving(steps)
-        rows.append(_rel_row(entry, f"{key}, {entry['rate']:g} req/s", key, paper, ours, entry["tolerance_frac"]))
+        rows.append(_abs_row(entry, f"{key}, {entry['rate']:g} req/s", key, paper, ours, entry["tolerance"], "%"))
         own = 100 * _point(table, rate=entry["derived_rate"], **where)["block_sharing_saving_frac"]
-        derived.append(_derived(entry, _rel_row(entry, f"{key}, {entry['derived_rate']:g} req/s, workbench estimator",
-                                                "derived", paper, own, entry["tolerance_frac"], kind=DERIVED)))
+        derived.append(_derived(entry, _abs_row(entry, f"{key}, {entry['derived_rate']:g} req/s, workbench estimator",
+                                                "derived", paper, own, entry["tolerance"], "%", kind=DERIVED)))
     return rows + derived
 
 
@@ -243,7 +319,7 @@ def sec63(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
         mode, width = key.split("-")
         where = {"n": int(width), "beam_width": 1} if mode == "parallel" else {"n": 1, "beam_width": int(width)}
         steps, _ = _point_tables(folder, _point(table, **where))
-        rows.append(_rel_row(entry, key, key, paper, 100 * artifact.fig15_saving(steps), entry["tolerance_frac"]))
+        rows.append(_abs_row(entry, key, key, paper, 100 * artifact.fig15_saving(steps), entry["tolerance"], "%"))
     return rows
 
 
@@ -251,9 +327,12 @@ def fig14(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     """paged's sustained rate over Orca (Oracle)'s, at each beam width."""
     rows = []
     for key, spec in entry["rows"].items():
-        sub = table[table["beam_width"] == spec["beam_width"]]
+        sub = table[(table["beam_width"] == spec["beam_width"]) & (table["n"] == spec["n"])]
         ratio = _sustained_ratio(sub, "paged", "contiguous-oracle")
-        rows.append(_rel_row(entry, f"{key}: paged / oracle", key, spec["paper"], ratio, entry["tolerance_frac"]))
+        if _kind(entry, key) == UNGRADED:
+            rows.append(_ungraded_row(entry, f"{key}: paged / oracle", key, ratio))
+        else:
+            rows.append(_rel_row(entry, f"{key}: paged / oracle", key, spec["paper"], ratio, entry["tolerance_frac"]))
     return rows
 
 
@@ -299,14 +378,48 @@ def sec73(entry: dict, table: pd.DataFrame | None = None, points_dir: Path | Non
 
 
 def vidur_rows(entry: dict, table: pd.DataFrame | None = None, points_dir: Path | None = None) -> list[Row]:
-    """The clock's decoder layer (less attention) beside Vidur's profiled one, at each row's batch shape."""
-    compared = vidur.comparison().set_index(["gpu", "model", "num_tokens", "group"])
+    """The clock's decoder layer (less attention) beside Vidur's profiled one at every profiled row count
+    from 1 to 4,096 (vidur.DATA_ALL); the anchor rows of values.yaml, at named batch shapes, are listed and
+    the rest only counted. A pair's kind is its anchors' (the fitted pair's are fit targets)."""
+    compared = vidur.comparison(vidur.DATA_ALL)
+    layers = compared[compared["group"] == "layer"]
+    anchors = {(spec["gpu"], spec["model"], spec["num_tokens"]): (key, spec) for key, spec in entry["rows"].items()}
+    pair_kind = {(spec["gpu"], spec["model"]): _kind(entry, key) for key, spec in entry["rows"].items()}
     rows = []
-    for key, spec in entry["rows"].items():
-        point = compared.loc[(spec["gpu"], spec["model"], spec["num_tokens"], "layer")]
-        item = f"{spec['model']} on {spec['gpu']}, {spec['shape']}: ms per layer less attention"
-        rows.append(_rel_row(entry, item, key, round(float(point["vidur_ms"]), 4), float(point["clock_ms"]),
-                             entry["tolerance_frac"]))
+    for point in layers.itertuples():
+        anchor = anchors.get((point.gpu, point.model, point.num_tokens))
+        if anchor is None:
+            shape, key, listed = f"{point.num_tokens} rows", None, False
+        else:
+            key, spec = anchor
+            shape, listed = spec["shape"], True
+        item = f"{point.model} on {point.gpu}, {shape}: ms per layer less attention"
+        row = _rel_row(entry, item, key or "default", round(float(point.vidur_ms), 4), float(point.clock_ms),
+                       entry["tolerance_frac"], kind=pair_kind[(point.gpu, point.model)])
+        rows.append(dataclasses.replace(row, listed=listed))
+    return rows
+
+
+def sec71(entry: dict, table: pd.DataFrame | None = None, points_dir: Path | None = None) -> list[Row]:
+    """The paged kernel's slowdown over FasterTransformer's at Fig. 18a's points: the clock's extra time per
+    layer (micro.paged_attention_extra_s) over the plotted FasterTransformer time, smallest and largest."""
+    slowdowns = [100 * micro.paged_attention_extra_s(batch, context) / (contiguous_us / 1e6)
+                 for batch, context, _, contiguous_us in KERNEL_US]
+    ours = {"smallest": min(slowdowns), "largest": max(slowdowns)}
+    return [_range_row(entry, f"paged kernel over FasterTransformer's, {key} over Fig. 18a's points (%)", key,
+                       spec, ours[key]) for key, spec in entry["rows"].items()]
+
+
+def fig11(entry: dict, table: pd.DataFrame | None = None, points_dir: Path | None = None) -> list[Row]:
+    """Mean input and output lengths of each dataset as the workbench reads its file (every request)."""
+    rows = []
+    for dataset, spec in entry["rows"].items():
+        requests = build_workload(RunConfig(workload=spec["workload"], model="opt-13b"))
+        means = {"input": float(np.mean([r.prompt_tokens for r in requests])),
+                 "output": float(np.mean([r.output_tokens for r in requests]))}
+        for side, ours in means.items():
+            rows.append(_rel_row(entry, f"{dataset}: mean {side} tokens", f"{dataset}/{side}", spec[side], ours,
+                                 entry["tolerance_frac"]))
     return rows
 
 
@@ -334,6 +447,16 @@ def fig18b(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> 
     return rows
 
 
+def fig18b_shape(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
+    """How the normalized latency rises at small blocks: block 1's over block 16's, per dataset."""
+    rows = []
+    for key in entry["rows"]:
+        lat = table[table["workload"].str.contains(key)].set_index("block_size")["normalized_latency_s_per_tok"]
+        rows.append(_ungraded_row(entry, f"{key}: normalized latency, block 1 over block 16", key,
+                                  float(lat.loc[1] / lat.loc[KERNEL_BLOCK_SIZE])))
+    return rows
+
+
 def fig19(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
     rows = []
     lat = table.pivot(index="block_size", columns="preemption", values="normalized_latency_s_per_tok")
@@ -344,63 +467,160 @@ def fig19(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     return rows
 
 
-SECTIONS = {"table1": table1, "fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15, "sec63": sec63,
-            "fig14": fig14, "fig17": fig17, "prefix": prefix,
-            "fig18a": fig18a, "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b, "fig19": fig19,
-            "vidur": vidur_rows}
+SECTIONS = {"table1": table1, "fig11": fig11, "fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15,
+            "sec63": sec63, "fig14": fig14, "fig17": fig17, "prefix": prefix,
+            "fig18a": fig18a, "sec71": sec71, "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b,
+            "fig18b_shape": fig18b_shape, "fig19": fig19, "vidur": vidur_rows}
 CLOCK = "clock"  # the `experiment` of a section computed on the clock alone
 PRESETS = "presets"  # the `experiment` of a section computed from resolved configurations
+TRACES = "traces"  # the `experiment` of a section computed from the length files as the workbench reads them
 VIDUR = "vidur"  # the `experiment` of the section read from Vidur's profiled operators
 NO_RUN_SOURCES = {CLOCK: "workbench/paper/micro.py", PRESETS: "workbench/presets.py",
-                  VIDUR: "workbench/paper/vidur.py"}
+                  TRACES: "workbench/workload/build.py", VIDUR: "workbench/paper/vidur.py"}
 
 
 def build_rows(values: dict[str, Any], tables: dict[str, pd.DataFrame],
                points_dirs: dict[str, Path] | None = None) -> list[Row]:
     """Every row, in the order of values.yaml; `tables` maps an experiment file name to its summary and
-    `points_dirs` to the directory of its points (needed by the sections that read a point's tables)."""
+    `points_dirs` to the directory of its points (needed by the sections that read a point's tables). A
+    summary holding several seeds gives each row per seed, combined by `over_seeds`."""
     rows: list[Row] = []
     for section, entry in values.items():
         name = entry["experiment"]
         if name in NO_RUN_SOURCES:
             rows += SECTIONS[section](entry)
-        else:
-            rows += SECTIONS[section](entry, tables[name], (points_dirs or {}).get(name))
+            continue
+        table, folder = tables[name], (points_dirs or {}).get(name)
+        seeds = sorted(set(table["seed"]))
+        per_seed = [SECTIONS[section](entry, table[table["seed"] == seed], folder) for seed in seeds]
+        rows += per_seed[0] if len(seeds) == 1 else [over_seeds(list(group), seeds)
+                                                     for group in zip(*per_seed, strict=True)]
     return rows
 
 
+def over_seeds(rows: list[Row], seeds: list[int] | None = None) -> Row:
+    """One row from the same row at each of `seeds` (default 0, 1, ...): the median value, graded against the
+    same band (a row whose value is not a number on the band's scale, such as a set of block sizes, takes
+    the majority verdict), with each seed's value and verdict beside it; a seed-sensitive row's reason
+    begins with the seeds on each side of the band."""
+    seeds = list(range(len(rows))) if seeds is None else seeds
+    if len({(r.figure, r.item) for r in rows}) != 1:
+        raise ValueError(f"rows of different items cannot be combined over seeds: {[r.item for r in rows]}")
+    values, oks = tuple(r.workbench for r in rows), tuple(r.ok for r in rows)
+    median = statistics.median(values)
+    first = rows[0]
+    if first.remake is not None:
+        combined = first.remake(median)
+    else:
+        ok = sum(oks) > len(oks) / 2
+        combined = dataclasses.replace(first, workbench=median, ok=ok,
+                                       diff="; ".join(dict.fromkeys(r.diff for r in rows)),
+                                       reason="" if ok else next(r.reason for r in rows if not r.ok))
+    if any(not r.ok for r in rows) and not combined.reason and combined.kind not in NOT_GRADED:
+        combined = dataclasses.replace(combined, reason=next(r.reason for r in rows if not r.ok))
+    if len(set(oks)) > 1 and combined.kind not in NOT_GRADED:
+        inside = ", ".join(f"{seed} ({r.workbench:.4g})" for seed, r in zip(seeds, rows, strict=True) if r.ok)
+        outside = ", ".join(f"{seed} ({r.workbench:.4g})" for seed, r in zip(seeds, rows, strict=True) if not r.ok)
+        text = f"Seed-sensitive: inside the band at seed {inside}, outside at seed {outside}."
+        combined = dataclasses.replace(combined, reason=f"{text} {combined.reason}".strip())
+    return dataclasses.replace(combined, seed_values=values, seed_oks=oks)
+
+
 def counts_by_kind(rows: list[Row]) -> dict[str, tuple[int, int]]:
-    """(rows within their band, rows) for each kind that grades, in KINDS order."""
-    return {kind: (sum(r.ok for r in rows if r.kind == kind), sum(r.kind == kind for r in rows))
-            for kind in KINDS if kind != DERIVED and any(r.kind == kind for r in rows)}
+    """(rows counted within their band, rows) for each kind that grades, in KINDS order; a seed-sensitive
+    row is never counted within."""
+    return {kind: (sum(r.within for r in rows if r.kind == kind), sum(r.kind == kind for r in rows))
+            for kind in KINDS if kind not in NOT_GRADED and any(r.kind == kind for r in rows)}
 
 
 def headline(rows: list[Row]) -> str:
     counts = counts_by_kind(rows)
     within, total = counts.get(PREDICTION, (0, 0))
-    others = "; ".join(f"{kind}: {k} of {n}" for kind, (k, n) in counts.items() if kind != PREDICTION)
-    derived = sum(r.kind == DERIVED for r in rows)
-    return (f"Predictions: {within} of {total} within their band. Not predictions, so not counted: {others}; "
-            f"{derived} derived rows (the workbench's own definitions beside the artifact's), not graded.")
+    sensitive = sum(r.seed_sensitive for r in rows if r.kind == PREDICTION)
+    others = "; ".join(f"{kind}: {k} of {n}" for kind, (k, n) in counts.items()
+                       if kind != PREDICTION and kind not in PEER_KINDS)
+    ungraded = {kind: sum(r.kind == kind for r in rows) for kind in NOT_GRADED}
+    peer = "; ".join(f"{kind}s: {k} of {n} row counts" for kind, (k, n) in counts.items() if kind in PEER_KINDS)
+    text = (f"Paper predictions: {within} of {total} within their band ({sensitive} seed-sensitive, not "
+            f"counted within). Not predictions, so not counted: {others}; {ungraded[UNGRADED]} rows not graded "
+            f"(no verified paper value); {ungraded[DERIVED]} derived rows (the workbench's own definitions "
+            f"beside the artifact's), not graded.")
+    if peer:
+        text += f" Peer check, Vidur's profiled operators (not the paper), within their band: {peer}."
+    return text
+
+
+def _value(r: Row) -> str:
+    value = "nan" if math.isnan(r.workbench) else f"{r.workbench:.4g}"
+    if r.seed_values:
+        value += f" ({min(r.seed_values):.4g} to {max(r.seed_values):.4g} over {len(r.seed_values)} seeds)"
+    return value
+
+
+def _verdict(r: Row) -> str:
+    if r.kind in NOT_GRADED:
+        return "(not graded)"
+    if r.seed_sensitive:
+        return "seed-sensitive: " + ", ".join("yes" if ok else "no" for ok in r.seed_oks)
+    return "yes" if r.ok else "no"
+
+
+def _table(rows: list[Row]) -> list[str]:
+    lines = ["| figure | quantity | kind | paper | workbench | difference | band | within | source |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.figure} | {r.item} | {r.kind} | {r.paper} | {_value(r)} | {r.diff} | {r.tolerance} | "
+              f"{_verdict(r)} | `{r.experiment}` |" for r in rows if r.listed]
+    return lines
+
+
+def _peer_lines(rows: list[Row]) -> list[str]:
+    """Per GPU and model: the row counts within the band and, outside it, their spread and the worst."""
+    lines = []
+    for pair in dict.fromkeys(r.item.split(",")[0] for r in rows):
+        mine = [r for r in rows if r.item.split(",")[0] == pair]
+        text = f"- **{pair}** ({mine[0].kind}): {sum(r.ok for r in mine)} of {len(mine)} row counts within their band"
+        outside = sorted(((r.workbench - float(r.paper)) / float(r.paper), r.item) for r in mine if not r.ok)
+        if outside:
+            worst = max(outside, key=lambda pair_diff: abs(pair_diff[0]))
+            text += (f"; the other {len(outside)} from {outside[0][0]:+.0%} to {outside[-1][0]:+.0%}, the worst "
+                     f"at {worst[1].split(', ')[1].split(':')[0]} ({worst[0]:+.0%})")
+        lines.append(text)
+    return lines
 
 
 def markdown(rows: list[Row], values: dict[str, Any] | None = None) -> str:
-    lines = ["| figure | quantity | kind | paper | workbench | difference | band | within | source |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        value = "nan" if math.isnan(r.workbench) else f"{r.workbench:.4g}"
-        within = "(not graded)" if r.kind == DERIVED else ("yes" if r.ok else "no")
-        lines.append(f"| {r.figure} | {r.item} | {r.kind} | {r.paper} | {value} | {r.diff} | {r.tolerance} | "
-                     f"{within} | `{r.experiment}` |")
-    gaps = [r for r in rows if not r.ok and r.kind != DERIVED]
+    paper_rows = [r for r in rows if r.kind not in PEER_KINDS]
+    peer_rows = [r for r in rows if r.kind in PEER_KINDS]
+    lines = _table(paper_rows)
+    gaps = [r for r in paper_rows if not r.within and r.kind not in NOT_GRADED]
     if gaps:
-        lines += ["", "Outside the band:", ""]
+        lines += ["", "Outside the band, or seed-sensitive:", ""]
         lines += [f"- **{r.figure}, {r.item}** ({r.kind}): {r.reason}" for r in gaps]
-    derived = [r for r in rows if r.kind == DERIVED]
+    ungraded = [r for r in paper_rows if r.kind == UNGRADED]
+    if ungraded:
+        lines += ["", "Not graded, shown:", ""]
+        lines += [f"- **{r.figure}, {r.item}**: {r.reason}" for r in ungraded]
+    derived = [r for r in paper_rows if r.kind == DERIVED]
     if derived:
         reasons = dict.fromkeys(f"- **{r.figure}**: {r.reason}" for r in derived)
         lines += ["", "Derived rows:", "", *reasons]
     if values is not None:
-        lines += ["", "Where each band comes from:", ""]
-        lines += [f"- **{_cite_short(entry)}**: {entry['band']}" for entry in values.values()]
+        lines += ["", "Not graded, not run:", ""]
+        lines += [f"- **{claim['cite']}**: {' '.join(claim['reason'].split())}" for claim in not_graded_claims()]
+        lines += ["", "Where each band comes from (its source, then why):", ""]
+        lines += [f"- **{_cite_short(entry)}**: {entry['band_source']}; {entry['band']}"
+                  for entry in values.values() if entry["kind"] not in PEER_KINDS]
+    if peer_rows:
+        counts = counts_by_kind(peer_rows)
+        lines += ["", "## Peer check: Vidur's profiled operators", "",
+                  "Not the paper: a layer of the clock's operators beside Vidur's profiled ones (Agrawal et al., "
+                  "MLSys 2024) at every profiled row count from 1 to 4,096; "
+                  + "; ".join(f"{kind}s: {k} of {n} row counts within their band" for kind, (k, n) in counts.items())
+                  + ". The anchor rows:", "", *_table(peer_rows), "", *_peer_lines(peer_rows)]
+        gaps = [r for r in peer_rows if r.listed and not r.ok]
+        lines += ["", "Outside the band:", ""] if gaps else []
+        lines += [f"- **{r.figure}, {r.item}** ({r.kind}): {r.reason}" for r in gaps]
+        if values is not None:
+            lines += ["", *[f"Band: {entry['band_source']}; {entry['band']}" for entry in values.values()
+                            if entry["kind"] in PEER_KINDS]]
     return "\n".join(lines) + "\n"
