@@ -85,20 +85,21 @@ class LocalExecutor:
 
 
 class _WorkerProcess(multiprocessing.context.SpawnProcess):
-    """A pool worker that starts with Ctrl-C ignored. Ctrl-C reaches the whole process group, and a worker
-    still importing its modules (before `start_worker` runs) would print a KeyboardInterrupt traceback; so
-    the sweep process ignores SIGINT for the spawn call alone (a few milliseconds) and the new interpreter
-    inherits that from its first instruction (Python keeps an inherited SIG_IGN)."""
+    """A pool worker that holds Ctrl-C from its first instruction. Ctrl-C reaches the whole process group, and
+    a worker still importing its modules (before `start_worker` runs) would print a KeyboardInterrupt
+    traceback; so the sweep process blocks SIGINT for the spawn call alone (a few milliseconds). Blocked, not
+    ignored: a Ctrl-C that arrives meanwhile stays pending for the sweep process and is delivered when the
+    call returns, while the new interpreter inherits the mask and holds it until `start_worker` ignores it."""
 
     @staticmethod
     def _Popen(process_obj):  # noqa: N802 - multiprocessing's name
         if threading.current_thread() is not threading.main_thread():
             return multiprocessing.context.SpawnProcess._Popen(process_obj)
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             return multiprocessing.context.SpawnProcess._Popen(process_obj)
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class _WorkerContext(multiprocessing.context.SpawnContext):
@@ -195,6 +196,7 @@ def start_worker(parent_pid: int) -> None:
     end is what the kernel watches); elsewhere a daemon thread polls. A parent already gone before
     either was set up is caught by comparing the parent pid."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since the spawn: a pending one is dropped
     try:
         watched = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0
     except (OSError, AttributeError):  # no prctl: not Linux
