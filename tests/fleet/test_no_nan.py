@@ -65,12 +65,12 @@ def test_no_strategy_writes_nan_on_an_edge_workload(strategy, edge):
     cfg_flags = flags(strategy, **EDGE[edge])
     if not servable(cfg_flags):
         pytest.skip(f"{strategy} does not take {edge}")
-    check_summary(wb.run(**cfg_flags).figures)
+    check_summary(wb.run(**cfg_flags).metrics)
 
 
 @pytest.mark.parametrize("router", ROUTER_NAMES)
 def test_no_router_leaves_a_nan_in_its_replicas(router):
     for edge in ({"num_requests": 2, "replicas": 4}, {"num_requests": 2, "prefill_replicas": 2, "decode_replicas": 2}):
         result = wb.run(**flags("paged-prefix", router=router, **edge))
-        assert sum(one["num_finished"] for one in result.figures["per_replica"]) >= 2
-        check_summary(result.figures)
+        assert sum(one["num_finished"] for one in result.metrics["per_replica"]) >= 2
+        check_summary(result.metrics)

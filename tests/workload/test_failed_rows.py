@@ -36,8 +36,8 @@ def test_failed_rows_are_counted_on_stderr_and_in_the_summary(tmp_path_factory, 
     result = wb.run(model=SMALL_MODEL, kv_slots=2048, kernel="none", workload=workload)
     dropped = 0 if keep else outputs.count(0)
     err = capsys.readouterr().err
-    assert result.figures["num_failed_rows_dropped"] == dropped
-    assert result.figures["num_requests"] == len(outputs) - dropped
+    assert result.metrics["num_failed_rows_dropped"] == dropped
+    assert result.metrics["num_requests"] == len(outputs) - dropped
     assert (f"dropped {dropped:,} failed trace rows" in err) == (dropped > 0) and err.count("\n") == (dropped > 0)
 
 
@@ -49,4 +49,4 @@ def test_the_command_says_it_too(tmp_path, capsys):
     assert main(["--model", SMALL_MODEL, "--kv-slots", "2048", "--kernel", "none", "--workload", f"burstgpt:{path}",
                  "--out", str(tmp_path / "out")]) == 0
     assert "dropped 2 failed trace rows" in capsys.readouterr().err
-    assert wb.load(tmp_path / "out").figures["num_failed_rows_dropped"] == 2
+    assert wb.load(tmp_path / "out").metrics["num_failed_rows_dropped"] == 2
