@@ -53,4 +53,5 @@ def test_step_verdict():
 
 def test_recompute_and_tokens_left():
     assert rules.recompute_tokens(100, 7) == 107
+    assert rules.final_kv_len(100, 7) == 106
     assert rules.tokens_left(10, 10) == 0 and rules.tokens_left(10, 3) == 7

@@ -22,6 +22,12 @@ def too_long(prompt_tokens, output_tokens, max_model_len):
 
 
 @njit(cache=True)
+def final_kv_len(prompt_tokens, output_tokens):
+    """KV rows a sequence holds when it finishes: its last output token is produced, never written back."""
+    return prompt_tokens + output_tokens - 1
+
+
+@njit(cache=True)
 def recompute_tokens(prompt_tokens, generated_tokens):
     """Tokens a group computes when it is (re)admitted: its prompt, plus what it generated before a recompute
     preemption (one sequence re-prefills them as part of its prompt)."""

@@ -84,7 +84,7 @@ class Scheduler:
             i = self.next_arrival
             self.next_arrival += 1
             self._next = None
-            group = Group(i, req, final_len=req.prompt_tokens + req.output_tokens - 1)
+            group = Group(i, req, final_len=rules.final_kv_len(req.prompt_tokens, req.output_tokens))
             if rules.too_long(req.prompt_tokens, req.output_tokens, max_len):
                 self.admission.reject(group, reasons.too_long(req.prompt_tokens + req.output_tokens, max_len))
             else:

@@ -302,8 +302,8 @@ def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled
         blocks = pop_blocks(free_ids, S[FREE_TOP], need)
         for j in range(need):
             refcount[blocks[j]] = 1
-        loops.fill_row(row, blocks, tokens, np.int64(prompt[i]) + output[i] - 1, table, length, final_len, num_blocks,
-                       last_block)
+        loops.fill_row(row, blocks, tokens, rules.final_kv_len(np.int64(prompt[i]), np.int64(output[i])), table,
+                       length, final_len, num_blocks, last_block)
         S[FREE_TOP] -= need
         live[row] = True
         counts[WRITTEN] += tokens
