@@ -1,12 +1,12 @@
 """Strategies by stable name (docs/strategies.md): one `Registration` per strategy.
 
 A registration says everything the rest of the workbench needs to know about a strategy without
-building it or testing its name: how to build it (a lazily imported "module:Class"), its kernel
-mode and family, how figures draw it, which run options (`RunConfig` fields) it consumes, and
-whether it holds a prefix cache (the generic prefix-cache tests then cover it). A new strategy is
-one module plus one `Registration` in `_BUILTIN` (or a `register` call from a plugin).
+building it or testing its name: how to build it (a lazily imported "module:name" of a class or other
+callable), its kernel mode and family, how figures draw it, which run options (`RunConfig` fields) it
+consumes, and whether it holds a prefix cache (the generic prefix-cache tests then cover it). A new
+strategy is one module plus one `Registration` in `_BUILTIN` (or a `register` call from a plugin).
 
-Every strategy class takes `capacity_slots`, `block_size`, `max_model_len`, `swap_slots` and
+Every strategy factory takes `capacity_slots`, `block_size`, `max_model_len`, `swap_slots` and
 exactly the keyword options its registration declares, plus `geometry` (the model's KV shape) when
 the registration says `kv_geometry`, and `shared_tier` (a fleet's one shared pool) when it declares
 `shared_tier_gib` and the caller hands one; `create` passes nothing else.
@@ -30,7 +30,7 @@ from workbench.presets import model_from_name
 @dataclass(frozen=True)
 class Registration:
     name: str  # stable name: CLI, sweeps, result columns
-    factory: str  # "module:Class", imported only when a strategy is built
+    factory: str  # "module:name" of what builds it (a class or a callable), imported only when one is built
     kernel_mode: KernelMode  # how the attention kernel addresses the pool
     family: str  # figure grouping, e.g. "contiguous" or "paged"
     label: str  # legend label; a paged family's label gets the block size appended by figures
@@ -59,10 +59,10 @@ _BUILTIN = (
                  "contiguous", "Contiguous (oracle)", "Contig.\noracle", "#CC79A7", "D", options=("fit",)),
     Registration("paged", "workbench.allocators.paged.strategy:PagedStrategy", "paged", "paged", "Paged", "Paged",
                  "#0072B2", "o"),
-    Registration("paged-prefix", "workbench.allocators.prefix.paged_prefix:PagedPrefixStrategy", "paged", "paged",
+    Registration("paged-prefix", "workbench.allocators.prefix.prefix_cache:PAGED_PREFIX", "paged", "paged",
                  "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v",
                  options=PREFIX_TIER_OPTIONS, prefix_cache=True, kv_geometry=True),
-    Registration("radix", "workbench.allocators.prefix.radix:RadixStrategy", "paged", "paged", "Radix tree (SGLang)",
+    Registration("radix", "workbench.allocators.prefix.prefix_cache:RADIX", "paged", "paged", "Radix tree (SGLang)",
                  "Radix\ntree", "#009E73", "P", options=PREFIX_TIER_OPTIONS, prefix_cache=True, kv_geometry=True),
     Registration("virtual-contiguous", "workbench.allocators.virtual.contiguous:VirtualContiguous", "contiguous",
                  "virtual", "Virtual contiguous (vAttention)", "vAttn", "#000000", "X",
@@ -150,7 +150,7 @@ def create_hybrid(name: str, *, capacity_slots: int, block_size: int = 16, max_m
                   groups: tuple[tuple[int | None, int], ...], **options: Any) -> Strategy:
     """The per-layer-group form of a paged-family strategy (`allocators.hybrid`): `groups` are
     (window_tokens or None, units) and `capacity_slots` counts unit slots. A prefix cache needs its
-    strategy class to name the index of its hybrid form (`hybrid_prefix_index(**options)`); a contiguous
+    factory to name the index of its hybrid form (`hybrid_prefix_index(**options)`); a contiguous
     registration, or a prefix cache without one, has no hybrid form (docs/hybrid.md): a ValueError says so."""
     reg = get(name)
     if name not in hybrid_names():
@@ -184,7 +184,7 @@ def hybrid_names() -> list[str]:
     """Registered strategies that have a per-layer-group form: the paged family, prefix caches whose
     index serves a sliding-window group's lookups."""
     return [r.name for r in _REGISTRY.values()
-            if r.block_sized and (not r.prefix_cache or hasattr(_factory(r), "hybrid_prefix_index"))]
+            if r.block_sized and (not r.prefix_cache or getattr(_factory(r), "hybrid_prefix_index", None))]
 
 
 def _factory(reg: Registration) -> Any:
@@ -192,7 +192,7 @@ def _factory(reg: Registration) -> Any:
 
 
 def _import_factory(factory: str) -> Any:
-    """The class a "module:Class" string names."""
+    """What a "module:name" string names."""
     module, cls = factory.split(":")
     return getattr(importlib.import_module(module), cls)
 

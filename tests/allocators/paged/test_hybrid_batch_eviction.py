@@ -15,7 +15,7 @@ from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
 from workbench.allocators.paged.hybrid import HybridPaged
 from workbench.allocators.prefix.eviction import POLICIES
-from workbench.allocators.prefix.paged_prefix import PagedPrefixStrategy
+from workbench.allocators.prefix.prefix_cache import PAGED_PREFIX
 
 MAX_LEN = 120
 GEOMETRIES = (((7, 1), (None, 1)), ((5, 2), (None, 1)), ((3, 1), (20, 2), (None, 3)))
@@ -37,7 +37,7 @@ def _pools(geometry, eviction: str, block_size: int, capacity_slots: int):
                                      max_model_len=MAX_LEN, groups=geometry, eviction=eviction)
     single = OneAtATime(capacity_slots=capacity_slots, block_size=block_size, max_model_len=MAX_LEN,
                         groups=geometry, name="paged-prefix",
-                        prefix_index=PagedPrefixStrategy.hybrid_prefix_index(eviction))
+                        prefix_index=PAGED_PREFIX.hybrid_prefix_index(eviction))
     return batched, single
 
 

@@ -14,8 +14,8 @@ from radix_reference import ReferenceRadixIndex
 
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
-from workbench.allocators.paged.strategy import PagedStrategy
 from workbench.allocators.prefix.eviction import POLICIES, make_policy
+from workbench.allocators.prefix.prefix_cache import PrefixCacheStrategy
 
 MAX_LEN = 90
 
@@ -24,8 +24,8 @@ def _pools(eviction: str, block_size: int, capacity_blocks: int):
     capacity = capacity_blocks * block_size
     fast = registry.create("radix", capacity_slots=capacity, block_size=block_size, max_model_len=MAX_LEN,
                            eviction=eviction)
-    slow = PagedStrategy(capacity_slots=capacity, block_size=block_size, max_model_len=MAX_LEN,
-                         prefix_index=ReferenceRadixIndex(make_policy(eviction)))
+    slow = PrefixCacheStrategy(name="radix", index=ReferenceRadixIndex(make_policy(eviction)),
+                               capacity_slots=capacity, block_size=block_size, max_model_len=MAX_LEN)
     return fast, slow
 
 

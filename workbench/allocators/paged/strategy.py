@@ -5,15 +5,9 @@ sampling) and a fork share blocks by reference count; the first write into a sha
 (copy-on-write), except for its last holder, which writes in place. Swap moves a group's distinct
 blocks to a host pool of `swap_slots // block_size` blocks and back (`paged.swap`).
 
-Prefix caching is composed, not subclassed: given a `PrefixIndex` (`prefix.index`), the strategy
-looks a prompt's chain keys up in it at admission, registers the full blocks it fills (prompt and
-decode, keys from `prefix.chains`), hands blocks that reach refcount 0 to it (registered ones stay
-cached, evictable) and evicts through it when the free stack is empty. Without one it is `paged`.
-With a `HostTier` (`host_tier`) too, evicted blocks are demoted to host memory and a prompt's chain
-continues past its device hits into the host tier, whose blocks are promoted (`allocators.prefix.host_tier`).
-With a fleet's `SharedTier` (`shared_tier`) below that, what the host tier drops (or, without one, what
-the device evicts) is demoted into the shared pool, and the chain continues past the host-tier hits into
-it; a shared hit is copied, not moved (`allocators.prefix.shared_tier`, `.shared_port`).
+Prefix caching (`prefix.prefix_cache`) fills in the hooks this class leaves neutral: the lookup at
+admission, the registration of filled blocks, where a released block goes and where a taken one
+comes from.
 
 State lives in numpy arrays (refcounts, a free-block stack, per-sequence columns and a 2-D block
 table); a decode step is two compiled passes over the batch (`paged.loops`), so its cost grows with
@@ -39,14 +33,11 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import (
-    NO_EFFECTS,
-    NO_PAIRS,
     AdmitResult,
     AppendResult,
     PagedDescriptor,
     SeqSpec,
     Snapshot,
-    StepEffects,
     Strategy,
     blocks_refused,
 )
@@ -55,15 +46,13 @@ from workbench.allocators.paged.compiled_pool import CompiledPool
 from workbench.allocators.paged.integrity import check_paged
 from workbench.allocators.paged.swap import PagedSwap
 from workbench.allocators.paged.tables import BlockTables
-from workbench.allocators.prefix.chains import SeqChains
-from workbench.allocators.prefix.host_tier import HostTier
 from workbench.allocators.prefix.index import PrefixIndex
-from workbench.allocators.prefix.shared_port import SharedTierPort
-from workbench.allocators.prefix.shared_tier import SharedTier
+from workbench.allocators.prefix.tier_walk import TierHits, TierWalk
 from workbench.intmath import cdiv
 
-_NO_BLOCKS = np.zeros(0, dtype=np.int32)
+NO_BLOCKS = np.zeros(0, dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
+_NO_TIER_HITS = TierHits(0, 0)
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
 
 
@@ -72,10 +61,10 @@ class PagedStrategy(PagedSwap, Strategy):
     kernel_mode = "paged"
     grows_by_blocks = True
     supports_swap = True
+    prefix: PrefixIndex | None = None  # a prefix cache's index (`prefix.prefix_cache`)
+    _tiers: TierWalk | None = None  # a prefix cache's tiers below the device
 
-    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
-                 prefix_index: PrefixIndex | None = None, host_tier: HostTier | None = None,
-                 shared_tier: SharedTier | None = None) -> None:
+    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if capacity_slots < block_size:
@@ -86,11 +75,6 @@ class PagedStrategy(PagedSwap, Strategy):
         self.num_blocks = capacity_slots // block_size
         self.capacity_slots = self.num_blocks * block_size
         self.max_model_len = max_model_len
-        self.prefix_query_tokens = 0
-        self.prefix_hit_tokens = 0  # device hits
-        self.prefix_hit_tokens_host = 0  # host-tier hits (promoted)
-        self.prefix_hit_tokens_shared = 0  # shared-tier hits (copied in)
-        self.prefix_evicted_blocks = 0
         self.swapped_out_blocks = 0  # blocks moved device→host so far
         self.swapped_in_blocks = 0
         self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]
@@ -104,153 +88,51 @@ class PagedStrategy(PagedSwap, Strategy):
         # reserved slots as the last decode append left them (`append_if_room`), -1 once anything else has
         # changed the tables since: the step's snapshot then reads it instead of counting again
         self._reserved_memo = -1
-        self.prefix = prefix_index  # None: no prefix caching
-        self.wants_token_ids = prefix_index is not None
-        self.needs_prompt_ids = prefix_index is not None
-        self._chains = SeqChains(block_size) if prefix_index is not None else None
-        self.host_tier = host_tier  # None: evicted prefix blocks are dropped (or go to the shared tier)
-        if shared_tier is not None and prefix_index is None:
-            raise ValueError("a shared tier holds prefix blocks: it needs a prefix cache")
-        self.shared_tier = shared_tier  # the fleet's pool, one object for every replica; None: no shared tier
-        self._shared = SharedTierPort(shared_tier) if shared_tier is not None else None  # this replica's moves
+        self.needs_prompt_ids = False
 
-    # -- optional capabilities (allocators.base) ------------------------------------------------
+    # -- hooks a prefix cache fills in (`prefix.prefix_cache`) -------------------------------------
 
-    @property
-    def host_tier_blocks(self) -> int:
-        return 0 if self.host_tier is None else self.host_tier.num_blocks
-
-    def end_step(self) -> StepEffects:
-        """Mutates: the tiers' step ends: the host tier's demotes and promotes and its two step columns
-        (cached token slots and free ones, which sum to the tier's capacity), and this replica's moves in
-        and out of the shared tier with the shared pool's two columns (the whole fleet's pool, as it
-        stands after this step)."""
-        host, shared = self.host_tier, self._shared
-        if host is None and shared is None:
-            return NO_EFFECTS
-        bs = self.block_size
-        demote = promote = spill = shared_demote = shared_promote = NO_PAIRS
-        columns: tuple[tuple[str, int], ...] = ()
-        if host is not None:
-            demote, promote = host.take_moves()
-            used = host.num_used()
-            columns += (("host_token_slots", used * bs), ("host_free_slots", (host.num_blocks - used) * bs))
-        if shared is not None:
-            spill, shared_demote, shared_promote = shared.take_moves()
-            used = shared.tier.num_used()
-            columns += (("shared_token_slots", used * bs),
-                        ("shared_free_slots", (shared.tier.num_blocks - used) * bs))
-        return StepEffects(demote=demote, promote=promote, shared_spill=spill, shared_demote=shared_demote,
-                           shared_promote=shared_promote, columns=columns)
-
-    def counters(self) -> dict[str, int]:
-        """The prefix counters, and with a host or shared tier its hits and the blocks moved each way."""
-        counters = super().counters()
-        if self.host_tier is not None:
-            counters.update(prefix_hit_tokens_host=self.prefix_hit_tokens_host,
-                            host_blocks_loaded=self.host_tier.promoted_blocks,
-                            host_blocks_demoted=self.host_tier.demoted_blocks)
-        if self._shared is not None:
-            counters.update(prefix_hit_tokens_shared=self.prefix_hit_tokens_shared,
-                            shared_blocks_loaded=self._shared.loaded_blocks,
-                            shared_blocks_demoted=self._shared.demoted_blocks)
-        return counters
-
-    # -- prefix caching (identity without an index) --------------------------------------------
-
-    def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray]:
-        """Blocks already holding a leading run of the prompt's full blocks, int32 [num_hit], and the
-        prompt's block keys (uint64 [num_full_blocks]; empty without a cache). Pure."""
-        if self.prefix is None:
-            return _NO_BLOCKS, _NO_KEYS
-        keys = self._chains.prompt_keys(spec.token_ids)
-        max_hit = (spec.num_tokens - 1) // self.block_size  # leave the last prompt token to compute
-        return self.prefix.lookup(keys, max_hit), keys
-
-    def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
-        spec = SeqSpec(token_ids, token_ids.shape[0])
-        hits, keys = self._lookup(spec)
-        num_host = self._host_lookup(spec, keys, hits.shape[0])
-        return (hits.shape[0] + num_host + self._shared_lookup(spec, keys, hits.shape[0] + num_host)) * self.block_size
-
-    def _host_lookup(self, spec: SeqSpec, keys: np.ndarray, num_dev: int) -> int:
-        """Pure. How many full blocks after the `num_dev` device hits the host tier holds (0 without one)."""
-        if self.host_tier is None:
-            return 0
-        return self.host_tier.lookup(keys[num_dev:(spec.num_tokens - 1) // self.block_size])
-
-    def _shared_lookup(self, spec: SeqSpec, keys: np.ndarray, num_above: int) -> int:
-        """Pure. How many full blocks after the `num_above` device and host-tier hits the shared tier holds
-        (0 without one): the walk goes down the tiers and never back up."""
-        if self._shared is None:
-            return 0
-        return self._shared.lookup(keys[num_above:(spec.num_tokens - 1) // self.block_size])
+    def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray, TierHits]:
+        """Pure. Blocks already holding a leading run of the prompt's full blocks (int32 [num_hit]), the
+        prompt's block keys (uint64 [num_full_blocks]) and the blocks the tiers below hold after those."""
+        del spec  # no cache: nothing is held already
+        return NO_BLOCKS, _NO_KEYS, _NO_TIER_HITS
 
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
-                     num_hit: int, num_held: int, num_host: int = 0, num_shared: int = 0) -> None:
-        """Mutates the prefix index, the chains and counters after a successful admission; only the
-        `num_held` tokens held (a chunked admission's first chunk) fill blocks now. The `num_host` then
-        `num_shared` blocks after the `num_hit` device hits were promoted: they are registered like new ones."""
-        if self.prefix is None:
-            return
-        keys = keys[:num_held // self.block_size]
-        parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
-        parents[1:] = keys[:-1]
-        before = np.full(keys.shape[0], -1, dtype=np.int32)  # [num_full]: each block's predecessor, -1: none
-        before[1:] = blocks[:keys.shape[0] - 1]
-        # a hit's key is registered already; a recomputed copy of a registered key is the index's to keep or not
-        self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]], before[num_hit:])
-        self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids[:num_held], keys,
-                           self.tables.seqs.capacity_rows)
-        self.prefix_query_tokens += spec.num_tokens
-        self.prefix_hit_tokens += num_hit * self.block_size
-        self.prefix_hit_tokens_host += num_host * self.block_size
-        self.prefix_hit_tokens_shared += num_shared * self.block_size
+                     num_hit: int, num_held: int, below: TierHits) -> None:
+        """Mutates a cache's index after a successful admission of the `num_held` tokens now held."""
+
+    def _on_extended(self, rows: np.ndarray, length: int, token_ids: np.ndarray, table: np.ndarray) -> None:
+        """Mutates a cache's index after a group at `length` tokens grew by `token_ids` into `table`."""
+
+    def _register_filled(self, rows: np.ndarray, token_ids: np.ndarray | None) -> None:
+        """Mutates a cache's index after a decode append that may have filled the rows' last blocks."""
+
+    def _on_forked(self, parent_row: int, child_row: int) -> None:
+        """Mutates a cache's chains after a fork."""
 
     def _num_cached_blocks(self) -> int:
-        return 0 if self.prefix is None else self.prefix.num_evictable()
-
-    def cached_block_ids(self) -> np.ndarray:
-        """Blocks kept only as prefix cache, next to evict first, int32 [num_cached]. Pure."""
-        return _NO_BLOCKS if self.prefix is None else self.prefix.evictable_block_ids()
+        """Blocks held only as cache: evictable, so allocatable."""
+        return 0
 
     def registered_block_ids(self) -> np.ndarray:
         """Blocks registered in the prefix index (held or cached), int32 [num_registered]. Pure."""
-        return _NO_BLOCKS if self.prefix is None else self.prefix.registered_block_ids()
+        return NO_BLOCKS
 
     def _take(self, k: int) -> np.ndarray:
-        """Mutates. k blocks for new content, int32 [k]; the caller sets their refcounts. Never-cached
-        free blocks go first; cached ones are evicted only when none is left."""
-        if self.prefix is None or k <= self._free.size:
-            return self._free.pop(k)
-        if k > self.num_allocatable_blocks():
-            raise RuntimeError(f"out of blocks: need {k}, {self.num_allocatable_blocks()} allocatable")
-        taken = self._free.pop(self._free.size)
-        self.prefix_evicted_blocks += k - taken.shape[0]
-        if self.host_tier is None and self._shared is None:
-            return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
-        evicted, keys = self.prefix.evict_keyed(k - taken.shape[0])
-        # copied out before the step's writes reuse them: into the host tier, whose drops go to the shared
-        # tier, or straight into the shared tier
-        if self.host_tier is None:
-            self._shared.demote(keys, evicted)
-        else:
-            dropped = self.host_tier.demote(keys, evicted)
-            if self._shared is not None:
-                self._shared.take_dropped(dropped)
-        return np.concatenate([taken, evicted])
+        """Mutates. k blocks for new content, int32 [k]; the caller sets their refcounts."""
+        return self._free.pop(k)
 
     def _release(self, blocks: np.ndarray) -> None:
         """Mutates. Blocks whose refcount reached 0, in table order (a sequence's head first)."""
-        self._free.push(blocks if self.prefix is None else self.prefix.release(blocks))
+        self._free.push(blocks)
 
     # -- protocol ---------------------------------------------------------------------------------
 
     def compiled_pool(self) -> CompiledPool | None:
         """For this class itself, without prefix cache or tiers and holding no sequence (the compiled loop's
         plain case); a subclass or a cache takes the general loop."""
-        plain = (type(self) is PagedStrategy and self.prefix is None and self.host_tier is None
-                 and self.shared_tier is None and not len(self.tables.seqs))
+        plain = type(self) is PagedStrategy and not len(self.tables.seqs)
         return CompiledPool(self) if plain else None
 
     def num_allocatable_blocks(self) -> int:
@@ -263,11 +145,9 @@ class PagedStrategy(PagedSwap, Strategy):
         self._reserved_memo = -1
         self._check_new(seq_ids, spec)
         bs = self.block_size
-        hits, keys = self._lookup(spec)
+        hits, keys, below = self._lookup(spec)  # `below`: copied into the first fresh blocks
         num_hit = hits.shape[0]
-        num_host = self._host_lookup(spec, keys, num_hit)  # promoted into the first fresh blocks
-        num_shared = self._shared_lookup(spec, keys, num_hit + num_host)  # copied into the next ones
-        num_tokens = spec.num_held((num_hit + num_host + num_shared) * bs)
+        num_tokens = spec.num_held((num_hit + below.num_host + below.num_shared) * bs)
         num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
         need = num_blocks - num_hit
@@ -275,16 +155,10 @@ class PagedStrategy(PagedSwap, Strategy):
         if need > allocatable:
             return AdmitResult(False, reason=blocks_refused(need, allocatable))
         n = len(seq_ids)
-        # out of the host tier (and kept in the shared one) before taking device blocks, whose evictions
-        # demote into them
-        host_blocks = self.host_tier.take(keys[num_hit:num_hit + num_host]) if num_host else None
-        num_above = num_hit + num_host
-        shared_blocks = self._shared.read(keys[num_above:num_above + num_shared]) if num_shared else None
+        claimed = self._tiers.claim(keys, num_hit, below) if self._tiers is not None else None
         fresh = self._take_after_claiming(hits, n, need)
-        if num_host:
-            self.host_tier.promote(host_blocks, fresh[:num_host])
-        if num_shared:
-            self._shared.promote(shared_blocks, fresh[num_host:num_host + num_shared])
+        if claimed is not None:
+            self._tiers.promote(claimed, fresh)
         self._refcount[fresh] = n
         blocks = np.concatenate([hits, fresh]) if num_hit else fresh
         for seq_id in seq_ids:
@@ -292,8 +166,8 @@ class PagedStrategy(PagedSwap, Strategy):
         self._written_slots += num_tokens - num_hit * bs + revived * bs  # promoted blocks arrive written
         self._logical_slots += n * num_tokens
         self._table_entries += n * num_blocks
-        self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens, num_host, num_shared)
-        return AdmitResult(True, cached_tokens=(num_hit + num_host + num_shared) * bs)
+        self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens, below)
+        return AdmitResult(True, cached_tokens=(num_hit + below.num_host + below.num_shared) * bs)
 
     def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
         """Mutates on success. The group's shared table grows: its partial last block, held by the
@@ -322,14 +196,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self._written_slots += k
         self._logical_slots += n * k
         self._table_entries += n * need
-        if self.prefix is not None:
-            parents, keys = self._chains.extend(rows, length, token_ids)
-            table = np.concatenate([blocks, fresh])  # [num_blocks] the group's shared table
-            first = length // bs  # the first block this chunk can fill
-            filled = table[first:first + keys.shape[0]]
-            # each filled block's predecessor in the table (-1 for the first block)
-            before = np.concatenate([[-1], table])[first:first + keys.shape[0]].astype(np.int32)
-            self.prefix.insert(parents, keys, filled, before)
+        self._on_extended(rows, length, token_ids, np.concatenate([blocks, fresh]))
         return AdmitResult(True)
 
     def _take_after_claiming(self, hits: np.ndarray, n: int, need: int) -> np.ndarray:
@@ -352,8 +219,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self._refcount[blocks] += 1
         self._logical_slots += length
         self._table_entries += blocks.shape[0]
-        if self.prefix is not None:
-            self._chains.fork(parent, self.tables.seqs.row(child_id), self.tables.seqs.capacity_rows)
+        self._on_forked(parent, self.tables.seqs.row(child_id))
         return AdmitResult(True)
 
     def free(self, seq_id: int) -> None:
@@ -419,20 +285,8 @@ class PagedStrategy(PagedSwap, Strategy):
         self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
         self._logical_slots += rows.shape[0]
         self._table_entries += grown
-        if self.prefix is not None:
-            self._register_filled(rows, token_ids)
+        self._register_filled(rows, token_ids)
         return AppendResult(slots=slots, copies=copies)
-
-    def _register_filled(self, rows: np.ndarray, token_ids: np.ndarray | None) -> None:
-        """Mutates. The block just filled holds exactly its sequence's tokens: a writer into a shared
-        block copies it first, so diverging samples each register their own block."""
-        if token_ids is None:
-            self._chains.forget(rows)
-            return
-        filled_rows, parents, keys = self._chains.advance(rows, self.tables.seqs.column("length"), token_ids)
-        if filled_rows.shape[0]:
-            self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows),
-                               self.tables.previous_blocks(filled_rows))
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         return self.tables.slot_mapping(seq_id, start, stop)
@@ -472,16 +326,9 @@ class PagedStrategy(PagedSwap, Strategy):
             raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
 
     def check_integrity(self) -> None:
-        free = self._free.ids()
         check_paged(self.tables, max_model_len=self.max_model_len, refcount=self._refcount,
-                    host_refcount=self._host_refcount, free_ids=free, host_free_ids=self._host_free.ids(),
-                    cached_ids=_NO_BLOCKS if self.prefix is None else self.prefix.evictable_block_set(),
+                    host_refcount=self._host_refcount, free_ids=self._free.ids(), host_free_ids=self._host_free.ids(),
+                    cached_ids=NO_BLOCKS if self.prefix is None else self.prefix.evictable_block_set(),
                     registered_ids=self.registered_block_ids(),
                     written_slots=self._written_slots, logical_slots=self._logical_slots,
                     table_entries=self._table_entries)
-        if self.prefix is not None:
-            self.prefix.check_integrity(self._refcount, free)
-        if self.host_tier is not None:
-            self.host_tier.check_integrity()
-        if self.shared_tier is not None:
-            self.shared_tier.check_integrity()

@@ -1,0 +1,201 @@
+"""`paged-prefix` and `radix`: `paged` holding a prefix index (docs/strategies.md). One strategy class;
+the two registered strategies differ only in the index they build (`PrefixCacheKind`).
+
+- `paged-prefix` (vLLM v1's automatic prefix caching): a hash-chain index (`prefix.hash_index`). A full
+  block (prompt or decode-filled) is registered under its chain key (`prefix.chains`); a later prompt
+  whose leading blocks have registered keys reuses them. Cached blocks are evicted in the order of
+  `--eviction` (default `lru`: least recently used first, a freed request's last block before its first,
+  vLLM's order; `eviction.py` lists the others).
+- `radix` (SGLang's RadixAttention): a radix tree of pages (`prefix.radix_index`); the page is the block
+  (`--block-size`, 1 = token granular as SGLang's default `page_size`). A prompt reuses the longest
+  cached path of full pages from the root; a running request locks its path; eviction takes unlocked
+  leaves in the order of `--eviction`, a run of a node's blocks at a time.
+
+Both: a hit reuses a block by reference (refcount++), so only the rest of the prompt is computed. A hit
+never covers the whole prompt: at least the last prompt token is recomputed, so the engine has a token
+to produce logits from (vLLM's rule; a fully cached prompt recomputes its last block), and hit counts
+compare across the two. A registered block whose refcount drops to 0 is *cached*: evictable, reusable
+by a hit. New blocks come from never-cached free blocks first; cached ones are evicted only when none is
+left. With a host tier or a fleet's shared tier the chain continues below the device (`prefix.tier_walk`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workbench.allocators.base import NO_EFFECTS, SeqSpec, StepEffects
+from workbench.allocators.paged.strategy import PagedStrategy
+from workbench.allocators.prefix.chains import SeqChains
+from workbench.allocators.prefix.eviction import make_policy
+from workbench.allocators.prefix.hash_index import HashPrefixIndex
+from workbench.allocators.prefix.host_tier import host_tier_for
+from workbench.allocators.prefix.index import PrefixIndex
+from workbench.allocators.prefix.radix_index import RadixPrefixIndex
+from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
+from workbench.allocators.prefix.tier_walk import TierHits, TierWalk
+from workbench.allocators.virtual.pages import KVGeometry
+from workbench.presets import DEFAULT_SHARED_LINK_GB_S
+
+_NO_TIER_HITS = TierHits(0, 0)
+
+
+class PrefixCacheStrategy(PagedStrategy):
+    wants_token_ids = True
+
+    def __init__(self, *, name: str, index: PrefixIndex, capacity_slots: int, block_size: int,
+                 max_model_len: int, swap_slots: int = 0, host_cache_gib: float = 0.0, overlap_load: bool = False,
+                 shared_tier_gib: float = 0.0, shared_link_gb_s: float = DEFAULT_SHARED_LINK_GB_S,
+                 shared_tier: SharedTier | None = None, geometry: KVGeometry | None = None) -> None:
+        """`shared_tier`: the fleet's pool, one object for every replica (`registry.create`); without one a
+        `shared_tier_gib` above 0 builds a pool of this strategy's own (a fleet of one)."""
+        super().__init__(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
+                         swap_slots=swap_slots)
+        self.name = name
+        self.prefix = index
+        self.needs_prompt_ids = True
+        self._chains = SeqChains(block_size)
+        self.host_tier = host_tier_for(host_cache_gib, block_size, geometry)  # None: evicted blocks drop a tier
+        # the fleet's pool, one object for every replica; None: no shared tier
+        self.shared_tier = shared_tier if shared_tier is not None else shared_tier_for(shared_tier_gib, block_size,
+                                                                                       geometry)
+        if self.host_tier is not None or self.shared_tier is not None:
+            self._tiers = TierWalk(self.host_tier, self.shared_tier)
+        self.overlap_load = overlap_load  # the clock's: host-tier loads overlap compute (allocators.base)
+        self.shared_link_gb_s = shared_link_gb_s  # the clock's: a shared-tier promote crosses this link
+        self.prefix_hit_tokens_host = 0  # host-tier hits (promoted)
+        self.prefix_hit_tokens_shared = 0  # shared-tier hits (copied in)
+
+    # -- optional capabilities (allocators.base) ------------------------------------------------
+
+    @property
+    def host_tier_blocks(self) -> int:
+        return 0 if self.host_tier is None else self.host_tier.num_blocks
+
+    def end_step(self) -> StepEffects:
+        """Mutates: the tiers' step ends (`TierWalk.end_step`)."""
+        return NO_EFFECTS if self._tiers is None else self._tiers.end_step(self.block_size)
+
+    def counters(self) -> dict[str, int]:
+        """The prefix counters, and with a host or shared tier its hits and the blocks moved each way."""
+        counters = super().counters()
+        if self.host_tier is not None:
+            counters["prefix_hit_tokens_host"] = self.prefix_hit_tokens_host
+        if self.shared_tier is not None:
+            counters["prefix_hit_tokens_shared"] = self.prefix_hit_tokens_shared
+        return counters if self._tiers is None else {**counters, **self._tiers.counters()}
+
+    def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        hits, _, below = self._lookup(SeqSpec(token_ids, token_ids.shape[0]))
+        return (hits.shape[0] + below.num_host + below.num_shared) * self.block_size
+
+    def cached_block_ids(self) -> np.ndarray:
+        """Blocks kept only as prefix cache, next to evict first, int32 [num_cached]. Pure."""
+        return self.prefix.evictable_block_ids()
+
+    def registered_block_ids(self) -> np.ndarray:
+        return self.prefix.registered_block_ids()
+
+    # -- the block manager's hooks (`paged.strategy`) -------------------------------------------
+
+    def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray, TierHits]:
+        keys = self._chains.prompt_keys(spec.token_ids)
+        max_hit = (spec.num_tokens - 1) // self.block_size  # leave the last prompt token to compute
+        hits = self.prefix.lookup(keys, max_hit)
+        below = _NO_TIER_HITS if self._tiers is None else self._tiers.lookup(keys, hits.shape[0], max_hit)
+        return hits, keys, below
+
+    def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
+                     num_hit: int, num_held: int, below: TierHits) -> None:
+        """Only the `num_held` tokens held (a chunked admission's first chunk) fill blocks now. The tiers'
+        blocks after the `num_hit` device hits were copied in: they are registered like new ones."""
+        keys = keys[:num_held // self.block_size]
+        parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
+        parents[1:] = keys[:-1]
+        before = np.full(keys.shape[0], -1, dtype=np.int32)  # [num_full]: each block's predecessor, -1: none
+        before[1:] = blocks[:keys.shape[0] - 1]
+        # a hit's key is registered already; a recomputed copy of a registered key is the index's to keep or not
+        self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]], before[num_hit:])
+        self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids[:num_held], keys,
+                           self.tables.seqs.capacity_rows)
+        self.prefix_query_tokens += spec.num_tokens
+        self.prefix_hit_tokens += num_hit * self.block_size
+        self.prefix_hit_tokens_host += below.num_host * self.block_size
+        self.prefix_hit_tokens_shared += below.num_shared * self.block_size
+
+    def _on_extended(self, rows: np.ndarray, length: int, token_ids: np.ndarray, table: np.ndarray) -> None:
+        parents, keys = self._chains.extend(rows, length, token_ids)
+        first = length // self.block_size  # the first block this chunk can fill
+        filled = table[first:first + keys.shape[0]]
+        # each filled block's predecessor in the table (-1 for the first block)
+        before = np.concatenate([[-1], table])[first:first + keys.shape[0]].astype(np.int32)
+        self.prefix.insert(parents, keys, filled, before)
+
+    def _register_filled(self, rows: np.ndarray, token_ids: np.ndarray | None) -> None:
+        """The block just filled holds exactly its sequence's tokens: a writer into a shared block copies
+        it first, so diverging samples each register their own block."""
+        if token_ids is None:
+            self._chains.forget(rows)
+            return
+        filled_rows, parents, keys = self._chains.advance(rows, self.tables.seqs.column("length"), token_ids)
+        if filled_rows.shape[0]:
+            self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows),
+                               self.tables.previous_blocks(filled_rows))
+
+    def _on_forked(self, parent_row: int, child_row: int) -> None:
+        self._chains.fork(parent_row, child_row, self.tables.seqs.capacity_rows)
+
+    def _num_cached_blocks(self) -> int:
+        return self.prefix.num_evictable()
+
+    def _take(self, k: int) -> np.ndarray:
+        """Never-cached free blocks go first; cached ones are evicted only when none is left."""
+        if k <= self._free.size:
+            return self._free.pop(k)
+        if k > self.num_allocatable_blocks():
+            raise RuntimeError(f"out of blocks: need {k}, {self.num_allocatable_blocks()} allocatable")
+        taken = self._free.pop(self._free.size)
+        self.prefix_evicted_blocks += k - taken.shape[0]
+        if self._tiers is None:
+            return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
+        evicted, keys = self.prefix.evict_keyed(k - taken.shape[0])
+        self._tiers.demote(keys, evicted)
+        return np.concatenate([taken, evicted])
+
+    def _release(self, blocks: np.ndarray) -> None:
+        self._free.push(self.prefix.release(blocks))
+
+    def check_integrity(self) -> None:
+        super().check_integrity()
+        self.prefix.check_integrity(self._refcount, self._free.ids())
+        if self._tiers is not None:
+            self._tiers.check_integrity()
+
+
+def _hash_index(eviction: str = "lru") -> PrefixIndex:
+    return HashPrefixIndex(make_policy(eviction))
+
+
+def _radix_index(eviction: str = "lru") -> PrefixIndex:
+    return RadixPrefixIndex(eviction)
+
+
+@dataclass(frozen=True)
+class PrefixCacheKind:
+    """A registered prefix cache (`registry`): `PrefixCacheStrategy` with the index `make_index` builds."""
+
+    name: str
+    make_index: Callable[[str], PrefixIndex]  # from `--eviction`
+    # the index of the per-layer-group form (`registry.create_hybrid`, docs/hybrid.md), from `--eviction`;
+    # None: no such form (a radix tree does not answer a sliding-window group's one-key lookups)
+    hybrid_prefix_index: Callable[..., PrefixIndex] | None
+
+    def __call__(self, *, eviction: str = "lru", **options: Any) -> PrefixCacheStrategy:
+        return PrefixCacheStrategy(name=self.name, index=self.make_index(eviction), **options)
+
+
+PAGED_PREFIX = PrefixCacheKind("paged-prefix", _hash_index, hybrid_prefix_index=_hash_index)
+RADIX = PrefixCacheKind("radix", _radix_index, hybrid_prefix_index=None)
