@@ -16,20 +16,25 @@ its admission allocates the prompt's blocks and writes the shipped rows (`Landed
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.allocators.base import SeqSpec, Strategy
+from workbench.allocators.base import AdmitResult, SeqSpec, Strategy
 from workbench.engine import reasons, rules
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.plan import Landed, Prefill
-from workbench.engine.prefill_chunks import PrefillChunks, append_recomputed, shared_token_ids
 from workbench.engine.request_log import RequestLog
 from workbench.engine.tokens import TokenStore
 from workbench.intmath import cdiv
 
 MAX_PASS_KEY = 2**63  # larger than any block count or extent: nothing refused yet
+
+
+# chunked prefill's admission of a group's first chunk (`prefill_chunks.PrefillChunks.admit`): the group, the
+# token budget, the step's copy-on-write pairs; a `Prefill` or the strategy's refusal
+AdmitChunk = Callable[[Group, int, list[np.ndarray]], Prefill | AdmitResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +50,15 @@ class Admission:
     """Owns the waiting queue and the sequence ids; mutates the strategy, the token store, the groups and
     the request log it is given."""
 
-    def __init__(self, strategy: Strategy, tokens: TokenStore, log: RequestLog, chunks: PrefillChunks | None,
+    def __init__(self, strategy: Strategy, tokens: TokenStore, log: RequestLog, admit_chunk: AdmitChunk | None,
                  live: dict[int, Group], *, max_num_seqs: int, watermark_blocks: int, skip_unplaced: bool) -> None:
-        """`live`: the scheduler's groups by request index, from arrival until done (a rejection removes one)."""
+        """`live`: the scheduler's groups by request index, from arrival until done (a rejection removes one).
+        `admit_chunk`: with chunked prefill, what admits a group's first chunk (`PrefillChunks.admit`)."""
         self.strategy = strategy
         self.live = live
         self.tokens = tokens
         self.log = log
-        self.chunks = chunks
+        self.admit_chunk = admit_chunk
         self.max_num_seqs = max_num_seqs
         self.watermark_blocks = watermark_blocks
         self.skip_unplaced = skip_unplaced  # pass over waiting groups the pool cannot place (docs/engine.md)
@@ -92,7 +98,7 @@ class Admission:
                 continue
             if g.transferred:  # blocks for the shipped prompt, no compute: no token budget
                 tokens = g.request.prompt_tokens
-            elif self.chunks is not None:
+            elif self.admit_chunk is not None:
                 tokens = min(tokens, budget)  # the first chunk; blocks follow the chunks
             pool_empty = rules.refusal_is_final(running_seqs)
             needed_blocks = rules.blocks_needed(tokens, self.strategy.block_size, num_seqs)
@@ -161,8 +167,8 @@ class Admission:
             self.tokens.add(g.seq_ids, g.request)
         if g.transferred:
             return self._land(g, copies)
-        if self.chunks is not None:
-            outcome = self.chunks.admit(g, budget, copies)
+        if self.admit_chunk is not None:
+            outcome = self.admit_chunk(g, budget, copies)
             return outcome if isinstance(outcome, Prefill) else Refused(outcome.needed_extent_slots, outcome.reason)
         return self._place_whole(g, num_seqs, copies, pool_empty)
 
@@ -185,8 +191,8 @@ class Admission:
         recomputed = g.generated
         by_blocks = strategy.grows_by_blocks
         if strategy.needs_prompt_ids:
-            spec = SeqSpec(shared_token_ids(self.tokens, g), g.final_len)
-        else:  # the count is all it reads (`shared_token_ids`' length)
+            spec = SeqSpec(self.tokens.held_in_common(req, g.seq_ids, recomputed), g.final_len)
+        else:  # the count is all it reads (`held_in_common`'s length)
             spec = SeqSpec(None, g.final_len, num_tokens=req.prompt_tokens + (recomputed if g.num_seqs == 1 else 0))
         if num_seqs > 1 and recomputed and by_blocks and not pool_empty:
             # the appends below must not fail once the prompt is admitted (its blocks may be registered
@@ -213,7 +219,7 @@ class Admission:
                     for seq_id in g.seq_ids:
                         strategy.free(seq_id)
                     return Refused(0)
-                append_recomputed(strategy, self.tokens, g, j, copies)
+                self.tokens.append_own(strategy, g.seq_ids, j, copies)
             g.kv_len += recomputed
             write_tokens += recomputed * num_seqs
         g.state = GroupState.STARTING

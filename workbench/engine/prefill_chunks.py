@@ -35,7 +35,6 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import AdmitResult, SeqSpec, Strategy
-from workbench.engine import rules
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.plan import Prefill
 from workbench.engine.tokens import TokenStore
@@ -52,7 +51,7 @@ class PrefillChunks:
     def admit(self, g: Group, budget: int, copies: list[np.ndarray]) -> Prefill | AdmitResult:
         """Mutates on success: admit the group with its first chunk of at most `budget` tokens past the
         prefix hit. Returns the refused AdmitResult (nothing changed) when the strategy refuses."""
-        token_ids = shared_token_ids(self.tokens, g)
+        token_ids = self.tokens.held_in_common(g.request, g.seq_ids, g.generated)
         result = self.strategy.admit(g.seq_ids, SeqSpec(token_ids, g.final_len, num_new_tokens=budget))
         if not result.admitted:
             return result
@@ -69,7 +68,7 @@ class PrefillChunks:
         g = self.group
         start = g.kv_len
         written = 0
-        token_ids = shared_token_ids(self.tokens, g)
+        token_ids = self.tokens.held_in_common(g.request, g.seq_ids, g.generated)
         if g.kv_len < token_ids.shape[0]:
             chunk = token_ids[g.kv_len:g.kv_len + budget]
             result = self.strategy.extend(g.seq_ids, chunk)
@@ -92,7 +91,7 @@ class PrefillChunks:
             done = g.kv_len - prompt
             fit = min(recomputed - done, budget // g.num_seqs)
             while fit and self.strategy.can_append(g.seq_ids):
-                append_recomputed(self.strategy, self.tokens, g, done, copies)
+                self.tokens.append_own(self.strategy, g.seq_ids, done, copies)
                 done += 1
                 fit -= 1
                 written += g.num_seqs
@@ -102,24 +101,3 @@ class PrefillChunks:
         self.group = None if completes else g
         return Prefill(g.index, tuple(g.seq_ids), prompt, cached, written, start, g.kv_len, completes)
 
-
-def shared_token_ids(tokens: TokenStore, g: Group) -> np.ndarray:
-    """Token ids every sequence of the group holds in common, int32: the prompt, and for a single
-    recomputed sequence what it generated too (several sequences each append their own after it)."""
-    req = g.request
-    if g.num_seqs == 1 and g.generated:
-        return tokens.logical(g.seq_ids[0], rules.recompute_tokens(req.prompt_tokens, g.generated))
-    return req.prompt_token_ids()
-
-
-def append_recomputed(strategy: Strategy, tokens: TokenStore, g: Group, offset: int,
-                      copies: list[np.ndarray]) -> None:
-    """Mutates the strategy: every sequence of the group appends its own generated token `offset`
-    (recomputed after a preemption), one slot each; copy-on-write pairs go to `copies`."""
-    if strategy.wants_token_ids:
-        seq_ids = np.asarray(g.seq_ids, dtype=np.int64)
-        result = strategy.append(g.seq_ids, tokens.generated(seq_ids, np.full(g.num_seqs, offset)))
-    else:
-        result = strategy.append(g.seq_ids)
-    if len(result.copies):
-        copies.append(result.copies)

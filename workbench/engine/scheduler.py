@@ -54,7 +54,8 @@ class Scheduler:
         num_blocks = strategy.capacity_slots // self.block_size
         watermark = int(config.watermark_frac * num_blocks) if self.grows_by_blocks else 0
         self.live: dict[int, Group] = {}  # request index -> its group, from arrival until done
-        self.admission = Admission(strategy, tokens, self.log, self.chunks, self.live,
+        self.admission = Admission(strategy, tokens, self.log, None if self.chunks is None else self.chunks.admit,
+                                   self.live,
                                    max_num_seqs=config.max_num_seqs, watermark_blocks=watermark,
                                    skip_unplaced=config.admission == "skip")
         self.batch = DecodeBatch(CostMeter(self.block_size, config.attention_windows))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators.base import Strategy
+from workbench.engine import rules
 from workbench.workload.request import Request, output_keys, segment_token_ids
 
 
@@ -23,6 +25,25 @@ class TokenStore:
         self._request: dict[int, Request] = {}
         self._beam: dict[int, list[int]] = {}  # beam sequence -> its generated token ids
         self._unkeyed: dict[int, list[int]] = {}  # request id -> its sequences, keys not computed yet
+
+    def held_in_common(self, request: Request, seq_ids: list[int], generated: int) -> np.ndarray:
+        """Token ids every sequence of a group (`seq_ids`, each having generated `generated` tokens) holds
+        in common, int32: the prompt, and for a single recomputed sequence what it generated too (several
+        sequences each append their own after it)."""
+        if len(seq_ids) == 1 and generated:
+            return self.logical(seq_ids[0], rules.recompute_tokens(request.prompt_tokens, generated))
+        return request.prompt_token_ids()
+
+    def append_own(self, strategy: Strategy, seq_ids: list[int], offset: int, copies: list[np.ndarray]) -> None:
+        """Mutates the strategy: every sequence appends its own generated token `offset` (recomputed after
+        a preemption), one slot each; copy-on-write pairs go to `copies`."""
+        if strategy.wants_token_ids:
+            ids = np.asarray(seq_ids, dtype=np.int64)
+            result = strategy.append(seq_ids, self.generated(ids, np.full(ids.shape[0], offset)))
+        else:
+            result = strategy.append(seq_ids)
+        if len(result.copies):
+            copies.append(result.copies)
 
     def add(self, seq_ids: list[int], request: Request) -> None:
         """Mutates. The sequences are `request`'s samples 0, 1, ... in this order. Their keys are

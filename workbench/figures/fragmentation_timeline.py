@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from workbench.figures import style
-from workbench.sweep.runner import POINTS_DIR
+from workbench.sweep.layout import POINTS_DIR
 
 
 def plot(summary: pd.DataFrame, sweep_dir: Path) -> Figure:

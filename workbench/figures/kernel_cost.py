@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.presets import dtype_bytes, model_from_name
-from workbench.sweep.runner import POINTS_DIR
+from workbench.sweep.layout import POINTS_DIR
 
 DECODE_QUANTILE = 25  # percentile of the per-step times
 

@@ -21,7 +21,7 @@ from workbench.experiments import builtin_dir
 from workbench.paper.rows import NO_RUN_SOURCES, build_rows, headline, load_values, markdown
 from workbench.paths import REPO_ROOT
 from workbench.sweep.executors import Executor, LocalExecutor
-from workbench.sweep.replaced import POINTS_DIR
+from workbench.sweep.layout import POINTS_DIR
 from workbench.sweep.runner import run_sweep
 from workbench.sweep.spec import SweepSpec, load_spec
 

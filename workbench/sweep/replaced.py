@@ -17,9 +17,8 @@ import uuid
 from pathlib import Path
 
 from workbench.outdir import TMP_PREFIX
-from workbench.sweep.summary import SUMMARY_FILE
+from workbench.sweep.layout import POINTS_DIR, SUMMARY_FILE
 
-POINTS_DIR = "points"
 ASIDE_PREFIX = f"{TMP_PREFIX}replaced-"
 
 

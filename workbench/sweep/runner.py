@@ -38,10 +38,11 @@ from workbench.outdir import TMP_PREFIX, OutputExistsError, check_target, instal
 from workbench.paths import runs_dir
 from workbench.result_dir import check_table, read_config, read_summary
 from workbench.sweep.executors import Executor, LocalExecutor, make_executor
+from workbench.sweep.layout import POINT_SUMMARY_FILE, POINTS_DIR, SUMMARY_FILE
 from workbench.sweep.lock import LOCK_FILE, SweepLock
-from workbench.sweep.replaced import POINTS_DIR, asides, discard, move_aside, put_back
+from workbench.sweep.replaced import asides, discard, move_aside, put_back
 from workbench.sweep.spec import MAX_POINTS, Point, SweepSpec, config_id, describe, load_spec, parse_spec
-from workbench.sweep.summary import POINT_SUMMARY_FILE, SUMMARY_FILE, summary_table, write_summary
+from workbench.sweep.summary import summary_table, write_summary
 
 BROKEN_DIR = "broken"
 STALE_DIR = "stale"  # points made by other code, set aside by a resume that runs them again

@@ -21,11 +21,9 @@ from typing import Any
 import pandas as pd
 
 from workbench.paths import open_regular
+from workbench.sweep.layout import POINT_SUMMARY_FILE, SUMMARY_FILE
 from workbench.sweep.spec import Point
 from workbench.table_sink import write_frame
-
-SUMMARY_FILE = "summary.parquet"
-POINT_SUMMARY_FILE = "summary.json"
 
 
 def read_point_summary(point_dir: Path) -> dict[str, Any]:
