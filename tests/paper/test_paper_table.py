@@ -286,6 +286,34 @@ def test_fig18b_needs_the_papers_set_exactly():
     assert row.ok and row.diff == "16, 32"
 
 
+def _fig14_table(gain_by_n: dict[int, float]) -> pd.DataFrame:
+    """Orca (Oracle) at 100 tokens/s beside paged at `gain_by_n[n]` times that, for each sample count n."""
+    rows = [{"n": n, "beam_width": 1, "strategy": s, "throughput_tok_s_sat": 100.0 * (gain if s == "paged" else 1.0)}
+            for n, gain in gain_by_n.items() for s in ("paged", "contiguous-oracle")]
+    return pd.DataFrame(rows)
+
+
+def test_fig14_order_needs_a_gain_above_the_last_at_every_sample_count():
+    entry = R.load_values()["fig14_order"]
+    rising = R.fig14_order(entry, _fig14_table({1: 1.3, 2: 1.5, 4: 1.7, 6: 2.0}))[0]
+    assert rising.ok and rising.workbench == pytest.approx(2.0 / 1.3) and not rising.reason
+    assert rising.diff == "1.3 < 1.5 < 1.7 < 2"
+    dip = R.fig14_order(entry, _fig14_table({1: 1.3, 2: 1.9, 4: 1.8, 6: 2.0}))[0]
+    assert not dip.ok and dip.diff == "1.3 < 1.9 >= 1.8 < 2" and dip.reason
+
+
+def test_fig18b_shape_grades_sharegpt_against_the_reading_and_shows_alpaca():
+    entry = R.load_values()["fig18b_shape"]
+    latency = {1: 30.0, 16: 1.0}
+    table = pd.DataFrame({"workload": [f"lengths:{w}" for w in ("sharegpt", "alpaca") for _ in latency],
+                          "block_size": list(latency) * 2, "normalized_latency_s_per_tok": list(latency.values()) * 2})
+    sharegpt, alpaca = R.fig18b_shape(entry, table)
+    assert sharegpt.ok and sharegpt.kind == R.SIBLING and sharegpt.workbench == 30.0
+    assert alpaca.kind == R.UNGRADED
+    table["normalized_latency_s_per_tok"] = table["block_size"].map({1: 3.0, 16: 1.0})
+    assert not R.fig18b_shape(entry, table)[0].ok
+
+
 def test_scaling_keeps_every_point_and_cuts_requests():
     for name in experiment_names(R.load_values()):
         spec = load_spec(EXPERIMENTS_DIR / name)

@@ -336,6 +336,21 @@ def fig14(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
     return rows
 
 
+def fig14_order(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
+    """Whether paged's sustained rate over Orca (Oracle)'s rises at each step of the sample counts `n` (basic
+    sampling first); the value is the last count's gain over the first's."""
+    rows = []
+    for key, spec in entry["rows"].items():
+        gains = [_sustained_ratio(table[(table["beam_width"] == 1) & (table["n"] == n)], "paged", "contiguous-oracle")
+                 for n in spec["n"]]
+        ok = all(b > a for a, b in zip(gains, gains[1:]))
+        order = " ".join(f"{a:.3g} {'<' if b > a else '>='}" for a, b in zip(gains, gains[1:])) + f" {gains[-1]:.3g}"
+        rows.append(Row(_cite_short(entry), f"{key}: paged / oracle at n = {', '.join(map(str, spec['n']))}, "
+                        f"last over first", _kind(entry, key), str(spec["paper"]), gains[-1] / gains[0], order, ok,
+                        "each above the last", _source(entry), "" if ok else _gap(entry, key)))
+    return rows
+
+
 def fig17(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
     """paged's sustained rate over each Orca baseline's on the chatbot workload."""
     return [_rel_row(entry, f"paged / {strategy}", strategy, paper, _sustained_ratio(table, "paged", strategy),
@@ -450,10 +465,11 @@ def fig18b(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> 
 def fig18b_shape(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> list[Row]:
     """How the normalized latency rises at small blocks: block 1's over block 16's, per dataset."""
     rows = []
-    for key in entry["rows"]:
+    for key, spec in entry["rows"].items():
         lat = table[table["workload"].str.contains(key)].set_index("block_size")["normalized_latency_s_per_tok"]
-        rows.append(_ungraded_row(entry, f"{key}: normalized latency, block 1 over block 16", key,
-                                  float(lat.loc[1] / lat.loc[KERNEL_BLOCK_SIZE])))
+        item, ratio = f"{key}: normalized latency, block 1 over block 16", float(lat.loc[1] / lat.loc[KERNEL_BLOCK_SIZE])
+        graded = _kind(entry, key) != UNGRADED
+        rows.append(_range_row(entry, item, key, spec, ratio) if graded else _ungraded_row(entry, item, key, ratio))
     return rows
 
 
@@ -468,7 +484,7 @@ def fig19(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> l
 
 
 SECTIONS = {"table1": table1, "fig11": fig11, "fig2": fig2, "fig12": fig12, "fig13": fig13, "fig15": fig15,
-            "sec63": sec63, "fig14": fig14, "fig17": fig17, "prefix": prefix,
+            "sec63": sec63, "fig14": fig14, "fig14_order": fig14_order, "fig17": fig17, "prefix": prefix,
             "fig18a": fig18a, "sec71": sec71, "fig19a": fig19a, "sec73": sec73, "fig18b": fig18b,
             "fig18b_shape": fig18b_shape, "fig19": fig19, "vidur": vidur_rows}
 CLOCK = "clock"  # the `experiment` of a section computed on the clock alone
