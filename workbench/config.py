@@ -233,9 +233,9 @@ class RunConfig:
                                   "picks among them), with --decode-replicas; 0 = colocated", ge=0, le=MAX_REPLICAS)
     decode_replicas: int = _f(0, "disaggregated prefill/decode: replicas that only decode, each request's KV "
                                  "shipped to them from its prefill replica; 0 = colocated", ge=0, le=MAX_REPLICAS)
-    kv_link_gb_s: float = _f(DEFAULT_KV_LINK_GB_S, "GB/s (10^9 bytes/s) of each prefill replica's link a prompt's "
-                             "KV crosses to its decode replica, one direction (default 25: one 200 Gb/s RDMA NIC "
-                             "port)", ge=MIN_LINK_GB_S, le=MAX_LINK_GB_S)
+    kv_link_gb_s: float = _f(DEFAULT_KV_LINK_GB_S, "GB/s (10^9 bytes/s) of every replica's NIC port, each direction, "
+                             "that a prompt's KV crosses from its prefill to its decode replica (default 25: one "
+                             "200 Gb/s RDMA NIC port)", ge=MIN_LINK_GB_S, le=MAX_LINK_GB_S)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -97,12 +97,73 @@ def test_one_prefill_and_one_decode_replica_worked_by_hand():
     assert per[0]["num_requests"] == per[1]["num_requests"] == 2
 
 
-def test_two_prefill_replicas_have_a_link_each():
-    """Round robin sends one prompt to each prefill replica: neither transfer waits for the other."""
-    cfg = hand_config(prefill_replicas=2, decode_replicas=1, router="round-robin")
+@pytest.mark.parametrize(("prefill", "decode", "arrived_ms"), [
+    (2, 1, [1.0, 2.0]),  # two prefill replicas into one decode replica: its receiving side is shared
+    (1, 2, [1.0, 2.0]),  # one prefill replica to two decode replicas: its sending side is shared
+    (2, 2, [1.0, 1.0]),  # 0 -> 2 and 1 -> 3: no side in common, the two cross at once
+])
+def test_transfers_sharing_a_nic_port_go_one_after_the_other(prefill, decode, arrived_ms):
+    """Two prompts of 100 tokens (1 ms each on the link) arrive at 0 and are prefilled by one step each, ending
+    at the same instant (round robin over the prefill replicas; the decode replica with the fewest outstanding
+    requests, counting those on their way, then the lowest index). Each replica has one NIC port, one transfer
+    at a time each way: transfers that share the sending or the receiving side go first come first served (the
+    first arrived first), the others overlap."""
+    cfg = hand_config(prefill_replicas=prefill, decode_replicas=decode, router="round-robin")
     req = run_pd(cfg, [request(0, 0.0, 100, 3), request(1, 0.0, 100, 3)]).requests
-    assert req["prefill_replica"].tolist() == [0, 1] and req["replica"].tolist() == [2, 2]
-    assert req["kv_arrived_s"].tolist() == (req["prefill_finish_s"] + 0.001).tolist()
+    assert req["prefill_replica"].tolist() == [0, 1 % prefill]
+    assert req["replica"].tolist() == [prefill, prefill + 1 % decode]
+    finish = req["prefill_finish_s"].tolist()
+    assert finish[0] == finish[1]
+    assert req["kv_arrived_s"].tolist() == [finish[0] + ms * 1e-3 for ms in arrived_ms]
+
+
+def test_links_book_both_sides_in_the_order_transfers_are_queued():
+    """Three transfers of 1 s each (10^9 bytes over 1 GB/s): 0 -> 0 ready at 0, 1 -> 0 ready at 0.5 waits for
+    decode 0's receiving side (1 .. 2), and 0 -> 1 ready at 0.5 waits for prefill 0's sending side (1 .. 2)
+    although decode 1 is idle: first come first served on each side, a later transfer never overtakes."""
+    links = disaggregated.Links(2, 2, 1.0)
+    assert links.book(0, 0, 10**9, 0.0) == (0.0, 1.0)
+    assert links.book(1, 0, 10**9, 0.5) == (1.0, 2.0)
+    assert links.book(0, 1, 10**9, 0.5) == (1.0, 2.0)
+    assert links.book(1, 1, 10**9, 2.5) == (2.5, 3.5)  # both sides idle by then
+
+
+def test_the_prefill_replica_holds_the_blocks_until_the_kv_has_crossed():
+    """10 blocks of 16 slots on every replica, a link of 10 MB/s (100 prompt tokens: 5.12 ms). A (100 tokens:
+    7 blocks) arrives at 0 and is prefilled in [0, dt0]; its transfer runs [dt0, dt0 + 5.12 ms], and its 7 blocks
+    stay allocated on the prefill replica until then. B (48 tokens: 3 blocks) and C (60 tokens: 4 blocks)
+    arrive at dt0: B fits beside A's held blocks (7 + 3 = 10) and is prefilled in [dt0, dt0 + dt1], C does not
+    (7 + 3 + 4 > 10) and waits though nothing runs. At dt0 + 5.12 ms A's KV has crossed, A's blocks come free,
+    and C is admitted at that instant, beside B's blocks, held while B's transfer waits behind A's (the
+    prefill replica's sending side: 2.4576 ms from dt0 + 5.12 ms)."""
+    link_gb_s = 0.01
+    cfg = hand_config(kv_slots=160, max_model_len=160, kv_link_gb_s=link_gb_s)
+    res = cfg.resolve()
+    clock = make_clock(cfg, res, cfg.block_size, paged_kernel=True)
+    dt0 = clock.step_s(100, 100, 100 * 101 // 2, 0, 0, None, 0, 0, sampled_tokens=1)
+    dt1 = clock.step_s(48, 48, 48 * 49 // 2, 0, 0, None, 0, 0, sampled_tokens=1)
+    dt2 = clock.step_s(60, 60, 60 * 61 // 2, 0, 0, None, 0, 0, sampled_tokens=1)
+    link_a, link_b = 100 * BYTES_PER_TOKEN / (link_gb_s * 1e9), 48 * BYTES_PER_TOKEN / (link_gb_s * 1e9)
+    assert link_a == pytest.approx(0.00512, rel=1e-15) and dt1 < link_a  # B's prefill ends while A's KV crosses
+    result = run_pd(cfg, [request(0, 0.0, 100, 3), request(1, dt0, 48, 3), request(2, dt0, 60, 3)])
+    req = result.requests
+    arrived_a = dt0 + link_a
+    assert req["prefill_finish_s"].tolist() == [dt0, dt0 + dt1, arrived_a + dt2]
+    assert req["kv_arrived_s"].tolist()[:2] == [arrived_a, arrived_a + link_b]  # B's behind A's on one link
+    assert req["admitted_s"].tolist() == [0.0, dt0, arrived_a]  # C: the instant A's blocks came free
+
+    prefill = by_replica(result.steps, 0)
+    assert prefill["num_prefill_tokens"].tolist() == [100, 48, 60]
+    assert prefill["t_s"].tolist() == [dt0, dt0 + dt1, arrived_a + dt2]  # each ends dt_s after its start:
+    assert prefill["dt_s"].tolist() == [dt0, dt1, dt2]  # at 0, dt0 and the instant A's KV has crossed
+    # during B's prefill (before A's KV has crossed) A's 100 rows still hold 7 blocks: the pool is full;
+    # in C's (after) they are free, and B's 48 rows are held while B's KV waits for the link
+    assert prefill["token_slots"].tolist() == [100, 100 + 48, 48 + 60]
+    assert prefill["free_slots"].tolist() == [160 - 112, 0, 160 - 48 - 64]
+    parts = ["token_slots", "reserved_slots", "internal_frag_slots", "cached_slots", "external_frag_slots",
+             "free_slots"]
+    assert (prefill[parts].sum(axis=1) == 160).all()  # the six-way accounting, held blocks included
+    assert (req["status"] == "finished").all()
 
 
 def test_a_decode_replica_without_free_blocks_makes_the_shipped_request_wait():
@@ -263,6 +324,11 @@ class Checked(disaggregated.Disaggregated):
         for m in self.prefill:  # prefill replicas never decode: nothing ever joins their decode batch
             assert not m.scheduler.batch and not m.scheduler.swapped
         landing = [k for _, kind, k in self.events if kind == disaggregated.LANDED]
+        # a prefill replica holds the blocks of exactly the requests it finished whose KV has not crossed yet
+        pending = [k for _, _, k in self.events]
+        for p, m in enumerate(self.prefill):
+            assert set(m.scheduler.held) == {int(flow.prefill_row[k]) for k in pending if flow.prefill[k] == p}
+            assert m.scheduler.held_seqs == len(m.scheduler.held)
         assert self.in_flight == np.bincount(flow.decode[landing], minlength=len(self.decode)).tolist()
         reached = flow.decode_row >= 0
         assert (flow.decode[reached] >= 0).all()

@@ -15,8 +15,8 @@ A prefix cache's host tier loads its promoted blocks over the same host link as 
 after the compute, or with `--overlap-load` only where the load outlasts it (docs/engine.md). A fleet's
 shared tier loads its hits over its own link (`--shared-link-gb-s`), charged the same way; a step that
 loads from both tiers moves the two one after the other (docs/fleet.md). Disaggregated prefill/decode
-charges a prompt's KV on its prefill replica's link (`link_s`), outside any step: the fleet's event loop
-holds the request until the transfer ends.
+charges a prompt's KV on the link from its prefill to its decode replica (`link_s`), outside any step: the
+fleet's event loop holds the request (and its blocks on the prefill replica) until the transfer ends.
 
 Tensor parallelism (`--tp N`) splits every weight matrix and every KV block's heads over N GPUs: each
 reads 1/N of the weights and of the KV and does 1/N of the projections' and attention's FLOPs at its own

@@ -78,10 +78,11 @@ class Admission:
             self.tokens.remove(seq_id)
         self.log.rejected(g.index, reason)
 
-    def admit(self, now_s: float, running_seqs: int, prefills: list[Prefill], copies: list[np.ndarray],
-              budget: int, landed: list[Landed]) -> tuple[int, int]:
+    def admit(self, now_s: float, running_seqs: int, held_seqs: int, prefills: list[Prefill],
+              copies: list[np.ndarray], budget: int, landed: list[Landed]) -> tuple[int, int]:
         """Admit waiting groups in order until one does not fit or (chunked prefill) a chunk spends the
-        budget, with `running_seqs` sequences on the device and no group swapped out; groups whose KV was
+        budget, with `running_seqs` sequences on the device, `held_seqs` finished ones whose blocks a link is
+        still reading (their blocks will come free) and no group swapped out; groups whose KV was
         shipped here go to `landed`. Returns (the extent refused to the first group that did not fit (0 if
         none), the sequences on the device after)."""
         passed = 0  # groups left waiting ahead of the one tried (admission skip), in arrival order
@@ -100,7 +101,8 @@ class Admission:
                 tokens = g.request.prompt_tokens
             elif self.admit_chunk is not None:
                 tokens = min(tokens, budget)  # the first chunk; blocks follow the chunks
-            pool_empty = rules.refusal_is_final(running_seqs)
+            # held sequences are on the device too: their blocks will come free, so a refusal is not final
+            pool_empty = rules.refusal_is_final(running_seqs + held_seqs)
             needed_blocks = rules.blocks_needed(tokens, self.strategy.block_size, num_seqs)
             # the free blocks are asked for only where a watermark reads them (a call into the strategy)
             allocatable = self.strategy.num_allocatable_blocks() if self.watermark_blocks else 0

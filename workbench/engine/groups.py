@@ -39,6 +39,9 @@ class Group:
     # disaggregated decode replica: the prompt's KV and first token come from a prefill replica, so the
     # group's first admission writes the shipped rows and computes nothing (a later recompute computes)
     transferred: bool = False
+    # disaggregated prefill replica: its KV is shipped to a decode replica after it finishes, so its blocks stay
+    # allocated until the fleet says the transfer has ended (`Scheduler.release`)
+    holds_kv: bool = False
 
     @property
     def num_seqs(self) -> int:

@@ -52,6 +52,9 @@ class Replica:
         self.steps = StepLog(sink)
         self.now_s = 0.0
         self.num_steps = 0  # steps recorded
+        # its waiting work found no room while finished requests held blocks that a link is still reading: no
+        # step can run before one of them is released (`release`) or another request arrives
+        self.blocked = False
 
     def close(self) -> None:
         """Mutates. Give the kernel pool's memory back now (a GPU run's virtual memory), not at process exit."""
@@ -62,10 +65,18 @@ class Replica:
         """Pure. When the next step can start: now while there is work, else at the next arrival; None
         when no request is left."""
         sched = self.scheduler
-        if sched.has_work():
+        if sched.has_work() and not self.blocked:
             return self.now_s
         nxt = sched.next_arrival_s()
         return None if nxt is None else max(self.now_s, nxt)
+
+    def release(self, index: int, now_s: float) -> None:
+        """Mutates. At `now_s` (no earlier than the replica's last event) a link has read the KV of the finished
+        request `index`: its blocks come free, and a replica blocked for want of them can step again from then."""
+        self.scheduler.release(index)
+        if self.blocked:
+            self.blocked = False
+            self.now_s = max(self.now_s, now_s)
 
     def step(self) -> int:
         """Mutates. Advance to the next event and run one step there; returns the groups it finished.
@@ -75,6 +86,7 @@ class Replica:
         if nxt is None:
             raise RuntimeError("the replica has no work left")
         self.now_s = nxt
+        self.blocked = False
         sched.arrive(self.now_s)
         if not sched.has_work():  # every request that arrived now was rejected on arrival
             return 0
@@ -85,6 +97,9 @@ class Replica:
         plan = sched.schedule(self.now_s)
         verdict = rules.step_verdict(plan.cost.num_running, len(plan.started), sched.log.num_rejected - rejected)
         if verdict != rules.RUN:
+            if verdict == rules.STUCK and sched.held_seqs:  # held blocks will come free: wait for them
+                self.blocked = True
+                return 0
             if verdict == rules.STUCK:
                 raise RuntimeError(reasons.stuck(self.now_s, len(sched.waiting), len(sched.swapped)))
             return 0

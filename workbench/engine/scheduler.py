@@ -72,6 +72,10 @@ class Scheduler:
         self.needs_token_ids = strategy.wants_token_ids or config.kernel_every is not None
         # requests (by index) whose prompt KV and first token a prefill replica made (docs/fleet.md)
         self.transferred: set[int] = set()
+        # requests (by index) whose device KV a link reads after they finish: held until `release`
+        self.holding: set[int] = set()
+        self.held: dict[int, Group] = {}  # request index -> a finished group whose blocks are still allocated
+        self.held_seqs = 0  # their sequences: not running, but their blocks will come free
 
     # ---- queue state -------------------------------------------------------------------------
     @property
@@ -92,13 +96,18 @@ class Scheduler:
                 if i in self.transferred:  # it generated its first token on its prefill replica
                     self.transferred.discard(i)
                     group.generated, group.transferred = 1, True
+                if i in self.holding:
+                    self.holding.discard(i)
+                    group.holds_kv = True
                 self.live[i] = group
                 self.waiting.append(group)
 
-    def add_request(self, request: Request, *, transferred: bool = False) -> None:
+    def add_request(self, request: Request, *, transferred: bool = False, holds_kv: bool = False) -> None:
         """Mutates. One more request, arriving no earlier than those already given (a fleet's router hands
         each replica its requests as they arrive). `transferred`: its prompt's KV and first token were made
-        by a prefill replica and arrive with it (a disaggregated decode replica, docs/fleet.md)."""
+        by a prefill replica and arrive with it (a disaggregated decode replica, docs/fleet.md). `holds_kv`:
+        its blocks stay allocated after it finishes, until `release` (a disaggregated prefill replica, whose
+        link reads them)."""
         if self.requests and request.arrival_s < self.requests[-1].arrival_s:
             raise ValueError(f"request {request.request_id} arrives at {request.arrival_s} s, before the last "
                              f"one given ({self.requests[-1].arrival_s} s)")
@@ -107,6 +116,15 @@ class Scheduler:
         self.has_beams = self.has_beams or request.beam_width > 1
         if transferred:
             self.transferred.add(len(self.requests) - 1)
+        if holds_kv:
+            self.holding.add(len(self.requests) - 1)
+
+    def release(self, index: int) -> None:
+        """Mutates. The held request `index` (finished, its KV read by a link) frees its blocks."""
+        g = self.held.pop(index)
+        for seq_id in g.seq_ids:
+            self.strategy.free(seq_id)
+        self.held_seqs -= g.num_seqs
 
     def release_workload(self) -> None:
         """Mutates. The run is over and its rows written: the workload is let go (a long trace's columns are
@@ -203,7 +221,7 @@ class Scheduler:
         admitted.swap_in = concat_pairs(swap_in)
         if not self.swapped and self._partial() is None:
             admitted.refused_extent, self.num_running_seqs = self.admission.admit(
-                now_s, self.num_running_seqs, admitted.prefills, copies, budget, admitted.landed)
+                now_s, self.num_running_seqs, self.held_seqs, admitted.prefills, copies, budget, admitted.landed)
             # a shipped prompt holds its blocks from now and decodes from the next step, as a swap-in
             admitted.started += [Resumed(t.request_index, 1, t.kv_len) for t in admitted.landed]
 
@@ -253,7 +271,12 @@ class Scheduler:
         for g, epoch in self.finish_at.pop(step, ()):
             if g.epoch != epoch:
                 continue
-            self._free_device(g)
+            if g.holds_kv:  # its blocks stay until the link has read them (`release`)
+                self._leave_device(g)
+                self.held[g.index] = g
+                self.held_seqs += g.num_seqs
+            else:
+                self._free_device(g)
             for seq_id in g.seq_ids:
                 self.tokens.remove(seq_id)
             g.state = GroupState.DONE
@@ -277,13 +300,13 @@ class Scheduler:
     # ---- admission of what was already admitted once -----------------------------------------
     def _continue_prefill(self, prefills: list[Prefill], copies: list[np.ndarray], budget: int) -> int:
         """The partially prefilled group computes its next chunk; returns the budget left. Without room
-        for it the group waits for running groups to free blocks, unless none runs: then no
+        for it the group waits for running (or held) groups to free blocks, unless there are none: then no
         block will ever come free and it is rejected."""
         prefill = self.chunks.advance(budget, copies)
         if prefill is not None:
             prefills.append(prefill)
             return budget - prefill.write_tokens
-        if not self.batch:
+        if not self.batch and not self.held_seqs:
             g = self.chunks.group
             self.chunks.group = None
             self._retire(g, reasons.OUTGROWS_POOL)

@@ -220,8 +220,9 @@ def simulate_disaggregated(cfg: RunConfig, requests: list[Request], strategies: 
                            progress: bool = False, wall0_s: float | None = None, res: Resolved | None = None
                            ) -> RunResult:
     """Replay `requests` on `cfg.prefill_replicas` prefill replicas behind `cfg.router` and decode replicas
-    after them, one per strategy (each fresh, mutated; prefill first), the KV of each prompt shipped over its
-    prefill replica's link (docs/fleet.md). Returns the fleet's tables (one row per request) and summary."""
+    after them, one per strategy (each fresh, mutated; prefill first), the KV of each prompt shipped from its
+    prefill replica's NIC port to its decode replica's (docs/fleet.md). Returns the fleet's tables (one row
+    per request) and summary."""
     wall0_s = time.perf_counter() if wall0_s is None else wall0_s
     res = cfg.resolve() if res is None else res
     backend = kernel_backend(cfg)

@@ -1,18 +1,27 @@
 """Disaggregated prefill/decode (docs/fleet.md): P prefill replicas behind the router, D decode replicas,
-and one KV link per prefill replica, in one event loop.
+and the links between them, in one event loop.
 
 A request's life: the router picks a prefill replica at its arrival; that replica runs it as a request of
-one output token (its prompt's prefill makes the first token, then it is done there and its blocks are
-freed). At that instant the decode replica with the fewest outstanding requests (counting those on their
+one output token (its prompt's prefill makes the first token, then it is done there, its blocks still
+held). At that instant the decode replica with the fewest outstanding requests (counting those on their
 way to it; ties: the lowest index) is chosen, and the prompt's KV (prompt tokens × the full model's KV
-bytes per token) joins the FIFO of the prefill replica's link. When its transfer ends the request arrives
-at the decode replica with its KV and first token (`Scheduler.add_request(transferred=True)`): it queues
-for blocks like any request, is admitted without computing anything, and decodes the rest of its output.
+bytes per token) is queued for the links it crosses. When its transfer ends the prefill replica frees the
+request's blocks (`Replica.release`) and the request arrives at the decode replica with its KV and first
+token (`Scheduler.add_request(transferred=True)`): it queues for blocks like any request, is admitted
+without computing anything, and decodes the rest of its output.
 
-Events at one instant go in this order: arrivals (routed), prefill completions (decode replica and link),
-transfer ends (the request joins its decode replica), then steps, so a step sees everything that
-happened by its start, as in the colocated fleet (workbench.fleet.fleet). Ties among completions or
-transfer ends go by arrival order. Every replica is the engine of `workbench.engine`, stepped alone.
+Topology (`Links`): every replica is one GPU with one RDMA NIC port of `kv_link_gb_s` GB/s in each direction
+into a non-blocking fabric, as in Mooncake's and Splitwise's clusters (a NIC per GPU, GPUDirect RDMA from
+device memory to device memory) and vLLM's NIXL connector (one point-to-point read per request). A transfer
+p -> d occupies p's sending side and d's receiving side for its whole length: transfers out of one prefill
+replica share its sending side, transfers into one decode replica share its receiving side, and each side
+serves its transfers one at a time, first come first served.
+
+Events at one instant go in this order: arrivals (routed), prefill completions (decode replica and links),
+transfer ends (blocks freed on the prefill side, the request joins its decode replica), then steps, so a
+step sees everything that happened by its start, as in the colocated fleet (workbench.fleet.fleet). Ties
+among completions or transfer ends go by arrival order. Every replica is the engine of `workbench.engine`,
+stepped alone.
 """
 
 from __future__ import annotations
@@ -58,6 +67,26 @@ class Flow:
         self.transfer_bytes = np.zeros(n, np.int64)
 
 
+class Links:
+    """The NIC ports the KV crosses (the topology in the module's docstring): one sending side per prefill
+    replica, one receiving side per decode replica, each serving one transfer at a time in the order the
+    transfers were queued. Mutates its own times only."""
+
+    def __init__(self, num_prefill: int, num_decode: int, link_gb_s: float) -> None:
+        self.link_gb_s = link_gb_s
+        self.send_free_s = [0.0] * num_prefill  # when each prefill replica's sending side has sent all it was given
+        self.receive_free_s = [0.0] * num_decode  # when each decode replica's receiving side has taken all of its
+
+    def book(self, prefill: int, decode: int, num_bytes: int, ready_s: float) -> tuple[float, float]:
+        """Queue `num_bytes` from prefill replica `prefill` to decode replica `decode`, ready at `ready_s`, behind
+        every transfer queued before on either side: both sides are held from its start to its end. Returns
+        (start, end) in seconds."""
+        start = max(ready_s, self.send_free_s[prefill], self.receive_free_s[decode])
+        end = start + link_s(num_bytes, self.link_gb_s)
+        self.send_free_s[prefill] = self.receive_free_s[decode] = end
+        return start, end
+
+
 class Disaggregated:
     """The event loop. Mutates the replicas it is given and its own Flow."""
 
@@ -65,10 +94,9 @@ class Disaggregated:
                  kv_bytes_per_token: int, kv_link_gb_s: float) -> None:
         self.prefill, self.decode, self.router, self.requests = prefill, decode, router, requests
         self.kv_bytes_per_token = kv_bytes_per_token
-        self.kv_link_gb_s = kv_link_gb_s
         self.max_model_len = prefill[0].scheduler.config.max_model_len
         self.flow = Flow(len(requests))
-        self.link_free_s = [0.0] * len(prefill)  # when each prefill replica's link has sent what it was given
+        self.links = Links(len(prefill), len(decode), kv_link_gb_s)
         self.in_flight = [0] * len(decode)  # requests on their way to each decode replica
         self.events: list[tuple[float, int, int]] = []  # (time, kind, request position): a heap
         self.next_arrival = 0
@@ -114,7 +142,9 @@ class Disaggregated:
         chosen = self.router.choose(request, self.prefill)
         fits = request.prompt_tokens + request.output_tokens <= self.max_model_len
         sched = self.prefill[chosen].scheduler
-        sched.add_request(dataclasses.replace(request, output_tokens=1) if fits else request)
+        # a prompt that will be shipped keeps its blocks on this replica until its transfer ends
+        sched.add_request(dataclasses.replace(request, output_tokens=1) if fits else request,
+                          holds_kv=fits and request.output_tokens > 1)
         row = len(sched.requests) - 1
         self.flow.prefill[k], self.flow.prefill_row[k] = chosen, row
         self.open_rows[chosen][row] = k
@@ -129,20 +159,20 @@ class Disaggregated:
             self._land(k, t)
 
     def _ship(self, k: int, t: float) -> None:
-        """Request k's prefill ended at t: choose its decode replica now and queue its KV on the link."""
+        """Request k's prefill ended at t: choose its decode replica now and queue its KV on the links."""
         flow, p = self.flow, int(self.flow.prefill[k])
         d = min(range(len(self.decode)), key=lambda i: (self.decode[i].outstanding() + self.in_flight[i], i))
         num_bytes = self.requests[k].prompt_tokens * self.kv_bytes_per_token
-        start = max(t, self.link_free_s[p])  # one transfer at a time per link, in the order they were queued
-        end = start + link_s(num_bytes, self.kv_link_gb_s)
-        self.link_free_s[p] = end
+        start, end = self.links.book(p, d, num_bytes, t)
         flow.decode[k], flow.transfer_bytes[k] = d, num_bytes
         flow.transfer_start_s[k], flow.kv_arrived_s[k] = start, end
         self.in_flight[d] += 1
         heapq.heappush(self.events, (end, LANDED, k))
 
     def _land(self, k: int, t: float) -> None:
-        """Request k's KV is at its decode replica: it arrives there now, its prompt computed."""
+        """Request k's KV is at its decode replica: its prefill replica frees its blocks, and it arrives at the
+        decode replica now, its prompt computed."""
+        self.prefill[int(self.flow.prefill[k])].replica.release(int(self.flow.prefill_row[k]), t)
         d = int(self.flow.decode[k])
         sched = self.decode[d].scheduler
         sched.add_request(dataclasses.replace(self.requests[k], arrival_s=t), transferred=True)
