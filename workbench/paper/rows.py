@@ -13,6 +13,7 @@ the row seed-sensitive, never counted within its band.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import statistics
@@ -343,8 +344,9 @@ def fig14_order(entry: dict, table: pd.DataFrame, points_dir: Path | None = None
     for key, spec in entry["rows"].items():
         gains = [_sustained_ratio(table[(table["beam_width"] == 1) & (table["n"] == n)], "paged", "contiguous-oracle")
                  for n in spec["n"]]
-        ok = all(b > a for a, b in zip(gains, gains[1:]))
-        order = " ".join(f"{a:.3g} {'<' if b > a else '>='}" for a, b in zip(gains, gains[1:])) + f" {gains[-1]:.3g}"
+        steps = list(itertools.pairwise(gains))
+        ok = all(b > a for a, b in steps)
+        order = " ".join(f"{a:.3g} {'<' if b > a else '>='}" for a, b in steps) + f" {gains[-1]:.3g}"
         rows.append(Row(_cite_short(entry), f"{key}: paged / oracle at n = {', '.join(map(str, spec['n']))}, "
                         f"last over first", _kind(entry, key), str(spec["paper"]), gains[-1] / gains[0], order, ok,
                         "each above the last", _source(entry), "" if ok else _gap(entry, key)))
@@ -467,7 +469,8 @@ def fig18b_shape(entry: dict, table: pd.DataFrame, points_dir: Path | None = Non
     rows = []
     for key, spec in entry["rows"].items():
         lat = table[table["workload"].str.contains(key)].set_index("block_size")["normalized_latency_s_per_tok"]
-        item, ratio = f"{key}: normalized latency, block 1 over block 16", float(lat.loc[1] / lat.loc[KERNEL_BLOCK_SIZE])
+        item = f"{key}: normalized latency, block 1 over block 16"
+        ratio = float(lat.loc[1] / lat.loc[KERNEL_BLOCK_SIZE])
         graded = _kind(entry, key) != UNGRADED
         rows.append(_range_row(entry, item, key, spec, ratio) if graded else _ungraded_row(entry, item, key, ratio))
     return rows
