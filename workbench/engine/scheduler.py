@@ -50,6 +50,7 @@ class Scheduler:
         self.grows_by_blocks = strategy.grows_by_blocks
         self.block_size = strategy.block_size
         self.swap = config.swap and strategy.supports_swap  # else preemption recomputes
+        self.static_batching = config.batching == "static"  # rules.admits_now
         self.chunks = PrefillChunks(strategy, tokens) if config.chunked_prefill else None
         num_blocks = strategy.capacity_slots // self.block_size
         watermark = int(config.watermark_frac * num_blocks) if self.grows_by_blocks else 0
@@ -195,6 +196,8 @@ class Scheduler:
     def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted) -> None:
         """Mutates. Nothing was preempted: the partial prefill continues, swapped groups come back, then (with
         neither left) waiting groups are admitted under the budget."""
+        if not rules.admits_now(self.static_batching, len(self.batch.groups)):  # a static batch runs on
+            return
         if self._partial() is not None:
             budget = self._continue_prefill(admitted.prefills, copies, budget)
         swap_in: list[np.ndarray] = []
