@@ -3,12 +3,16 @@ runs, with nothing joining it, until its longest request ends (workbench.engine.
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from tests.engine.conftest import checked_strategy, replace, simulate_checked, small_config
 from tests.engine.test_engine_strategies import check_run
 from workbench.allocators import registry
+from workbench.allocators.base import Strategy
+from workbench.allocators.paged.strategy import PagedStrategy
 from workbench.engine import simulate
+from workbench.engine.scheduler import Scheduler
 from workbench.workload.request import Request, Segment
 
 # (prompt, output) of four requests arriving together, two sequences at most on the device
@@ -65,3 +69,21 @@ def test_static_batching_serves_every_request_and_keeps_the_accounting(strategy,
     continuous = simulate_checked(replace(cfg, batching="continuous")).steps
     if strategy != "contiguous-max":  # which holds one request of max_model_len at a time in this pool
         assert ((continuous["num_prefill_tokens"] > 0) & (continuous["num_decode_tokens"] > 0)).any()
+
+
+@pytest.mark.parametrize("fanout", [{"n": 2}, {"beam_width": 2}])
+@pytest.mark.parametrize("strategy", ["paged", "contiguous-oracle"])
+def test_static_batches_of_groups_take_the_plain_paths_tables(monkeypatch, strategy, fanout):
+    """Parallel samples and beams batch statically too, and the decode-only path (taken while a batch runs
+    and nothing waits) gives the general path's tables bit for bit."""
+    cfg = small_config(strategy=strategy, kernel="none", workload="alpaca-like", num_requests=16, rate=60.0,
+                       kv_slots=1024, batching="static", **fanout)
+    fast = simulate_checked(cfg)
+    steps = fast.steps
+    assert fast.summary["num_finished"] == cfg.num_requests
+    assert not ((steps["num_prefill_tokens"] > 0) & (steps["num_decode_tokens"] > 0)).any()
+    monkeypatch.setattr(Scheduler, "lean_decode_steps", False)
+    monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
+    plain = simulate_checked(cfg)
+    pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
+    pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
