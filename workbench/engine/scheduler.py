@@ -1,4 +1,4 @@
-"""FCFS continuous batching over one allocation strategy (docs/engine.md): which groups run each step.
+"""FCFS continuous (or static) batching over one allocation strategy (docs/engine.md): which groups run each step.
 
 A request becomes a *group* of sequences sharing its prompt (n parallel samples or beam_width
 beams; workbench.engine.groups).
@@ -195,8 +195,8 @@ class Scheduler:
 
     def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted) -> None:
         """Mutates. Nothing was preempted: the partial prefill continues, swapped groups come back, then (with
-        neither left) waiting groups are admitted under the budget."""
-        if not rules.admits_now(self.static_batching, len(self.batch.groups)):  # a static batch runs on
+        neither left) waiting groups are admitted under the budget; under static batching only into an empty batch."""
+        if not rules.admits_now(self.static_batching, len(self.batch.groups)):
             return
         if self._partial() is not None:
             budget = self._continue_prefill(admitted.prefills, copies, budget)
