@@ -32,6 +32,10 @@ def test_every_config_field_is_a_flag_with_help():
     (["--n", "2", "--beam-width", "3"], "contradictory"),
     (["--max-num-batched-tokens", "512"], "max_num_batched_tokens (512) < max_model_len (2048)"),
     (["--workload", "nonsense-name", "--kernel", "none"], "nonsense-name"),
+    (["--batching", "static", "--chunked-prefill"], "batching static prefills each batch whole when it starts: "
+                                                    "contradictory with chunked_prefill"),
+    (["--batching", "static", "--prefill-replicas", "1", "--decode-replicas", "1"],
+     "batching static with prefill_replicas/decode_replicas is not built"),
 ])
 def test_bad_configs_exit_2_with_one_line(argv, message, capsys, tmp_path):
     out = tmp_path / "out"
@@ -39,6 +43,16 @@ def test_bad_configs_exit_2_with_one_line(argv, message, capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not out.exists()  # nothing half written
+
+
+def test_an_unknown_batching_exits_2_with_one_line(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:  # argparse's choices: before any work
+        main(["--batching", "dynamic", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "argument --batching: invalid choice: 'dynamic'" in err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="^batching: 'dynamic' is not one of continuous, static$"):  # a sweep's key
+        RunConfig(batching="dynamic")
 
 
 def test_a_run_prints_the_summary_and_writes_the_files(tmp_path, capsys):

@@ -209,6 +209,10 @@ class RunConfig:
     admission: str = _f("fcfs", "admission when the oldest waiting request does not fit in the KV pool: fcfs (wait: "
                                 "head-of-line blocking, as vLLM 0.1 and the paper's Orca) | skip (admit later "
                                 "requests that fit)", choices=("fcfs", "skip"))
+    batching: str = _f("continuous", "continuous (requests join and leave the batch at every step, as vLLM and Orca) | "
+                                     "static (FasterTransformer-style: a batch of waiting requests is admitted and "
+                                     "runs until its longest request ends before the next is admitted)",
+                       choices=("continuous", "static"))
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
     beam_branch_frac: float = _f(1.0, "fraction of beam-search decode steps that re-rank the beams together (forks "
@@ -254,6 +258,9 @@ class RunConfig:
                              f"max_num_seqs = {self.max_num_seqs}")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("n > 1 and beam_width > 1 are contradictory: choose parallel sampling or beam search")
+        if self.batching == "static" and self.chunked_prefill:
+            raise ValueError("batching static prefills each batch whole when it starts: contradictory with "
+                             "chunked_prefill, which mixes prompt chunks into running batches")
 
     def _check_disaggregated(self) -> None:
         """Disaggregated prefill/decode (docs/fleet.md): both pools or neither, and a consistent fleet size."""
@@ -272,6 +279,9 @@ class RunConfig:
         if self.shared_tier_gib:
             raise ValueError("shared_tier_gib with prefill_replicas/decode_replicas is not built: a shared tier "
                              "serves colocated replicas")
+        if self.batching == "static":
+            raise ValueError("batching static with prefill_replicas/decode_replicas is not built: a static batch "
+                             "prefills and decodes on one engine (FasterTransformer)")
 
     @property
     def num_engines(self) -> int:

@@ -45,6 +45,12 @@ def test_a_refusal_is_final_only_on_an_empty_device():
     assert rules.refusal_is_final(0) and not rules.refusal_is_final(1)
 
 
+def test_a_static_batch_admits_only_into_an_empty_engine():
+    for static, running in itertools.product((False, True), (0, 1, 5)):
+        assert rules.admits_now(static, running) == (not static or running == 0)
+        assert rules.admits_now(static, running) == rules.admits_now.py_func(static, running)
+
+
 def test_step_verdict():
     for computing, started, rejected in itertools.product((0, 3), (0, 1), (0, 2)):
         expected = rules.RUN if computing or started else rules.IDLE if rejected else rules.STUCK

@@ -314,6 +314,25 @@ def test_fig18b_shape_grades_sharegpt_against_the_reading_and_shows_alpaca():
     assert not R.fig18b_shape(entry, table)[0].ok
 
 
+def test_the_fastertransformer_row_is_paged_over_static_batching_in_the_texts_bounds():
+    """Fig. 12 against FasterTransformer: paged (continuous) throughput with a queue present over that of static
+    batches at max_model_len, per model, graded in [2.7, 22] (the experiment runs the two as the row reads them)."""
+    entry = R.load_values()["fig12_ft"]
+    spec = load_spec(EXPERIMENTS_DIR / entry["experiment"])
+    assert {(p.config.strategy, p.config.batching) for p in spec.points()} == {("paged", "continuous"),
+                                                                              ("contiguous-max", "static")}
+
+    def row(paged, static):
+        table = pd.DataFrame({"model": ["opt-13b"] * 2, "strategy": ["paged", "contiguous-max"],
+                              "throughput_tok_s_sat": [paged, static]})
+        return R.fig12_ft(entry, table)[0]
+
+    inside, above, below = row(400.0, 40.0), row(460.0, 20.0), row(400.0, 200.0)
+    assert inside.workbench == 10 and inside.ok and inside.kind == R.PREDICTION and inside.paper == "up to 22"
+    assert above.workbench == 23 and not above.ok and above.diff == "above" and above.reason
+    assert below.workbench == 2 and not below.ok and below.diff == "below"
+
+
 def test_scaling_keeps_every_point_and_cuts_requests():
     for name in experiment_names(R.load_values()):
         spec = load_spec(EXPERIMENTS_DIR / name)

@@ -55,6 +55,14 @@ def admission_verdict(tokens, budget, spends_budget, running_seqs, num_seqs, max
 
 
 @njit(cache=True)
+def admits_now(static_batching, running_groups):
+    """Whether a step may start groups (admit waiting ones, swap preempted ones back in) beside its decode batch:
+    always under continuous batching; under static batching (FasterTransformer) only when no group is left
+    running, so a batch admitted together runs, with nothing joining it, until its longest request ends."""
+    return not static_batching or running_groups == 0
+
+
+@njit(cache=True)
 def refusal_is_final(running_seqs):
     """A group the pool cannot place (or that outgrows it) with no other sequence on the device: no block will
     ever come free for it, so it is rejected; otherwise it waits for running groups to free blocks."""

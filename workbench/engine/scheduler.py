@@ -1,4 +1,4 @@
-"""FCFS continuous batching over one allocation strategy (docs/engine.md): which groups run each step.
+"""FCFS continuous (or static) batching over one allocation strategy (docs/engine.md): which groups run each step.
 
 A request becomes a *group* of sequences sharing its prompt (n parallel samples or beam_width
 beams; workbench.engine.groups).
@@ -50,6 +50,7 @@ class Scheduler:
         self.grows_by_blocks = strategy.grows_by_blocks
         self.block_size = strategy.block_size
         self.swap = config.swap and strategy.supports_swap  # else preemption recomputes
+        self.static_batching = config.batching == "static"  # rules.admits_now
         self.chunks = PrefillChunks(strategy, tokens) if config.chunked_prefill else None
         num_blocks = strategy.capacity_slots // self.block_size
         watermark = int(config.watermark_frac * num_blocks) if self.grows_by_blocks else 0
@@ -213,7 +214,9 @@ class Scheduler:
 
     def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted) -> None:
         """Mutates. Nothing was preempted: the partial prefill continues, swapped groups come back, then (with
-        neither left) waiting groups are admitted under the budget."""
+        neither left) waiting groups are admitted under the budget; under static batching only into an empty batch."""
+        if not rules.admits_now(self.static_batching, len(self.batch.groups)):
+            return
         if self._partial() is not None:
             budget = self._continue_prefill(admitted.prefills, copies, budget)
         swap_in: list[np.ndarray] = []

@@ -20,5 +20,6 @@ class SchedulerConfig:
     kernel_every: int | None = None
     chunked_prefill: bool = False
     admission: str = "fcfs"  # or "skip": pass over waiting groups the pool cannot place
+    batching: str = "continuous"  # or "static": admit only into an empty batch (workbench.engine.rules.admits_now)
     beam_branch_frac: float = 1.0
     attention_windows: tuple[tuple[int, float], ...] = ()  # (window, layer fraction): step_cost

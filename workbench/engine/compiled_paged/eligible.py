@@ -50,7 +50,7 @@ RUN_NEUTRAL = {
     "strategy": "paged", "host_cache_gib": 0.0, "overlap_load": False, "shared_tier_gib": 0.0,
     "page_kib": 2048, "max_batch": 256, "page_reuse": "off", "map_us_per_page": None, "overlap_map": "off",
     "clock": "roofline", "kernel": "none", "preemption": "recompute", "chunked_prefill": False, "admission": "fcfs",
-    "n": 1, "beam_width": 1, "replicas": 1, "prefill_replicas": 0, "decode_replicas": 0,
+    "batching": "continuous", "n": 1, "beam_width": 1, "replicas": 1, "prefill_replicas": 0, "decode_replicas": 0,
 }
 
 SCHEDULER_HANDLED = {
@@ -61,6 +61,7 @@ SCHEDULER_HANDLED = {
 }
 SCHEDULER_NEUTRAL = {
     "swap": False, "kernel_every": None, "chunked_prefill": False, "admission": "fcfs", "attention_windows": (),
+    "batching": "continuous",  # static batching takes the general loop (its gate: rules.admits_now)
 }
 
 # RooflineClock attributes beside the formula's constants (FORMULA_CONSTANTS)
