@@ -32,6 +32,11 @@ def test_every_config_field_is_a_flag_with_help():
     (["--n", "2", "--beam-width", "3"], "contradictory"),
     (["--max-num-batched-tokens", "512"], "max_num_batched_tokens (512) < max_model_len (2048)"),
     (["--workload", "nonsense-name", "--kernel", "none"], "nonsense-name"),
+    (["--schedule", "lpm"], "--schedule lpm orders by the strategy's own prefix index: strategy 'paged' has none; "
+                            "strategies with one: paged-prefix, radix"),
+    (["--schedule", "dfs-weight", "--strategy", "paged-prefix"], "strategy 'paged-prefix' has none; strategies with "
+                                                                 "one: radix"),
+    (["--schedule", "lof", "--in-batch-prefix-tokens", "8"], "applies to --schedule lpm only"),
 ])
 def test_bad_configs_exit_2_with_one_line(argv, message, capsys, tmp_path):
     out = tmp_path / "out"
@@ -39,6 +44,13 @@ def test_bad_configs_exit_2_with_one_line(argv, message, capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not out.exists()  # nothing half written
+
+
+def test_an_unknown_schedule_exits_2_with_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--schedule", "sjf"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "invalid choice: 'sjf'" in err and "lpm" in err and err.count("\n") == 1
 
 
 def test_a_run_prints_the_summary_and_writes_the_files(tmp_path, capsys):

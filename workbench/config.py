@@ -47,6 +47,8 @@ MIN_LINK_GB_S, MAX_LINK_GB_S = 0.01, 10_000.0
 MIN_EFF = 0.01
 # how a fleet's router picks a replica for each arrival (workbench.fleet.routers, docs/fleet.md)
 ROUTER_NAMES = ("round-robin", "least-loaded", "power-of-two", "session", "cache-aware", "kv-exact")
+# the order a replica admits its waiting requests in, SGLang's --schedule-policy names (workbench.engine.admission_order)
+SCHEDULE_NAMES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 
 
 def _f(default: Any, help: str, **extra: Any) -> Any:
@@ -209,6 +211,15 @@ class RunConfig:
     admission: str = _f("fcfs", "admission when the oldest waiting request does not fit in the KV pool: fcfs (wait: "
                                 "head-of-line blocking, as vLLM 0.1 and the paper's Orca) | skip (admit later "
                                 "requests that fit)", choices=("fcfs", "skip"))
+    schedule: str = _f("fcfs", "order a replica admits its waiting requests in (SGLang's --schedule-policy): fcfs "
+                               "(arrival) | lpm (longest prefix cached first) | dfs-weight (depth-first over the radix "
+                               "tree, subtrees with more waiting requests first) | lof (longest output first) | random "
+                               "(a seeded shuffle each step); lpm and dfs-weight read the strategy's prefix index",
+                       choices=SCHEDULE_NAMES)
+    in_batch_prefix_tokens: int = _f(32, "--schedule lpm: a waiting request with at most this many tokens cached whose "
+                                         "first this many tokens a request ahead of it shares is admitted after the "
+                                         "others (SGLang's IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD; 0 = off)",
+                                     ge=0, le=MAX_SLOTS)
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
     beam_branch_frac: float = _f(1.0, "fraction of beam-search decode steps that re-rank the beams together (forks "

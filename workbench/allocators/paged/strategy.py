@@ -40,10 +40,12 @@ import numpy as np
 
 from workbench.allocators.base import (
     NO_EFFECTS,
+    NO_MATCH,
     NO_PAIRS,
     AdmitResult,
     AppendResult,
     PagedDescriptor,
+    PrefixMatch,
     SeqSpec,
     Snapshot,
     StepEffects,
@@ -164,27 +166,41 @@ class PagedStrategy(PagedSwap, Strategy):
         if self.prefix is None:
             return _NO_BLOCKS, _NO_KEYS
         keys = self._chains.prompt_keys(spec.token_ids)
-        max_hit = (spec.num_tokens - 1) // self.block_size  # leave the last prompt token to compute
-        return self.prefix.lookup(keys, max_hit), keys
+        return self.prefix.lookup(keys, self._max_hit(spec)), keys
+
+    def _max_hit(self, spec: SeqSpec) -> int:
+        """Full blocks of the prompt a hit may cover: the last prompt token is left to compute."""
+        return (spec.num_tokens - 1) // self.block_size
 
     def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
+        return self._cached_tokens(SeqSpec(token_ids, token_ids.shape[0]))[0]
+
+    def prefix_match(self, token_ids: np.ndarray) -> PrefixMatch:
+        if self.prefix is None:
+            return NO_MATCH
         spec = SeqSpec(token_ids, token_ids.shape[0])
+        tokens, keys = self._cached_tokens(spec)
+        return PrefixMatch(tokens, self.prefix.tree_path(keys, self._max_hit(spec)))
+
+    def _cached_tokens(self, spec: SeqSpec) -> tuple[int, np.ndarray]:
+        """Pure. `cached_prompt_tokens` of the prompt, and its block keys (`_lookup`)."""
         hits, keys = self._lookup(spec)
         num_host = self._host_lookup(spec, keys, hits.shape[0])
-        return (hits.shape[0] + num_host + self._shared_lookup(spec, keys, hits.shape[0] + num_host)) * self.block_size
+        num_shared = self._shared_lookup(spec, keys, hits.shape[0] + num_host)
+        return (hits.shape[0] + num_host + num_shared) * self.block_size, keys
 
     def _host_lookup(self, spec: SeqSpec, keys: np.ndarray, num_dev: int) -> int:
         """Pure. How many full blocks after the `num_dev` device hits the host tier holds (0 without one)."""
         if self.host_tier is None:
             return 0
-        return self.host_tier.lookup(keys[num_dev:(spec.num_tokens - 1) // self.block_size])
+        return self.host_tier.lookup(keys[num_dev:self._max_hit(spec)])
 
     def _shared_lookup(self, spec: SeqSpec, keys: np.ndarray, num_above: int) -> int:
         """Pure. How many full blocks after the `num_above` device and host-tier hits the shared tier holds
         (0 without one): the walk goes down the tiers and never back up."""
         if self._shared is None:
             return 0
-        return self._shared.lookup(keys[num_above:(spec.num_tokens - 1) // self.block_size])
+        return self._shared.lookup(keys[num_above:self._max_hit(spec)])
 
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
                      num_hit: int, num_held: int, num_host: int = 0, num_shared: int = 0) -> None:
