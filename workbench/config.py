@@ -47,7 +47,7 @@ MIN_LINK_GB_S, MAX_LINK_GB_S = 0.01, 10_000.0
 MIN_EFF = 0.01
 # how a fleet's router picks a replica for each arrival (workbench.fleet.routers, docs/fleet.md)
 ROUTER_NAMES = ("round-robin", "least-loaded", "power-of-two", "session", "cache-aware", "kv-exact")
-# the order a replica admits its waiting requests in, SGLang's --schedule-policy names (workbench.engine.admission_order)
+# the order a replica admits its waiting requests in: SGLang's --schedule-policy names (engine.admission_order)
 SCHEDULE_NAMES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.engine.conftest import checked_strategy, replace, simulate_checked, small_config
 from workbench import columns as C
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.base import NO_MATCH, SeqSpec
 from workbench.engine import simulate
 from workbench.engine.admission_order import LPM_MAX_WAITING, AdmissionOrder, admission_order, in_batch_deferred
 from workbench.engine.groups import Group
@@ -159,6 +159,24 @@ def test_random_is_a_shuffle_fixed_by_the_seed_and_the_step():
     assert shuffled(3, 7) != list(range(12))
     assert len({tuple(shuffled(3, step)) for step in range(5)}) == 5  # a fresh shuffle each step
     assert shuffled(3, 7) != shuffled(4, 7)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_a_strategy_answers_a_match_from_its_own_index_or_neutrally(name):
+    reg = registry.get(name)
+    strategy = registry.create(name, capacity_slots=1024, block_size=BLOCK if reg.block_sized else 1,
+                               max_model_len=512)
+    content = (Segment(R, 24),)
+    ids = content_token_ids(content)
+    assert strategy.admit([0], SeqSpec(ids, 30)).admitted
+    strategy.free(0)
+    match = strategy.prefix_match(content_token_ids((Segment(R, 16), own(0))))
+    if not reg.prefix_cache:
+        assert match == NO_MATCH
+    else:
+        assert match.tokens == 16 and bool(match.path) == reg.prefix_tree
+        if match.path:
+            assert sum(blocks for _, blocks in match.path) == 16 // BLOCK
 
 
 def test_fcfs_has_no_order_object():
