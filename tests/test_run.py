@@ -36,6 +36,11 @@ def test_every_config_field_is_a_flag_with_help():
                                                     "contradictory with chunked_prefill"),
     (["--batching", "static", "--prefill-replicas", "1", "--decode-replicas", "1"],
      "batching static with prefill_replicas/decode_replicas is not built"),
+    (["--schedule", "lpm"], "--schedule lpm orders by the strategy's own prefix index: strategy 'paged' has none; "
+                            "strategies with one: paged-prefix, radix"),
+    (["--schedule", "dfs-weight", "--strategy", "paged-prefix"], "strategy 'paged-prefix' has none; strategies with "
+                                                                 "one: radix"),
+    (["--schedule", "lof", "--in-batch-prefix-tokens", "8"], "applies to --schedule lpm only"),
 ])
 def test_bad_configs_exit_2_with_one_line(argv, message, capsys, tmp_path):
     out = tmp_path / "out"
@@ -53,6 +58,13 @@ def test_an_unknown_batching_exits_2_with_one_line(capsys, tmp_path):
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="^batching: 'dynamic' is not one of continuous, static$"):  # a sweep's key
         RunConfig(batching="dynamic")
+
+
+def test_an_unknown_schedule_exits_2_with_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--schedule", "sjf"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "invalid choice: 'sjf'" in err and "lpm" in err and err.count("\n") == 1
 
 
 def test_a_run_prints_the_summary_and_writes_the_files(tmp_path, capsys):

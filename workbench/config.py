@@ -47,6 +47,8 @@ MIN_LINK_GB_S, MAX_LINK_GB_S = 0.01, 10_000.0
 MIN_EFF = 0.01
 # how a fleet's router picks a replica for each arrival (workbench.fleet.routers, docs/fleet.md)
 ROUTER_NAMES = ("round-robin", "least-loaded", "power-of-two", "session", "cache-aware", "kv-exact")
+# the order a replica admits its waiting requests in: SGLang's --schedule-policy names (engine.admission_order)
+SCHEDULE_NAMES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 
 
 def _f(default: Any, help: str, **extra: Any) -> Any:
@@ -213,6 +215,15 @@ class RunConfig:
                                      "static (FasterTransformer-style: a batch of waiting requests is admitted and "
                                      "runs until its longest request ends before the next is admitted)",
                        choices=("continuous", "static"))
+    schedule: str = _f("fcfs", "order a replica admits its waiting requests in (SGLang's --schedule-policy): fcfs "
+                               "(arrival) | lpm (longest prefix cached first) | dfs-weight (depth-first over the radix "
+                               "tree, subtrees with more waiting requests first) | lof (longest output first) | random "
+                               "(a seeded shuffle each step); lpm and dfs-weight read the strategy's prefix index",
+                       choices=SCHEDULE_NAMES)
+    in_batch_prefix_tokens: int = _f(32, "--schedule lpm: a waiting request with at most this many tokens cached whose "
+                                         "first this many tokens a request ahead of it shares is admitted after the "
+                                         "others (SGLang's IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD; 0 = off)",
+                                     ge=0, le=MAX_SLOTS)
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
     beam_branch_frac: float = _f(1.0, "fraction of beam-search decode steps that re-rank the beams together (forks "

@@ -224,6 +224,18 @@ class StepEffects(NamedTuple):
 NO_EFFECTS = StepEffects()
 
 
+class PrefixMatch(NamedTuple):
+    """What a strategy's own prefix index holds of a prompt now (`Strategy.prefix_match`), as plain data."""
+
+    tokens: int  # leading tokens an admission now would take from the cache: `cached_prompt_tokens`
+    # the device tree's nodes the match runs through, root first, as (node id, blocks of the node matched); every
+    # node but the last is matched whole. A node created earlier has a smaller id. () without a tree
+    path: tuple[tuple[int, int], ...] = ()
+
+
+NO_MATCH = PrefixMatch(0)
+
+
 def blocks_refused(need: int, allocatable: int) -> str:
     """The reason a block pool refuses an admission: `need` blocks, fewer `allocatable`."""
     return f"needs {need} blocks, {allocatable} allocatable"
@@ -407,6 +419,12 @@ class Strategy(ABC):
         prefix cache (device or host tier) instead of computing: what a router reading the real cache
         sees. 0 without a prefix cache."""
         return 0
+
+    def prefix_match(self, token_ids: np.ndarray) -> PrefixMatch:
+        """Pure (no use recorded, no hit counted). The prompt's (int32 [T]) match in this strategy's own prefix
+        index, what a cache-aware admission order reads (workbench.engine.admission_order). `NO_MATCH`
+        without a prefix index."""
+        return NO_MATCH
 
     def counters(self) -> dict[str, int]:
         """Whole-run counters for the summary (docs/outputs.md)."""

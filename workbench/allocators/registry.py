@@ -39,6 +39,7 @@ class Registration:
     marker: str  # matplotlib marker
     options: tuple[str, ...] = ()  # RunConfig fields the strategy's constructor takes as keywords
     prefix_cache: bool = False  # the strategy reuses cached prompt blocks (prefix_query/hit counters move)
+    prefix_tree: bool = False  # its prefix index is a tree (`Strategy.prefix_match` gives a path): dfs-weight reads it
     kv_geometry: bool = False  # the constructor also takes `geometry` (KVGeometry): it sizes memory in bytes
 
     @property
@@ -63,7 +64,8 @@ _BUILTIN = (
                  "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v",
                  options=PREFIX_TIER_OPTIONS, prefix_cache=True, kv_geometry=True),
     Registration("radix", "workbench.allocators.prefix.prefix_cache:RADIX", "paged", "paged", "Radix tree (SGLang)",
-                 "Radix\ntree", "#009E73", "P", options=PREFIX_TIER_OPTIONS, prefix_cache=True, kv_geometry=True),
+                 "Radix\ntree", "#009E73", "P", options=PREFIX_TIER_OPTIONS, prefix_cache=True, prefix_tree=True,
+                 kv_geometry=True),
     Registration("virtual-contiguous", "workbench.allocators.virtual.contiguous:VirtualContiguous", "contiguous",
                  "virtual", "Virtual contiguous (vAttention)", "vAttn", "#000000", "X",
                  options=("page_kib", "max_batch", "page_reuse", "map_us_per_page", "overlap_map"), kv_geometry=True),
@@ -222,7 +224,9 @@ def check_options(cfg: RunConfig) -> None:
     """Raise ValueError if the run sets an option (to a non-default value) that its strategy does
     not take: `--fit best` with `paged` would otherwise be silently meaningless."""
     reg = get(cfg.strategy)
-    if cfg.hybrid == "on" and reg.block_sized and model_from_name(cfg.model).is_hybrid:
+    hybrid = cfg.hybrid == "on" and reg.block_sized and model_from_name(cfg.model).is_hybrid
+    _check_schedule(cfg, reg, hybrid)
+    if hybrid:
         if cfg.strategy not in hybrid_names():
             raise ValueError(f"strategy {cfg.strategy!r} has no per-layer-group form for the hybrid model "
                              f"{cfg.model!r}: its prefix index cannot serve a sliding-window group's lookups "
@@ -241,6 +245,29 @@ def check_options(cfg: RunConfig) -> None:
             takers = [r.name for r in _REGISTRY.values() if option in r.options]
             raise ValueError(f"--{option.replace('_', '-')} {getattr(cfg, option)} does not apply to strategy "
                              f"{cfg.strategy!r}; it is taken by: {', '.join(takers)}")
+
+
+# what a cache-aware admission order reads of the strategy (workbench.engine.admission_order): the registration's
+# flag and the index it names
+_SCHEDULE_READS = {"lpm": ("prefix_cache", "prefix index"), "dfs-weight": ("prefix_tree", "radix-tree prefix index")}
+
+
+def _check_schedule(cfg: RunConfig, reg: Registration, hybrid: bool) -> None:
+    """Raise ValueError when `--schedule` reads an index the strategy lacks, or the in-batch check is set for an
+    order that has none."""
+    if cfg.in_batch_prefix_tokens != option_default("in_batch_prefix_tokens") and cfg.schedule != "lpm":
+        raise ValueError(f"--in-batch-prefix-tokens {cfg.in_batch_prefix_tokens} applies to --schedule lpm only, "
+                         f"not {cfg.schedule}")
+    if cfg.schedule not in _SCHEDULE_READS:
+        return
+    flag, index = _SCHEDULE_READS[cfg.schedule]
+    if not getattr(reg, flag):
+        having = [r.name for r in _REGISTRY.values() if getattr(r, flag)]
+        raise ValueError(f"--schedule {cfg.schedule} orders by the strategy's own {index}: strategy {cfg.strategy!r} "
+                         f"has none; strategies with one: {', '.join(having)}")
+    if hybrid:
+        raise ValueError(f"--schedule {cfg.schedule} with --hybrid on: the per-layer-group form of {cfg.strategy!r} "
+                         f"answers no prefix match (docs/hybrid.md); use --hybrid off")
 
 
 def check_strategy(cfg: RunConfig, resolved: Resolved) -> None:

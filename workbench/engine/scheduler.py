@@ -1,11 +1,12 @@
-"""FCFS continuous (or static) batching over one allocation strategy (docs/engine.md): which groups run each step.
+"""Continuous (or static) batching over one allocation strategy (docs/engine.md): which groups run each step.
 
 A request becomes a *group* of sequences sharing its prompt (n parallel samples or beam_width
 beams; workbench.engine.groups).
 
 Per step (`schedule`): running groups get one slot per sequence (preempting the latest-arrived
 group, all or nothing, while that is impossible), then — only if nothing was preempted — swapped
-groups come back and waiting groups are admitted (workbench.engine.admission). With chunked prefill the
+groups come back and waiting groups are admitted (workbench.engine.admission), in arrival order or the
+order of `--schedule` (workbench.engine.admission_order). With chunked prefill the
 budget covers decodes and prefill chunks alike, and a partially prefilled group continues before
 anything new is admitted (workbench.engine.prefill_chunks). The result is a `StepPlan` of plain data
 (workbench.engine.plan); `complete` then advances the tokens and retires finished groups. Only the
@@ -21,6 +22,7 @@ from workbench.allocators.base import NO_PAIRS, Strategy
 from workbench.clock.step_cost import CostMeter
 from workbench.engine import reasons, rules
 from workbench.engine.admission import Admission
+from workbench.engine.admission_order import admission_order
 from workbench.engine.beam_forks import BeamForks
 from workbench.engine.decode_batch import DecodeBatch
 from workbench.engine.groups import Group, GroupState
@@ -59,6 +61,7 @@ class Scheduler:
                                    self.live,
                                    max_num_seqs=config.max_num_seqs, watermark_blocks=watermark,
                                    skip_unplaced=config.admission == "skip")
+        self.order = admission_order(strategy, tokens, config)  # None: arrival order (fcfs)
         self.batch = DecodeBatch(CostMeter(self.block_size, config.attention_windows))
         self.next_arrival = 0  # index of the first request not yet arrived
         self._next: Request | None = None  # that request, once read (`_next_request`)
@@ -223,6 +226,8 @@ class Scheduler:
         self._swap_in(admitted.started, swap_in)
         admitted.swap_in = concat_pairs(swap_in)
         if not self.swapped and self._partial() is None:
+            if self.order is not None:
+                self.order.arrange(self.waiting, self.step)
             admitted.refused_extent, self.num_running_seqs = self.admission.admit(
                 now_s, self.num_running_seqs, self.held_seqs, admitted.prefills, copies, budget, admitted.landed)
             # a shipped prompt holds its blocks from now and decodes from the next step, as a swap-in

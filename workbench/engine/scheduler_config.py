@@ -21,5 +21,7 @@ class SchedulerConfig:
     chunked_prefill: bool = False
     admission: str = "fcfs"  # or "skip": pass over waiting groups the pool cannot place
     batching: str = "continuous"  # or "static": admit only into an empty batch (workbench.engine.rules.admits_now)
+    schedule: str = "fcfs"  # the order waiting groups are tried in (workbench.engine.admission_order)
+    in_batch_prefix_tokens: int = 32  # lpm's in-batch prefix check (admission_order; 0: off)
     beam_branch_frac: float = 1.0
     attention_windows: tuple[tuple[int, float], ...] = ()  # (window, layer fraction): step_cost

@@ -310,7 +310,8 @@ def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: 
         max_model_len=res.model.max_model_len, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=res.max_num_batched_tokens, watermark_frac=cfg.watermark_frac,
         swap=cfg.preemption == "swap", seed=cfg.seed, kernel_every=kernel_every, chunked_prefill=cfg.chunked_prefill,
-        admission=cfg.admission, batching=cfg.batching, beam_branch_frac=cfg.beam_branch_frac,
+        admission=cfg.admission, batching=cfg.batching, schedule=cfg.schedule,
+        in_batch_prefix_tokens=cfg.in_batch_prefix_tokens, beam_branch_frac=cfg.beam_branch_frac,
         attention_windows=res.model.window_layer_fracs())
     return Scheduler(strategy, requests, tokens, config)
 

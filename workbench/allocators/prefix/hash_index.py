@@ -39,6 +39,9 @@ class HashPrefixIndex:
             hits.append(blocks if type(blocks) is int else blocks[0])  # the earliest copy, as vLLM
         return np.array(hits, dtype=np.int32)
 
+    def tree_path(self, keys: np.ndarray, max_blocks: int) -> tuple[tuple[int, int], ...]:
+        return ()  # a flat table: no nodes
+
     def block_of(self, key: int) -> int:
         """Pure. The earliest block registered under `key`, or -1: one key alone, for a sliding-window
         group's search from the right (docs/hybrid.md)."""

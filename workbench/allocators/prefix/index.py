@@ -27,6 +27,11 @@ class PrefixIndex(Protocol):
         prompt's chain keys in order), at most `max_blocks` of them, int32 [num_hit]."""
         ...
 
+    def tree_path(self, keys: np.ndarray, max_blocks: int) -> tuple[tuple[int, int], ...]:
+        """Pure. The tree nodes `lookup(keys, max_blocks)` runs through, root first, as (node id, blocks of the
+        node matched); () for an index that is no tree (`Strategy.prefix_match`)."""
+        ...
+
     def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray,
                parent_blocks: np.ndarray) -> None:
         """Mutates. Register full blocks (int32 [k]) under `keys` (uint64 [k]); `parent_keys[i]` (uint64

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.allocators.base import NO_EFFECTS, SeqSpec, StepEffects
+from workbench.allocators.base import NO_EFFECTS, PrefixMatch, SeqSpec, StepEffects
 from workbench.allocators.paged.strategy import PagedStrategy
 from workbench.allocators.prefix.chains import SeqChains
 from workbench.allocators.prefix.eviction import make_policy
@@ -89,8 +89,21 @@ class PrefixCacheStrategy(PagedStrategy):
         return counters if self._tiers is None else {**counters, **self._tiers.counters()}
 
     def cached_prompt_tokens(self, token_ids: np.ndarray) -> int:
-        hits, _, below = self._lookup(SeqSpec(token_ids, token_ids.shape[0]))
-        return (hits.shape[0] + below.num_host + below.num_shared) * self.block_size
+        return self._cached_tokens(SeqSpec(token_ids, token_ids.shape[0]))[0]
+
+    def prefix_match(self, token_ids: np.ndarray) -> PrefixMatch:
+        spec = SeqSpec(token_ids, token_ids.shape[0])
+        tokens, keys = self._cached_tokens(spec)
+        return PrefixMatch(tokens, self.prefix.tree_path(keys, self._max_hit(spec)))
+
+    def _cached_tokens(self, spec: SeqSpec) -> tuple[int, np.ndarray]:
+        """Pure. `cached_prompt_tokens` of the prompt, and its block keys (`_lookup`)."""
+        hits, keys, below = self._lookup(spec)
+        return (hits.shape[0] + below.num_host + below.num_shared) * self.block_size, keys
+
+    def _max_hit(self, spec: SeqSpec) -> int:
+        """Full blocks of the prompt a hit may cover: the last prompt token is left to compute."""
+        return (spec.num_tokens - 1) // self.block_size
 
     def cached_block_ids(self) -> np.ndarray:
         """Blocks kept only as prefix cache, next to evict first, int32 [num_cached]. Pure."""
@@ -103,7 +116,7 @@ class PrefixCacheStrategy(PagedStrategy):
 
     def _lookup(self, spec: SeqSpec) -> tuple[np.ndarray, np.ndarray, TierHits]:
         keys = self._chains.prompt_keys(spec.token_ids)
-        max_hit = (spec.num_tokens - 1) // self.block_size  # leave the last prompt token to compute
+        max_hit = self._max_hit(spec)
         hits = self.prefix.lookup(keys, max_hit)
         below = _NO_TIER_HITS if self._tiers is None else self._tiers.lookup(keys, hits.shape[0], max_hit)
         return hits, keys, below

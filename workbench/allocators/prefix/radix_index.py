@@ -58,9 +58,17 @@ class RadixPrefixIndex:
     # -- queries -----------------------------------------------------------------------------------
 
     def lookup(self, keys: np.ndarray, max_blocks: int) -> np.ndarray:
-        """Down from the root, one node at a time: its blocks' keys are compared with the prompt's at once."""
+        parts = [node.blocks[:matched] for node, matched in self._walk(keys, max_blocks)]
+        return np.concatenate(parts) if parts else _NO_BLOCKS
+
+    def tree_path(self, keys: np.ndarray, max_blocks: int) -> tuple[tuple[int, int], ...]:
+        return tuple((node.node_id, matched) for node, matched in self._walk(keys, max_blocks))
+
+    def _walk(self, keys: np.ndarray, max_blocks: int) -> list[tuple[RadixNode, int]]:
+        """Pure. Down from the root, one node at a time (its blocks' keys compared with the prompt's at once): the
+        nodes the leading run of `keys`, at most `max_blocks` of them, runs through and their blocks matched."""
         node, pos, num_keys = self._root, 0, min(max_blocks, keys.shape[0])
-        parts = []
+        path = []
         while pos < num_keys:
             child = node.children.get(int(keys[pos]))
             if child is None:
@@ -68,12 +76,12 @@ class RadixPrefixIndex:
             span = min(child.n, num_keys - pos)
             same = child.keys[:span] == keys[pos:pos + span]
             matched = span if same.all() else int(same.argmin())
-            parts.append(child.blocks[:matched])
+            path.append((child, matched))
             pos += matched
             if matched < child.n:
                 break
             node = child
-        return np.concatenate(parts) if parts else _NO_BLOCKS
+        return path
 
     def num_evictable(self) -> int:
         return self._num_evictable
