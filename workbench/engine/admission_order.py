@@ -28,7 +28,6 @@ import numpy as np
 
 from workbench.allocators.base import Strategy
 from workbench.engine.groups import Group
-from workbench.engine.prefill_chunks import shared_token_ids
 from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.tokens import TokenStore
 from workbench.splitmix import mix64
@@ -65,7 +64,7 @@ class AdmissionOrder:
                           + np.array([g.index for g in groups], dtype=np.uint64))
             order = np.argsort(draws, kind="stable").tolist()
         else:
-            prompts = [shared_token_ids(self.tokens, g) for g in groups]
+            prompts = [self.tokens.held_in_common(g.request, g.seq_ids, g.generated) for g in groups]
             matches = [self.strategy.prefix_match(ids) for ids in prompts]
             if self.schedule == "lpm":
                 deferred = in_batch_deferred(prompts, [m.tokens for m in matches], self.in_batch_prefix_tokens)
