@@ -333,7 +333,7 @@ class Checked(disaggregated.Disaggregated):
         reached = flow.decode_row >= 0
         assert (flow.decode[reached] >= 0).all()
         for d, m in enumerate(self.decode):  # every shipped request arrived once, at the replica chosen for it
-            assert len(m.scheduler.requests) == int(np.sum(flow.decode[reached] == d))
+            assert len(m.scheduler.arrivals.requests) == int(np.sum(flow.decode[reached] == d))
         shipped = flow.decode >= 0
         assert flow.transfer_bytes.sum() == sum(self.requests[k].prompt_tokens
                                                 for k in np.flatnonzero(shipped)) * self.kv_bytes_per_token

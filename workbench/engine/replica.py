@@ -67,7 +67,7 @@ class Replica:
         sched = self.scheduler
         if sched.has_work() and not self.blocked:
             return self.now_s
-        nxt = sched.next_arrival_s()
+        nxt = sched.arrivals.next_arrival_s()
         return None if nxt is None else max(self.now_s, nxt)
 
     def release(self, index: int, now_s: float) -> None:

@@ -23,6 +23,7 @@ from workbench.clock.step_cost import CostMeter
 from workbench.engine import reasons, rules
 from workbench.engine.admission import Admission
 from workbench.engine.admission_order import admission_order
+from workbench.engine.arrivals import Arrivals
 from workbench.engine.beam_forks import BeamForks
 from workbench.engine.decode_batch import DecodeBatch
 from workbench.engine.groups import Group, GroupState
@@ -45,7 +46,7 @@ class Scheduler:
     def __init__(self, strategy: Strategy, requests: list[Request], tokens: TokenStore, config: SchedulerConfig
                  ) -> None:
         self.strategy = strategy
-        self.requests = requests
+        self.arrivals = Arrivals(requests)
         self.tokens = tokens
         self.config = config
         self.log = RequestLog(len(requests))
@@ -63,8 +64,6 @@ class Scheduler:
                                    skip_unplaced=config.admission == "skip")
         self.order = admission_order(strategy, tokens, config)  # None: arrival order (fcfs)
         self.batch = DecodeBatch(CostMeter(self.block_size, config.attention_windows))
-        self.next_arrival = 0  # index of the first request not yet arrived
-        self._next: Request | None = None  # that request, once read (`_next_request`)
         self.swapped: list[Group] = []  # preempted to the host pool; the last preempted returns first
         self.num_running_seqs = 0  # sequences holding device KV: RUNNING and STARTING groups
         self.step = 0  # completed steps
@@ -74,10 +73,6 @@ class Scheduler:
         # token ids of the decode batch are computed when the strategy caches decode-filled blocks or a
         # kernel writes them
         self.needs_token_ids = strategy.wants_token_ids or config.kernel_every is not None
-        # requests (by index) whose prompt KV and first token a prefill replica made (docs/fleet.md)
-        self.transferred: set[int] = set()
-        # requests (by index) whose device KV a link reads after they finish: held until `release`
-        self.holding: set[int] = set()
         self.held: dict[int, Group] = {}  # request index -> a finished group whose blocks are still allocated
         self.held_seqs = 0  # their sequences: not running, but their blocks will come free
 
@@ -89,21 +84,12 @@ class Scheduler:
     def arrive(self, now_s: float) -> None:
         """Mutates. Requests that arrived by `now_s` join the waiting queue (or are rejected)."""
         max_len = self.config.max_model_len
-        while (req := self._next_request()) is not None and req.arrival_s <= now_s:
-            i = self.next_arrival
-            self.next_arrival += 1
-            self._next = None
-            group = Group(i, req, final_len=rules.final_kv_len(req.prompt_tokens, req.output_tokens))
+        for group in self.arrivals.arrived(now_s):
+            req = group.request
             if rules.too_long(req.prompt_tokens, req.output_tokens, max_len):
                 self.admission.reject(group, reasons.too_long(req.prompt_tokens + req.output_tokens, max_len))
             else:
-                if i in self.transferred:  # it generated its first token on its prefill replica
-                    self.transferred.discard(i)
-                    group.generated, group.transferred = 1, True
-                if i in self.holding:
-                    self.holding.discard(i)
-                    group.holds_kv = True
-                self.live[i] = group
+                self.live[group.index] = group
                 self.waiting.append(group)
 
     def add_request(self, request: Request, *, transferred: bool = False, holds_kv: bool = False) -> None:
@@ -112,16 +98,9 @@ class Scheduler:
         by a prefill replica and arrive with it (a disaggregated decode replica, docs/fleet.md). `holds_kv`:
         its blocks stay allocated after it finishes, until `release` (a disaggregated prefill replica, whose
         link reads them)."""
-        if self.requests and request.arrival_s < self.requests[-1].arrival_s:
-            raise ValueError(f"request {request.request_id} arrives at {request.arrival_s} s, before the last "
-                             f"one given ({self.requests[-1].arrival_s} s)")
-        self.requests.append(request)
+        self.arrivals.add(request, transferred=transferred, holds_kv=holds_kv)
         self.log.grow(1)
         self.has_beams = self.has_beams or request.beam_width > 1
-        if transferred:
-            self.transferred.add(len(self.requests) - 1)
-        if holds_kv:
-            self.holding.add(len(self.requests) - 1)
 
     def release(self, index: int) -> None:
         """Mutates. The held request `index` (finished, its KV read by a link) frees its blocks."""
@@ -129,12 +108,6 @@ class Scheduler:
         for seq_id in g.seq_ids:
             self.strategy.free(seq_id)
         self.held_seqs -= g.num_seqs
-
-    def release_workload(self) -> None:
-        """Mutates. The run is over and its rows written: the workload is let go (a long trace's columns are
-        most of what a finished run still holds); no request can be added or stepped after this."""
-        self.requests = []
-        self._next = None
 
     def has_work(self) -> bool:
         # the batch's groups, not the batch: called thrice a step, and `DecodeBatch.__bool__` is a call
@@ -144,18 +117,20 @@ class Scheduler:
         """The partially prefilled group (chunked prefill only)."""
         return None if self.chunks is None else self.chunks.group
 
-    def next_arrival_s(self) -> float | None:
-        req = self._next_request()
-        return None if req is None else req.arrival_s
-
-    def _next_request(self) -> Request | None:
-        """The first request not yet arrived, read from the workload once (None when all have arrived)."""
-        if self._next is None and self.next_arrival < len(self.requests):
-            self._next = self.requests[self.next_arrival]
-        return self._next
-
     def num_waiting(self) -> int:
         return len(self.waiting) + len(self.swapped)
+
+    def outstanding(self) -> int:
+        """Requests given and not yet finished or rejected."""
+        return len(self.arrivals.requests) - self.log.num_finished - self.log.num_rejected
+
+    def queued_prefill_tokens(self) -> int:
+        """Prompt tokens still to compute: of the requests not arrived, waiting (with what a recompute adds)
+        and the rest of a partial prefill."""
+        waiting = sum(rules.recompute_tokens(g.request.prompt_tokens, g.generated) for g in self.waiting)
+        partial = self._partial()
+        return (self.arrivals.not_arrived_prompt_tokens() + waiting
+                + (partial.request.prompt_tokens - partial.kv_len if partial else 0))
 
     # ---- one step ----------------------------------------------------------------------------
     def schedule(self, now_s: float) -> StepPlan:

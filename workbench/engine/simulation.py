@@ -181,7 +181,7 @@ def simulate_into(cfg: RunConfig, requests: Sequence[Request], strategy: Strateg
     # every row is written: the workload's columns (16-24 bytes a request) go before the summary, unless the
     # caller keeps them, and so do the engine's freed state
     del requests
-    replica.scheduler.release_workload()
+    replica.scheduler.arrivals.release()
     release_free_memory()
     log = replica.scheduler.log
     return summarize_chunks(lambda columns: sink.chunks(STEPS_TABLE, columns),
@@ -351,7 +351,7 @@ def _drive(replica: Replica, progress: bool, sink: TableSink) -> None:
     from tqdm import tqdm
 
     sched = replica.scheduler
-    log, requests = sched.log, sched.requests
+    log, requests = sched.log, sched.arrivals.requests
     rows_per_chunk = table_sink.ROWS_PER_CHUNK
     with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
         while replica.next_event_s() is not None:

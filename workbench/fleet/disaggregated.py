@@ -145,7 +145,7 @@ class Disaggregated:
         # a prompt that will be shipped keeps its blocks on this replica until its transfer ends
         sched.add_request(dataclasses.replace(request, output_tokens=1) if fits else request,
                           holds_kv=fits and request.output_tokens > 1)
-        row = len(sched.requests) - 1
+        row = len(sched.arrivals.requests) - 1
         self.flow.prefill[k], self.flow.prefill_row[k] = chosen, row
         self.open_rows[chosen][row] = k
         loads = [m.outstanding() for m in self.prefill]
@@ -176,7 +176,7 @@ class Disaggregated:
         d = int(self.flow.decode[k])
         sched = self.decode[d].scheduler
         sched.add_request(dataclasses.replace(self.requests[k], arrival_s=t), transferred=True)
-        self.flow.decode_row[k] = len(sched.requests) - 1
+        self.flow.decode_row[k] = len(sched.arrivals.requests) - 1
         self.in_flight[d] -= 1
 
     def _step(self, who: int) -> None:

@@ -20,7 +20,6 @@ import pandas as pd
 from workbench.allocators.prefix.keys import block_keys
 from workbench.allocators.prefix.leading import leading_held
 from workbench.config import RunConfig
-from workbench.engine.rules import recompute_tokens
 from workbench.fleet.routers import Router
 from workbench.results import summarize
 from workbench.workload.request import Request, failed_rows_dropped
@@ -45,8 +44,7 @@ class Member:
         self._followed = 0  # requests of the scheduler's list taken into `_inflight` so far
 
     def outstanding(self) -> int:
-        log = self.scheduler.log
-        return len(self.scheduler.requests) - log.num_finished - log.num_rejected
+        return self.scheduler.outstanding()
 
     def active_blocks(self) -> int:
         snap = self.strategy.snapshot()
@@ -59,7 +57,7 @@ class Member:
         """Leading full blocks of a prompt (its `block_keys`), in tokens, that a request routed here and not
         yet admitted shares with it: its cache will hold them once that request is computed, which the
         replica's first-come-first-served queue does before it computes this one."""
-        log, requests = self.scheduler.log, self.scheduler.requests
+        log, requests = self.scheduler.log, self.scheduler.arrivals.requests
         for index in range(self._followed, len(requests)):
             keys = block_keys(requests[index].prompt_token_ids(), self.strategy.block_size).tolist()
             self._inflight[index] = keys
@@ -73,11 +71,7 @@ class Member:
         return leading_held(prompt_keys, self._inflight_keys) * self.strategy.block_size
 
     def queued_prefill_tokens(self) -> int:
-        sched = self.scheduler
-        not_arrived = sum(r.prompt_tokens for r in sched.requests[sched.next_arrival:])
-        waiting = sum(recompute_tokens(g.request.prompt_tokens, g.generated) for g in sched.waiting)
-        partial = sched.chunks.group if sched.chunks is not None else None
-        return not_arrived + waiting + (partial.request.prompt_tokens - partial.kv_len if partial else 0)
+        return self.scheduler.queued_prefill_tokens()
 
 
 def drive(members: list[Member], router: Router, requests: list[Request], progress: bool
@@ -136,7 +130,7 @@ def replica_tables(members: list[Member], extras: list[dict[str, Any]]
     steps, tables, per_replica = [], [], []
     for k, (m, extra) in enumerate(zip(members, extras, strict=True)):
         replica_steps = m.replica.steps.to_frame()
-        replica_requests = m.scheduler.log.to_frame(m.scheduler.requests)
+        replica_requests = m.scheduler.log.to_frame(m.scheduler.arrivals.requests)
         own = summarize(replica_steps, replica_requests, capacity_slots=m.strategy.capacity_slots,
                         generated_tokens=m.scheduler.log.generated_tokens, extra={**extra, "sim_wall_s": 0.0})
         del own["sim_wall_s"]  # one loop drives every replica: a replica's own wall time is not measured

@@ -33,7 +33,7 @@ def drive(replica, progress: bool, sink: TableSink) -> None:
     from tqdm import tqdm
 
     run = _Run(replica)
-    log, requests = run.log, run.sched.requests
+    log, requests = run.log, run.sched.arrivals.requests
     with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
         while (status := run.call()) != L.DONE:
             if status == L.ROWS_FULL:
@@ -69,7 +69,7 @@ class _Run:
         strategy, clock, cfg = sched.strategy, replica.clock, sched.config
         self.clock = clock
         self.pool = pool = strategy.compiled_pool()
-        self.arrival_s, self.prompt, self.output = _columns(sched.requests)
+        self.arrival_s, self.prompt, self.output = _columns(sched.arrivals.requests)
         self.S = np.zeros(L.NUM_STATE, dtype=np.int64)
         self.S[L.FREE_TOP], self.S[L.FREE_ROWS_TOP] = pool.free_size, pool.free_rows_top
         self.F = np.zeros(1)
@@ -186,7 +186,7 @@ class _Run:
         self.sched.strategy.check_integrity()
         replica.now_s = float(self.F[0])
         replica.num_steps = self.sched.step = int(S[L.STEP])
-        self.sched.next_arrival = int(S[L.NEXT_ARRIVAL])
+        self.sched.arrivals.skip_to(int(S[L.NEXT_ARRIVAL]))
 
 
 def _columns(requests) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

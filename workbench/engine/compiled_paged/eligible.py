@@ -120,8 +120,9 @@ def applies(replica, cfg: RunConfig | None = None) -> bool:
             and replica.timers is None and replica.num_steps == 0 and replica.now_s == 0.0
             and not replica.steps.num_rows and not replica.steps.group_columns
             and not sched.swap and not sched.needs_token_ids
-            and not sched.transferred and sched.step == 0 and sched.next_arrival == 0 and not sched.live
-            and _one_sequence_each(sched.requests))
+            and not sched.arrivals.any_transferred() and sched.arrivals.next_index == 0
+            and sched.step == 0 and not sched.live
+            and _one_sequence_each(sched.arrivals.requests))
 
 
 def _same(value, neutral) -> bool:
