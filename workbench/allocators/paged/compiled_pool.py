@@ -82,8 +82,11 @@ class CompiledPool:
 
     def finish(self, free_size: int, free_rows_top: int) -> None:
         """Mutates the strategy: the loop's run is over and every sequence gone; what only Python holds is
-        written back."""
+        written back. Raises AssertionError when a block is still held or a counter is not back at zero."""
         s = self.strategy
+        if free_size != s.num_blocks or self.counts.any():
+            raise AssertionError(f"the compiled loop ended holding {s.num_blocks - free_size} of {s.num_blocks} blocks "
+                                 f"(written, logical, table entries: {self.counts.tolist()})")
         seqs = s.tables.seqs
         s._free.size = free_size
         seqs._free_rows = self.free_rows[:free_rows_top].tolist()
