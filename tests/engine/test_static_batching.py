@@ -51,8 +51,11 @@ def test_a_static_batch_runs_to_its_longest_request_before_the_next_is_admitted(
 
 
 # a pool small enough that the paged strategies preempt a batch's latest request (recompute, or swap), which
-# then waits for the next batch; kernels verified at every step
-CASES = [(strategy, "recompute") for strategy in registry.names()] + [("paged", "swap")]
+# then waits for the next batch; kernels verified at every step. The quick run takes one strategy of each
+# kind (blocks, contiguous extents); the full run every strategy and swapping.
+QUICK = {("paged", "recompute"), ("contiguous-oracle", "recompute")}
+CASES = [pytest.param(strategy, preemption, marks=() if (strategy, preemption) in QUICK else pytest.mark.slow)
+         for strategy, preemption in [(s, "recompute") for s in registry.names()] + [("paged", "swap")]]
 
 
 @pytest.mark.parametrize("strategy,preemption", CASES)

@@ -110,14 +110,14 @@ def hybrid_eviction_walk(geometry, eviction: str, block_size: int, seed: int, nu
     assert pools[0].prefix_evicted_blocks > 0 or num_ops < 100, "the walk never evicted: the pool is too large"
 
 
-# The quick run walks once per geometry and policy at block size 4, and at block size 1 (many more blocks a
-# walk, each evicted alone) on the geometry of three groups, window and full ones among them; the full run
-# walks every geometry at both sizes three more times
-QUICK_CASES = [(geometry, 4) for geometry in GEOMETRIES] + [(GEOMETRIES[-1], 1)]
+# The quick run walks once per geometry and policy at block size 4, and with `lru` at block size 1 (many more
+# blocks a walk, each evicted alone) on the geometry of three groups, window and full ones among them; the full
+# run walks every geometry at both sizes with every policy three more times
+QUICK_CASES = ([(geometry, 4, eviction) for eviction in POLICIES for geometry in GEOMETRIES]
+               + [(GEOMETRIES[-1], 1, "lru")])
 
 
-@pytest.mark.parametrize(("geometry", "block_size"), QUICK_CASES)
-@pytest.mark.parametrize("eviction", list(POLICIES))
+@pytest.mark.parametrize(("geometry", "block_size", "eviction"), QUICK_CASES)
 @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_batched_eviction_matches_one_entry_at_a_time(geometry, eviction, block_size, seed):
