@@ -47,12 +47,11 @@ from workbench.allocators.paged.integrity import check_paged
 from workbench.allocators.paged.swap import PagedSwap
 from workbench.allocators.paged.tables import BlockTables
 from workbench.allocators.prefix.index import PrefixIndex
-from workbench.allocators.prefix.tier_walk import TierHits, TierWalk
+from workbench.allocators.prefix.tier_walk import NO_TIER_HITS, TierHits, TierWalk
 from workbench.intmath import cdiv
 
 NO_BLOCKS = np.zeros(0, dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
-_NO_TIER_HITS = TierHits(0, 0)
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
 
 
@@ -96,7 +95,7 @@ class PagedStrategy(PagedSwap, Strategy):
         """Pure. Blocks already holding a leading run of the prompt's full blocks (int32 [num_hit]), the
         prompt's block keys (uint64 [num_full_blocks]) and the blocks the tiers below hold after those."""
         del spec  # no cache: nothing is held already
-        return NO_BLOCKS, _NO_KEYS, _NO_TIER_HITS
+        return NO_BLOCKS, _NO_KEYS, NO_TIER_HITS
 
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
                      num_hit: int, num_held: int, below: TierHits) -> None:

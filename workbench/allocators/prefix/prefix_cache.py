@@ -36,11 +36,9 @@ from workbench.allocators.prefix.host_tier import host_tier_for
 from workbench.allocators.prefix.index import PrefixIndex
 from workbench.allocators.prefix.radix_index import RadixPrefixIndex
 from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
-from workbench.allocators.prefix.tier_walk import TierHits, TierWalk
+from workbench.allocators.prefix.tier_walk import NO_TIER_HITS, TierHits, TierWalk
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.presets import DEFAULT_SHARED_LINK_GB_S
-
-_NO_TIER_HITS = TierHits(0, 0)
 
 
 class PrefixCacheStrategy(PagedStrategy):
@@ -118,7 +116,7 @@ class PrefixCacheStrategy(PagedStrategy):
         keys = self._chains.prompt_keys(spec.token_ids)
         max_hit = self._max_hit(spec)
         hits = self.prefix.lookup(keys, max_hit)
-        below = _NO_TIER_HITS if self._tiers is None else self._tiers.lookup(keys, hits.shape[0], max_hit)
+        below = NO_TIER_HITS if self._tiers is None else self._tiers.lookup(keys, hits.shape[0], max_hit)
         return hits, keys, below
 
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,

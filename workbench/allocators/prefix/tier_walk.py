@@ -28,6 +28,9 @@ class TierHits:
     num_shared: int
 
 
+NO_TIER_HITS = TierHits(0, 0)  # nothing below the device: no tiers, or none of the prompt's blocks in them
+
+
 class TierWalk:
     def __init__(self, host_tier: HostTier | None, shared_tier: SharedTier | None) -> None:
         self.host = host_tier
