@@ -47,6 +47,13 @@ MIN_LINK_GB_S, MAX_LINK_GB_S = 0.01, 10_000.0
 MIN_EFF = 0.01
 # how a fleet's router picks a replica for each arrival (workbench.fleet.routers, docs/fleet.md)
 ROUTER_NAMES = ("round-robin", "least-loaded", "power-of-two", "session", "cache-aware", "kv-exact")
+# speculative decoding (workbench.engine.speculation): at most this many draft tokens per step, and the drafts;
+# KV layers a draft keeps per token: EAGLE's head and DeepSeek's MTP module are one decoder layer of the
+# target's geometry whose KV shares the target's blocks (vLLM allocates it in the same KV-cache group), an
+# n-gram draft looks tokens up in the prompt and keeps none
+MAX_SPEC_TOKENS = 16
+DRAFT_KV_LAYERS = {"eagle": 1, "mtp": 1, "ngram": 0}
+SPEC_METHODS = tuple(DRAFT_KV_LAYERS)
 # the order a replica admits its waiting requests in: SGLang's --schedule-policy names (engine.admission_order)
 SCHEDULE_NAMES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 
@@ -224,6 +231,14 @@ class RunConfig:
                                          "first this many tokens a request ahead of it shares is admitted after the "
                                          "others (SGLang's IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD; 0 = off)",
                                      ge=0, le=MAX_SLOTS)
+    spec_tokens: int = _f(0, "speculative decoding: draft tokens each decoding sequence writes and the target "
+                             "verifies per step (vLLM's lookahead slots; 0 = off)", ge=0, le=MAX_SPEC_TOKENS)
+    spec_method: str = _f("eagle", "speculative decoding's draft: eagle | mtp (one decoder layer of the target's "
+                                   "geometry, its KV in every block) | ngram (prompt lookup: no model, no KV)",
+                          choices=SPEC_METHODS)
+    spec_accept: float = _f(0.7, "speculative decoding: probability that a draft token is accepted given the one "
+                                 "before it was (a step accepts j or more drafts with probability alpha^j)",
+                            gt=0, le=1)
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
     beam_branch_frac: float = _f(1.0, "fraction of beam-search decode steps that re-rank the beams together (forks "
@@ -269,9 +284,20 @@ class RunConfig:
                              f"max_num_seqs = {self.max_num_seqs}")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("n > 1 and beam_width > 1 are contradictory: choose parallel sampling or beam search")
+        if self.spec_tokens:
+            self._check_speculation()
         if self.batching == "static" and self.chunked_prefill:
             raise ValueError("batching static prefills each batch whole when it starts: contradictory with "
                              "chunked_prefill, which mixes prompt chunks into running batches")
+
+    def _check_speculation(self) -> None:
+        """What speculative decoding is built for (docs/speculative.md)."""
+        if self.n > 1 or self.beam_width > 1:
+            raise ValueError("spec_tokens > 0 drafts for one sequence per request: n > 1 and beam_width > 1 are not "
+                             "built for it")
+        if self.kernel != "none":
+            raise ValueError(f"spec_tokens > 0 runs with kernel none: the verify step's kernel (k + 1 queries per "
+                             f"sequence over its KV) is not built; got kernel {self.kernel}")
 
     def _check_disaggregated(self) -> None:
         """Disaggregated prefill/decode (docs/fleet.md): both pools or neither, and a consistent fleet size."""
@@ -317,12 +343,19 @@ class RunConfig:
         # attends to every token, exactly as top-k = max_model_len does
         model = dataclasses.replace(model, max_model_len=max_model_len, kv_dtype=self.kv_dtype,
                                     index_topk=min(model.index_topk, max_model_len))
+        if self.spec_tokens and model.window_layer_fracs():
+            raise ValueError(f"spec_tokens > 0 is built for full attention: model {model.name} has sliding-window "
+                             f"or sparse (top-k) layers")
         gpu = gpu_from_name(self.gpu)
         if self.kv_slots is not None:
             capacity_slots = self.kv_slots
         else:
             capacity_slots = kv_capacity_slots(model, self.kv_dtype, kv_gib=self.kv_gib, gpu=gpu,
                                                gpu_memory_utilization=self.gpu_memory_utilization, num_gpus=self.tp)
+        draft_layers = DRAFT_KV_LAYERS[self.spec_method] if self.spec_tokens else 0
+        if draft_layers and self.kv_slots is None:
+            # the draft layer's KV shares every block (vLLM's KV-cache group): a slot is (L + 1) / L as large
+            capacity_slots = capacity_slots * model.num_layers // (model.num_layers + draft_layers)
         if capacity_slots < max_model_len:
             raise ValueError(f"the KV pool ({capacity_slots} slots) cannot hold a single request of "
                              f"max_model_len = {max_model_len} tokens; raise --kv-gib/--kv-slots or lower "

@@ -305,6 +305,46 @@ class Strategy(ABC):
             return None
         return self.append(seq_ids) if token_ids is None else self.append(seq_ids, token_ids)
 
+    # ---- speculative decoding (workbench.engine.speculation) ------------------------------------
+    supports_drafts: bool = False  # True: `append_with_drafts` and `settle_drafts` work (`_drop_tail` exists)
+
+    def append_with_drafts(self, seq_ids: list[int], token_ids: np.ndarray | None,
+                           num_drafts: np.ndarray) -> AppendResult | None:
+        """Mutates when it returns a result. A speculative step's slots, all or nothing: each sequence gets the
+        slot of its last token (as `append_if_room`, with `token_ids` as there) and then `num_drafts[i]` more
+        (int64 [num_seqs]) for unverified draft tokens; None, nothing changed, when the pool cannot supply them
+        all. Until `settle_drafts` no prefix index sees a draft slot. The result's slots are the last tokens';
+        its copies are the whole step's. This default suits a strategy that registers nothing on append: it
+        appends round by round and gives everything back (`_drop_tail`) when a round finds no room."""
+        appended = self.append_if_room(seq_ids, token_ids)
+        if appended is None:
+            return None
+        copies, taken = [appended.copies], np.ones(len(seq_ids), dtype=np.int64)
+        for j in range(1, int(num_drafts.max(initial=0)) + 1):
+            drafting = num_drafts >= j
+            more = self.append_if_room([s for s, d in zip(seq_ids, drafting.tolist(), strict=True) if d])
+            if more is None:
+                self._drop_tail(seq_ids, taken)
+                return None
+            copies.append(more.copies)
+            taken += drafting
+        return AppendResult(slots=appended.slots, copies=np.concatenate(copies) if len(copies) > 1 else copies[0])
+
+    def settle_drafts(self, seq_ids: list[int], num_drafts: np.ndarray, accepted: np.ndarray,
+                      token_ids: np.ndarray | None) -> None:
+        """Mutates. After the verify step of `append_with_drafts(seq_ids, ..., num_drafts)`: each sequence keeps
+        the first `accepted[i]` of its draft slots, whose tokens are now verified (`token_ids`: their ids,
+        int32, sequence by sequence, for a strategy with `wants_token_ids`; a prefix cache registers the blocks
+        they fill), and gives back the rest: a paged strategy returns the blocks that become empty, a contiguous
+        one keeps its reservation."""
+        del token_ids  # nothing registers here
+        self._drop_tail(seq_ids, num_drafts - accepted)
+
+    def _drop_tail(self, seq_ids: list[int], num_slots: np.ndarray) -> None:
+        """Mutates. Each sequence gives back its last `num_slots[i]` slots, appended since its last verified
+        token (draft slots)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support speculative decoding")
+
     @abstractmethod
     def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
         """Mutates on success. Chunked prefill: the group admitted together by one `admit` with

@@ -126,6 +126,7 @@ class RooflineClock:
         self.tp = tp
         self.bytes_per_s = gpu.hbm_gb_s * 1e9 * eff_bw * tp
         self.flops_per_s = gpu.peak_tflops * 1e12 * eff_flops * tp  # large GEMMs; scaled by gemm_shape_frac
+        self.num_layers = model.num_layers  # a draft model's one layer is this share of a step (`draft_s`)
         self._flops_per_s_at: dict[int, float] = {}  # tokens of a step -> its GEMMs' FLOP rate, as computed
         # per row count, NaN until computed: the per-row operators' time, the output layer's time (sampled rows)
         # and the GEMM rate; the formula (workbench.clock.step_formula) reads them, both step loops share them
@@ -207,6 +208,8 @@ class RooflineClock:
             if not math.isnan(step_s):
                 break
             self.fill(self.need)
+        if cost.draft_passes:
+            step_s += self.draft_s(cost.draft_passes, cost.draft_rows, cost.draft_ctx_tokens)
         if not (cost.loaded_blocks or cost.shared_loaded_blocks):
             return step_s
         load_s = cost.loaded_blocks * self.load_s_per_block + cost.shared_loaded_blocks * self.shared_load_s_per_block
@@ -232,6 +235,17 @@ class RooflineClock:
                         kv_read_tokens, attn_query_ctx, copied_blocks, swapped_blocks,
                         math.nan if measured_attention_s is None else measured_attention_s, mapped_pages,
                         decode_blocks, sampled_tokens)
+
+    def draft_s(self, passes: int, rows: int, ctx_tokens: int) -> float:
+        """A speculative step's draft model (EAGLE's head, DeepSeek's MTP module: one decoder layer of the
+        target's geometry sharing its output layer) proposing `passes` tokens one after another for `rows`
+        sequences whose contexts total `ctx_tokens` rows. A pass runs one layer's share of the per-row
+        operators, the output layer over its rows and reads the draft layer's KV, with one layer's launches."""
+        layers = self.num_layers
+        one_pass_s = (self.rows_s(rows) / layers + self.output_layer_s(rows)
+                      + ctx_tokens * self.kv_bytes_per_token / layers / self.bytes_per_s
+                      + self.attention_launch_s / layers)
+        return passes * one_pass_s
 
     def fill(self, need) -> None:
         """Mutates the tables: the entries a formula lacked (`need`, step_formula's NEED_* order)."""

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from workbench.intmath import cdiv
 from workbench.presets import AttentionTerm
 
@@ -45,6 +47,11 @@ class StepCost(NamedTuple):
     # rows through the output layer: each decoding sequence and each sequence whose prefill ends this step
     # (None: a StepCost built by hand; the clock takes the decode rows and one prompt row)
     sampled_tokens: int | None = None
+    # speculative decoding's draft model (EAGLE, MTP): passes proposing one token each for `draft_rows`
+    # sequences whose contexts total `draft_ctx_tokens` rows (workbench.clock.roofline.RooflineClock.draft_s)
+    draft_passes: int = 0
+    draft_rows: int = 0
+    draft_ctx_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -183,3 +190,26 @@ class _WindowSums:
 
     def total(self) -> int:
         return self._below_sum + self.window * self._capped
+
+
+def with_drafts(cost: StepCost, ctx: np.ndarray, drafts: np.ndarray, block_size: int, draft_model: bool) -> StepCost:
+    """A decode step's cost as a verify step (workbench.engine.speculation): each decoding sequence, holding
+    ctx[i] rows with its last token's, also writes and verifies drafts[i] draft tokens, whose queries attend
+    ctx[i] + 1 .. ctx[i] + drafts[i] keys, and passes every row through the output layer; with a draft model
+    (`draft_model`) the draft proposed them first in max(drafts) passes over the drafting sequences. Full
+    attention only (the engine refuses speculation for window and sparse layers)."""
+    d = int(drafts.sum())
+    if not d:
+        return cost
+    attended = int((drafts * ctx + drafts * (drafts + 1) // 2).sum())
+    more_blocks = int((-(-(ctx + drafts) // block_size) + ctx // -block_size).sum())
+    drafting = drafts > 0
+    passes = int(drafts.max()) if draft_model else 0
+    return cost._replace(
+        num_decode_tokens=cost.num_decode_tokens + d, num_running=cost.num_running,
+        kv_read_tokens=cost.kv_read_tokens + d, attn_query_ctx=cost.attn_query_ctx + attended,
+        decode_ctx_tokens=cost.decode_ctx_tokens + d, decode_blocks=cost.decode_blocks + more_blocks,
+        unshared_block_slots=cost.unshared_block_slots + more_blocks * block_size,
+        sampled_tokens=(cost.sampled_tokens or 0) + d, draft_passes=passes,
+        draft_rows=int(np.count_nonzero(drafting)) if passes else 0,
+        draft_ctx_tokens=int(ctx[drafting].sum()) if passes else 0)

@@ -77,6 +77,19 @@ class DecodeBatch:
             g.kv_len += lag
         g.synced_step = step
 
+    def advanced(self, extra: np.ndarray, step: int) -> None:
+        """Speculative decoding: the step that completed as `step` advanced each running group (batch order,
+        one sequence each) by 1 + extra[i] tokens; the lazy counters and the meter counted the 1."""
+        for i, (g, more) in enumerate(zip(self.groups, extra.tolist(), strict=True)):
+            self.sync(g, step)
+            if more:
+                self.meter.add(g.kv_len, g.num_seqs, step, -1)
+                g.generated += more
+                g.kv_len += more
+                self.meter.add(g.kv_len, g.num_seqs, step, +1)
+                self._group_base[i] = g.kv_len - g.synced_step
+        self._batch = None  # the positions move with the bases
+
     def join(self, g: Group, step: int) -> None:
         """A group with tokens left to generate starts decoding at `step`."""
         g.state = GroupState.RUNNING

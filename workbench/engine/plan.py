@@ -133,6 +133,20 @@ class StepPlan(NamedTuple):
     # the step writes it) and promotes, the same for the fleet's shared tier, and the strategy's own step columns
     effects: StepEffects = NO_EFFECTS
     landed: tuple[Landed, ...] = ()  # requests whose transferred prompt KV is admitted this step
+    # the engine's own step columns (speculative decoding's), the same names every step
+    columns: tuple[tuple[str, int], ...] = ()
+
+
+class Verify(NamedTuple):
+    """Speculative decoding's verify step (workbench.engine.speculation), from the batch's slots to `complete`:
+    per decoding sequence (batch order, one per group) its draft tokens, how many of them are accepted, and
+    its context once its last token is written (the first draft's position), int64 [num_decode] each."""
+
+    ids: list[int]
+    drafts: np.ndarray
+    accepted: np.ndarray
+    ctx: np.ndarray
+    first_generated: np.ndarray  # the index among its generated tokens of each sequence's first draft
 
 
 class GrownBatch:

@@ -136,6 +136,8 @@ class Replica:
         ))
         if plan.effects.columns:
             log.record_groups(dict(plan.effects.columns))
+        if plan.columns:
+            log.record_groups(dict(plan.columns))
         if snap.groups:
             log.record_groups({f"group{i}_{part}": getattr(g, part) for i, g in enumerate(snap.groups)
                                for part in GROUP_PARTS})

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import NO_PAIRS, Strategy
-from workbench.clock.step_cost import CostMeter
+from workbench.clock.step_cost import CostMeter, with_drafts
 from workbench.engine import reasons, rules
 from workbench.engine.admission import Admission
 from workbench.engine.admission_order import admission_order
@@ -28,10 +28,20 @@ from workbench.engine.beam_forks import BeamForks
 from workbench.engine.decode_batch import DecodeBatch
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.kernel_inputs import kernel_inputs
-from workbench.engine.plan import NOTHING_ADMITTED, Admitted, GrownBatch, Prefill, Resumed, StepPlan, concat_pairs
+from workbench.engine.plan import (
+    NOTHING_ADMITTED,
+    Admitted,
+    GrownBatch,
+    Prefill,
+    Resumed,
+    StepPlan,
+    Verify,
+    concat_pairs,
+)
 from workbench.engine.prefill_chunks import PrefillChunks
 from workbench.engine.request_log import RequestLog
 from workbench.engine.scheduler_config import SchedulerConfig
+from workbench.engine.speculation import Speculation
 from workbench.engine.tokens import TokenStore
 from workbench.workload.request import Request, any_beam_search
 
@@ -75,6 +85,13 @@ class Scheduler:
         self.needs_token_ids = strategy.wants_token_ids or config.kernel_every is not None
         self.held: dict[int, Group] = {}  # request index -> a finished group whose blocks are still allocated
         self.held_seqs = 0  # their sequences: not running, but their blocks will come free
+        self.spec: Speculation | None = None  # speculative decoding (docs/speculative.md); None: off
+        if config.spec_tokens:
+            if not strategy.supports_drafts:
+                raise ValueError(f"strategy {strategy.name} ({type(strategy).__name__}) does not support speculative "
+                                 f"decoding (spec_tokens > 0)")
+            self.spec = Speculation(config.spec_tokens, config.spec_accept, config.seed)
+        self._verify: Verify | None = None  # this step's verify, from `_grow_batch` to `complete`
 
     # ---- queue state -------------------------------------------------------------------------
     @property
@@ -136,7 +153,7 @@ class Scheduler:
     def schedule(self, now_s: float) -> StepPlan:
         """Mutates the strategy and the queues: decide and allocate this step's work."""
         if self.lean_decode_steps and not (self.waiting or self.swapped or self.has_beams or self._partial()) \
-                and self.batch.groups and not self.needs_token_ids:
+                and self.batch.groups and not self.needs_token_ids and self.spec is None:
             plan = self._decode_only()
             if plan is not None:
                 return plan
@@ -145,7 +162,8 @@ class Scheduler:
         grown = self._grow_batch(swap_out)
         if grown.appended is not None and len(grown.appended.copies):
             copies.append(grown.appended.copies)
-        budget = self.config.max_num_batched_tokens - (len(grown.ids) if self.chunks is not None else 0)
+        decode_tokens = len(grown.ids) + (int(self._verify.drafts.sum()) if self._verify is not None else 0)
+        budget = self.config.max_num_batched_tokens - (decode_tokens if self.chunks is not None else 0)
         admitted = Admitted()
         if not grown.preemptions:
             self._admit(now_s, budget, copies, admitted)
@@ -175,7 +193,9 @@ class Scheduler:
             if self.needs_token_ids:
                 grown.seq_ids, grown.positions, generated = batch.positions(grown.ids, self.step)
                 grown.token_ids = self.tokens.generated(grown.seq_ids, generated)
-            grown.appended = strategy.append_if_room(grown.ids, grown.token_ids if strategy.wants_token_ids else None)
+            token_ids = grown.token_ids if strategy.wants_token_ids else None
+            grown.appended = (strategy.append_if_room(grown.ids, token_ids) if self.spec is None
+                              else self._append_verify(grown.ids, token_ids))
             if grown.appended is not None:
                 batch.meter.decoded(len(grown.ids), self.step)
                 return grown
@@ -189,6 +209,33 @@ class Scheduler:
                 grown.preemptions += 1
             grown.ids = batch.ids()
         return GrownBatch(grown.ids, preemptions=grown.preemptions)  # nobody decodes: no positions, no tokens
+
+    def _append_verify(self, ids: list[int], token_ids: np.ndarray | None):
+        """Mutates when the pool has room. Speculative decoding: each sequence's last-token slot and its drafts,
+        all or nothing (`Strategy.append_with_drafts`); the step's `Verify` is kept for `complete`."""
+        groups = self.batch.groups  # one sequence each, batch order
+        generated = np.array([g.generated for g in groups], dtype=np.int64)
+        outputs = np.array([g.request.output_tokens for g in groups], dtype=np.int64)
+        drafts = self.spec.drafts(outputs - generated)
+        appended = self.strategy.append_with_drafts(ids, token_ids, drafts)
+        if appended is not None:
+            indices = np.array([g.index for g in groups], dtype=np.int64)
+            kv_len = np.array([g.kv_len for g in groups], dtype=np.int64)
+            prompts = np.array([g.request.prompt_tokens for g in groups], dtype=np.int64)
+            self._verify = Verify(ids, drafts, self.spec.accepted(indices, generated, drafts), kv_len + 1,
+                                  kv_len + 1 - prompts)
+        return appended
+
+    def _settle(self, v: Verify) -> None:
+        """Mutates. The verify step ended: each sequence keeps its accepted drafts and rolls back the rest, and
+        its group advances by its accepted drafts + 1 tokens."""
+        token_ids = None
+        if self.strategy.wants_token_ids:
+            starts = np.repeat(v.first_generated - np.cumsum(v.accepted) + v.accepted, v.accepted)
+            offsets = starts + np.arange(int(v.accepted.sum()), dtype=np.int64)
+            token_ids = self.tokens.generated(np.repeat(np.asarray(v.ids, dtype=np.int64), v.accepted), offsets)
+        self.strategy.settle_drafts(v.ids, v.drafts, v.accepted, token_ids)
+        self.batch.advanced(v.accepted, self.step)
 
     def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted) -> None:
         """Mutates. Nothing was preempted: the partial prefill continues, swapped groups come back, then (with
@@ -224,15 +271,26 @@ class Scheduler:
                                    grown.positions, grown.token_ids, admitted.prefills, grown.appended,
                                    admitted.landed)
         refused = admitted.refused_extent
+        columns = ()
+        if self.spec is not None:
+            v = self._verify if grown is not None else None
+            drafts = 0 if v is None else int(v.drafts.sum())
+            accepted = 0 if v is None else int(v.accepted.sum())
+            if drafts:
+                cost = with_drafts(cost, v.ctx, v.drafts, self.block_size, self.config.spec_draft_model)
+            columns = (("draft_slots", drafts), ("accepted_tokens", accepted), ("rolled_back_slots", drafts - accepted))
         return StepPlan(self.step, self.batch.requests(), tuple(admitted.started), tuple(admitted.prefills), swap_out,
                         admitted.swap_in, copies, forks, preemptions, refused, strategy.snapshot(refused), cost, kernel,
-                        effects, tuple(admitted.landed))
+                        effects, tuple(admitted.landed), columns)
 
     def complete(self, plan: StepPlan, now_s: float) -> int:
         """Mutates. The step ended at `now_s`: every scheduled sequence produced one token and finished
         groups are freed. Returns how many groups finished."""
         self.step += 1
         step, live = self.step, self.live
+        if self._verify is not None:
+            self._settle(self._verify)
+            self._verify = None
         if self.has_beams:
             for i in plan.decode_requests:
                 g = live[i]
@@ -276,7 +334,9 @@ class Scheduler:
         """A STARTING group joins the decode batch; it finishes after (output - generated) more steps."""
         left = rules.tokens_left(g.request.output_tokens, g.generated)
         g.synced_step = self.step
-        self.finish_at.setdefault(self.step + left, []).append((g, g.epoch))
+        steps = left if self.spec is None or not left else \
+            self.spec.steps_to_finish(g.index, g.generated, g.request.output_tokens)
+        self.finish_at.setdefault(self.step + steps, []).append((g, g.epoch))
         if left:  # a group with nothing left stays STARTING and finishes in this `complete`
             self.batch.join(g, self.step)
 

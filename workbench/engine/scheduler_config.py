@@ -24,4 +24,7 @@ class SchedulerConfig:
     schedule: str = "fcfs"  # the order waiting groups are tried in (workbench.engine.admission_order)
     in_batch_prefix_tokens: int = 32  # lpm's in-batch prefix check (admission_order; 0: off)
     beam_branch_frac: float = 1.0
+    spec_tokens: int = 0  # speculative decoding's draft tokens per step (workbench.engine.speculation; 0: off)
+    spec_accept: float = 0.7  # the per-token acceptance probability
+    spec_draft_model: bool = True  # a draft model runs (EAGLE, MTP) and the clock charges it; False: n-gram
     attention_windows: tuple[tuple[int, float], ...] = ()  # (window, layer fraction): step_cost

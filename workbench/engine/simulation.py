@@ -26,7 +26,7 @@ from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.clock.profiles import make_clock
 from workbench.code_version import code_version
-from workbench.config import Resolved, RunConfig
+from workbench.config import DRAFT_KV_LAYERS, Resolved, RunConfig
 from workbench.engine.compiled_paged import drive as compiled_drive
 from workbench.engine.compiled_paged import eligible as compiled_eligible
 from workbench.engine.gc_pause import fewer_collections
@@ -312,7 +312,8 @@ def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: 
         swap=cfg.preemption == "swap", seed=cfg.seed, kernel_every=kernel_every, chunked_prefill=cfg.chunked_prefill,
         admission=cfg.admission, batching=cfg.batching, schedule=cfg.schedule,
         in_batch_prefix_tokens=cfg.in_batch_prefix_tokens, beam_branch_frac=cfg.beam_branch_frac,
-        attention_windows=res.model.window_layer_fracs())
+        attention_windows=res.model.window_layer_fracs(), spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept,
+        spec_draft_model=DRAFT_KV_LAYERS[cfg.spec_method] > 0)
     return Scheduler(strategy, requests, tokens, config)
 
 

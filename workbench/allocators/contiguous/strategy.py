@@ -143,6 +143,14 @@ class ContiguousStrategy(Strategy):
         del token_ids
         return AppendResult(slots=self._append(seq_ids, apply=True), copies=_NO_COPIES)
 
+    supports_drafts = True
+
+    def _drop_tail(self, seq_ids: list[int], num_slots: np.ndarray) -> None:
+        """Mutates. The lengths shrink; each extent keeps its reservation (the slots become reserved again)."""
+        rows = self._seqs.rows(seq_ids)
+        self._seqs.column("length")[rows] -= num_slots
+        self._token_slots -= int(num_slots.sum())
+
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         row = self._seqs.row(seq_id)
         length = int(self._seqs.column("length")[row])

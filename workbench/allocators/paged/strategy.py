@@ -110,6 +110,11 @@ class PagedStrategy(PagedSwap, Strategy):
     def _on_forked(self, parent_row: int, child_row: int) -> None:
         """Mutates a cache's chains after a fork."""
 
+    def _register_accepted(self, rows: np.ndarray, first: np.ndarray, accepted: np.ndarray,
+                           token_ids: np.ndarray | None) -> None:
+        """Mutates a cache's index after a verify step: row i's draft slots from position first[i] on hold
+        `accepted[i]` verified tokens (`token_ids`, row after row)."""
+
     def _num_cached_blocks(self) -> int:
         """Blocks held only as cache: evictable, so allocatable."""
         return 0
@@ -286,6 +291,56 @@ class PagedStrategy(PagedSwap, Strategy):
         self._table_entries += grown
         self._register_filled(rows, token_ids)
         return AppendResult(slots=slots, copies=copies)
+
+    supports_drafts = True
+
+    def append_with_drafts(self, seq_ids: list[int], token_ids: np.ndarray | None,
+                           num_drafts: np.ndarray) -> AppendResult | None:
+        """`Strategy.append_with_drafts`, counted before anything changes: the last tokens' append (copies
+        included) plus each sequence's blocks for its drafts, whose rounds then cannot fail. After the first
+        round every last block is private, so the drafts take new blocks only."""
+        t, bs = self.tables, self.block_size
+        rows = t.seqs.rows(seq_ids)
+        first = t.count_append(seq_ids, rows, self._refcount)
+        length = t.seqs.column("length")[rows] + 1
+        if np.any(length + num_drafts > t.seqs.column("final_len")[rows]):
+            raise ValueError(f"drafts of {seq_ids} pass their final length")
+        drafts_blocks = int((-(-(length + num_drafts) // bs) + (length // -bs)).sum())
+        if first + drafts_blocks > self.num_allocatable_blocks():
+            return None
+        appended = self._append_counted(rows, first, token_ids)
+        copies = [appended.copies]
+        for j in range(1, int(num_drafts.max(initial=0)) + 1):
+            drafting = rows[num_drafts >= j]
+            more = t.count_append(seq_ids, drafting, self._refcount)
+            _, more_copies, copied_slots, grown = t.apply_append(drafting, self._refcount, self._take(more))
+            copies.append(more_copies)
+            self._written_slots += drafting.shape[0] + copied_slots
+            self._logical_slots += drafting.shape[0]
+            self._table_entries += grown
+        return AppendResult(slots=appended.slots, copies=np.concatenate(copies) if len(copies) > 1 else copies[0])
+
+    def settle_drafts(self, seq_ids: list[int], num_drafts: np.ndarray, accepted: np.ndarray,
+                      token_ids: np.ndarray | None) -> None:
+        rows = self.tables.seqs.rows(seq_ids)
+        first = self.tables.seqs.column("length")[rows] - num_drafts
+        self._register_accepted(rows, first, accepted, token_ids)
+        self._drop_tail(seq_ids, num_drafts - accepted)
+
+    def _drop_tail(self, seq_ids: list[int], num_slots: np.ndarray) -> None:
+        """Mutates. The rows shrink and the blocks past their new length (private: drafts never share a block)
+        return to the pool."""
+        self._reserved_memo = -1
+        t = self.tables
+        rows = t.seqs.rows(seq_ids)
+        lengths = t.seqs.column("length")
+        for row, k in zip(rows[num_slots > 0].tolist(), num_slots[num_slots > 0].tolist(), strict=True):
+            dropped = t.truncate_row(row, int(lengths[row]) - k)
+            self._refcount[dropped] -= 1
+            self._written_slots -= k
+            self._logical_slots -= k
+            self._table_entries -= dropped.shape[0]
+            self._release(dropped[self._refcount[dropped] == 0])
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         return self.tables.slot_mapping(seq_id, start, stop)

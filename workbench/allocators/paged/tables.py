@@ -52,6 +52,21 @@ class BlockTables:
         if blocks.shape[0]:
             self.seqs.columns["last_block"][row] = blocks[-1]
 
+    def truncate_row(self, row: int, length: int) -> np.ndarray:
+        """Mutates. The row holds only its first `length` tokens; returns the table entries past them, int32
+        (the caller drops their references)."""
+        c, bs = self.seqs.columns, self.block_size
+        num_blocks = -(-length // bs)
+        dropped = self._table[row, num_blocks:int(c["num_blocks"][row])].copy()
+        c["length"][row] = length
+        c["num_blocks"][row] = num_blocks
+        c["last_block"][row] = self._table[row, num_blocks - 1]
+        return dropped
+
+    def blocks_at(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """The table entry `index[i]` of each row `rows[i]` (-1 where the index is -1), int32 [len(rows)]."""
+        return np.where(index >= 0, self._table[rows, np.maximum(index, 0)], -1).astype(np.int32)
+
     def remove(self, seq_id: int) -> None:
         """Mutates."""
         self.seqs.remove(seq_id)

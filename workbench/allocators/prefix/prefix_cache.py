@@ -156,6 +156,25 @@ class PrefixCacheStrategy(PagedStrategy):
             self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows),
                                self.tables.previous_blocks(filled_rows))
 
+    def _register_accepted(self, rows: np.ndarray, first: np.ndarray, accepted: np.ndarray,
+                           token_ids: np.ndarray | None) -> None:
+        """Accepted drafts extend the chains token by token, as decode appends do, one round per draft
+        position; a block they fill is registered (never a draft slot: these tokens are verified)."""
+        if token_ids is None:
+            self._chains.forget(rows[accepted > 0])
+            return
+        starts = np.concatenate([[0], np.cumsum(accepted)[:-1]])  # each row's first token in `token_ids`
+        lengths = self.tables.seqs.column("length").copy()  # [capacity_rows]: position written + 1, per round
+        for j in range(int(accepted.max(initial=0))):
+            taking = accepted > j
+            rows_j = rows[taking]
+            lengths[rows_j] = first[taking] + j + 1
+            filled, parents, keys = self._chains.advance(rows_j, lengths, token_ids[starts[taking] + j])
+            if filled.shape[0]:
+                index = (lengths[filled] - 1) // self.block_size
+                self.prefix.insert(parents, keys, self.tables.blocks_at(filled, index),
+                                   self.tables.blocks_at(filled, index - 1))
+
     def _on_forked(self, parent_row: int, child_row: int) -> None:
         self._chains.fork(parent_row, child_row, self.tables.seqs.capacity_rows)
 

@@ -190,6 +190,16 @@ class VirtualContiguous(Strategy):
         self._length[extents] += 1
         return AppendResult(slots=slots, copies=_NO_COPIES)
 
+    supports_drafts = True
+
+    def _drop_tail(self, seq_ids: list[int], num_slots: np.ndarray) -> None:
+        """Mutates. The lengths shrink; pages no longer used stay mapped as cache (page reuse on) or are
+        unmapped, as a finished sequence's are."""
+        extents = self._group_extents(seq_ids)
+        self._length[extents] -= num_slots
+        for extent in extents[num_slots > 0].tolist():
+            self._pages.shrink(extent, cdiv(int(self._length[extent]), self.page_tokens))
+
     def free(self, seq_id: int) -> None:
         """Mutates. The extent is released; its pages are unmapped or, with reuse, stay mapped."""
         if seq_id in self._swapped:

@@ -133,6 +133,20 @@ class PagePool:
             self.mapped[extent] = 0
         self.used[extent] = 0
 
+    def shrink(self, extent: int, used: int) -> None:
+        """The extent's sequence gave back its tail (speculative decoding's rejected drafts) and uses `used`
+        pages: the pages past them stay mapped as cache (reuse on) or are unmapped."""
+        drop = int(self.used[extent]) - used
+        if drop <= 0:
+            return
+        self.used[extent] = used
+        if self.reuse:
+            self.cached_pages += drop
+            return
+        self.mapped[extent] -= drop
+        self.free_pages += drop
+        self.unmapped.append((extent, int(self.mapped[extent]), drop))
+
     def drain_unmapped(self) -> list[tuple[int, int, int]]:
         """(extent, first page, pages) of every unmapping since the last drain, in order; forgets them."""
         unmapped, self.unmapped = self.unmapped, []

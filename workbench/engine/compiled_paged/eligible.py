@@ -28,6 +28,7 @@ _BEAMS = "read by beam search only; the loop takes one sequence per request (che
 _KERNEL = "read by the kernel runner only; the loop runs without one (kernel none)"
 _FLEET = "read by a fleet's router only; the loop runs one replica (replicas 1, no disaggregation)"
 _ORDER = "read by a cache-aware admission order only; the loop admits in arrival order (schedule fcfs)"
+_SPEC = "read by speculative decoding only; the loop decodes one token per step (spec_tokens 0)"
 
 RUN_HANDLED = {
     "block_size": _CAPACITY, "model": _CAPACITY, "kv_dtype": _CAPACITY, "gpu": _CAPACITY, "tp": _CAPACITY,
@@ -45,15 +46,15 @@ RUN_HANDLED = {
     "max_num_seqs": "the admission verdict", "max_num_batched_tokens": "the admission verdict (token budget)",
     "watermark_frac": "the admission verdict (watermark blocks, from the scheduler)",
     "beam_branch_frac": _BEAMS,
-    "in_batch_prefix_tokens": _ORDER,
+    "in_batch_prefix_tokens": _ORDER, "spec_method": _SPEC, "spec_accept": _SPEC,
     "router": _FLEET, "kv_overlap_weight": _FLEET, "kv_link_gb_s": _FLEET,
 }
 RUN_NEUTRAL = {
     "strategy": "paged", "host_cache_gib": 0.0, "overlap_load": False, "shared_tier_gib": 0.0,
     "page_kib": 2048, "max_batch": 256, "page_reuse": "off", "map_us_per_page": None, "overlap_map": "off",
     "clock": "roofline", "kernel": "none", "preemption": "recompute", "chunked_prefill": False, "admission": "fcfs",
-    "batching": "continuous", "schedule": "fcfs", "n": 1, "beam_width": 1, "replicas": 1, "prefill_replicas": 0,
-    "decode_replicas": 0,
+    "batching": "continuous", "schedule": "fcfs", "spec_tokens": 0, "n": 1, "beam_width": 1, "replicas": 1,
+    "prefill_replicas": 0, "decode_replicas": 0,
 }
 
 SCHEDULER_HANDLED = {
@@ -61,12 +62,13 @@ SCHEDULER_HANDLED = {
     "max_num_batched_tokens": "the admission verdict (token budget)",
     "watermark_frac": "the admission verdict (the watermark in blocks: Admission.watermark_blocks)",
     "seed": _BEAMS + " and the random admission order (schedule must be fcfs)", "beam_branch_frac": _BEAMS,
-    "in_batch_prefix_tokens": _ORDER,
+    "in_batch_prefix_tokens": _ORDER, "spec_accept": _SPEC, "spec_draft_model": _SPEC,
 }
 SCHEDULER_NEUTRAL = {
     "swap": False, "kernel_every": None, "chunked_prefill": False, "admission": "fcfs", "schedule": "fcfs",
     "attention_windows": (),
     "batching": "continuous",  # static batching takes the general loop (its gate: rules.admits_now)
+    "spec_tokens": 0,
 }
 
 # RooflineClock attributes beside the formula's constants (FORMULA_CONSTANTS)
@@ -79,6 +81,7 @@ CLOCK_HANDLED = {
     "load_s_per_block": "prices host-tier loads only; the loop's strategy has no tiers",
     "shared_load_s_per_block": "prices shared-tier loads only; the loop's strategy has no tiers",
     "overlap_load": "prices tier loads only; the loop's strategy has no tiers",
+    "num_layers": "prices a speculative step's draft model only: " + _SPEC,
 }
 CLOCK_NEUTRAL: dict = {}
 
