@@ -32,6 +32,14 @@ REQUEST_COLUMNS = (
 FLEET_SUMMARY_KEYS = ("replicas", "router", "load_imbalance", "kv_transfer_bytes", "per_replica")
 DISAGGREGATED_REQUEST_COLUMNS = ("prefill_replica", "prefill_finish_s", "kv_arrived_s")
 
+# speculative decoding (docs/speculative.md), in a run with spec_tokens > 0 only: the step columns, the request
+# column and the summary keys (request steps verified, drafts written and accepted, their ratio, and the
+# tokens a request gains per verify step)
+SPEC_STEP_COLUMNS = ("draft_slots", "accepted_tokens", "rolled_back_slots")
+SPEC_REQUEST_COLUMNS = ("accepted_tokens",)
+SPEC_SUMMARY_KEYS = ("spec_verified_steps", "spec_draft_tokens", "spec_accepted_tokens", "spec_accept_rate",
+                     "spec_tokens_per_step")
+
 # mem_<kind>_frac for each slot column, e.g. token_slots -> mem_token_frac
 MEM_FRAC_KEYS = tuple("mem_" + c.removesuffix("_slots") + "_frac" for c in SLOT_COLUMNS)
 MEM_FRAC_SAT_KEYS = tuple(k + "_sat" for k in MEM_FRAC_KEYS)

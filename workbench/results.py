@@ -196,7 +196,8 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     out["num_failed_rows_dropped"] = int(extra.get("num_failed_rows_dropped", 0))
     for key in ("kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s"):
         out[key] = extra[key]
-    return {key: out[key] for key in C.SUMMARY_KEYS}
+    return {**{key: out[key] for key in C.SUMMARY_KEYS}, **{key: extra[key] for key in C.SPEC_SUMMARY_KEYS
+                                                           if key in extra}}
 
 
 class _StepSums:

@@ -31,6 +31,9 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
          f"{summary['sharing_saving_frac']:.3f}, {summary['block_sharing_saving_frac']:.3f}"),
         ("prefix hit rate", summary["prefix_hit_rate"]),
         ("preemptions / cow copies", f"{summary['num_preemptions']} / {summary['cow_copies']}"),
+        *([("speculative: drafts accepted, tokens per step",
+            f"{summary['spec_accept_rate']:.3f}, {summary['spec_tokens_per_step']:.3f}")]
+          if "spec_accept_rate" in summary else []),
         ("verify max rel err", summary["verify_max_rel_err"]),
         ("wall time (s)", summary["sim_wall_s"]),
     ]

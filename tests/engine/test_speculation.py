@@ -224,6 +224,16 @@ def test_same_seed_same_run_and_fewer_steps_than_without():
     finished = a.requests["status"] == "finished"
     assert finished.all() and (plain.requests["status"] == "finished").all()
     assert "draft_slots" not in plain.steps  # k = 0: the tables of a run without speculation
+    assert "accepted_tokens" not in plain.requests and "spec_accept_rate" not in plain.summary
+    # the request column, the step column and the summary count the same accepted drafts
+    accepted = int(a.steps["accepted_tokens"].sum())
+    assert int(a.requests["accepted_tokens"].sum()) == accepted == a.summary["spec_accepted_tokens"]
+    assert a.summary["spec_draft_tokens"] == int(a.steps["draft_slots"].sum())
+    verified = int((a.steps["num_decode_tokens"] - a.steps["draft_slots"]).sum())
+    assert a.summary["spec_verified_steps"] == verified
+    assert a.summary["spec_tokens_per_step"] == 1.0 + accepted / verified
+    # each request generated its first token at its prefill and a + 1 at each verify step
+    assert (a.requests["accepted_tokens"] <= a.requests["output_tokens"] - 1).all()
 
 
 def test_an_eagle_draft_layer_takes_its_share_of_the_pool():

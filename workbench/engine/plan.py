@@ -143,6 +143,7 @@ class Verify(NamedTuple):
     its context once its last token is written (the first draft's position), int64 [num_decode] each."""
 
     ids: list[int]
+    requests: np.ndarray  # each sequence's request (its workload index)
     drafts: np.ndarray
     accepted: np.ndarray
     ctx: np.ndarray

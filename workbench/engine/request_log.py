@@ -17,7 +17,7 @@ import pandas as pd
 from workbench.workload.request import Request, request_columns
 
 _FLOAT_FIELDS = ("admitted_s", "first_token_s", "finish_s")
-_INT_FIELDS = ("prefix_hit_tokens", "num_preemptions")
+_INT_FIELDS = ("prefix_hit_tokens", "num_preemptions", "accepted_tokens")
 
 
 def rejected_status(reason: str) -> str:
@@ -28,7 +28,8 @@ def rejected_status(reason: str) -> str:
 class RequestLog:
     """One row per request, NaN until the event happens. Every method but `status_of` mutates."""
 
-    def __init__(self, num_requests: int = 0) -> None:
+    def __init__(self, num_requests: int = 0, *, speculative: bool = False) -> None:
+        """`speculative`: the table has an `accepted_tokens` column (speculative decoding's drafts accepted)."""
         self.num_requests = num_requests  # requests given so far; rows below `base` were taken out
         self.base = 0
         self.ready = 0  # every request below this index is done (finished or rejected)
@@ -38,6 +39,8 @@ class RequestLog:
         self.finish_s = np.full(capacity, np.nan)
         self.prefix_hit_tokens = np.zeros(capacity, dtype=np.int64)
         self.num_preemptions = np.zeros(capacity, dtype=np.int64)
+        self.speculative = speculative
+        self.accepted_tokens = np.zeros(capacity, dtype=np.int64)
         self.done = np.zeros(capacity, dtype=bool)
         self.status: list[str] = ["pending"] * capacity  # of rows base .. base + capacity
         self.generated_tokens = 0  # tokens of finished requests, every sample counted
@@ -83,6 +86,11 @@ class RequestLog:
         j = self._row(index)
         if math.isnan(self.first_token_s[j]):
             self.first_token_s[j] = now_s
+
+    def accepted(self, indices: np.ndarray, accepted: np.ndarray) -> None:
+        """Requests `indices` (distinct) kept `accepted` draft tokens each in a verify step."""
+        self._row(int(indices.max(initial=self.base)))
+        self.accepted_tokens[indices - self.base] += accepted
 
     def preempted(self, index: int) -> None:
         self.num_preemptions[self._row(index)] += 1
@@ -153,5 +161,6 @@ class RequestLog:
             "output_tokens": cols.output_tokens,
             "prefix_hit_tokens": self.prefix_hit_tokens[a:b].copy(),
             "num_preemptions": self.num_preemptions[a:b].copy(),
+            **({"accepted_tokens": self.accepted_tokens[a:b].copy()} if self.speculative else {}),
             "status": self.status[a:b],
         })

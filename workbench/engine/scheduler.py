@@ -20,6 +20,7 @@ import numpy as np
 
 from workbench.allocators.base import NO_PAIRS, Strategy
 from workbench.clock.step_cost import CostMeter, with_drafts
+from workbench.columns import SPEC_STEP_COLUMNS
 from workbench.engine import reasons, rules
 from workbench.engine.admission import Admission
 from workbench.engine.admission_order import admission_order
@@ -42,6 +43,7 @@ from workbench.engine.prefill_chunks import PrefillChunks
 from workbench.engine.request_log import RequestLog
 from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.speculation import Speculation
+from workbench.engine.summary_counters import SPEC_COUNTERS, spec_rates
 from workbench.engine.tokens import TokenStore
 from workbench.workload.request import Request, any_beam_search
 
@@ -59,7 +61,7 @@ class Scheduler:
         self.arrivals = Arrivals(requests)
         self.tokens = tokens
         self.config = config
-        self.log = RequestLog(len(requests))
+        self.log = RequestLog(len(requests), speculative=config.spec_tokens > 0)
         self.grows_by_blocks = strategy.grows_by_blocks
         self.block_size = strategy.block_size
         self.swap = config.swap and strategy.supports_swap  # else preemption recomputes
@@ -92,6 +94,7 @@ class Scheduler:
                                  f"decoding (spec_tokens > 0)")
             self.spec = Speculation(config.spec_tokens, config.spec_accept, config.seed)
         self._verify: Verify | None = None  # this step's verify, from `_grow_batch` to `complete`
+        self._spec_totals = [0, 0, 0]  # request steps verified, drafts written, drafts accepted
 
     # ---- queue state -------------------------------------------------------------------------
     @property
@@ -222,7 +225,7 @@ class Scheduler:
             indices = np.array([g.index for g in groups], dtype=np.int64)
             kv_len = np.array([g.kv_len for g in groups], dtype=np.int64)
             prompts = np.array([g.request.prompt_tokens for g in groups], dtype=np.int64)
-            self._verify = Verify(ids, drafts, self.spec.accepted(indices, generated, drafts), kv_len + 1,
+            self._verify = Verify(ids, indices, drafts, self.spec.accepted(indices, generated, drafts), kv_len + 1,
                                   kv_len + 1 - prompts)
         return appended
 
@@ -235,7 +238,19 @@ class Scheduler:
             offsets = starts + np.arange(int(v.accepted.sum()), dtype=np.int64)
             token_ids = self.tokens.generated(np.repeat(np.asarray(v.ids, dtype=np.int64), v.accepted), offsets)
         self.strategy.settle_drafts(v.ids, v.drafts, v.accepted, token_ids)
+        self.log.accepted(v.requests, v.accepted)
         self.batch.advanced(v.accepted, self.step)
+        totals = self._spec_totals
+        totals[0] += len(v.ids)
+        totals[1] += int(v.drafts.sum())
+        totals[2] += int(v.accepted.sum())
+
+    def spec_counters(self) -> dict[str, int | float]:
+        """Speculative decoding's summary counters and rates (empty when it is off)."""
+        if self.spec is None:
+            return {}
+        counters = dict(zip(SPEC_COUNTERS, self._spec_totals, strict=True))
+        return {**counters, **spec_rates(counters)}
 
     def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted) -> None:
         """Mutates. Nothing was preempted: the partial prefill continues, swapped groups come back, then (with
@@ -278,7 +293,7 @@ class Scheduler:
             accepted = 0 if v is None else int(v.accepted.sum())
             if drafts:
                 cost = with_drafts(cost, v.ctx, v.drafts, self.block_size, self.config.spec_draft_model)
-            columns = (("draft_slots", drafts), ("accepted_tokens", accepted), ("rolled_back_slots", drafts - accepted))
+            columns = tuple(zip(SPEC_STEP_COLUMNS, (drafts, accepted, drafts - accepted), strict=True))
         return StepPlan(self.step, self.batch.requests(), tuple(admitted.started), tuple(admitted.prefills), swap_out,
                         admitted.swap_in, copies, forks, preemptions, refused, strategy.snapshot(refused), cost, kernel,
                         effects, tuple(admitted.landed), columns)

@@ -301,6 +301,7 @@ def replica_extra(res: Resolved, replica: Replica, backend: str) -> dict[str, An
         "kernel_gbps": (runner.kernel_bytes / runner.kernel_time_s / 1e9
                         if runner and runner.kernel_time_s > 0 else 0.0),
         "verify_max_rel_err": runner.verify_max_rel_err if runner else 0.0,
+        **replica.scheduler.spec_counters(),
     }
 
 

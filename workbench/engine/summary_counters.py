@@ -8,6 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.columns import SPEC_SUMMARY_KEYS
+
+# speculative decoding's counters (a run with spec_tokens > 0 has them, summed over a fleet's replicas): request
+# steps verified, drafts written and drafts accepted
+SPEC_COUNTERS = SPEC_SUMMARY_KEYS[:3]
+
+
+def spec_rates(extra: dict[str, Any]) -> dict[str, Any]:
+    """The summary's speculative-decoding rates from its counters (none without them): the share of drafts
+    accepted and the tokens a request gains per verify step (accepted drafts + 1)."""
+    if "spec_verified_steps" not in extra:
+        return {}
+    drafts, accepted, verified = (extra[k] for k in SPEC_COUNTERS[1:] + SPEC_COUNTERS[:1])
+    return {"spec_accept_rate": accepted / drafts if drafts else 0.0,
+            "spec_tokens_per_step": 1.0 + accepted / verified if verified else 0.0}
+
 
 def summary_counters(counters: dict[str, int], block_bytes: int) -> dict[str, Any]:
     """The summary's counter inputs (`block_bytes`: one block's KV, whole model, every layer)."""
