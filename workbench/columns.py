@@ -38,7 +38,7 @@ DISAGGREGATED_REQUEST_COLUMNS = ("prefill_replica", "prefill_finish_s", "kv_arri
 SPEC_STEP_COLUMNS = ("draft_slots", "accepted_tokens", "rolled_back_slots")
 SPEC_REQUEST_COLUMNS = ("accepted_tokens",)
 SPEC_SUMMARY_KEYS = ("spec_verified_steps", "spec_draft_tokens", "spec_accepted_tokens", "spec_accept_rate",
-                     "spec_tokens_per_step")
+                     "spec_tokens_per_step", "mem_draft_frac")
 
 # mem_<kind>_frac for each slot column, e.g. token_slots -> mem_token_frac
 MEM_FRAC_KEYS = tuple("mem_" + c.removesuffix("_slots") + "_frac" for c in SLOT_COLUMNS)

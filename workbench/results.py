@@ -161,7 +161,8 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     from workbench.exact_sums import BufferedSum, PairwiseSum
     num_requests, num_finished = _count(requests, "status", lambda col: (col == "finished").to_numpy())
     step_sums = _StepSums(num_steps, num_sat, PairwiseSum, BufferedSum)
-    for chunk in steps(_STEP_INPUTS):
+    speculative = "spec_verified_steps" in extra  # the steps have speculative decoding's columns
+    for chunk in steps(_STEP_INPUTS + (["draft_slots", "accepted_tokens"] if speculative else [])):
         step_sums.add(chunk)
     request_sums = _RequestSums(num_finished, PairwiseSum)
     for chunk in requests(_REQUEST_INPUTS):
@@ -196,8 +197,9 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     out["num_failed_rows_dropped"] = int(extra.get("num_failed_rows_dropped", 0))
     for key in ("kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s"):
         out[key] = extra[key]
-    return {**{key: out[key] for key in C.SUMMARY_KEYS}, **{key: extra[key] for key in C.SPEC_SUMMARY_KEYS
-                                                           if key in extra}}
+    spec = {**extra, **out}  # the counters come with `extra`, the draft slots' share from the steps
+    return {**{key: out[key] for key in C.SUMMARY_KEYS}, **{key: spec[key] for key in C.SPEC_SUMMARY_KEYS
+                                                           if key in spec}}
 
 
 class _StepSums:
@@ -219,6 +221,8 @@ class _StepSums:
         self.max_running = 0
         self.running_sat_total = 0  # exact: an integer sum
         self.preemptions = self.cow_copies = 0
+        self.draft_dt = PairwiseSum(num_steps)  # speculative decoding's draft slots, weighted by dt
+        self.speculative = False  # the steps have speculative decoding's columns
 
     def add(self, chunk: pd.DataFrame) -> None:
         if not len(chunk):
@@ -249,6 +253,10 @@ class _StepSums:
         self.running_sat.add(running[sat])
         self.max_running = max(self.max_running, int(running.max()))
         self.running_sat_total += int(running[sat].sum())
+        if "accepted_tokens" in chunk:  # speculative decoding: a request samples its accepted drafts too
+            self.running_sat_total += int(chunk["accepted_tokens"].to_numpy()[sat].sum())
+            self.speculative = True
+            self.draft_dt.add(chunk["draft_slots"].to_numpy().astype(np.float64) * dt)
         self.preemptions += int(col["preemptions"].sum())
         self.cow_copies += int(col["cow_copies"].sum())
 
@@ -274,6 +282,8 @@ class _StepSums:
         out["mean_batch_size_sat"] = self.running_sat.total() / self.num_sat if self.num_sat else 0.0
         # every running sequence samples one token per step (a prefill its first, a recompute its next)
         out["throughput_tok_s_sat"] = float(self.running_sat_total) / dt_sat_total if dt_sat_total > 0 else 0.0
+        if self.speculative:
+            out["mem_draft_frac"] = self.draft_dt.total() / dt_total / capacity_slots if dt_total > 0 else 0.0
         out["num_preemptions"] = self.preemptions
         out["cow_copies"] = self.cow_copies
 

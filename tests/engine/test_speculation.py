@@ -232,6 +232,9 @@ def test_same_seed_same_run_and_fewer_steps_than_without():
     verified = int((a.steps["num_decode_tokens"] - a.steps["draft_slots"]).sum())
     assert a.summary["spec_verified_steps"] == verified
     assert a.summary["spec_tokens_per_step"] == 1.0 + accepted / verified
+    dt = a.steps["dt_s"].to_numpy()
+    weighted = (a.steps["draft_slots"].to_numpy().astype(np.float64) * dt).sum() / dt.sum()
+    assert a.summary["mem_draft_frac"] == weighted / a.summary["kv_slots"] > 0
     # each request generated its first token at its prefill and a + 1 at each verify step
     assert (a.requests["accepted_tokens"] <= a.requests["output_tokens"] - 1).all()
 
