@@ -284,8 +284,6 @@ class RunConfig:
                              f"max_num_seqs = {self.max_num_seqs}")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("n > 1 and beam_width > 1 are contradictory: choose parallel sampling or beam search")
-        if self.spec_tokens:
-            self._check_speculation()
         if self.batching == "static" and self.chunked_prefill:
             raise ValueError("batching static prefills each batch whole when it starts: contradictory with "
                              "chunked_prefill, which mixes prompt chunks into running batches")
@@ -329,6 +327,8 @@ class RunConfig:
         """The derived sizes of this run; raises ValueError naming the flag for impossible combinations."""
         # here, not on construction: a sweep checks each axis value alone, and the pools go in pairs
         self._check_disaggregated()
+        if self.spec_tokens:
+            self._check_speculation()
         model = model_from_name(self.model)
         if self.weight_dtype is not None:
             model = dataclasses.replace(model, weight_dtype=self.weight_dtype)

@@ -257,7 +257,7 @@ def test_an_eagle_draft_layer_takes_its_share_of_the_pool():
 ])
 def test_bad_speculation_is_one_line(changes, words):
     with pytest.raises(ValueError, match=words):
-        RunConfig(**{"kernel": "none", **changes})
+        RunConfig(**{"kernel": "none", **changes}).resolve()
 
 
 def test_window_and_sparse_models_refuse_speculation():

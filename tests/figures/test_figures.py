@@ -68,6 +68,9 @@ SPECS = {
     "kv_layouts": {"base": {**TINY, "kv_slots": None, "kv_gib": 1.0, "max_model_len": 512, "num_requests": 8,
                             "block_size": 64},
                    "axes": {"model": ["llama-2-13b", "deepseek-v2-lite", "deepseek-v3.2"]}},
+    "spec_decode": {"base": {**TINY, "num_requests": 30},
+                    "axes": {"strategy": ["paged", "contiguous-oracle"], "rate": [2.0, 40.0], "spec_tokens": [0, 2],
+                             "spec_accept": [0.6, 0.9]}},
 }
 
 
@@ -156,6 +159,26 @@ def test_throughput_vs_rate_lines_are_the_summary(built):
         np.testing.assert_array_equal(lines[label].get_xdata(), rows["rate"])
         np.testing.assert_array_equal(lines[label].get_ydata(), rows["normalized_latency_s_per_tok"])
     assert ax.get_xlabel() == "Request rate (req/s)" and "s/token" in ax.get_ylabel()
+    plt.close(fig)
+
+
+def test_spec_decode_lines_are_the_summary(built):
+    _, summary = built["spec_decode"]
+    fig, (light, heavy, throughput, drafts) = figure(built, "spec_decode")
+    label = "Paged, α=0.9"
+    for ax, rate, key, scale in [(light, 2.0, "tpot_p50_s", 1e3), (heavy, 40.0, "tpot_p50_s", 1e3),
+                                 (throughput, 40.0, "throughput_tok_s", 1e-3), (drafts, 40.0, "mem_draft_frac", 100)]:
+        line = {ln.get_label(): ln for ln in ax.get_lines()}[label]
+        rows = summary[(summary["strategy"] == "paged") & (summary["rate"] == rate)]
+        at_k = {k: rows[(rows["spec_tokens"] == k) & ((rows["spec_accept"] == 0.9) | (k == 0))].iloc[0]
+                for k in (0, 2)}
+        np.testing.assert_array_equal(line.get_xdata(), [0, 2])
+        expected = [0.0 if k == 0 and key == "mem_draft_frac" else at_k[k][key] * scale for k in (0, 2)]
+        np.testing.assert_allclose(line.get_ydata(), expected, rtol=1e-12)
+    assert len(light.get_lines()) == 4  # two strategies x two acceptances
+    # drafts speed decoding at a light load: TPOT falls with K
+    ys = {ln.get_label(): ln.get_ydata() for ln in light.get_lines()}
+    assert ys[label][1] < ys[label][0]
     plt.close(fig)
 
 
