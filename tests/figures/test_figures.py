@@ -71,6 +71,11 @@ SPECS = {
     "spec_decode": {"base": {**TINY, "num_requests": 30},
                     "axes": {"strategy": ["paged", "contiguous-oracle"], "rate": [2.0, 40.0], "spec_tokens": [0, 2],
                              "spec_accept": [0.6, 0.9]}},
+    "admission_order": {"base": {**TINY, "kv_slots": 1024, "rate": 200.0, "num_requests": 40},
+                        "zip": [{"workload": ["system-prompt:k=8,system=128"]},
+                                {"strategy": ["radix"] * 5 + ["paged-prefix"] * 4,
+                                 "schedule": ["fcfs", "lpm", "dfs-weight", "lof", "random", "fcfs", "lpm", "lof",
+                                              "random"]}]},
 }
 
 
@@ -179,6 +184,22 @@ def test_spec_decode_lines_are_the_summary(built):
     # drafts speed decoding at a light load: TPOT falls with K
     ys = {ln.get_label(): ln.get_ydata() for ln in light.get_lines()}
     assert ys[label][1] < ys[label][0]
+    plt.close(fig)
+
+
+def test_admission_order_bars_are_the_summary(built):
+    _, summary = built["admission_order"]
+    fig, (hits, ttft, throughput) = figure(built, "admission_order")
+    for ax, key, scale in [(hits, "prefix_hit_rate", 100.0), (ttft, "ttft_p50_s", 1.0),
+                           (throughput, "throughput_tok_s", 1e-3)]:
+        bars = {c.get_label(): [p.get_height() for p in c.patches] for c in ax.containers}
+        assert list(bars) == ["fcfs", "lpm", "dfs-weight", "lof", "random"]
+        for order, heights in bars.items():
+            rows = summary[summary["schedule"] == order]
+            expected = [float(rows.loc[rows["strategy"] == s, key].iloc[0]) * scale
+                        for s in ("radix", "paged-prefix") if (rows["strategy"] == s).any()]
+            np.testing.assert_allclose(heights, expected, rtol=1e-12)
+        assert len(bars["dfs-weight"]) == 1  # a radix tree's order only
     plt.close(fig)
 
 
