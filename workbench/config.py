@@ -232,7 +232,8 @@ class RunConfig:
                                          "others (SGLang's IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD; 0 = off)",
                                      ge=0, le=MAX_SLOTS)
     spec_tokens: int = _f(0, "speculative decoding: draft tokens each decoding sequence writes and the target "
-                             "verifies per step (vLLM's lookahead slots; 0 = off)", ge=0, le=MAX_SPEC_TOKENS)
+                             "verifies per step (vLLM's lookahead slots; 0 = off; docs/speculative.md)", ge=0,
+                          le=MAX_SPEC_TOKENS)
     spec_method: str = _f("eagle", "speculative decoding's draft: eagle | mtp (one decoder layer of the target's "
                                    "geometry, its KV in every block) | ngram (prompt lookup: no model, no KV)",
                           choices=SPEC_METHODS)
@@ -293,9 +294,6 @@ class RunConfig:
         if self.n > 1 or self.beam_width > 1:
             raise ValueError("spec_tokens > 0 drafts for one sequence per request: n > 1 and beam_width > 1 are not "
                              "built for it")
-        if self.kernel != "none":
-            raise ValueError(f"spec_tokens > 0 runs with kernel none: the verify step's kernel (k + 1 queries per "
-                             f"sequence over its KV) is not built; got kernel {self.kernel}")
 
     def _check_disaggregated(self) -> None:
         """Disaggregated prefill/decode (docs/fleet.md): both pools or neither, and a consistent fleet size."""
@@ -346,6 +344,9 @@ class RunConfig:
         if self.spec_tokens and model.window_layer_fracs():
             raise ValueError(f"spec_tokens > 0 is built for full attention: model {model.name} has sliding-window "
                              f"or sparse (top-k) layers")
+        if self.spec_tokens and model.kv_layout == "latent" and self.kernel != "none":
+            raise ValueError(f"spec_tokens > 0 with a kernel needs per-head K/V: model {model.name} stores a latent "
+                             f"row, whose kernel decodes one query per sequence; use kernel none")
         gpu = gpu_from_name(self.gpu)
         if self.kv_slots is not None:
             capacity_slots = self.kv_slots

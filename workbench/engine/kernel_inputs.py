@@ -11,17 +11,25 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import AppendResult, Strategy
-from workbench.engine.plan import NO_SLOTS, GroupKernelInputs, KernelInputs, Landed, Prefill, SeqWrite
+from workbench.engine.plan import NO_SLOTS, GroupKernelInputs, KernelInputs, Landed, Prefill, SeqWrite, Verify
 
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
 
 
 def kernel_inputs(strategy: Strategy, attention: bool, ids: list[int], decode_seq_ids, positions, token_ids,
-                  prefills: list[Prefill], appended: AppendResult | None, landed: list[Landed] = ()) -> KernelInputs:
+                  prefills: list[Prefill], appended: AppendResult | None, landed: list[Landed] = (),
+                  verify: Verify | None = None) -> KernelInputs:
     """Pure reads of the strategy. `decode_seq_ids`, `positions`, `token_ids` describe the decode batch
     `ids` (None when it is empty), `appended` is the step's decode append (None when nothing decodes);
-    `landed` sequences have their shipped rows written, with no query."""
+    `landed` sequences have their shipped rows written, with no query. With `verify` (speculative decoding)
+    the decode batch is a verify step: each sequence writes its last token's and its drafts' rows and queries
+    all of them over its KV, as a prefill chunk does (the drafts' rows hold the tokens the target accepts:
+    draft token ids are not modeled)."""
     writes = []
+    if verify is not None:
+        writes += [SeqWrite(s, c - 1, c + d, c - 1)
+                   for s, c, d in zip(verify.ids, verify.ctx.tolist(), verify.drafts.tolist(), strict=True)]
+        ids, decode_seq_ids, appended = [], None, None
     for p in prefills:
         for sample, seq_id in enumerate(p.seq_ids):
             # the first sequence computes the prompt; the others only their own recomputed tokens

@@ -284,7 +284,7 @@ class Scheduler:
         if self.config.kernel_every is not None:
             kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, grown.seq_ids,
                                    grown.positions, grown.token_ids, admitted.prefills, grown.appended,
-                                   admitted.landed)
+                                   admitted.landed, self._verify if self.spec is not None else None)
         refused = admitted.refused_extent
         columns = ()
         if self.spec is not None:
