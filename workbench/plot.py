@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -23,6 +22,7 @@ from workbench.api import Result
 from workbench.figures import fragmentation_timeline, memory_waste, style, throughput_vs_rate
 from workbench.figures.build import draw_table
 from workbench.figures.caption import add_caption, caption_line
+from workbench.figures.coincide import coincidence_notes, coinciding
 
 Data = Result | Sequence[Result] | pd.DataFrame
 
@@ -88,15 +88,9 @@ def draw_once(ax, series: Sequence[tuple[str, Any, Any, dict[str, Any]]]) -> lis
     """Plot each `(label, x, y, line style)` of `series` on `ax`, drawing series that coincide point for point
     once: in the first one's style, under their labels joined by ' = '. Returns a sentence per merged group,
     for the figure's caption (`workbench.figures.caption.add_caption`); none when every series differs."""
-    groups: list[tuple[list[str], np.ndarray, np.ndarray, dict[str, Any]]] = []
-    for label, x, y, line_style in series:
-        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-        same = next((g for g in groups if g[1].shape == x.shape and g[2].shape == y.shape
-                     and np.array_equal(g[1], x, equal_nan=True) and np.array_equal(g[2], y, equal_nan=True)), None)
-        if same is None:
-            groups.append(([label], x, y, line_style))
-        else:
-            same[0].append(label)
+    groups = coinciding(series)
     for labels, x, y, line_style in groups:
         ax.plot(x, y, **{**line_style, "label": " = ".join(labels)})
-    return [f"{' and '.join(labels)} coincide at every point: drawn once" for labels, *_ in groups if len(labels) > 1]
+    return coincidence_notes(groups)
+
+
