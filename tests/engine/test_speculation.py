@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.engine.conftest import SMALL_MODEL as SMALL_MODEL_ARG
 from tests.engine.conftest import checked_strategy, replace, small_config
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
@@ -277,3 +278,33 @@ def test_window_and_sparse_models_refuse_speculation():
     for model in ("gpt-oss-20b", "deepseek-v3.2"):
         with pytest.raises(ValueError, match="built for full attention"):
             RunConfig(model=model, kernel="none", spec_tokens=2, kv_gib=1.0).resolve()
+
+
+def _lengths_file(path, accepted: list[int]) -> str:
+    rows = [f"{40 + 7 * i},{30 + 5 * i},{a}" for i, a in enumerate(accepted)]
+    path.write_text("input_tokens,output_tokens,accepted\n" + "\n".join(rows) + "\n")
+    return f"lengths:{path}"
+
+
+@pytest.mark.parametrize("given, rate", [(3, 1.0), (0, 0.0)])
+def test_a_trace_column_gives_each_request_its_accepted_length(tmp_path, given, rate):
+    """`accepted` = K: every draft is kept; 0: every draft is rolled back and a step yields one token."""
+    workload = _lengths_file(tmp_path / "lengths.csv", [given] * 20)
+    cfg = _spec_config("paged", workload=workload, num_requests=20, spec_accept=0.5)
+    result = _run(cfg)
+    assert result.summary["spec_accept_rate"] == rate and result.summary["spec_draft_tokens"] > 0
+    assert (result.steps["accepted_tokens"].sum() == 0) == (given == 0)
+    if given == 0:
+        assert result.summary["spec_tokens_per_step"] == 1.0
+
+
+def test_a_trace_column_past_k_is_refused_before_the_run(tmp_path):
+    from workbench.run import main
+
+    workload = _lengths_file(tmp_path / "lengths.csv", [1, 1, 5, 1])
+    out = tmp_path / "out"
+    argv = ["--model", SMALL_MODEL_ARG, "--kv-slots", "1024", "--workload", workload, "--kernel", "none",
+            "--spec-tokens", "3", "--rate", "10", "--out", str(out)]
+    assert main(argv) == 2 and not out.exists()
+    argv[argv.index("--spec-tokens") + 1] = "5"
+    assert main(argv) == 0 and (out / "summary.json").is_file()

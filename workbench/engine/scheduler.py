@@ -225,8 +225,9 @@ class Scheduler:
             indices = np.array([g.index for g in groups], dtype=np.int64)
             kv_len = np.array([g.kv_len for g in groups], dtype=np.int64)
             prompts = np.array([g.request.prompt_tokens for g in groups], dtype=np.int64)
-            self._verify = Verify(ids, indices, drafts, self.spec.accepted(indices, generated, drafts), kv_len + 1,
-                                  kv_len + 1 - prompts)
+            given = np.array([g.request.accepted for g in groups], dtype=np.int64)
+            self._verify = Verify(ids, indices, drafts, self.spec.accepted(indices, generated, drafts, given),
+                                  kv_len + 1, kv_len + 1 - prompts)
         return appended
 
     def _settle(self, v: Verify) -> None:
@@ -350,7 +351,7 @@ class Scheduler:
         left = rules.tokens_left(g.request.output_tokens, g.generated)
         g.synced_step = self.step
         steps = left if self.spec is None or not left else \
-            self.spec.steps_to_finish(g.index, g.generated, g.request.output_tokens)
+            self.spec.steps_to_finish(g.index, g.generated, g.request.output_tokens, g.request.accepted)
         self.finish_at.setdefault(self.step + steps, []).append((g, g.epoch))
         if left:  # a group with nothing left stays STARTING and finishes in this `complete`
             self.batch.join(g, self.step)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from workbench import table_sink
@@ -35,7 +36,7 @@ from workbench.engine.scheduler import Scheduler
 from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.summary_counters import summary_counters
 from workbench.engine.tokens import TokenStore
-from workbench.errors import UnservableError
+from workbench.errors import ConfigError, UnservableError
 from workbench.fleet import disaggregated, fleet
 from workbench.fleet.registry import make_router
 from workbench.heap import release_free_memory
@@ -43,7 +44,7 @@ from workbench.outdir import OutputExistsError, install, staging_dir
 from workbench.results import REQUESTS_TABLE, STEPS_TABLE, summarize_chunks, write_json, write_outputs
 from workbench.table_sink import MemorySink, ParquetSink, TableSink
 from workbench.workload import build_workload, check_workload
-from workbench.workload.request import Request, failed_rows_dropped, shortest_request
+from workbench.workload.request import Request, RequestColumns, failed_rows_dropped, shortest_request
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ def _prepared(cfg: RunConfig) -> tuple[float, Resolved, Sequence[Request]]:
     wall0 = time.perf_counter()
     res = check_config(cfg)
     requests = build_workload(cfg)
+    check_accepted(cfg, requests)
     check_servable(cfg, res, requests)
     return wall0, res, requests
 
@@ -316,6 +318,21 @@ def make_scheduler(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: 
         attention_windows=res.model.window_layer_fracs(), spec_tokens=cfg.spec_tokens, spec_accept=cfg.spec_accept,
         spec_draft_model=DRAFT_KV_LAYERS[cfg.spec_method] > 0)
     return Scheduler(strategy, requests, tokens, config)
+
+
+def check_accepted(cfg: RunConfig, requests: Sequence[Request]) -> None:
+    """Raise ConfigError when the trace's `accepted` column (speculative decoding) gives a request more accepted
+    drafts a step than the drafts it writes (`spec_tokens`)."""
+    if not cfg.spec_tokens:  # without speculation the column says nothing
+        return
+    accepted = getattr(requests, "accepted", None)  # a columns workload's own column, else each request's field
+    if accepted is None and not isinstance(requests, RequestColumns):
+        accepted = np.array([r.accepted for r in requests], dtype=np.int64)
+    if accepted is None or not len(accepted) or int(accepted.max()) <= cfg.spec_tokens:
+        return
+    i = int(np.argmax(accepted > cfg.spec_tokens))
+    raise ConfigError(f"workload {cfg.workload}: request {i} has accepted = {int(accepted[i])} drafts a step, more than "
+                     f"the spec_tokens = {cfg.spec_tokens} drafts it writes")
 
 
 def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> None:

@@ -49,9 +49,15 @@ class Speculation:
         generate, >= 1)."""
         return np.minimum(self.k, left - 1)
 
-    def accepted(self, requests: np.ndarray, generated: np.ndarray, drafts: np.ndarray) -> np.ndarray:
+    def accepted(self, requests: np.ndarray, generated: np.ndarray, drafts: np.ndarray,
+                 given: np.ndarray | None = None) -> np.ndarray:
         """Drafts accepted of `drafts` (int64 each), for requests (their workload indices) that had generated
-        `generated` tokens before the step."""
+        `generated` tokens before the step. `given`: each request's own accepted length from the trace's
+        `accepted` column (-1 where it has none: drawn), capped by its drafts."""
+        drawn = self._drawn(requests, generated, drafts)
+        return drawn if given is None else np.where(given >= 0, np.minimum(given, drafts), drawn)
+
+    def _drawn(self, requests: np.ndarray, generated: np.ndarray, drafts: np.ndarray) -> np.ndarray:
         h = mix64(self._seed ^ mix64(requests.astype(np.uint64) * _REQUEST_MUL
                                      ^ generated.astype(np.uint64) * _GENERATED_MUL))
         u = (h >> np.uint64(11)).astype(np.float64) * _UNIT  # [n] in [0, 1)
@@ -59,14 +65,14 @@ class Speculation:
         a = np.count_nonzero(u[:, None] < self._powers[None, :], axis=1)
         return np.minimum(a, drafts)
 
-    def steps_to_finish(self, request: int, generated: int, output_tokens: int) -> int:
+    def steps_to_finish(self, request: int, generated: int, output_tokens: int, given: int = -1) -> int:
         """Verify steps a request that has generated `generated` of its `output_tokens` tokens takes to finish
-        (each advances it by its accepted drafts + 1)."""
+        (each advances it by its accepted drafts + 1; `given` as for `accepted`)."""
         steps = 0
-        req = np.array([request], dtype=np.int64)
+        req, fixed = np.array([request], dtype=np.int64), np.array([given], dtype=np.int64)
         while generated < output_tokens:
             left = np.array([output_tokens - generated], dtype=np.int64)
             gen = np.array([generated], dtype=np.int64)
-            generated += int(self.accepted(req, gen, self.drafts(left))[0]) + 1
+            generated += int(self.accepted(req, gen, self.drafts(left), fixed)[0]) + 1
             steps += 1
         return steps

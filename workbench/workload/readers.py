@@ -119,20 +119,26 @@ def read_lengths(path: Path, spec: WorkloadSpec, *, seed: int, rate: float, max_
         raise WorkloadError(path, 1, None, f"a header with the columns {expected}", ",".join(table.columns))
     prompt = numbers(path, table, pair[0], integer=True)
     output = numbers(path, table, pair[1], integer=True)
+    # speculative decoding: the drafts each of a request's verify steps accepts (docs/speculative.md)
+    accepted = numbers(path, table, "accepted", integer=True) if "accepted" in table.columns else None
     kept, prompt, output, notes, dropped = settle_failed(path, table.lines, prompt, output, failed=_failed(spec),
                                                 prompt_field=pair[0], output_field=pair[1])
+    if accepted is not None:
+        accepted = accepted[kept]
     if spec.get_choice("filter", "max_model_len", ("max_model_len", "none")) == "max_model_len":
         fits = prompt + output <= max_model_len
         if not fits.all():
             notes.append(f"dropped {int((~fits).sum())} of {len(fits)} pairs with {pair[0]} + {pair[1]} > "
                          f"max_model_len {max_model_len}; filter=none keeps them")
         prompt, output = prompt[fits], output[fits]
+        accepted = None if accepted is None else accepted[fits]
         if len(prompt) == 0:
             raise WorkloadError(path, None, pair[0], f"at least one pair within max_model_len {max_model_len}")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(prompt))
     arrival_s = arrival_times_s(rng, rate, spec.get_float("cv", 1.0), num=len(prompt))
-    return RequestTable(arrival_s, prompt[order], output[order], notes=notes, failed_rows_dropped=dropped)
+    return RequestTable(arrival_s, prompt[order], output[order], notes=notes, failed_rows_dropped=dropped,
+                        accepted=None if accepted is None else accepted[order])
 
 
 def _failed(spec: WorkloadSpec) -> str:

@@ -40,6 +40,9 @@ class Request:
     n: int = 1  # parallel samples sharing the prompt
     beam_width: int = 1  # beam search width (1 = no beam search)
     session_id: str | None = None
+    # speculative decoding (workbench.engine.speculation): drafts each of its verify steps accepts, from a trace's
+    # `accepted` column; -1: drawn from --spec-accept
+    accepted: int = -1
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1:
@@ -50,6 +53,9 @@ class Request:
             raise ValueError(f"request {self.request_id}: n and beam_width must be >= 1")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError(f"request {self.request_id}: parallel sampling and beam search are exclusive")
+        if self.accepted < -1:
+            raise ValueError(f"request {self.request_id}: accepted must be >= 0 drafts (or -1: none given), got "
+                             f"{self.accepted}")
         if sum(s.length for s in self.content) != self.prompt_tokens:
             raise ValueError(f"request {self.request_id}: content covers "
                              f"{sum(s.length for s in self.content)} tokens, prompt has {self.prompt_tokens}")
@@ -108,7 +114,8 @@ class RequestColumns(Sequence[Request]):
 
     def __init__(self, arrival_s: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray, *,
                  unique_keys: np.ndarray | None, contents: list[tuple[Segment, ...]] | None, n: int,
-                 beam_width: int, sessions: list[str | None] | None, failed_rows_dropped: int = 0) -> None:
+                 beam_width: int, sessions: list[str | None] | None, failed_rows_dropped: int = 0,
+                 accepted: np.ndarray | None = None) -> None:
         """`unique_keys` (uint64 [N], or read like one: `table.UniqueKeys`): request i's prompt is one segment
         `Segment(unique_keys[i], prompt)`; else `contents[i]` is its prompt. `sessions`: None when no request
         has a session."""
@@ -124,6 +131,7 @@ class RequestColumns(Sequence[Request]):
         self.beam_width = beam_width
         self.sessions = sessions
         self.failed_rows_dropped = failed_rows_dropped  # trace rows the reader dropped as failed, before these
+        self.accepted = accepted  # int32 [N]: a trace's `accepted` column (Request.accepted); None: none given
 
     def __len__(self) -> int:
         return self.arrival_s.shape[0]
@@ -135,6 +143,8 @@ class RequestColumns(Sequence[Request]):
                     and np.array_equal(self.prompt_tokens, other.prompt_tokens)
                     and np.array_equal(self.output_tokens, other.output_tokens)
                     and (self.n, self.beam_width, self.sessions) == (other.n, other.beam_width, other.sessions)
+                    and (self.accepted is None) == (other.accepted is None)
+                    and (self.accepted is None or np.array_equal(self.accepted, other.accepted))
                     and list(self._contents()) == list(other._contents()))
         if isinstance(other, Sequence):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
@@ -179,6 +189,7 @@ class RequestColumns(Sequence[Request]):
         _set(request, "n", self.n)
         _set(request, "beam_width", self.beam_width)
         _set(request, "session_id", None if self.sessions is None else self.sessions[i])
+        _set(request, "accepted", -1 if self.accepted is None else int(self.accepted[i]))
         return request
 
 

@@ -37,6 +37,7 @@ class RequestTable:
     session_id: list[str | None] | None = None  # per row
     notes: list[str] = field(default_factory=list)  # what a reader dropped or changed, said by describe
     failed_rows_dropped: int = 0  # rows of the file a reader dropped as failed requests (workload.failed)
+    accepted: np.ndarray | None = None  # int64 [num_rows]: drafts each verify step accepts (Request.accepted)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -137,8 +138,9 @@ def finalize(
         answer_keys = output_keys(np.arange(len(order)), 0).tolist()  # [kept] key of each request's answer
         ids = final_id.tolist()
         keys, contents = None, [_resolve(table.content[r], ids, answer_keys, i) for i, r in enumerate(order.tolist())]
+    accepted = None if table.accepted is None else _int32_column(table.accepted, order)
     return RequestColumns(arrival_s, prompt, output, unique_keys=keys, contents=contents, n=n, beam_width=beam_width,
-                          sessions=sessions, failed_rows_dropped=table.failed_rows_dropped)
+                          sessions=sessions, failed_rows_dropped=table.failed_rows_dropped, accepted=accepted)
 
 
 def _int32_column(values: np.ndarray, order: np.ndarray) -> np.ndarray:
