@@ -331,8 +331,8 @@ def check_accepted(cfg: RunConfig, requests: Sequence[Request]) -> None:
     if accepted is None or not len(accepted) or int(accepted.max()) <= cfg.spec_tokens:
         return
     i = int(np.argmax(accepted > cfg.spec_tokens))
-    raise ConfigError(f"workload {cfg.workload}: request {i} has accepted = {int(accepted[i])} drafts a step, more than "
-                     f"the spec_tokens = {cfg.spec_tokens} drafts it writes")
+    raise ConfigError(f"workload {cfg.workload}: request {i} has accepted = {int(accepted[i])} drafts a step, more "
+                      f"than the spec_tokens = {cfg.spec_tokens} drafts it writes")
 
 
 def check_servable(cfg: RunConfig, res: Resolved, requests: list[Request]) -> None:
