@@ -99,6 +99,39 @@ class PoolModel:
         for seq_id, token in zip(seq_ids, new.tolist(), strict=True):
             self.tokens[seq_id].append(token)
 
+    def speculate(self, seq_ids: list[int], last: np.ndarray, drafts: np.ndarray, draft_tokens: np.ndarray) -> bool:
+        """A speculative step's slots (`append_with_drafts`): each sequence's last token `last[i]` and `drafts[i]`
+        draft slots, written with `draft_tokens` (concatenated); the drafts count as the sequences' tokens until
+        `settle`. False, and nothing changed, when the pool refuses."""
+        held = self._held_blocks()
+        result = self.s.append_with_drafts(seq_ids, last if self.s.wants_token_ids else None, drafts)
+        if result is None:
+            return False
+        self._host_moves(held)
+        self._copy(result.copies)
+        self.cow_copies += result.copies.shape[0]
+        self.device[result.slots] = last
+        at = 0
+        for seq_id, token, d in zip(seq_ids, last.tolist(), drafts.tolist(), strict=True):
+            self.tokens[seq_id].append(token)
+            length = len(self.tokens[seq_id])
+            self.device[self.s.slot_mapping(seq_id, length, length + d)] = draft_tokens[at:at + d]
+            self.tokens[seq_id] += draft_tokens[at:at + d].tolist()
+            at += d
+        return True
+
+    def settle(self, seq_ids: list[int], drafts: np.ndarray, accepted: np.ndarray) -> None:
+        """`settle_drafts`: the first accepted[i] drafts of each sequence are kept (verified: the tokens written
+        stand), the rest rolled back."""
+        verified = []
+        for seq_id, d, a in zip(seq_ids, drafts.tolist(), accepted.tolist(), strict=True):
+            kept = len(self.tokens[seq_id]) - d + a
+            verified += self.tokens[seq_id][kept - a:kept]
+            del self.tokens[seq_id][kept:]
+        held = self._held_blocks()
+        self.s.settle_drafts(seq_ids, drafts, accepted, np.array(verified, dtype=np.int32))
+        self._host_moves(held)
+
     def fork(self, parent: int, child: int):
         result = self.s.fork(parent, child)
         if result.admitted:

@@ -9,6 +9,8 @@ are executed on a model host pool, a promoted prefix must read back its tokens, 
 sequence holds is ever demoted, and host used + host free == host capacity after every operation.
 Half of the admissions are chunked (chunked prefill): the group holds its first chunk and `extend`
 brings the rest of its prompt in random chunks, while it is neither appended to, forked nor swapped.
+A speculative step (every strategy that `supports_drafts`) writes each sequence's last token and random
+drafts, is checked with the drafts held, then keeps a random number of them and rolls the rest back.
 """
 
 from __future__ import annotations
@@ -142,8 +144,8 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
     seen: list[np.ndarray] = []  # token ids of freed sequences, prompt and appended tokens
     next_id = 0
     for _ in range(num_ops):
-        op = rng.choice(["admit", "admit", "extend", "append", "append", "append", "fork", "free", "swap_out",
-                         "swap_in"])
+        op = rng.choice(["admit", "admit", "extend", "append", "append", "append", "speculate", "fork", "free",
+                         "swap_out", "swap_in"])
         prefilling = {i for g in groups if g[0] in pending for i in g}
         on_device = [i for i in model.on_device() if i not in prefilling]
         if op == "admit":
@@ -190,6 +192,20 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
                     for i in victim:
                         model.free(i)
                     groups.remove(victim)
+        elif op == "speculate" and on_device and s.supports_drafts:
+            # speculative decoding: each sequence's last token and drafts up to its final length, all or nothing
+            batch = [i for i in on_device if len(model.tokens[i]) < model.final[i] and rng.random() < 0.7]
+            if not batch:
+                continue
+            room = np.array([model.final[i] - len(model.tokens[i]) - 1 for i in batch])
+            drafts = np.minimum(rng.integers(0, 6, len(batch)), room)
+            before = s.snapshot()
+            last = rng.integers(0, 1000, len(batch)).astype(np.int32)
+            if model.speculate(batch, last, drafts, rng.integers(0, 1000, int(drafts.sum())).astype(np.int32)):
+                _check(model)  # the drafts held, unverified
+                model.settle(batch, drafts, np.minimum(rng.integers(0, 6, len(batch)), drafts))
+            else:
+                assert s.snapshot() == before, "a refused speculative step changed the pool"
         elif op == "fork" and on_device:
             parent = on_device[int(rng.integers(len(on_device)))]
             if model.fork(parent, next_id).admitted:
