@@ -19,8 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import NO_PAIRS, Strategy
-from workbench.clock.step_cost import CostMeter, with_drafts
-from workbench.columns import SPEC_STEP_COLUMNS
+from workbench.clock.step_cost import CostMeter
 from workbench.engine import reasons, rules
 from workbench.engine.admission import Admission
 from workbench.engine.admission_order import admission_order
@@ -29,22 +28,12 @@ from workbench.engine.beam_forks import BeamForks
 from workbench.engine.decode_batch import DecodeBatch
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.kernel_inputs import kernel_inputs
-from workbench.engine.plan import (
-    NOTHING_ADMITTED,
-    Admitted,
-    GrownBatch,
-    Prefill,
-    Resumed,
-    StepPlan,
-    Verify,
-    concat_pairs,
-)
+from workbench.engine.plan import NOTHING_ADMITTED, Admitted, GrownBatch, Prefill, Resumed, StepPlan, concat_pairs
 from workbench.engine.prefill_chunks import PrefillChunks
 from workbench.engine.request_log import RequestLog
 from workbench.engine.scheduler_config import SchedulerConfig
-from workbench.engine.speculation import Speculation
-from workbench.engine.summary_counters import SPEC_COUNTERS, spec_rates
 from workbench.engine.tokens import TokenStore
+from workbench.engine.verify_steps import VerifySteps
 from workbench.workload.request import Request, any_beam_search
 
 
@@ -87,14 +76,8 @@ class Scheduler:
         self.needs_token_ids = strategy.wants_token_ids or config.kernel_every is not None
         self.held: dict[int, Group] = {}  # request index -> a finished group whose blocks are still allocated
         self.held_seqs = 0  # their sequences: not running, but their blocks will come free
-        self.spec: Speculation | None = None  # speculative decoding (docs/speculative.md); None: off
-        if config.spec_tokens:
-            if not strategy.supports_drafts:
-                raise ValueError(f"strategy {strategy.name} ({type(strategy).__name__}) does not support speculative "
-                                 f"decoding (spec_tokens > 0)")
-            self.spec = Speculation(config.spec_tokens, config.spec_accept, config.seed)
-        self._verify: Verify | None = None  # this step's verify, from `_grow_batch` to `complete`
-        self._spec_totals = [0, 0, 0]  # request steps verified, drafts written, drafts accepted
+        # speculative decoding (docs/speculative.md); None: off
+        self.spec = VerifySteps(strategy, tokens, self.log, self.batch, config) if config.spec_tokens else None
 
     # ---- queue state -------------------------------------------------------------------------
     @property
@@ -165,7 +148,7 @@ class Scheduler:
         grown = self._grow_batch(swap_out)
         if grown.appended is not None and len(grown.appended.copies):
             copies.append(grown.appended.copies)
-        decode_tokens = len(grown.ids) + (int(self._verify.drafts.sum()) if self._verify is not None else 0)
+        decode_tokens = len(grown.ids) if self.spec is None else self.spec.decode_tokens(len(grown.ids))
         budget = self.config.max_num_batched_tokens - (decode_tokens if self.chunks is not None else 0)
         admitted = Admitted()
         if not grown.preemptions:
@@ -198,7 +181,7 @@ class Scheduler:
                 grown.token_ids = self.tokens.generated(grown.seq_ids, generated)
             token_ids = grown.token_ids if strategy.wants_token_ids else None
             grown.appended = (strategy.append_if_room(grown.ids, token_ids) if self.spec is None
-                              else self._append_verify(grown.ids, token_ids))
+                              else self.spec.append(grown.ids, token_ids))
             if grown.appended is not None:
                 batch.meter.decoded(len(grown.ids), self.step)
                 return grown
@@ -213,45 +196,9 @@ class Scheduler:
             grown.ids = batch.ids()
         return GrownBatch(grown.ids, preemptions=grown.preemptions)  # nobody decodes: no positions, no tokens
 
-    def _append_verify(self, ids: list[int], token_ids: np.ndarray | None):
-        """Mutates when the pool has room. Speculative decoding: each sequence's last-token slot and its drafts,
-        all or nothing (`Strategy.append_with_drafts`); the step's `Verify` is kept for `complete`."""
-        groups = self.batch.groups  # one sequence each, batch order
-        generated = np.array([g.generated for g in groups], dtype=np.int64)
-        outputs = np.array([g.request.output_tokens for g in groups], dtype=np.int64)
-        drafts = self.spec.drafts(outputs - generated)
-        appended = self.strategy.append_with_drafts(ids, token_ids, drafts)
-        if appended is not None:
-            indices = np.array([g.index for g in groups], dtype=np.int64)
-            kv_len = np.array([g.kv_len for g in groups], dtype=np.int64)
-            prompts = np.array([g.request.prompt_tokens for g in groups], dtype=np.int64)
-            given = np.array([g.request.accepted for g in groups], dtype=np.int64)
-            self._verify = Verify(ids, indices, drafts, self.spec.accepted(indices, generated, drafts, given),
-                                  kv_len + 1, kv_len + 1 - prompts)
-        return appended
-
-    def _settle(self, v: Verify) -> None:
-        """Mutates. The verify step ended: each sequence keeps its accepted drafts and rolls back the rest, and
-        its group advances by its accepted drafts + 1 tokens."""
-        token_ids = None
-        if self.strategy.wants_token_ids:
-            starts = np.repeat(v.first_generated - np.cumsum(v.accepted) + v.accepted, v.accepted)
-            offsets = starts + np.arange(int(v.accepted.sum()), dtype=np.int64)
-            token_ids = self.tokens.generated(np.repeat(np.asarray(v.ids, dtype=np.int64), v.accepted), offsets)
-        self.strategy.settle_drafts(v.ids, v.drafts, v.accepted, token_ids)
-        self.log.accepted(v.requests, v.accepted)
-        self.batch.advanced(v.accepted, self.step)
-        totals = self._spec_totals
-        totals[0] += len(v.ids)
-        totals[1] += int(v.drafts.sum())
-        totals[2] += int(v.accepted.sum())
-
     def spec_counters(self) -> dict[str, int | float]:
         """Speculative decoding's summary counters and rates (empty when it is off)."""
-        if self.spec is None:
-            return {}
-        counters = dict(zip(SPEC_COUNTERS, self._spec_totals, strict=True))
-        return {**counters, **spec_rates(counters)}
+        return {} if self.spec is None else self.spec.counters()
 
     def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted) -> None:
         """Mutates. Nothing was preempted: the partial prefill continues, swapped groups come back, then (with
@@ -285,16 +232,11 @@ class Scheduler:
         if self.config.kernel_every is not None:
             kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, grown.seq_ids,
                                    grown.positions, grown.token_ids, admitted.prefills, grown.appended,
-                                   admitted.landed, self._verify if self.spec is not None else None)
+                                   admitted.landed, None if self.spec is None else self.spec.verify)
         refused = admitted.refused_extent
         columns = ()
         if self.spec is not None:
-            v = self._verify if grown is not None else None
-            drafts = 0 if v is None else int(v.drafts.sum())
-            accepted = 0 if v is None else int(v.accepted.sum())
-            if drafts:
-                cost = with_drafts(cost, v.ctx, v.drafts, self.block_size, self.config.spec_draft_model)
-            columns = tuple(zip(SPEC_STEP_COLUMNS, (drafts, accepted, drafts - accepted), strict=True))
+            cost, columns = self.spec.step_parts(cost, self.block_size, grown is not None)
         return StepPlan(self.step, self.batch.requests(), tuple(admitted.started), tuple(admitted.prefills), swap_out,
                         admitted.swap_in, copies, forks, preemptions, refused, strategy.snapshot(refused), cost, kernel,
                         effects, tuple(admitted.landed), columns)
@@ -304,9 +246,8 @@ class Scheduler:
         groups are freed. Returns how many groups finished."""
         self.step += 1
         step, live = self.step, self.live
-        if self._verify is not None:
-            self._settle(self._verify)
-            self._verify = None
+        if self.spec is not None:
+            self.spec.settle(step)
         if self.has_beams:
             for i in plan.decode_requests:
                 g = live[i]
@@ -350,8 +291,7 @@ class Scheduler:
         """A STARTING group joins the decode batch; it finishes after (output - generated) more steps."""
         left = rules.tokens_left(g.request.output_tokens, g.generated)
         g.synced_step = self.step
-        steps = left if self.spec is None or not left else \
-            self.spec.steps_to_finish(g.index, g.generated, g.request.output_tokens, g.request.accepted)
+        steps = left if self.spec is None or not left else self.spec.steps_to_finish(g)
         self.finish_at.setdefault(self.step + steps, []).append((g, g.epoch))
         if left:  # a group with nothing left stays STARTING and finishes in this `complete`
             self.batch.join(g, self.step)
