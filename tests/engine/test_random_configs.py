@@ -1,4 +1,4 @@
-"""Randomized runs (hypothesis): under any strategy, pool size, fan-out and preemption mode, the
+"""Randomized runs (hypothesis): under any strategy, pool size, fan-out (or speculation) and preemption mode, the
 strategy's integrity holds after every step, the six-way partition is exact, and no request vanishes."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from workbench.allocators import registry
 
 CONFIGS = dict(
     strategy=st.sampled_from(registry.names()), block_size=st.sampled_from([1, 3, 8, 16]),
-    kv_slots=st.integers(512, 3000), fanout=st.sampled_from([("n", 1), ("n", 2), ("n", 4), ("beam_width", 2)]),
+    kv_slots=st.integers(512, 3000),
+    # fan-out, or speculative decoding (one sequence a request, K drafts a step)
+    fanout=st.sampled_from([("n", 1), ("n", 2), ("n", 4), ("beam_width", 2), ("spec_tokens", 3), ("spec_tokens", 7)]),
     preemption=st.sampled_from(["recompute", "swap"]), fit=st.sampled_from(["first", "best", "buddy"]),
     workload=st.sampled_from(["alpaca-like", "sharegpt-like", "system-prompt:k=3,system=30,lengths=alpaca",
                               "multi-turn:turns=3,think=0.2,lengths=alpaca"]),

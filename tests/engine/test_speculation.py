@@ -308,3 +308,14 @@ def test_a_trace_column_past_k_is_refused_before_the_run(tmp_path):
     assert main(argv) == 2 and not out.exists()
     argv[argv.index("--spec-tokens") + 1] = "5"
     assert main(argv) == 0 and (out / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("fleet", [{"replicas": 2}, {"prefill_replicas": 1, "decode_replicas": 1}])
+def test_a_fleet_drafts_on_each_replica_and_sums_the_counters(fleet):
+    """Colocated replicas, and disaggregated prefill/decode (the decode replica drafts for shipped prompts):
+    every request finishes and the summary's counters are the replicas' step columns summed."""
+    cfg = _spec_config("paged-prefix", workload="system-prompt:k=2,system=64", **fleet)
+    result = _run(cfg)
+    assert "replica" in result.requests and (result.requests["status"] == "finished").all()
+    assert result.summary["spec_draft_tokens"] == int(result.steps["draft_slots"].sum()) > 0
+    assert result.summary["spec_accepted_tokens"] == int(result.steps["accepted_tokens"].sum())
