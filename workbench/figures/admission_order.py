@@ -49,7 +49,7 @@ def _bars(ax, points: pd.DataFrame, key: str, scale: float) -> None:
                 x.append(i + (j - (len(SCHEDULE_NAMES) - 1) / 2) * width)
                 heights.append(float(rows[key].iloc[0]) * scale)
         ax.bar(x, heights, width=width, color=ORDER_COLORS[order], edgecolor="black", linewidth=0.4, label=order)
-    ax.set_xticks(range(len(strategies)), [style.strategy_label(s) for s in strategies])
+    ax.set_xticks(range(len(strategies)), strategies)  # the registry's names: the labels are too wide for a third
     ax.grid(axis="x", visible=False)
 
 
