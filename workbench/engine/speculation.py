@@ -68,11 +68,14 @@ class Speculation:
     def steps_to_finish(self, request: int, generated: int, output_tokens: int, given: int = -1) -> int:
         """Verify steps a request that has generated `generated` of its `output_tokens` tokens takes to finish
         (each advances it by its accepted drafts + 1; `given` as for `accepted`)."""
-        steps = 0
-        req, fixed = np.array([request], dtype=np.int64), np.array([given], dtype=np.int64)
-        while generated < output_tokens:
-            left = np.array([output_tokens - generated], dtype=np.int64)
-            gen = np.array([generated], dtype=np.int64)
-            generated += int(self.accepted(req, gen, self.drafts(left), fixed)[0]) + 1
+        # the step that starts at each generated count the request can reach, drawn at once; then the walk
+        reachable = np.arange(generated, output_tokens, dtype=np.int64)  # [output - generated]
+        n = reachable.shape[0]
+        advance = (self.accepted(np.full(n, request, dtype=np.int64), reachable,
+                                 self.drafts(output_tokens - reachable), np.full(n, given, dtype=np.int64))
+                   + 1).tolist()
+        steps, at = 0, 0
+        while at < n:
+            at += advance[at]
             steps += 1
         return steps

@@ -332,15 +332,14 @@ class PagedStrategy(PagedSwap, Strategy):
         return to the pool."""
         self._reserved_memo = -1
         t = self.tables
-        rows = t.seqs.rows(seq_ids)
-        lengths = t.seqs.column("length")
-        for row, k in zip(rows[num_slots > 0].tolist(), num_slots[num_slots > 0].tolist(), strict=True):
-            dropped = t.truncate_row(row, int(lengths[row]) - k)
-            self._refcount[dropped] -= 1
-            self._written_slots -= k
-            self._logical_slots -= k
-            self._table_entries -= dropped.shape[0]
-            self._release(dropped[self._refcount[dropped] == 0])
+        shrinking = num_slots > 0
+        rows, k = t.seqs.rows(seq_ids)[shrinking], num_slots[shrinking]
+        dropped = t.truncate_rows(rows, t.seqs.column("length")[rows] - k)
+        self._refcount[dropped] -= 1  # distinct blocks: a draft's block is its sequence's alone
+        self._written_slots -= int(k.sum())
+        self._logical_slots -= int(k.sum())
+        self._table_entries -= dropped.shape[0]
+        self._release(dropped[self._refcount[dropped] == 0])
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
         return self.tables.slot_mapping(seq_id, start, stop)

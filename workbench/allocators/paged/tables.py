@@ -52,15 +52,17 @@ class BlockTables:
         if blocks.shape[0]:
             self.seqs.columns["last_block"][row] = blocks[-1]
 
-    def truncate_row(self, row: int, length: int) -> np.ndarray:
-        """Mutates. The row holds only its first `length` tokens; returns the table entries past them, int32
-        (the caller drops their references)."""
+    def truncate_rows(self, rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Mutates. Each row of `rows` (distinct, int64 [k]) holds only its first `lengths[i]` (>= 1) tokens;
+        returns the table entries past them, row after row, int32 (the caller drops their references)."""
         c, bs = self.seqs.columns, self.block_size
-        num_blocks = -(-length // bs)
-        dropped = self._table[row, num_blocks:int(c["num_blocks"][row])].copy()
-        c["length"][row] = length
-        c["num_blocks"][row] = num_blocks
-        c["last_block"][row] = self._table[row, num_blocks - 1]
+        kept = -(-lengths // bs)  # [k] blocks each row keeps
+        cut = c["num_blocks"][rows] - kept  # [k] entries each row drops
+        starts = np.repeat(rows * self._table.shape[1] + kept - np.cumsum(cut) + cut, cut)
+        dropped = self._table.ravel()[starts + np.arange(int(cut.sum()))]
+        c["length"][rows] = lengths
+        c["num_blocks"][rows] = kept
+        c["last_block"][rows] = self._table[rows, kept - 1]
         return dropped
 
     def blocks_at(self, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
