@@ -37,7 +37,8 @@ def _request(request_id: int, arrival_s: float, prompt: int, output: int) -> Req
     return Request(request_id, arrival_s, prompt, output, (Segment(1000 + request_id, prompt),))
 
 
-@pytest.mark.parametrize(("strategy", "workload"), strategy_workload_grid(registry.names(), sorted(WORKLOADS)))
+@pytest.mark.parametrize(("strategy", "workload"), strategy_workload_grid(registry.names(), sorted(WORKLOADS),
+                                                                         per_strategy=1))
 def test_every_strategy_prefills_in_chunks_with_verified_kernels(strategy, workload):
     cfg = chunked_config(strategy=strategy, **WORKLOADS[workload])
     requests = build_workload(cfg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import strategy_workload_grid
 from tests.engine.conftest import simulate_checked, small_config
 from workbench import columns as C
 from workbench.allocators import registry
@@ -55,7 +56,6 @@ def verify_with_kernels(strategy: str, workload: str) -> None:
         assert result.requests["prefix_hit_tokens"].sum() == result.summary["prefix_hit_tokens"]
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
-@pytest.mark.parametrize("strategy", registry.names())
+@pytest.mark.parametrize(("strategy", "workload"), strategy_workload_grid(registry.names(), sorted(WORKLOADS)))
 def test_strategy_with_kernels_verifies_every_step(strategy, workload):
     verify_with_kernels(strategy, workload)

@@ -58,7 +58,7 @@ def _observed_run(cfg, check_plan):
     return result, calls
 
 
-@pytest.mark.parametrize(("strategy", "workload"), strategy_workload_grid(names(), sorted(WORKLOADS)))
+@pytest.mark.parametrize(("strategy", "workload"), strategy_workload_grid(names(), sorted(WORKLOADS), per_strategy=1))
 def test_the_runner_reads_only_the_plan(strategy, workload):
     cfg = small_config(strategy=strategy, **WORKLOADS[workload])
     plans = []
@@ -70,7 +70,7 @@ def test_the_runner_reads_only_the_plan(strategy, workload):
         plans[0].step = 1
 
 
-@pytest.mark.parametrize(("strategy", "workload"), strategy_workload_grid(names(), sorted(WORKLOADS)))
+@pytest.mark.parametrize(("strategy", "workload"), strategy_workload_grid(names(), sorted(WORKLOADS), per_strategy=1))
 def test_step_cost_equals_a_recomputation_from_the_plan(strategy, workload):
     """The cost meter keeps decode totals in O(1) per step; recompute them from each sequence's length."""
     cfg = small_config(strategy=strategy, kernel_every=1, **WORKLOADS[workload])
