@@ -202,12 +202,12 @@ def with_drafts(cost: StepCost, ctx: np.ndarray, drafts: np.ndarray, block_size:
     if not d:
         return cost
     attended = int((drafts * ctx + drafts * (drafts + 1) // 2).sum())
-    more_blocks = int((-(-(ctx + drafts) // block_size) + ctx // -block_size).sum())
+    more_blocks = int((cdiv(ctx + drafts, block_size) - cdiv(ctx, block_size)).sum())
     drafting = drafts > 0
     passes = int(drafts.max()) if draft_model else 0
     return cost._replace(
-        num_decode_tokens=cost.num_decode_tokens + d, num_running=cost.num_running,
-        kv_read_tokens=cost.kv_read_tokens + d, attn_query_ctx=cost.attn_query_ctx + attended,
+        num_decode_tokens=cost.num_decode_tokens + d, kv_read_tokens=cost.kv_read_tokens + d,
+        attn_query_ctx=cost.attn_query_ctx + attended,
         decode_ctx_tokens=cost.decode_ctx_tokens + d, decode_blocks=cost.decode_blocks + more_blocks,
         unshared_block_slots=cost.unshared_block_slots + more_blocks * block_size,
         sampled_tokens=(cost.sampled_tokens or 0) + d, draft_passes=passes,

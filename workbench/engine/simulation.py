@@ -325,10 +325,11 @@ def check_accepted(cfg: RunConfig, requests: Sequence[Request]) -> None:
     drafts a step than the drafts it writes (`spec_tokens`)."""
     if not cfg.spec_tokens:  # without speculation the column says nothing
         return
-    accepted = getattr(requests, "accepted", None)  # a columns workload's own column, else each request's field
-    if accepted is None and not isinstance(requests, RequestColumns):
+    if isinstance(requests, RequestColumns):  # a columns workload keeps the trace's column (None: none)
+        accepted = requests.accepted
+    else:
         accepted = np.array([r.accepted for r in requests], dtype=np.int64)
-    if accepted is None or not len(accepted) or int(accepted.max()) <= cfg.spec_tokens:
+    if accepted is None or int(accepted.max(initial=-1)) <= cfg.spec_tokens:
         return
     i = int(np.argmax(accepted > cfg.spec_tokens))
     raise ConfigError(f"workload {cfg.workload}: request {i} has accepted = {int(accepted[i])} drafts a step, more "

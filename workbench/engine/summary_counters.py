@@ -20,9 +20,17 @@ def spec_rates(extra: dict[str, Any]) -> dict[str, Any]:
     accepted and the tokens a request gains per verify step (accepted drafts + 1)."""
     if "spec_verified_steps" not in extra:
         return {}
-    drafts, accepted, verified = (extra[k] for k in SPEC_COUNTERS[1:] + SPEC_COUNTERS[:1])
+    verified, drafts, accepted = (extra[k] for k in SPEC_COUNTERS)
     return {"spec_accept_rate": accepted / drafts if drafts else 0.0,
             "spec_tokens_per_step": 1.0 + accepted / verified if verified else 0.0}
+
+
+def summed_spec_counters(extras: list[dict[str, Any]]) -> dict[str, Any]:
+    """A fleet's speculative-decoding counters (its replicas' summed) and their rates; {} without speculation."""
+    if "spec_verified_steps" not in extras[0]:
+        return {}
+    counters = {key: sum(e[key] for e in extras) for key in SPEC_COUNTERS}
+    return {**counters, **spec_rates(counters)}
 
 
 def summary_counters(counters: dict[str, int], block_bytes: int) -> dict[str, Any]:

@@ -42,16 +42,13 @@ class VerifySteps:
     def append(self, ids: list[int], token_ids: np.ndarray | None) -> AppendResult | None:
         """Mutates when the pool has room. The batch's last-token slots and each sequence's drafts, all or
         nothing (`Strategy.append_with_drafts`); the step's `Verify` is kept for `settle`."""
-        groups = self.batch.groups  # one sequence each, batch order
-        generated = np.array([g.generated for g in groups], dtype=np.int64)
-        outputs = np.array([g.request.output_tokens for g in groups], dtype=np.int64)
+        # the batch's groups (one sequence each, batch order) read once: int64 [6, num_decode]
+        generated, outputs, indices, kv_len, prompts, given = np.array(
+            [(g.generated, g.request.output_tokens, g.index, g.kv_len, g.request.prompt_tokens, g.request.accepted)
+             for g in self.batch.groups], dtype=np.int64).reshape(-1, 6).T
         drafts = self.spec.drafts(outputs - generated)
         appended = self.strategy.append_with_drafts(ids, token_ids, drafts)
         if appended is not None:
-            indices = np.array([g.index for g in groups], dtype=np.int64)
-            kv_len = np.array([g.kv_len for g in groups], dtype=np.int64)
-            prompts = np.array([g.request.prompt_tokens for g in groups], dtype=np.int64)
-            given = np.array([g.request.accepted for g in groups], dtype=np.int64)
             self.verify = Verify(ids, indices, drafts, self.spec.accepted(indices, generated, drafts, given),
                                  kv_len + 1, kv_len + 1 - prompts)
         return appended

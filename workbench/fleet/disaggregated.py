@@ -36,7 +36,7 @@ import pandas as pd
 
 from workbench.clock.roofline import link_s
 from workbench.config import RunConfig
-from workbench.engine.summary_counters import SPEC_COUNTERS, spec_rates
+from workbench.engine.summary_counters import summed_spec_counters
 from workbench.fleet.fleet import SUMMED_EXTRA, Member, fleet_summary, replica_tables
 from workbench.fleet.routers import Router
 from workbench.results import summarize
@@ -218,8 +218,7 @@ def merge(cfg: RunConfig, prefill: list[Member], decode: list[Member], requests:
              "verify_max_rel_err": max(e["verify_max_rel_err"] for e in extras), "sim_wall_s": wall_s,
              "num_failed_rows_dropped": failed_rows_dropped(requests),
              "kernel_gbps": float(np.mean([e["kernel_gbps"] for e in extras])),
-             **{key: sum(e[key] for e in extras) for key in SPEC_COUNTERS if key in extras[0]}}
-    extra.update(spec_rates(extra))
+             **summed_spec_counters(extras)}
     # every finished request's tokens once (one sequence each): the prefill side's first token is part of it
     generated = int(req_table.loc[finished, "output_tokens"].sum())
     summary = summarize(step_table, req_table, capacity_slots=members[0].strategy.capacity_slots,

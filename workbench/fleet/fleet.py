@@ -20,7 +20,7 @@ import pandas as pd
 from workbench.allocators.prefix.keys import block_keys
 from workbench.allocators.prefix.leading import leading_held
 from workbench.config import RunConfig
-from workbench.engine.summary_counters import SPEC_COUNTERS, spec_rates
+from workbench.engine.summary_counters import summed_spec_counters
 from workbench.fleet.routers import Router
 from workbench.results import summarize
 from workbench.workload.request import Request, failed_rows_dropped
@@ -117,8 +117,7 @@ def merge(cfg: RunConfig, members: list[Member], requests: list[Request], placed
     extra = {**extras[0], **{key: sum(e.get(key, 0) for e in extras) for key in SUMMED_EXTRA},
              "verify_max_rel_err": max(e["verify_max_rel_err"] for e in extras),
              "sim_wall_s": wall_s, "num_failed_rows_dropped": failed_rows_dropped(requests),
-             **{key: sum(e[key] for e in extras) for key in SPEC_COUNTERS if key in extras[0]}}
-    extra.update(spec_rates(extra))
+             **summed_spec_counters(extras)}
     extra["kernel_gbps"] = float(np.mean([e["kernel_gbps"] for e in extras]))
     summary = summarize(step_table, req_table, capacity_slots=members[0].strategy.capacity_slots,
                         generated_tokens=sum(m.scheduler.log.generated_tokens for m in members), extra=extra)

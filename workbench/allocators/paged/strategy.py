@@ -281,15 +281,18 @@ class PagedStrategy(PagedSwap, Strategy):
             return None
         return self._append_counted(rows, num_new, token_ids)
 
-    def _append_counted(self, rows: np.ndarray, num_new: int, token_ids: np.ndarray | None) -> AppendResult:
-        """Mutates. `append` of the batch in `rows`, which takes `num_new` blocks (counted, and allocatable)."""
+    def _append_counted(self, rows: np.ndarray, num_new: int, token_ids: np.ndarray | None,
+                        register: bool = True) -> AppendResult:
+        """Mutates. `append` of the batch in `rows`, which takes `num_new` blocks (counted, and allocatable);
+        `register` False: the slots hold unverified drafts, which no prefix index may see."""
         self._reserved_memo = -1
         t = self.tables
         slots, copies, copied_slots, grown = t.apply_append(rows, self._refcount, self._take(num_new))
         self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
         self._logical_slots += rows.shape[0]
         self._table_entries += grown
-        self._register_filled(rows, token_ids)
+        if register:
+            self._register_filled(rows, token_ids)
         return AppendResult(slots=slots, copies=copies)
 
     supports_drafts = True
@@ -305,7 +308,7 @@ class PagedStrategy(PagedSwap, Strategy):
         length = t.seqs.column("length")[rows] + 1
         if np.any(length + num_drafts > t.seqs.column("final_len")[rows]):
             raise ValueError(f"drafts of {seq_ids} pass their final length")
-        drafts_blocks = int((-(-(length + num_drafts) // bs) + (length // -bs)).sum())
+        drafts_blocks = int((cdiv(length + num_drafts, bs) - cdiv(length, bs)).sum())
         if first + drafts_blocks > self.num_allocatable_blocks():
             return None
         appended = self._append_counted(rows, first, token_ids)
@@ -313,11 +316,7 @@ class PagedStrategy(PagedSwap, Strategy):
         for j in range(1, int(num_drafts.max(initial=0)) + 1):
             drafting = rows[num_drafts >= j]
             more = t.count_append(seq_ids, drafting, self._refcount)
-            _, more_copies, copied_slots, grown = t.apply_append(drafting, self._refcount, self._take(more))
-            copies.append(more_copies)
-            self._written_slots += drafting.shape[0] + copied_slots
-            self._logical_slots += drafting.shape[0]
-            self._table_entries += grown
+            copies.append(self._append_counted(drafting, more, None, register=False).copies)
         return AppendResult(slots=appended.slots, copies=np.concatenate(copies) if len(copies) > 1 else copies[0])
 
     def settle_drafts(self, seq_ids: list[int], num_drafts: np.ndarray, accepted: np.ndarray,

@@ -17,6 +17,7 @@ from workbench.allocators.batch_check import raise_for_status
 from workbench.allocators.paged import loops
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.seq_rows import SeqRows
+from workbench.intmath import cdiv
 
 
 class BlockTables:
@@ -55,8 +56,8 @@ class BlockTables:
     def truncate_rows(self, rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Mutates. Each row of `rows` (distinct, int64 [k]) holds only its first `lengths[i]` (>= 1) tokens;
         returns the table entries past them, row after row, int32 (the caller drops their references)."""
-        c, bs = self.seqs.columns, self.block_size
-        kept = -(-lengths // bs)  # [k] blocks each row keeps
+        c = self.seqs.columns
+        kept = cdiv(lengths, self.block_size)  # [k] blocks each row keeps
         cut = c["num_blocks"][rows] - kept  # [k] entries each row drops
         starts = np.repeat(rows * self._table.shape[1] + kept - np.cumsum(cut) + cut, cut)
         dropped = self._table.ravel()[starts + np.arange(int(cut.sum()))]
