@@ -192,6 +192,17 @@ class VirtualContiguous(Strategy):
 
     supports_drafts = True
 
+    def append_with_drafts(self, seq_ids: list[int], token_ids: np.ndarray | None,
+                           num_drafts: np.ndarray) -> AppendResult | None:
+        """`Strategy.append_with_drafts`, counted before anything changes: the pages each extent opens for its
+        last token and drafts; the rounds then cannot fail (a failed round given back would leave pages mapped
+        or reclaimed: the pool changed)."""
+        extents = self._batch_extents(seq_ids)
+        opened = cdiv(self._length[extents] + 1 + num_drafts, self.page_tokens) - self._pages.used[extents]
+        if not self._pages.can_grow_by(extents, opened):
+            return None
+        return super().append_with_drafts(seq_ids, token_ids, num_drafts)
+
     def _drop_tail(self, seq_ids: list[int], num_slots: np.ndarray) -> None:
         """Mutates. The lengths shrink; pages no longer used stay mapped as cache (page reuse on) or are
         unmapped, as a finished sequence's are."""

@@ -107,8 +107,13 @@ class PagePool:
 
     def can_grow(self, extents: np.ndarray) -> bool:
         """Pure. Whether `grow(extents)` would succeed."""
-        reused = int((self.mapped[extents] > self.used[extents]).sum())
-        return extents.shape[0] - reused <= self.available() - reused
+        return self.can_grow_by(extents, np.ones(extents.shape[0], dtype=np.int64))
+
+    def can_grow_by(self, extents: np.ndarray, pages: np.ndarray) -> bool:
+        """Pure. Whether these distinct held extents (int64 [k]) can each use `pages[i]` more pages: its own
+        mapped, unused pages first, then new mappings (reclaiming other cached pages)."""
+        reused = int(np.minimum(pages, self.mapped[extents] - self.used[extents]).sum())
+        return int(pages.sum()) - reused <= self.available() - reused
 
     def grow(self, extents: np.ndarray) -> None:
         """One more used page in each of these distinct held extents, int64 [k]: the next mapped one
