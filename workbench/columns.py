@@ -40,6 +40,12 @@ SPEC_REQUEST_COLUMNS = ("accepted_tokens",)
 SPEC_SUMMARY_KEYS = ("spec_verified_steps", "spec_draft_tokens", "spec_accepted_tokens", "spec_accept_rate",
                      "spec_tokens_per_step", "mem_draft_frac")
 
+# a recurrent model (docs/recurrent.md), in its runs only: the two slot classes of its states as step columns, and
+# the summary's shares of the pool (slot-seconds, as the other mem_*_frac) and checkpoint counters
+STATE_STEP_COLUMNS = ("state_slots", "state_checkpoint_slots")
+STATE_COUNTERS = ("state_checkpoints_saved", "state_checkpoints_evicted", "state_checkpoint_hits")
+STATE_SUMMARY_KEYS = ("mem_state_frac", "mem_state_checkpoint_frac", *STATE_COUNTERS)
+
 # mem_<kind>_frac for each slot column, e.g. token_slots -> mem_token_frac
 MEM_FRAC_KEYS = tuple("mem_" + c.removesuffix("_slots") + "_frac" for c in SLOT_COLUMNS)
 MEM_FRAC_SAT_KEYS = tuple(k + "_sat" for k in MEM_FRAC_KEYS)

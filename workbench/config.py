@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.allocators.state.policies import POLICIES as STATE_POLICIES
 from workbench.clock.profiles import PROFILE_NAMES, check_profile
 from workbench.errors import shown
 from workbench.presets import (
@@ -28,6 +29,7 @@ from workbench.presets import (
     kv_capacity_slots,
     model_from_name,
 )
+from workbench.state_pool import StateSizes, state_sizes, unified_block_size
 
 # Upper bounds that keep every size inside the integer types it lands in: slot and block ids are int32
 # in the allocators and kernels, and every integer column of the output tables is int64. The time
@@ -240,6 +242,15 @@ class RunConfig:
     spec_accept: float = _f(0.7, "speculative decoding: probability that a draft token is accepted given the one "
                                  "before it was (a step accepts j or more drafts with probability alpha^j)",
                             gt=0, le=1)
+    state_checkpoints: str = _f("none", "prefix caching of a recurrent model's state (docs/recurrent.md): none | "
+                                        "align | all | tree | marconi (which block boundaries keep a copy of the "
+                                        "state; a hit needs one where it ends); paged-prefix and radix",
+                                choices=STATE_POLICIES)
+    state_cache_gib: float | None = _f(None, "memory recurrent-state checkpoints may hold, GiB of the KV pool "
+                                             "(default: the pool bounds them)", gt=0, le=MAX_GIB)
+    unify_page_size: bool = _f(False, "a recurrent model's pages as vLLM's hybrid allocator sizes them: the "
+                                      "attention block size raised until one block of an attention layer holds one "
+                                      "recurrent layer's state (docs/recurrent.md)")
     n: int = _f(1, "parallel samples per request", gt=0, le=MAX_SLOTS)
     beam_width: int = _f(1, "beam search width (1 = off)", gt=0, le=MAX_SLOTS)
     beam_branch_frac: float = _f(1.0, "fraction of beam-search decode steps that re-rank the beams together (forks "
@@ -285,6 +296,11 @@ class RunConfig:
                              f"max_num_seqs = {self.max_num_seqs}")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("n > 1 and beam_width > 1 are contradictory: choose parallel sampling or beam search")
+        if self.unify_page_size:
+            model = model_from_name(self.model)
+            if not model.has_state:
+                raise ValueError(f"unify_page_size sizes pages for recurrent layers: model {self.model} has none")
+            object.__setattr__(self, "block_size", unified_block_size(model, self.block_size, self.kv_dtype))
         if self.batching == "static" and self.chunked_prefill:
             raise ValueError("batching static prefills each batch whole when it starts: contradictory with "
                              "chunked_prefill, which mixes prompt chunks into running batches")
@@ -380,16 +396,37 @@ class RunConfig:
         if swap_slots > MAX_SLOTS:
             raise ValueError(f"swap_gib = {self.swap_gib} is {swap_slots} slots, more than {MAX_SLOTS} "
                              f"(int32 slot ids); lower --swap-gib")
+        state = self._state_sizes(model, capacity_slots)
         unit_layers = model.unit_layers(self.hybrid == "on")
         layer_groups = tuple((g.window_tokens, g.num_layers // unit_layers) for g in model.groups(self.hybrid == "on"))
         resolved = Resolved(
             model=model, gpu=gpu, capacity_slots=capacity_slots, swap_slots=swap_slots,
             max_num_batched_tokens=max_batched, kv_bytes_per_token=kv_bytes_per_token,
             kernel_heads=self.kernel_heads or model.num_kv_heads,
-            layer_groups=layer_groups if model.is_hybrid and self.hybrid == "on" else (),
+            layer_groups=layer_groups if model.is_hybrid and self.hybrid == "on" else (), state=state,
         )
         _check_host_memory(self, resolved)
         return resolved
+
+    def _state_sizes(self, model: ModelPreset, capacity_slots: int) -> StateSizes | None:
+        """A recurrent model's state in the pool, and what runs with one are built for (docs/recurrent.md)."""
+        if not model.has_state:
+            if self.state_checkpoints != "none" or self.state_cache_gib is not None:
+                raise ValueError(f"state_checkpoints / state_cache_gib apply to recurrent layers: model {model.name} "
+                                 f"has none")
+            return None
+        for flag, value, neutral in (("n", self.n, 1), ("beam_width", self.beam_width, 1),
+                                     ("spec_tokens", self.spec_tokens, 0), ("preemption", self.preemption, "recompute"),
+                                     ("host_cache_gib", self.host_cache_gib, 0.0),
+                                     ("shared_tier_gib", self.shared_tier_gib, 0.0),
+                                     ("prefill_replicas", self.prefill_replicas, 0), ("replicas", self.replicas, 1)):
+            if value != neutral:
+                raise ValueError(f"{flag} {value} with model {model.name}: a recurrent state is overwritten in place "
+                                 f"and copying, moving or rolling it back is not built; leave {flag} at {neutral}")
+        if self.state_checkpoints == "none" and self.state_cache_gib is not None:
+            raise ValueError("state_cache_gib bounds checkpoint memory: with state_checkpoints none there is none")
+        return state_sizes(model, self.kv_dtype, self.block_size, capacity_slots, self.state_cache_gib,
+                           self.unify_page_size)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -420,6 +457,7 @@ class Resolved:
     # (window_tokens or None, units) per layer group when per-group allocation applies (--hybrid on with a
     # hybrid model; docs/hybrid.md), else (); a paged pool then counts capacity_slots × sum(units) unit slots
     layer_groups: tuple[tuple[int | None, int], ...] = ()
+    state: StateSizes | None = None  # a recurrent model's state in the pool (docs/recurrent.md); None without one
 
     @property
     def kernel_head_dim(self) -> int:

@@ -82,22 +82,111 @@ class AttentionTerm(NamedTuple):
     sparse: bool = False
 
 
+# ---- recurrent layers ----------------------------------------------------------------------------
+# A recurrent layer's mixer (docs/recurrent.md): its state per sequence, its parameters and its FLOPs.
+#
+# Gated DeltaNet (Qwen3-Next, Qwen3.5) and Mamba-2 (Nemotron-H) keep the same two tensors per sequence and
+# layer, which vLLM allocates as one state page (`MambaStateShapeCalculator` in
+# vllm/model_executor/layers/mamba/mamba_utils.py):
+#
+# - the causal convolution's last `conv_kernel − 1` inputs over `conv_dim = num_heads × head_dim +
+#   2 × num_groups × state_dim` channels (Gated DeltaNet: values plus queries and keys; Mamba-2: x plus B and C);
+# - the recurrent state, `num_heads × head_dim × state_dim` values (Gated DeltaNet: one d_v × d_k matrix per
+#   value head; Mamba-2: one head_dim × d_state matrix per head).
+#
+# Both are overwritten in place every token: the state at position p exists only while the sequence stands at p,
+# so a prefix-cache hit at p needs a copy taken then (a checkpoint). Field names follow the two families'
+# config.json: Gated DeltaNet's linear_num_value_heads, linear_value_head_dim, linear_key_head_dim,
+# linear_num_key_heads, linear_conv_kernel_dim; Mamba-2's mamba_num_heads, mamba_head_dim, ssm_state_size,
+# n_groups, conv_kernel.
+KINDS = ("gated-deltanet", "mamba2")
+# FLOPs per token, head and state element of the recurrence itself (2 per multiply-add): Gated DeltaNet's delta
+# rule reads S·k, adds the rank-one correction β(v − S·k)kᵀ and reads S·q (three d_v × d_k products); Mamba-2
+# adds the rank-one dt·x·Bᵀ to the decayed state and reads h·C (two)
+RECURRENCE_FLOPS_PER_ELEMENT = {"gated-deltanet": 6, "mamba2": 4}
+
+
+@dataclass(frozen=True)
+class RecurrentMixer:
+    kind: str
+    num_heads: int  # value heads (Gated DeltaNet) or heads (Mamba-2)
+    head_dim: int  # their width: d_v, or Mamba-2's head_dim
+    state_dim: int  # d_k (Gated DeltaNet) or d_state (Mamba-2)
+    num_groups: int  # key heads (Gated DeltaNet) or B/C groups (Mamba-2)
+    conv_kernel: int
+    conv_dtype_bytes: int = 2  # the conv window's dtype (vLLM's mamba_cache_dtype "auto": the model's, bf16)
+    state_dtype_bytes: int = 2  # the recurrent matrices' (vLLM's mamba_ssm_cache_dtype; float32 for some models)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"recurrent mixer: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        for field in ("num_heads", "head_dim", "state_dim", "num_groups", "conv_kernel", "conv_dtype_bytes",
+                      "state_dtype_bytes"):
+            if not 1 <= getattr(self, field) <= 2**16:
+                raise ValueError(f"recurrent mixer: {field} must be in [1, 65536], got {getattr(self, field)}")
+        if self.num_heads % self.num_groups:
+            raise ValueError(f"recurrent mixer: num_heads ({self.num_heads}) must be a multiple of num_groups "
+                             f"({self.num_groups})")
+
+    @property
+    def inner_dim(self) -> int:
+        """Width of the values (and of the output before its projection)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.inner_dim + 2 * self.num_groups * self.state_dim
+
+    @property
+    def state_bytes(self) -> int:
+        """One sequence's state in one layer (the preset's `state:BYTES`): the conv window and the recurrent
+        matrices."""
+        conv = (self.conv_kernel - 1) * self.conv_dim * self.conv_dtype_bytes
+        return conv + self.num_heads * self.head_dim * self.state_dim * self.state_dtype_bytes
+
+    def in_proj_width(self) -> int:
+        """Outputs of the input projection: Gated DeltaNet's q, k, v, the output gate z and the per-head β and
+        decay a; Mamba-2's x, the gate z, B, C and the per-head dt."""
+        gates = 2 * self.num_heads if self.kind == "gated-deltanet" else self.num_heads
+        return 2 * self.inner_dim + 2 * self.num_groups * self.state_dim + gates
+
+    def params(self, hidden: int) -> int:
+        """One layer's parameters: the input projection, the depthwise conv, the output projection, the per-head
+        decay and step parameters and the gated norm's weights (transformers' Qwen3NextGatedDeltaNet and
+        NemotronHMamba2Mixer)."""
+        per_head = 2 * self.num_heads if self.kind == "gated-deltanet" else 3 * self.num_heads  # A, dt (and D)
+        norm = self.head_dim if self.kind == "gated-deltanet" else self.inner_dim
+        return (hidden * self.in_proj_width() + self.conv_dim * self.conv_kernel + self.inner_dim * hidden
+                + per_head + norm)
+
+    def recurrence_flops_per_token(self) -> float:
+        """The conv and the recurrence for one token in one layer (the projections are GEMMs, counted apart)."""
+        recurrence = RECURRENCE_FLOPS_PER_ELEMENT[self.kind] * self.num_heads * self.head_dim * self.state_dim
+        return recurrence + 2.0 * self.conv_dim * self.conv_kernel
+
+
 @dataclass(frozen=True)
 class LayerGroup:
     """Layers sharing one attention pattern: `window_tokens` None is full attention, W a sliding
-    window (a query at position p reads positions [p − W + 1, p])."""
+    window (a query at position p reads positions [p − W + 1, p]); with a `mixer` the layers are recurrent
+    (docs/recurrent.md): no KV, a state of `mixer.state_bytes` per sequence each."""
 
     num_layers: int
     window_tokens: int | None = None
+    mixer: RecurrentMixer | None = None
 
     def __post_init__(self) -> None:
         if self.num_layers < 1:
             raise ValueError(f"layer group: num_layers must be >= 1, got {self.num_layers}")
         if self.window_tokens is not None and self.window_tokens < 1:
             raise ValueError(f"layer group: window_tokens must be >= 1 or None, got {self.window_tokens}")
+        if self.mixer is not None and self.window_tokens is not None:
+            raise ValueError("layer group: a recurrent group has no attention window")
 
     @property
     def label(self) -> str:
+        if self.mixer is not None:
+            return f"state:{self.mixer.state_bytes}"
         return "full" if self.window_tokens is None else f"window{self.window_tokens}"
 
 
@@ -163,6 +252,8 @@ class ModelPreset:
             )
         if not self.params_b > 0:
             raise ValueError(f"model {self.name!r}: params_b must be > 0, got {self.params_b}")
+        if self.layer_groups and self.attention_layers < 1:
+            raise ValueError(f"model {self.name!r}: every layer is recurrent; at least one attention layer holds KV")
         if self.layer_groups and sum(g.num_layers for g in self.layer_groups) != self.num_layers:
             raise ValueError(f"model {self.name!r}: layer groups hold {sum(g.num_layers for g in self.layer_groups)} "
                              f"layers, the model has {self.num_layers}")
@@ -172,6 +263,22 @@ class ModelPreset:
         self._check_latent()
         self._check_indexer()
         self._check_experts()
+        self._check_state()
+
+    def _check_state(self) -> None:
+        """Recurrent groups beside full attention only, and mixers that fit the stated parameters: a recurrent
+        layer's projections follow from its state dims, so dims that do not belong to the model show here."""
+        if not self.has_state:
+            return
+        if self.is_hybrid:
+            raise ValueError(f"model {self.name!r}: recurrent layers beside sliding-window layers are not built")
+        body = self.params_b * 1e9 - self.embedding_params
+        if self.mixer_params > body:
+            state = ", ".join(f"{g.num_layers} × {g.label}" for g in self.state_groups)
+            raise ValueError(f"model {self.name!r}: its token mixers ({self.attention_layers} attention layers, "
+                             f"recurrent {state}) hold {self.mixer_params / 1e9:.4g} B parameters, more than the "
+                             f"{body / 1e9:.4g} B that params_b ({self.params_b}) leaves after the embeddings: "
+                             f"the recurrent dims do not belong to this model")
 
     def _check_latent(self) -> None:
         for field in ("kv_lora_rank", "qk_rope_head_dim", "q_lora_rank", "index_heads", "index_head_dim",
@@ -191,7 +298,8 @@ class ModelPreset:
             raise ValueError(f"model {self.name!r}: a latent KV row is shared by every head: num_kv_heads must be 1, "
                              f"got {self.num_kv_heads}")
         if self.layer_groups:
-            raise ValueError(f"model {self.name!r}: sliding-window layer groups with a latent KV layout are not built")
+            raise ValueError(f"model {self.name!r}: layer groups (sliding-window or recurrent) with a latent KV "
+                             f"layout are not built")
 
     def _check_indexer(self) -> None:
         has_indexer = self.index_heads or self.index_head_dim
@@ -229,12 +337,12 @@ class ModelPreset:
             raise ValueError(f"model {self.name!r}: num_dense_layers ({self.num_dense_layers}) leaves no MoE layer "
                              f"of the {self.num_layers}")
         experts = self.moe_layers * (self.num_experts + self.num_shared_experts) * self.expert_params
-        room = self.params_b * 1e9 - self.embedding_params - self.num_layers * self.attention_params
+        room = self.params_b * 1e9 - self.embedding_params - self.mixer_params
         if experts > room:
             raise ValueError(f"model {self.name!r}: {self.moe_layers} MoE layers × ({self.num_experts} + "
                              f"{self.num_shared_experts}) experts of width {self.expert_width} hold "
                              f"{experts / 1e9:.4g} B parameters, more than the {room / 1e9:.4g} B that params_b "
-                             f"({self.params_b}) leaves after the embeddings and attention")
+                             f"({self.params_b}) leaves after the embeddings, attention and recurrent layers")
 
     @property
     def hidden(self) -> int:
@@ -247,7 +355,7 @@ class ModelPreset:
         if self.kv_layout == "latent":
             latent = (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes(kv_dtype)
             return self.num_layers * (latent + self.index_bytes_per_token_layer)
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
+        return 2 * self.attention_layers * self.num_kv_heads * self.head_dim * dtype_bytes(kv_dtype)
 
     @property
     def kv_replicated(self) -> bool:
@@ -306,12 +414,36 @@ class ModelPreset:
         """Whether some layers attend through a sliding window."""
         return any(g.window_tokens is not None for g in self.layer_groups)
 
+    @property
+    def state_groups(self) -> tuple[LayerGroup, ...]:
+        """The recurrent layer groups (docs/recurrent.md); () for a model of attention layers only."""
+        return tuple(g for g in self.layer_groups if g.mixer is not None)
+
+    @property
+    def has_state(self) -> bool:
+        return bool(self.state_groups)
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers that attend (and hold KV): every layer but the recurrent ones."""
+        return self.num_layers - sum(g.num_layers for g in self.state_groups)
+
+    def state_bytes_per_seq(self) -> int:
+        """One sequence's recurrent state over every recurrent layer (0 without recurrent layers)."""
+        return sum(g.num_layers * g.mixer.state_bytes for g in self.state_groups)
+
+    @property
+    def mixer_params(self) -> int:
+        """The token mixers' parameters: attention in the attention layers, the recurrent mixers in the others."""
+        return (self.attention_layers * self.attention_params
+                + sum(g.num_layers * g.mixer.params(self.hidden) for g in self.state_groups))
+
     def groups(self, hybrid: bool = True) -> tuple[LayerGroup, ...]:
-        """The layer groups; with `hybrid` False (or no groups) one full-attention group of every layer,
-        as a system without per-group allocation sees the model."""
-        if hybrid and self.layer_groups:
-            return self.layer_groups
-        return (LayerGroup(self.num_layers),)
+        """The attention layer groups (recurrent ones hold no KV); with `hybrid` False (or no window groups)
+        one full-attention group of every attention layer, as a system without per-group allocation sees it."""
+        if hybrid and self.is_hybrid:
+            return tuple(g for g in self.layer_groups if g.mixer is None)
+        return (LayerGroup(self.attention_layers),)
 
     def window_layer_fracs(self) -> tuple[tuple, ...]:
         """The attention terms the step's cost meter charges beside full attention over every key
@@ -411,6 +543,50 @@ MODELS: dict[str, ModelPreset] = {
         # huggingface.co/mistralai/Mistral-7B-v0.1: every layer sliding_window 4096, 32 heads, 8 KV, dim 128
         ModelPreset("mistral-7b-v0.1", 32, 32, 8, 128, 7.24, 32768,
                     (LayerGroup(32, 4096),), vocab_size=32000),
+        # Hybrids of attention and recurrent layers (docs/recurrent.md). Geometry from each model's config.json
+        # (Qwen: num_hidden_layers, full_attention_interval / layer_types, num_attention_heads,
+        # num_key_value_heads, head_dim, linear_num_value_heads, linear_value_head_dim, linear_key_head_dim,
+        # linear_num_key_heads, linear_conv_kernel_dim, hidden_size, intermediate_size / num_experts,
+        # num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size, vocab_size,
+        # max_position_embeddings, tie_word_embeddings; Nemotron-H: hybrid_override_pattern, attention_head_dim,
+        # mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel); the state dtypes as vLLM
+        # allocates them (conv at the model's bf16; the recurrent matrices at the config's mamba_ssm_dtype
+        # where it names one).
+        # huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct: 48 layers, every 4th full attention (12 full + 36
+        # Gated DeltaNet), 16 heads, 2 KV, dim 256; linear 32 value heads of 128, 16 key heads of 128, conv 4;
+        # hidden 2048, 512 experts (10 per token) + 1 shared of width 512, vocab 151936, 262144 tokens, untied,
+        # bf16 state; 80 B parameters (the model card)
+        ModelPreset("qwen3-next-80b-a3b", 48, 16, 2, 256, 80.0, 262144,
+                    (LayerGroup(12), LayerGroup(36, mixer=RecurrentMixer("gated-deltanet", 32, 128, 128, 16, 4))),
+                    hidden_size=2048, vocab_size=151936, num_experts=512, experts_per_token=10,
+                    num_shared_experts=1, expert_width=512),
+        # huggingface.co/Qwen/Qwen3.5-27B (text_config): 64 layers, every 4th full attention (16 full + 48 Gated
+        # DeltaNet), 24 heads, 4 KV, dim 256; linear 48 value heads of 128, 16 key heads of 128, conv 4; hidden
+        # 5120, a dense gated MLP (intermediate 17408), vocab 248320, 262144 tokens, untied, mamba_ssm_dtype
+        # float32; 26.9 B parameters in the language model (its tensors summed; 27.36 B with the vision tower)
+        ModelPreset("qwen3.5-27b", 64, 24, 4, 256, 26.9, 262144,
+                    (LayerGroup(16), LayerGroup(48, mixer=RecurrentMixer("gated-deltanet", 48, 128, 128, 16, 4,
+                                                                         state_dtype_bytes=4))),
+                    hidden_size=5120, vocab_size=248320),
+        # huggingface.co/nvidia/Nemotron-H-8B-Base-8K: 52 layers in hybrid_override_pattern
+        # "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-": 24 Mamba-2 ("M"), 4 attention ("*") and 24 MLP
+        # ("-") layers. Here a layer is one token mixer and its MLP: 28 layers (4 attention + 24 Mamba-2) whose
+        # MLPs share what the parameters leave (24 squared-ReLU MLPs of 21504, ungated). 32 heads, 8 KV,
+        # attention_head_dim 128; Mamba-2 128 heads of 64, ssm_state_size 128, n_groups 8, conv 4; hidden 4096,
+        # vocab 131072, 8192 tokens, untied; recurrent state float32 (vLLM's NemotronH config hook); 8.10 B
+        # parameters (its tensors summed)
+        ModelPreset("nemotron-h-8b", 28, 32, 8, 128, 8.10, 8192,
+                    (LayerGroup(4), LayerGroup(24, mixer=RecurrentMixer("mamba2", 128, 64, 128, 8, 4,
+                                                                        state_dtype_bytes=4))),
+                    hidden_size=4096, vocab_size=131072, gated_mlp=False),
+        # huggingface.co/Qwen/Qwen3.5-0.8B (text_config), the small hybrid of the tests: 24 layers, every 4th
+        # full attention (6 full + 18 Gated DeltaNet), 8 heads, 2 KV, dim 256; linear 16 value heads of 128,
+        # 16 key heads of 128, conv 4; hidden 1024, dense gated MLP (intermediate 3584), vocab 248320, 262144
+        # tokens, tied embeddings, mamba_ssm_dtype float32; 0.752 B parameters in the language model
+        ModelPreset("qwen3.5-0.8b", 24, 8, 2, 256, 0.752, 262144,
+                    (LayerGroup(6), LayerGroup(18, mixer=RecurrentMixer("gated-deltanet", 16, 128, 128, 16, 4,
+                                                                        state_dtype_bytes=4))),
+                    hidden_size=1024, vocab_size=248320, tied_embeddings=True),
         # Latent-attention mixtures of experts. Geometry from each model's Hugging Face config.json:
         # num_hidden_layers, num_attention_heads, qk_nope_head_dim (= v_head_dim, our head_dim),
         # max_position_embeddings, hidden_size, vocab_size, kv_lora_rank, qk_rope_head_dim, q_lora_rank,

@@ -162,7 +162,9 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     num_requests, num_finished = _count(requests, "status", lambda col: (col == "finished").to_numpy())
     step_sums = _StepSums(num_steps, num_sat, PairwiseSum, BufferedSum)
     speculative = "spec_verified_steps" in extra  # the steps have speculative decoding's columns
-    for chunk in steps(_STEP_INPUTS + (["draft_slots", "accepted_tokens"] if speculative else [])):
+    stateful = C.STATE_COUNTERS[0] in extra  # the steps have a recurrent model's state columns
+    for chunk in steps(_STEP_INPUTS + (["draft_slots", "accepted_tokens"] if speculative else [])
+                       + (list(C.STATE_STEP_COLUMNS) if stateful else [])):
         step_sums.add(chunk)
     request_sums = _RequestSums(num_finished, PairwiseSum)
     for chunk in requests(_REQUEST_INPUTS):
@@ -197,9 +199,11 @@ def summarize_chunks(steps: ChunkSource, requests: ChunkSource, *, capacity_slot
     out["num_failed_rows_dropped"] = int(extra.get("num_failed_rows_dropped", 0))
     for key in ("kernel_backend", "kernel_time_s", "kernel_gbps", "verify_max_rel_err", "sim_wall_s"):
         out[key] = extra[key]
-    spec = {**extra, **out}  # the counters come with `extra`, the draft slots' share from the steps
-    return {**{key: out[key] for key in C.SUMMARY_KEYS}, **{key: spec[key] for key in C.SPEC_SUMMARY_KEYS
-                                                           if key in spec}}
+    # speculation's and a recurrent model's counters come with `extra`, the draft and state slots' shares from the
+    # steps; a run has them only where it has those
+    optional = {**extra, **out}
+    return {**{key: out[key] for key in C.SUMMARY_KEYS},
+            **{key: optional[key] for key in C.SPEC_SUMMARY_KEYS + C.STATE_SUMMARY_KEYS if key in optional}}
 
 
 class _StepSums:
@@ -217,6 +221,8 @@ class _StepSums:
         self.logical_dt, self.token_dt = PairwiseSum(num_steps), PairwiseSum(num_steps)
         self.allocated_dt, self.unshared_dt = PairwiseSum(num_steps), PairwiseSum(num_steps)
         self.table_bytes_dt = PairwiseSum(num_steps)
+        self.state_dt = {col: PairwiseSum(num_steps) for col in C.STATE_STEP_COLUMNS}
+        self.stateful = False
         self.running, self.saturated, self.running_sat = BufferedSum(), BufferedSum(), BufferedSum()
         self.max_running = 0
         self.running_sat_total = 0  # exact: an integer sum
@@ -257,6 +263,10 @@ class _StepSums:
             self.running_sat_total += int(chunk["accepted_tokens"].to_numpy()[sat].sum())
             self.speculative = True
             self.draft_dt.add(chunk["draft_slots"].to_numpy().astype(np.float64) * dt)
+        if C.STATE_STEP_COLUMNS[0] in chunk:  # a recurrent model: its states' slot-seconds
+            self.stateful = True
+            for state_col in C.STATE_STEP_COLUMNS:
+                self.state_dt[state_col].add(chunk[state_col].to_numpy().astype(np.float64) * dt)
         self.preemptions += int(col["preemptions"].sum())
         self.cow_copies += int(col["cow_copies"].sum())
 
@@ -284,6 +294,9 @@ class _StepSums:
         out["throughput_tok_s_sat"] = float(self.running_sat_total) / dt_sat_total if dt_sat_total > 0 else 0.0
         if self.speculative:
             out["mem_draft_frac"] = self.draft_dt.total() / dt_total / capacity_slots if dt_total > 0 else 0.0
+        if self.stateful:
+            for state_col, key in zip(C.STATE_STEP_COLUMNS, C.STATE_SUMMARY_KEYS, strict=False):
+                out[key] = self.state_dt[state_col].total() / dt_total / capacity_slots if dt_total > 0 else 0.0
         out["num_preemptions"] = self.preemptions
         out["cow_copies"] = self.cow_copies
 

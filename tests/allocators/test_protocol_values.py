@@ -8,13 +8,15 @@ import pytest
 
 from workbench.allocators.base import AdmitResult, AppendResult, SeqSpec, Snapshot
 
-PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "cached_slots", "external_frag_slots", "free_slots")
+PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "cached_slots", "external_frag_slots", "free_slots",
+         "state_slots", "state_checkpoint_slots")
 
 
 def _snapshot_fields() -> dict:
-    parts = dict(zip(PARTS, (11, 7, 5, 3, 2, 72), strict=True))
-    return dict(capacity_slots=sum(parts.values()), **parts, logical_token_slots=13, block_table_bytes=17,
-                largest_free_extent_slots=19, num_free_blocks=23, groups=())
+    parts = dict(zip(PARTS, (11, 7, 5, 3, 2, 72, 29, 31), strict=True))
+    six, state = dict(list(parts.items())[:6]), dict(list(parts.items())[6:])
+    return dict(capacity_slots=sum(parts.values()), **six, logical_token_slots=13, block_table_bytes=17,
+                largest_free_extent_slots=19, num_free_blocks=23, groups=(), **state)
 
 
 def test_snapshot_fields_hold_what_was_given_by_name_and_by_position():

@@ -166,14 +166,17 @@ class _SnapshotFields(NamedTuple):
     # each layer group's split of the held slots (docs/hybrid.md); () for a pool of one group, whose
     # split is the pool's own
     groups: tuple[GroupSnapshot, ...] = ()
+    # recurrent state (docs/recurrent.md), its bytes in slots: the live sequences' and the checkpoints'
+    state_slots: int = 0
+    state_checkpoint_slots: int = 0
 
 
 class Snapshot(_SnapshotFields):
-    """The exact six-way partition of the pool's capacity at one instant (docs/memory.md), in slots.
+    """The exact partition of the pool's capacity at one instant (docs/memory.md), in slots.
 
-    token + reserved + internal_frag + cached + external_frag + free == capacity_slots, all >= 0
-    (construction fails otherwise). Only device memory is counted: a swapped-out sequence appears in
-    no column, not even `logical_token_slots`.
+    token + reserved + internal_frag + cached + external_frag + free + state + state_checkpoint ==
+    capacity_slots, all >= 0 (construction fails otherwise; the last two are 0 without recurrent layers).
+    Only device memory is counted: a swapped-out sequence appears in no column, not even `logical_token_slots`.
 
     Immutable; a NamedTuple because every step builds one (a frozen dataclass costs µs to build).
     """
@@ -183,12 +186,13 @@ class Snapshot(_SnapshotFields):
     def __new__(cls, capacity_slots: int, token_slots: int, reserved_slots: int, internal_frag_slots: int,
                 cached_slots: int, external_frag_slots: int, free_slots: int, logical_token_slots: int,
                 block_table_bytes: int, largest_free_extent_slots: int, num_free_blocks: int,
-                groups: tuple[GroupSnapshot, ...] = ()):
-        parts = (token_slots, reserved_slots, internal_frag_slots, cached_slots, external_frag_slots, free_slots)
+                groups: tuple[GroupSnapshot, ...] = (), state_slots: int = 0, state_checkpoint_slots: int = 0):
+        parts = (token_slots, reserved_slots, internal_frag_slots, cached_slots, external_frag_slots, free_slots,
+                 state_slots, state_checkpoint_slots)
         if sum(parts) != capacity_slots or min(parts) < 0:
             raise AssertionError(f"slot accounting broken: {parts} sum to {sum(parts)}, capacity is {capacity_slots}")
-        return tuple.__new__(cls, (capacity_slots, *parts, logical_token_slots, block_table_bytes,
-                                   largest_free_extent_slots, num_free_blocks, groups))
+        return tuple.__new__(cls, (capacity_slots, *parts[:6], logical_token_slots, block_table_bytes,
+                                   largest_free_extent_slots, num_free_blocks, groups, *parts[6:]))
 
 
 NO_PAIRS = np.zeros((0, 2), dtype=np.int32)
@@ -219,6 +223,7 @@ class StepEffects(NamedTuple):
     shared_demote: np.ndarray = NO_PAIRS  # int32 [k, 2] (device block, shared block): evicted blocks kept
     shared_promote: np.ndarray = NO_PAIRS  # int32 [k, 2] (shared block, device block): shared hits loaded
     columns: tuple[tuple[str, int], ...] = ()  # the strategy's own step columns (name, value), same names each step
+    state_copies: int = 0  # recurrent states copied (checkpoints taken and restored, docs/recurrent.md)
 
 
 NO_EFFECTS = StepEffects()
@@ -421,6 +426,8 @@ class Strategy(ABC):
     # a prefix cache's host tier (`allocators.prefix.host_tier`)
     host_tier_blocks: int = 0  # blocks of host memory holding demoted prefix blocks; 0: no host tier
     overlap_load: bool = False  # host-tier (and shared-tier) loads overlap the step's compute
+    # a recurrent model's state (docs/recurrent.md): blocks each sequence's state takes beside its KV
+    state_blocks_per_seq: int = 0
     # the fleet's shared tier (`allocators.prefix.shared_tier`), one object for every replica
     shared_tier = None  # the SharedTier this strategy demotes to and promotes from; None: no shared tier
     shared_link_gb_s: float = 0.0  # GB/s of the link a shared-tier promote crosses (the clock's)

@@ -22,6 +22,7 @@ from typing import Any
 
 from workbench.allocators.base import KernelMode, Strategy
 from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
+from workbench.allocators.state.book import StateSpec
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.config import Resolved, RunConfig
 from workbench.presets import model_from_name
@@ -41,6 +42,9 @@ class Registration:
     prefix_cache: bool = False  # the strategy reuses cached prompt blocks (prefix_query/hit counters move)
     prefix_tree: bool = False  # its prefix index is a tree (`Strategy.prefix_match` gives a path): dfs-weight reads it
     kv_geometry: bool = False  # the constructor also takes `geometry` (KVGeometry): it sizes memory in bytes
+    # the constructor also takes `state` (allocators.state.book.StateSpec): it holds a recurrent model's state
+    # beside the KV blocks (docs/recurrent.md); a strategy without it refuses such a model
+    recurrent_state: bool = False
 
     @property
     def block_sized(self) -> bool:
@@ -59,13 +63,13 @@ _BUILTIN = (
     Registration("contiguous-oracle", "workbench.allocators.contiguous.oracle:ContiguousOracle", "contiguous",
                  "contiguous", "Contiguous (oracle)", "Contig.\noracle", "#CC79A7", "D", options=("fit",)),
     Registration("paged", "workbench.allocators.paged.strategy:PagedStrategy", "paged", "paged", "Paged", "Paged",
-                 "#0072B2", "o"),
+                 "#0072B2", "o", recurrent_state=True),
     Registration("paged-prefix", "workbench.allocators.prefix.prefix_cache:PAGED_PREFIX", "paged", "paged",
                  "Paged + prefix cache", "Paged +\nprefix", "#56B4E9", "v",
-                 options=PREFIX_TIER_OPTIONS, prefix_cache=True, kv_geometry=True),
+                 options=PREFIX_TIER_OPTIONS, prefix_cache=True, kv_geometry=True, recurrent_state=True),
     Registration("radix", "workbench.allocators.prefix.prefix_cache:RADIX", "paged", "paged", "Radix tree (SGLang)",
                  "Radix\ntree", "#009E73", "P", options=PREFIX_TIER_OPTIONS, prefix_cache=True, prefix_tree=True,
-                 kv_geometry=True),
+                 kv_geometry=True, recurrent_state=True),
     Registration("virtual-contiguous", "workbench.allocators.virtual.contiguous:VirtualContiguous", "contiguous",
                  "virtual", "Virtual contiguous (vAttention)", "vAttn", "#000000", "X",
                  options=("page_kib", "max_batch", "page_reuse", "map_us_per_page", "overlap_map"), kv_geometry=True),
@@ -116,7 +120,8 @@ def option_default(option: str) -> Any:
 
 
 def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_len: int, swap_slots: int = 0,
-           geometry: KVGeometry | None = None, shared_tier: SharedTier | None = None, **options: Any) -> Strategy:
+           geometry: KVGeometry | None = None, shared_tier: SharedTier | None = None, state: StateSpec | None = None,
+           **options: Any) -> Strategy:
     """A fresh strategy instance (its counters, e.g. prefix hits, start at zero). `options` are run
     options the strategy declares (e.g. `fit`); an undeclared or invalid one is a ValueError. `geometry`
     (the model's KV shape) goes to strategies registered with `kv_geometry`; they assume the default
@@ -125,12 +130,16 @@ def create(name: str, *, capacity_slots: int, block_size: int = 16, max_model_le
     reg = get(name)
     if geometry is not None and not reg.kv_geometry:
         raise ValueError(f"strategy {name!r} takes no KV geometry")
+    if state is not None:
+        if not reg.recurrent_state:
+            raise ValueError(_no_state(name))
+        options = {**options, "state": state}
     if shared_tier is not None:
         if "shared_tier_gib" not in reg.options:
             raise ValueError(f"strategy {name!r} takes no shared tier")
         options = {**options, "shared_tier": shared_tier}
     for option, value in options.items():
-        if option == "shared_tier":
+        if option in ("shared_tier", "state"):
             continue
         if option not in reg.options:
             raise ValueError(f"strategy {name!r} takes no option {option!r} "
@@ -217,14 +226,45 @@ def create_from_config(cfg: RunConfig, resolved: Resolved, shared_tier: SharedTi
     geometry = KVGeometry.of(resolved.model, cfg.kv_dtype) if reg.kv_geometry else None
     return create(cfg.strategy, capacity_slots=resolved.capacity_slots, block_size=cfg.block_size,
                   max_model_len=resolved.model.max_model_len, swap_slots=resolved.swap_slots, geometry=geometry,
-                  shared_tier=shared_tier, **{option: getattr(cfg, option) for option in reg.options})
+                  shared_tier=shared_tier, state=state_spec(cfg, resolved),
+                  **{option: getattr(cfg, option) for option in reg.options})
+
+
+def state_spec(cfg: RunConfig, resolved: Resolved) -> StateSpec | None:
+    """A recurrent model's state as the strategy holds it (docs/recurrent.md), or None without one."""
+    sizes = resolved.state
+    if sizes is None:
+        return None
+    return StateSpec(sizes.blocks_per_state, sizes.state_slots, cfg.state_checkpoints, sizes.cache_blocks,
+                     *prefix_flops(resolved.model))
+
+
+def prefix_flops(model) -> tuple[float, float]:
+    """FLOPs to recompute a prefix, as (per token, per pair of tokens): the active parameters' 2 FLOPs per token,
+    and causal attention's QK^T and PV over every earlier key in each attention layer."""
+    active = model.params_b * 1e9 if not model.is_moe else (
+        model.params_b * 1e9 - model.moe_layers * (model.num_experts - model.experts_per_token) * model.expert_params)
+    return 2.0 * active, 4.0 * model.attention_layers * model.num_heads * model.head_dim
+
+
+def _no_state(name: str) -> str:
+    takers = ", ".join(r.name for r in _REGISTRY.values() if r.recurrent_state)
+    return (f"strategy {name!r} does not hold recurrent state (docs/recurrent.md); the recurrent models run with: "
+            f"{takers}")
 
 
 def check_options(cfg: RunConfig) -> None:
     """Raise ValueError if the run sets an option (to a non-default value) that its strategy does
     not take: `--fit best` with `paged` would otherwise be silently meaningless."""
     reg = get(cfg.strategy)
-    hybrid = cfg.hybrid == "on" and reg.block_sized and model_from_name(cfg.model).is_hybrid
+    model = model_from_name(cfg.model)
+    if model.has_state and not reg.recurrent_state:
+        raise ValueError(f"model {cfg.model} has recurrent layers: {_no_state(cfg.strategy)}")
+    if cfg.state_checkpoints != "none" and not reg.prefix_cache:
+        takers = ", ".join(r.name for r in _REGISTRY.values() if r.prefix_cache and r.recurrent_state)
+        raise ValueError(f"--state-checkpoints {cfg.state_checkpoints} is a prefix-cache policy: strategy "
+                         f"{cfg.strategy!r} has no prefix cache; it is taken by: {takers}")
+    hybrid = cfg.hybrid == "on" and reg.block_sized and model.is_hybrid
     _check_schedule(cfg, reg, hybrid)
     if hybrid:
         if cfg.strategy not in hybrid_names():

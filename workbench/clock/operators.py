@@ -79,7 +79,7 @@ class ForwardPass:
 def forward_pass(model, weight_dtype_bytes: int = 2) -> ForwardPass:
     """The operators of `model` (a workbench.presets.ModelPreset; not imported, so that the clock's modules
     stay one floor above the presets)."""
-    layers = model.num_layers
+    layers, attn = model.num_layers, model.attention_layers
     hidden = model.hidden
     q_dim = model.num_heads * model.head_dim
     kv_dim = model.num_kv_heads * model.head_dim
@@ -100,15 +100,17 @@ def forward_pass(model, weight_dtype_bytes: int = 2) -> ForwardPass:
     if model.num_experts:
         return _moe_forward(model, w, embedding_params, qkv_params, qkv_out, o_params, body_params)
     # a custom geometry may state fewer parameters than its projections hold: no MLP then
-    mlp_params = max(0.0, body_params / layers - qkv_params - o_params)
+    if model.has_state:
+        mlp_params = max(0.0, (body_params - model.mixer_params) / layers)
+    else:
+        mlp_params = max(0.0, body_params / layers - qkv_params - o_params)
     up_share = 2 / 3 if model.gated_mlp else 1 / 2  # gated: up and gate are two of three equal matrices
     up_params, down_params = mlp_params * up_share, mlp_params * (1 - up_share)
     ffn = down_params / hidden  # the MLP's inner width
     up_out = ffn * (2 if model.gated_mlp else 1)
 
-    def linear(name: str, params: float, inputs: float, outputs: float) -> Operator:
-        return Operator(name, layers, layers * params * w, layers * (inputs + outputs) * a, layers * 2.0 * params,
-                        split=True, gemm=True)
+    def linear(name: str, params: float, inputs: float, outputs: float, n: int = layers) -> Operator:
+        return Operator(name, n, n * params * w, n * (inputs + outputs) * a, n * 2.0 * params, split=True, gemm=True)
 
     def elementwise(name: str, kernels: int, row_bytes: float, split: bool) -> Operator:
         return Operator(name, kernels, 0.0, row_bytes, 0.0, split, gemm=False)
@@ -117,9 +119,10 @@ def forward_pass(model, weight_dtype_bytes: int = 2) -> ForwardPass:
         elementwise("embedding", 1, 2 * hidden * a, split=False),  # gather one row of the table, write it
         elementwise("final_norm", 1, 2 * hidden * a, split=False),
         elementwise("norm", 2 * layers, 2 * layers * 2 * hidden * a, split=False),
-        linear("qkv_proj", qkv_params, hidden, q_dim + 2 * kv_dim),
-        elementwise("rope", layers, layers * 2 * (q_dim + kv_dim) * a, split=True),
-        linear("o_proj", o_params, q_dim, hidden),
+        linear("qkv_proj", qkv_params, hidden, q_dim + 2 * kv_dim, attn),
+        elementwise("rope", attn, attn * 2 * (q_dim + kv_dim) * a, split=True),
+        linear("o_proj", o_params, q_dim, hidden, attn),
+        *recurrent_mixers(model, w),
         elementwise("residual_add", 2 * layers, 2 * layers * 3 * hidden * a, split=False),
         linear("mlp_up", up_params, hidden, up_out),
         # gated: read up and gate, write their product; plain: read and write the up projection
@@ -128,7 +131,24 @@ def forward_pass(model, weight_dtype_bytes: int = 2) -> ForwardPass:
     )
     output = Operator("output_layer", 1, embedding_params * w, hidden * a + model.vocab_size * LOGIT_BYTES,
                       2.0 * embedding_params, split=True, gemm=True)
-    return ForwardPass(per_row, output, layers, attention_kernels=2 * layers, mlp_params=mlp_params)
+    return ForwardPass(per_row, output, layers, attention_kernels=2 * attn, mlp_params=mlp_params)
+
+
+def recurrent_mixers(model, w: int) -> tuple[Operator, ...]:
+    """The recurrent layers' operators (docs/recurrent.md), per row: the input projection, the causal conv and
+    the recurrence (its FLOPs grow with the rows, not the context: the state it reads and writes once per
+    sequence and step is the clock's `state_bytes_per_seq`), and the output projection."""
+    ops = []
+    for g in model.state_groups:
+        m, n, hidden, a = g.mixer, g.num_layers, model.hidden, ACTIVATION_BYTES
+        in_params, out_params = hidden * m.in_proj_width(), m.inner_dim * hidden
+        ops += [Operator("mixer_in_proj", n, n * in_params * w, n * (hidden + m.in_proj_width()) * a,
+                         n * 2.0 * in_params, split=True, gemm=True),
+                Operator("recurrence", 2 * n, 0.0, n * (m.in_proj_width() + m.inner_dim) * a,
+                         n * m.recurrence_flops_per_token(), split=True, gemm=False),
+                Operator("mixer_out_proj", n, n * out_params * w, n * (m.inner_dim + hidden) * a,
+                         n * 2.0 * out_params, split=True, gemm=True)]
+    return tuple(ops)
 
 
 def _moe_forward(model, w: int, embedding_params: float, qkv_params: float, qkv_out: float, o_params: float,
@@ -136,6 +156,7 @@ def _moe_forward(model, w: int, embedding_params: float, qkv_params: float, qkv_
     """`forward_pass` of a mixture of experts: attention in every layer, a dense MLP (what params_b leaves) in
     the first num_dense_layers, shared and routed experts in the others."""
     layers, hidden, a = model.num_layers, model.hidden, ACTIVATION_BYTES
+    attn = model.attention_layers
     q_dim = model.num_heads * model.head_dim
     moe, dense = model.moe_layers, model.num_dense_layers
     gated = 2 if model.gated_mlp else 1
@@ -143,8 +164,8 @@ def _moe_forward(model, w: int, embedding_params: float, qkv_params: float, qkv_
     expert = model.expert_params
     experts_params = moe * (model.num_experts + model.num_shared_experts) * expert
     routers = moe * hidden * model.num_experts
-    dense_mlp = (max(0.0, body_params - layers * (qkv_params + o_params) - experts_params - routers) / dense
-                 if dense else 0.0)
+    mixers = model.mixer_params if model.has_state else layers * (qkv_params + o_params)
+    dense_mlp = max(0.0, body_params - mixers - experts_params - routers) / dense if dense else 0.0
 
     def linear(name: str, n: int, params: float, inputs: float, outputs: float) -> Operator:
         return Operator(name, n, n * params * w, n * (inputs + outputs) * a, n * 2.0 * params, split=True, gemm=True)
@@ -157,9 +178,10 @@ def _moe_forward(model, w: int, embedding_params: float, qkv_params: float, qkv_
         elementwise("embedding", 1, 2 * hidden * a, split=False),
         elementwise("final_norm", 1, 2 * hidden * a, split=False),
         elementwise("norm", 2 * layers, 2 * layers * 2 * hidden * a, split=False),
-        linear("qkv_proj", layers, qkv_params, hidden, qkv_out),
-        elementwise("rope", layers, layers * 2 * qkv_out * a, split=True),
-        linear("o_proj", layers, o_params, q_dim, hidden),
+        linear("qkv_proj", attn, qkv_params, hidden, qkv_out),
+        elementwise("rope", attn, attn * 2 * qkv_out * a, split=True),
+        linear("o_proj", attn, o_params, q_dim, hidden),
+        *recurrent_mixers(model, w),
         elementwise("residual_add", 2 * layers, 2 * layers * 3 * hidden * a, split=False),
         # the router: one logit per routed expert
         linear("router", moe, routers / moe, hidden, model.num_experts),
@@ -178,4 +200,4 @@ def _moe_forward(model, w: int, embedding_params: float, qkv_params: float, qkv_
                     linear("mlp_down", dense, dense_mlp / (gated + 1), ffn, hidden)]
     output = Operator("output_layer", 1, embedding_params * w, hidden * a + model.vocab_size * LOGIT_BYTES,
                       2.0 * embedding_params, split=True, gemm=True)
-    return ForwardPass(tuple(per_row), output, layers, attention_kernels=2 * layers, mlp_params=dense_mlp)
+    return ForwardPass(tuple(per_row), output, layers, attention_kernels=2 * attn, mlp_params=dense_mlp)

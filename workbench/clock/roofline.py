@@ -113,13 +113,15 @@ class RooflineClock:
         # attention's launches (its kernel and the KV-cache write, every layer): every step has them
         self.attention_launch_s = self.forward.attention_kernels * kernel_launch_s
         # attention reads each row's query and writes its output, beside the KV rows
-        self.attn_bytes_per_row = 2.0 * model.num_layers * model.num_heads * model.head_dim * ACTIVATION_BYTES
+        # (the attention layers: a recurrent layer keeps no KV and its own operators are per row, `forward`)
+        attn_layers = model.attention_layers
+        self.attn_bytes_per_row = 2.0 * attn_layers * model.num_heads * model.head_dim * ACTIVATION_BYTES
         # every GPU holds and reads the whole of a replicated (latent) KV row: the bytes over all GPUs are tp ×
         copies = tp if model.kv_replicated else 1
         self.kv_bytes_per_token = float(kv_bytes_per_token * copies)
         self.block_bytes = float(kv_bytes_per_token * block_size * copies)
         # QK^T and PV: 2 flops per multiply-add each, per query head, layer and key
-        self.attn_flops_per_key = 4.0 * model.num_layers * model.num_heads * model.head_dim
+        self.attn_flops_per_key = 4.0 * attn_layers * model.num_heads * model.head_dim
         if model.kv_layout == "latent":
             self._latent_attention(model)
         # tensor parallelism: tp GPUs, each with its own HBM, SMs and host link, work on their shards at once
@@ -141,12 +143,15 @@ class RooflineClock:
         self.allreduce_fixed_s = 2 * model.num_layers * ALLREDUCE_LATENCY_S if tp > 1 else 0.0
         # a swapped block is one host<->device copy per layer for its keys and one for its values
         # (vLLM's swap_blocks issues a cudaMemcpyAsync per block and cache tensor), each with a fixed cost
-        self.swap_fixed_s_per_block = 2 * model.num_layers * swap_s_per_transfer
+        self.swap_fixed_s_per_block = 2 * attn_layers * swap_s_per_transfer
         # decode attention visits each KV block once per query head and layer (vLLM 0.1's paged kernel:
         # one thread block per head and sequence, its warps loop over the blocks), each visit with a
         # fixed cost on top of the bytes (block-table load, branches; docs/clock-profiles.md)
         # (under tensor parallelism each GPU visits its own heads' blocks, at the same time as the others)
-        self.attn_s_per_block_read = attn_s_per_block * model.num_layers * model.num_heads / tp
+        self.attn_s_per_block_read = attn_s_per_block * attn_layers * model.num_heads / tp
+        # a recurrent model (docs/recurrent.md): each sequence of a step reads and writes its whole state once,
+        # and a checkpoint taken or restored is a copy of it (read and write)
+        self.state_bytes_per_seq = float(model.state_bytes_per_seq())
         self.step_overhead_s = step_overhead_s
         # a prompt iteration's own overhead under separate_prefill (None: the same as a decode step's)
         self.prefill_overhead_s = step_overhead_s if prefill_overhead_s is None else prefill_overhead_s
@@ -210,6 +215,8 @@ class RooflineClock:
             self.fill(self.need)
         if cost.draft_passes:
             step_s += self.draft_s(cost.draft_passes, cost.draft_rows, cost.draft_ctx_tokens)
+        if self.state_bytes_per_seq:
+            step_s += self.state_s(cost.num_running, cost.state_copies)
         if not (cost.loaded_blocks or cost.shared_loaded_blocks):
             return step_s
         load_s = cost.loaded_blocks * self.load_s_per_block + cost.shared_loaded_blocks * self.shared_load_s_per_block
@@ -246,6 +253,11 @@ class RooflineClock:
                       + ctx_tokens * self.kv_bytes_per_token / layers / self.bytes_per_s
                       + self.attention_launch_s / layers)
         return passes * one_pass_s
+
+    def state_s(self, num_seqs: int, copies: int) -> float:
+        """HBM time of a recurrent model's states in a step: `num_seqs` sequences each read and write theirs,
+        and `copies` checkpoints are taken or restored (a read and a write of a state each)."""
+        return 2.0 * (num_seqs + copies) * self.state_bytes_per_seq / self.bytes_per_s
 
     def fill(self, need) -> None:
         """Mutates the tables: the entries a formula lacked (`need`, step_formula's NEED_* order)."""

@@ -52,6 +52,7 @@ class StepCost(NamedTuple):
     draft_passes: int = 0
     draft_rows: int = 0
     draft_ctx_tokens: int = 0
+    state_copies: int = 0  # recurrent states copied: checkpoints taken and restored (docs/recurrent.md)
 
     @property
     def num_tokens(self) -> int:

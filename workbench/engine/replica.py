@@ -138,6 +138,8 @@ class Replica:
             log.record_groups(dict(plan.effects.columns))
         if plan.columns:
             log.record_groups(dict(plan.columns))
+        if self.scheduler.strategy.state_blocks_per_seq:  # a recurrent model's states (docs/recurrent.md)
+            log.record_groups({"state_slots": snap.state_slots, "state_checkpoint_slots": snap.state_checkpoint_slots})
         if snap.groups:
             log.record_groups({f"group{i}_{part}": getattr(g, part) for i, g in enumerate(snap.groups)
                                for part in GROUP_PARTS})

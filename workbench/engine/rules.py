@@ -35,10 +35,11 @@ def recompute_tokens(prompt_tokens, generated_tokens):
 
 
 @njit(cache=True)
-def blocks_needed(tokens, block_size, num_seqs):
-    """Blocks a group of `num_seqs` sequences needs for `tokens` shared tokens: the tokens' blocks, and one
-    more per further sequence for its copy of a shared partial last block (an upper bound for paged pools)."""
-    return (tokens + block_size - 1) // block_size + num_seqs - 1
+def blocks_needed(tokens, block_size, num_seqs, state_blocks=0):
+    """Blocks a group of `num_seqs` sequences needs for `tokens` shared tokens: the tokens' blocks, one more
+    per further sequence for its copy of a shared partial last block (an upper bound for paged pools), and each
+    sequence's recurrent state of `state_blocks` blocks (docs/recurrent.md)."""
+    return (tokens + block_size - 1) // block_size + num_seqs - 1 + num_seqs * state_blocks
 
 
 @njit(cache=True)

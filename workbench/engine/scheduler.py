@@ -228,6 +228,8 @@ class Scheduler:
                                      len(swap_out) + len(admitted.swap_in), effects.mapped_pages)
         if len(effects.promote) or len(effects.shared_promote):
             cost = cost._replace(loaded_blocks=len(effects.promote), shared_loaded_blocks=len(effects.shared_promote))
+        if effects.state_copies:
+            cost = cost._replace(state_copies=effects.state_copies)
         kernel = None
         if self.config.kernel_every is not None:
             kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, grown.seq_ids,

@@ -288,7 +288,7 @@ def make_replica(cfg: RunConfig, res: Resolved, strategy: Strategy, requests: Se
                        paged_kernel=strategy.kernel_reads_blocks, overlap_load=strategy.overlap_load,
                        shared_link_gb_s=strategy.shared_link_gb_s if strategy.shared_tier_blocks else 0.0)
     # measured attention of one layer with kernel_heads -> the full model's attention time
-    attention_scale = res.model.num_layers * res.model.num_kv_heads / res.kernel_heads
+    attention_scale = res.model.attention_layers * res.model.num_kv_heads / res.kernel_heads
     return Replica(sched, runner, clock, measured=cfg.clock == "measured", attention_scale=attention_scale,
                    timers=timers, sink=sink)
 
@@ -384,14 +384,24 @@ def _drive(replica: Replica, progress: bool, sink: TableSink) -> None:
         sink.append(REQUESTS_TABLE, rest)
 
 
+def _model_description(model) -> dict[str, Any]:
+    """The model preset as plain data; an attention group names no mixer (only a recurrent one has it)."""
+    described = asdict(model)
+    described["layer_groups"] = [{k: v for k, v in g.items() if k != "mixer" or v is not None}
+                                 for g in described["layer_groups"]]
+    return described
+
+
 def run_description(cfg: RunConfig, res: Resolved, backend: str) -> dict[str, Any]:
     """config.json: the resolved configuration and where it ran."""
     return {
         "config": cfg.to_dict(),
-        "resolved": {"model": asdict(res.model), "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
+        "resolved": {"model": _model_description(res.model), "gpu": res.gpu.__dict__, "kv_slots": res.capacity_slots,
                      "swap_slots": res.swap_slots, "max_num_batched_tokens": res.max_num_batched_tokens,
                      "kv_bytes_per_token": res.kv_bytes_per_token, "kernel_heads": res.kernel_heads,
-                     "layer_groups": res.layer_groups},
+                     "layer_groups": res.layer_groups,
+                     **({} if res.state is None else {"state": res.state._asdict(),
+                                                      "state_bytes_per_seq": res.model.state_bytes_per_seq()})},
         "seed": cfg.seed, **code_version(), "kernel_backend": backend,
         "hardware": {"machine": platform.machine(), "processor": platform.processor(),
                      "python": platform.python_version(), "system": platform.system()},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.columns import SPEC_SUMMARY_KEYS
+from workbench.columns import SPEC_SUMMARY_KEYS, STATE_COUNTERS
 
 # speculative decoding's counters (a run with spec_tokens > 0 has them, summed over a fleet's replicas): request
 # steps verified, drafts written and drafts accepted
@@ -45,4 +45,6 @@ def summary_counters(counters: dict[str, int], block_bytes: int) -> dict[str, An
         totals.update(prefix_hit_tokens_shared=counters["prefix_hit_tokens_shared"],
                       shared_bytes_loaded=counters["shared_blocks_loaded"] * block_bytes,
                       shared_bytes_demoted=counters["shared_blocks_demoted"] * block_bytes)
+    if STATE_COUNTERS[0] in counters:  # a recurrent model's states (docs/recurrent.md)
+        totals.update({k: counters[k] for k in STATE_COUNTERS})
     return totals

@@ -18,11 +18,13 @@ def _require(ok: bool, what: str) -> None:
 
 def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, host_refcount: np.ndarray,
                 free_ids: np.ndarray, host_free_ids: np.ndarray, cached_ids: np.ndarray, registered_ids: np.ndarray,
-                written_slots: int, logical_slots: int, table_entries: int) -> None:
+                written_slots: int, logical_slots: int, table_entries: int,
+                state_ids: np.ndarray | None = None) -> None:
     """Raise AssertionError naming the first broken invariant. Pure. `refcount` int32 [num_blocks] and
     `host_refcount` int32 [num_host_blocks] are the holder counts; the id arrays are int32 block ids
     (free stack, host free stack, cached = evictable prefix blocks, registered prefix blocks); the
-    counters are the strategy's running token_slots, logical_token_slots and table-entry counts."""
+    counters are the strategy's running token_slots, logical_token_slots and table-entry counts; `state_ids` the
+    blocks recurrent states and their checkpoints hold (docs/recurrent.md)."""
     bs = t.block_size
     num_blocks, num_host_blocks = refcount.shape[0], host_refcount.shape[0]
     seqs = t.seqs
@@ -70,8 +72,11 @@ def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, hos
     state = np.zeros(num_blocks, dtype=np.int64)
     np.add.at(state, free_ids, 1)
     np.add.at(state, cached_ids, 1)
+    if state_ids is not None:
+        _require(not bool(np.any(held[state_ids])), "a recurrent state's block is in a block table")
+        np.add.at(state, state_ids, 1)
     state += held
-    _require(bool(np.all(state == 1)), "held, free and cached blocks are not a partition of the pool")
+    _require(bool(np.all(state == 1)), "held, free, cached and state blocks are not a partition of the pool")
 
     host_state = np.zeros(num_host_blocks, dtype=np.int64)
     np.add.at(host_state, host_free_ids, 1)

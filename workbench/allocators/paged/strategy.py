@@ -48,6 +48,7 @@ from workbench.allocators.paged.swap import PagedSwap
 from workbench.allocators.paged.tables import BlockTables
 from workbench.allocators.prefix.index import PrefixIndex
 from workbench.allocators.prefix.tier_walk import NO_TIER_HITS, TierHits, TierWalk
+from workbench.allocators.state.book import StateBook, StateSpec
 from workbench.intmath import cdiv
 
 NO_BLOCKS = np.zeros(0, dtype=np.int32)
@@ -63,7 +64,9 @@ class PagedStrategy(PagedSwap, Strategy):
     prefix: PrefixIndex | None = None  # a prefix cache's index (`prefix.prefix_cache`)
     _tiers: TierWalk | None = None  # a prefix cache's tiers below the device
 
-    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0) -> None:
+    def __init__(self, *, capacity_slots: int, block_size: int, max_model_len: int, swap_slots: int = 0,
+                 state: StateSpec | None = None) -> None:
+        """`state`: the model's recurrent state (docs/recurrent.md), held beside the KV blocks in the same pool."""
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if capacity_slots < block_size:
@@ -88,6 +91,11 @@ class PagedStrategy(PagedSwap, Strategy):
         # changed the tables since: the step's snapshot then reads it instead of counting again
         self._reserved_memo = -1
         self.needs_prompt_ids = False
+        self.state = None if state is None else StateBook(state, block_size)
+        if self.state is not None:  # a state is overwritten in place: no swap copy or draft rollback is built for it
+            self.state_blocks_per_seq = state.blocks_per_state
+            self.supports_swap = False
+            self.supports_drafts = False
 
     # -- hooks a prefix cache fills in (`prefix.prefix_cache`) -------------------------------------
 
@@ -123,6 +131,11 @@ class PagedStrategy(PagedSwap, Strategy):
         """Blocks registered in the prefix index (held or cached), int32 [num_registered]. Pure."""
         return NO_BLOCKS
 
+    def _branch_point(self, keys: np.ndarray, spec: SeqSpec) -> int:
+        """Pure. Where the prompt leaves the prefix the KV cache holds, in tokens (0 without a prefix cache)."""
+        del keys, spec
+        return 0
+
     def _take(self, k: int) -> np.ndarray:
         """Mutates. k blocks for new content, int32 [k]; the caller sets their refcounts."""
         return self._free.pop(k)
@@ -136,12 +149,18 @@ class PagedStrategy(PagedSwap, Strategy):
     def compiled_pool(self) -> CompiledPool | None:
         """For this class itself, without prefix cache or tiers and holding no sequence (the compiled loop's
         plain case); a subclass or a cache takes the general loop."""
-        plain = type(self) is PagedStrategy and not len(self.tables.seqs)
+        plain = type(self) is PagedStrategy and not len(self.tables.seqs) and self.state is None
         return CompiledPool(self) if plain else None
 
+    def counters(self) -> dict[str, int]:
+        """The protocol's counters, and with a recurrent state its checkpoints' (docs/recurrent.md)."""
+        counters = super().counters()
+        return counters if self.state is None else {**counters, **self.state.counters()}
+
     def num_allocatable_blocks(self) -> int:
-        """Blocks a request can get now: free ones plus evictable cached ones."""
-        return self._free.size + self._num_cached_blocks()
+        """Blocks a request can get now: free ones plus evictable cached ones (and evictable state checkpoints)."""
+        checkpoints = 0 if self.state is None else self.state.evictable()
+        return self._free.size + self._num_cached_blocks() + checkpoints
 
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
         """Mutates on success. The group's sequences share every block of the prompt (of the tokens
@@ -154,11 +173,19 @@ class PagedStrategy(PagedSwap, Strategy):
         num_tokens = spec.num_held((num_hit + below.num_host + below.num_shared) * bs)
         num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
+        n = len(seq_ids)
         need = num_blocks - num_hit
         allocatable = self.num_allocatable_blocks() - revived
+        if self.state is not None:  # each sequence's state; a hit's checkpoint is copied, not evicted
+            need += n * self.state.spec.blocks_per_state
+            allocatable -= self.state.spec.blocks_per_state if num_hit else 0
         if need > allocatable:
             return AdmitResult(False, reason=blocks_refused(need, allocatable))
-        n = len(seq_ids)
+        if self.state is not None:
+            branch = self._branch_point(keys, spec)
+            if num_hit:
+                self.state.use(int(keys[num_hit - 1]))
+            need -= n * self.state.spec.blocks_per_state
         claimed = self._tiers.claim(keys, num_hit, below) if self._tiers is not None else None
         fresh = self._take_after_claiming(hits, n, need)
         if claimed is not None:
@@ -170,7 +197,12 @@ class PagedStrategy(PagedSwap, Strategy):
         self._written_slots += num_tokens - num_hit * bs + revived * bs  # promoted blocks arrive written
         self._logical_slots += n * num_tokens
         self._table_entries += n * num_blocks
+        if self.state is not None:
+            rows = self.tables.seqs.rows(seq_ids).tolist()
+            self.state.attach(rows, self._take(n * self.state.spec.blocks_per_state), spec.num_tokens, branch)
         self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens, below)
+        if self.state is not None:
+            self.state.land()
         return AdmitResult(True, cached_tokens=(num_hit + below.num_host + below.num_shared) * bs)
 
     def extend(self, seq_ids: list[int], token_ids: np.ndarray) -> AdmitResult:
@@ -214,6 +246,8 @@ class PagedStrategy(PagedSwap, Strategy):
         """Mutates. The child shares all of the parent's blocks (and continues its key chain); never
         needs a new block."""
         self._reserved_memo = -1
+        if self.state is not None:
+            raise ValueError(f"cannot fork sequence {parent_id}: a fork of a recurrent state is not built")
         parent = self.tables.seqs.row(parent_id)
         if self.tables.swapped[parent]:
             raise ValueError(f"cannot fork sequence {parent_id}: it is swapped out")
@@ -241,6 +275,8 @@ class PagedStrategy(PagedSwap, Strategy):
             self._logical_slots -= int(t.seqs.column("length")[row])
             self._table_entries -= int(t.seqs.column("num_blocks")[row])
             self._release(released)
+            if self.state is not None:
+                self._free.push(self.state.detach(row))
         t.remove(seq_id)
 
     def can_append(self, seq_ids: list[int]) -> bool:
@@ -356,13 +392,17 @@ class PagedStrategy(PagedSwap, Strategy):
         cached = self._num_cached_blocks() * bs
         free = self._free.size * bs
         held_slots = self.capacity_slots - cached - free
+        state = checkpoints = 0
+        if self.state is not None:  # a state's bytes; the rest of its blocks is internal fragmentation
+            state = len(self.state.live) * self.state.spec.state_slots
+            checkpoints = len(self.state.checkpoints) * self.state.spec.state_slots
         return Snapshot(
             capacity_slots=self.capacity_slots, token_slots=self._written_slots, reserved_slots=reserved,
-            internal_frag_slots=held_slots - self._written_slots - reserved, cached_slots=cached,
-            external_frag_slots=0, free_slots=free, logical_token_slots=self._logical_slots,
+            internal_frag_slots=held_slots - self._written_slots - reserved - state - checkpoints,
+            cached_slots=cached, external_frag_slots=0, free_slots=free, logical_token_slots=self._logical_slots,
             block_table_bytes=_BLOCK_TABLE_ENTRY_BYTES * self._table_entries,
             largest_free_extent_slots=free,  # any set of free blocks serves a request: one extent
-            num_free_blocks=self.num_allocatable_blocks())
+            num_free_blocks=self.num_allocatable_blocks(), state_slots=state, state_checkpoint_slots=checkpoints)
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -383,4 +423,10 @@ class PagedStrategy(PagedSwap, Strategy):
                     cached_ids=NO_BLOCKS if self.prefix is None else self.prefix.evictable_block_set(),
                     registered_ids=self.registered_block_ids(),
                     written_slots=self._written_slots, logical_slots=self._logical_slots,
-                    table_entries=self._table_entries)
+                    table_entries=self._table_entries,
+                    state_ids=NO_BLOCKS if self.state is None else self.state.block_ids())
+        if self.state is not None:
+            self.state.check()
+            on_device = self.tables.on_device_rows()
+            if sorted(self.state.live) != sorted(on_device.tolist()):
+                raise AssertionError("live recurrent states are not exactly the on-device sequences'")

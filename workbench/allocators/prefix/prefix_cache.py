@@ -37,6 +37,7 @@ from workbench.allocators.prefix.index import PrefixIndex
 from workbench.allocators.prefix.radix_index import RadixPrefixIndex
 from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
 from workbench.allocators.prefix.tier_walk import NO_TIER_HITS, TierHits, TierWalk
+from workbench.allocators.state.book import StateSpec
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.presets import DEFAULT_SHARED_LINK_GB_S
 
@@ -47,11 +48,12 @@ class PrefixCacheStrategy(PagedStrategy):
     def __init__(self, *, name: str, index: PrefixIndex, capacity_slots: int, block_size: int,
                  max_model_len: int, swap_slots: int = 0, host_cache_gib: float = 0.0, overlap_load: bool = False,
                  shared_tier_gib: float = 0.0, shared_link_gb_s: float = DEFAULT_SHARED_LINK_GB_S,
-                 shared_tier: SharedTier | None = None, geometry: KVGeometry | None = None) -> None:
+                 shared_tier: SharedTier | None = None, geometry: KVGeometry | None = None,
+                 state: StateSpec | None = None) -> None:
         """`shared_tier`: the fleet's pool, one object for every replica (`registry.create`); without one a
         `shared_tier_gib` above 0 builds a pool of this strategy's own (a fleet of one)."""
         super().__init__(capacity_slots=capacity_slots, block_size=block_size, max_model_len=max_model_len,
-                         swap_slots=swap_slots)
+                         swap_slots=swap_slots, state=state)
         self.name = name
         self.prefix = index
         self.needs_prompt_ids = True
@@ -74,7 +76,10 @@ class PrefixCacheStrategy(PagedStrategy):
         return 0 if self.host_tier is None else self.host_tier.num_blocks
 
     def end_step(self) -> StepEffects:
-        """Mutates: the tiers' step ends (`TierWalk.end_step`)."""
+        """Mutates: the tiers' step ends (`TierWalk.end_step`), and the step's recurrent-state copies."""
+        if self.state is not None:
+            copies = self.state.take_copies()
+            return StepEffects(state_copies=copies) if copies else NO_EFFECTS
         return NO_EFFECTS if self._tiers is None else self._tiers.end_step(self.block_size)
 
     def counters(self) -> dict[str, int]:
@@ -116,8 +121,31 @@ class PrefixCacheStrategy(PagedStrategy):
         keys = self._chains.prompt_keys(spec.token_ids)
         max_hit = self._max_hit(spec)
         hits = self.prefix.lookup(keys, max_hit)
+        if self.state is not None:  # a hit needs the recurrent state where it ends: blocks past it are unusable
+            hits = hits[:self.state.hit(keys, hits.shape[0])]
         below = NO_TIER_HITS if self._tiers is None else self._tiers.lookup(keys, hits.shape[0], max_hit)
         return hits, keys, below
+
+    def _branch_point(self, keys: np.ndarray, spec: SeqSpec) -> int:
+        """Where the prompt leaves the blocks the index holds (whatever their checkpoints): Marconi's branch."""
+        if self.state is None or self.state.spec.policy != "marconi":
+            return 0
+        return self.prefix.lookup(keys, self._max_hit(spec)).shape[0] * self.block_size
+
+    def _save_states(self, row: int, start: int, stop: int, keys: np.ndarray, first_block: int) -> None:
+        """Mutates. The checkpoints the policy takes as the row's sequence computes positions [start, stop);
+        `keys[i]` is the chain key of block `first_block + i` (uint64)."""
+        book = self.state
+        final_len = int(self.tables.seqs.column("final_len")[row])
+        for position in book.wants(row, start, stop, final_len):
+            key = int(keys[position // self.block_size - 1 - first_block])
+            if book.has(key) or not book.room_for_one():
+                continue
+            self._free.push(book.over_budget())
+            k = book.spec.blocks_per_state
+            if self._free.size + self._num_cached_blocks() < k:  # no room short of evicting other checkpoints
+                continue
+            book.save(key, position, self._take(k))
 
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
                      num_hit: int, num_held: int, below: TierHits) -> None:
@@ -130,8 +158,10 @@ class PrefixCacheStrategy(PagedStrategy):
         before[1:] = blocks[:keys.shape[0] - 1]
         # a hit's key is registered already; a recomputed copy of a registered key is the index's to keep or not
         self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]], before[num_hit:])
-        self._chains.start(self.tables.seqs.rows(seq_ids), spec.token_ids[:num_held], keys,
-                           self.tables.seqs.capacity_rows)
+        rows = self.tables.seqs.rows(seq_ids)
+        self._chains.start(rows, spec.token_ids[:num_held], keys, self.tables.seqs.capacity_rows)
+        if self.state is not None:  # one checkpoint serves the group: its sequences hold the same prompt
+            self._save_states(int(rows[0]), num_hit * self.block_size, num_held, keys, 0)
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
         self.prefix_hit_tokens_host += below.num_host * self.block_size
@@ -140,6 +170,8 @@ class PrefixCacheStrategy(PagedStrategy):
     def _on_extended(self, rows: np.ndarray, length: int, token_ids: np.ndarray, table: np.ndarray) -> None:
         parents, keys = self._chains.extend(rows, length, token_ids)
         first = length // self.block_size  # the first block this chunk can fill
+        if self.state is not None and keys.shape[0]:
+            self._save_states(int(rows[0]), length, length + token_ids.shape[0], keys, first)
         filled = table[first:first + keys.shape[0]]
         # each filled block's predecessor in the table (-1 for the first block)
         before = np.concatenate([[-1], table])[first:first + keys.shape[0]].astype(np.int32)
@@ -151,10 +183,16 @@ class PrefixCacheStrategy(PagedStrategy):
         if token_ids is None:
             self._chains.forget(rows)
             return
-        filled_rows, parents, keys = self._chains.advance(rows, self.tables.seqs.column("length"), token_ids)
+        lengths = self.tables.seqs.column("length")
+        filled_rows, parents, keys = self._chains.advance(rows, lengths, token_ids)
         if filled_rows.shape[0]:
             self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows),
                                self.tables.previous_blocks(filled_rows))
+            if self.state is not None:  # a decode step ends on each block it fills: its state is there
+                for row, key in zip(filled_rows.tolist(), keys.tolist(), strict=True):
+                    length = int(lengths[row])
+                    self._save_states(row, length - 1, length, np.array([key], dtype=np.uint64),
+                                      length // self.block_size - 1)
 
     def _register_accepted(self, rows: np.ndarray, first: np.ndarray, accepted: np.ndarray,
                            token_ids: np.ndarray | None) -> None:
@@ -182,11 +220,17 @@ class PrefixCacheStrategy(PagedStrategy):
         return self.prefix.num_evictable()
 
     def _take(self, k: int) -> np.ndarray:
-        """Never-cached free blocks go first; cached ones are evicted only when none is left."""
+        """Never-cached free blocks go first; cached ones are evicted only when none is left, and state
+        checkpoints only when no cached block is left either."""
         if k <= self._free.size:
             return self._free.pop(k)
         if k > self.num_allocatable_blocks():
             raise RuntimeError(f"out of blocks: need {k}, {self.num_allocatable_blocks()} allocatable")
+        short = k - self._free.size - self._num_cached_blocks()
+        if short > 0:  # the checkpoints' blocks join the free stack
+            self._free.push(self.state.evict_blocks(short))
+            if k <= self._free.size:
+                return self._free.pop(k)
         taken = self._free.pop(self._free.size)
         self.prefix_evicted_blocks += k - taken.shape[0]
         if self._tiers is None:
@@ -200,7 +244,9 @@ class PrefixCacheStrategy(PagedStrategy):
 
     def check_integrity(self) -> None:
         super().check_integrity()
-        self.prefix.check_integrity(self._refcount, self._free.ids())
+        state_ids = None if self.state is None else self.state.block_ids()
+        self.prefix.check_integrity(self._refcount, self._free.ids() if state_ids is None or not state_ids.shape[0]
+                                    else np.concatenate([self._free.ids(), state_ids]))
         if self._tiers is not None:
             self._tiers.check_integrity()
 

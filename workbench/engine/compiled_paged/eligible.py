@@ -55,6 +55,7 @@ RUN_NEUTRAL = {
     "clock": "roofline", "kernel": "none", "preemption": "recompute", "chunked_prefill": False, "admission": "fcfs",
     "batching": "continuous", "schedule": "fcfs", "spec_tokens": 0, "n": 1, "beam_width": 1, "replicas": 1,
     "prefill_replicas": 0, "decode_replicas": 0,
+    "state_checkpoints": "none", "state_cache_gib": None, "unify_page_size": False,
 }
 
 SCHEDULER_HANDLED = {
@@ -83,7 +84,7 @@ CLOCK_HANDLED = {
     "overlap_load": "prices tier loads only; the loop's strategy has no tiers",
     "num_layers": "prices a speculative step's draft model only: " + _SPEC,
 }
-CLOCK_NEUTRAL: dict = {}
+CLOCK_NEUTRAL: dict = {"state_bytes_per_seq": 0.0}  # a recurrent model's states: the strategy holds none in the loop
 
 
 def unclassified(cfg: RunConfig | None, sched_config: SchedulerConfig, clock) -> list[str]:

@@ -1,0 +1,1 @@
+"""Recurrent state beside the KV blocks (docs/recurrent.md): live states and their checkpoints."""
