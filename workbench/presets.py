@@ -661,7 +661,16 @@ _CUSTOM_KEYS = {
     "shared_experts": "num_shared_experts",
     "dense_layers": "num_dense_layers",
     "expert_width": "expert_width",
+    # recurrent layers (docs/recurrent.md): how many, and their mixer's dims (Gated DeltaNet unless mamba2=1)
+    "state_layers": "state_layers",
+    "state_heads": "num_heads",
+    "state_head_dim": "head_dim",
+    "state_dim": "state_dim",
+    "state_groups": "num_groups",
+    "conv_kernel": "conv_kernel",
+    "mamba2": "mamba2",
 }
+_MIXER_KEYS = ("state_heads", "state_head_dim", "state_dim", "state_groups", "conv_kernel", "mamba2")
 _CUSTOM_REQUIRED = ("layers", "kv_heads", "head_dim")
 
 
@@ -685,6 +694,7 @@ def gpu_from_name(name: str) -> GpuPreset:
 
 def _parse_custom(spec: str) -> ModelPreset:
     values: dict[str, float] = {}
+    mixer: dict[str, float] = {}
     for item in spec.removeprefix("custom:").split(","):
         key, sep, value = item.partition("=")
         key = key.strip()
@@ -692,24 +702,41 @@ def _parse_custom(spec: str) -> ModelPreset:
             raise ValueError(f"custom model {spec!r}: bad item {item!r}; expected key=value with keys "
                              f"{sorted(_CUSTOM_KEYS)}")
         try:
-            values[_CUSTOM_KEYS[key]] = float(value)
+            (mixer if key in _MIXER_KEYS else values)[_CUSTOM_KEYS[key]] = float(value)
         except ValueError:
             raise ValueError(f"custom model {spec!r}: {key} must be a number, got {value!r}") from None
-        if not math.isfinite(values[_CUSTOM_KEYS[key]]):
+        if not math.isfinite(float(value)):
             raise ValueError(f"custom model {spec!r}: {key} must be a finite number, got {value!r}")
     if "kv_lora_rank" in values:
         values.setdefault("num_kv_heads", 1.0)
     missing = [k for k in _CUSTOM_REQUIRED if _CUSTOM_KEYS[k] not in values]
     if missing:
         raise ValueError(f"custom model {spec!r}: missing {missing}")
-    ints = {f: int(v) for f, v in values.items() if f != "params_b"}
-    for f, v in values.items():
+    for f, v in {**values, **mixer}.items():
         if f != "params_b" and v != int(v):
             raise ValueError(f"custom model {spec!r}: {f} must be an integer, got {v}")
+    ints = {f: int(v) for f, v in values.items() if f not in ("params_b", "state_layers")}
+    state_layers = int(values.get("state_layers", 0))
+    if state_layers or mixer:
+        ints["layer_groups"] = _custom_state_groups(spec, ints["num_layers"], state_layers, mixer)
     ints.setdefault("num_heads", ints["num_kv_heads"])
     ints.setdefault("max_model_len", 4096)
     latent = {"kv_layout": "latent"} if "kv_lora_rank" in ints else {}
     return ModelPreset(name=spec, params_b=values.get("params_b", 7.0), **latent, **ints)
+
+
+def _custom_state_groups(spec: str, num_layers: int, state_layers: int, mixer: dict[str, float]) -> tuple:
+    """A custom model's attention layers and its `state_layers` recurrent ones, all of the mixer's dims given."""
+    missing = [k for k in _MIXER_KEYS[:-1] if _CUSTOM_KEYS[k] not in mixer]
+    if not state_layers or missing:
+        raise ValueError(f"custom model {spec!r}: recurrent layers need state_layers >= 1 and "
+                         f"{', '.join(_MIXER_KEYS[:-1])}; missing {missing or ['state_layers']}")
+    kind = "mamba2" if mixer.pop("mamba2", 0) else "gated-deltanet"
+    if not 1 <= state_layers < num_layers:
+        raise ValueError(f"custom model {spec!r}: state_layers must be in [1, layers - 1 = {num_layers - 1}], "
+                         f"got {state_layers}")
+    dims = {k: int(v) for k, v in mixer.items()}
+    return (LayerGroup(num_layers - state_layers), LayerGroup(state_layers, mixer=RecurrentMixer(kind, **dims)))
 
 
 def with_max_model_len(model: ModelPreset, max_model_len: int | None) -> ModelPreset:

@@ -11,6 +11,9 @@ Half of the admissions are chunked (chunked prefill): the group holds its first 
 brings the rest of its prompt in random chunks, while it is neither appended to, forked nor swapped.
 A speculative step (every strategy that `supports_drafts`) writes each sequence's last token and random
 drafts, is checked with the drafts held, then keeps a random number of them and rolls the rest back.
+A recurrent model's state (docs/recurrent.md) is walked on every strategy that holds one, under every
+checkpoint policy: the state classes are exact, every checkpoint ends a prefix some sequence held, and a hit
+is the longest cached prefix with a checkpoint where it ends.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.allocators import registry
+from workbench.allocators.prefix.keys import block_keys
+from workbench.allocators.state.book import StateSpec
+from workbench.allocators.state.policies import POLICIES
 from workbench.config import RunConfig
 from workbench.presets import MODELS
 
@@ -100,16 +106,31 @@ def _continuation(rng: np.random.Generator, tokens: np.ndarray, max_len: int) ->
     return np.concatenate([tokens[:keep], extra])[:max_len]
 
 
+def _state_parts(s) -> tuple[int, int, int, int]:
+    """A recurrent state's reference: (state slots, checkpoint slots, their blocks' slack in slots, checkpoint
+    blocks), recounted from the book's blocks; zeros without state."""
+    book = getattr(s, "state", None)
+    if book is None:
+        return 0, 0, 0, 0
+    k, slots = book.spec.blocks_per_state, book.spec.state_slots
+    assert all(b.shape[0] == k for b in book.live.values())
+    assert sorted(book.live) == sorted(s.tables.on_device_rows().tolist())
+    states, checkpoints = len(book.live), len(book.checkpoints)
+    return states * slots, checkpoints * slots, (states + checkpoints) * (k * s.block_size - slots), checkpoints * k
+
+
 def _check(model: PoolModel) -> None:
     s = model.s
     s.check_integrity()
     snap = s.snapshot()
     token, reserved, internal = model.reference_partition()
-    assert (snap.token_slots, snap.reserved_slots, snap.internal_frag_slots) == (token, reserved, internal)
+    state, checkpoints, slack, checkpoint_blocks = _state_parts(s)
+    assert (snap.state_slots, snap.state_checkpoint_slots) == (state, checkpoints)
+    assert (snap.token_slots, snap.reserved_slots, snap.internal_frag_slots) == (token, reserved, internal + slack)
     assert snap.logical_token_slots == sum(len(model.tokens[i]) for i in model.on_device())
     assert snap.token_slots <= snap.logical_token_slots
     assert snap.external_frag_slots == 0  # counted only at a refusal
-    assert snap.num_free_blocks * s.block_size == snap.free_slots + snap.cached_slots
+    assert snap.num_free_blocks * s.block_size == snap.free_slots + snap.cached_slots + checkpoint_blocks * s.block_size
     host = model.host_tier_slots()
     if host is not None:
         used, free, capacity = host
@@ -131,12 +152,37 @@ def _check_refusal(model: PoolModel, needed_slots: int) -> None:
         assert snap.largest_free_extent_slots == max(runs, default=0)
 
 
-def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: int = 250) -> None:
+def _expected_hit(s, prompt: np.ndarray) -> int | None:
+    """With a recurrent state and a prefix cache, the tokens an admission of `prompt` must hit: the longest run
+    of the index's blocks whose last block's key has a checkpoint (None: not a state prefix cache)."""
+    book = getattr(s, "state", None)
+    if book is None or s.prefix is None:
+        return None
+    keys = block_keys(prompt.astype(np.int32), s.block_size)
+    kv = s.prefix.lookup(keys, (prompt.shape[0] - 1) // s.block_size).shape[0]
+    return max((i for i in range(1, kv + 1) if int(keys[i - 1]) in book.checkpoints), default=0) * s.block_size
+
+
+def _check_checkpoints(s, histories: list[np.ndarray]) -> None:
+    """Every checkpoint sits at a block boundary of some sequence's tokens and is keyed by that prefix."""
+    book = getattr(s, "state", None)
+    if book is None or not book.checkpoints:
+        return
+    known = {int(k): (i + 1) * s.block_size for tokens in histories
+             for i, k in enumerate(block_keys(tokens.astype(np.int32), s.block_size))}
+    for key, (_, position, _, _) in book.checkpoints.items():
+        assert known.get(key) == position, f"checkpoint {key:#x} at {position} ends no prefix a sequence held"
+
+
+def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: int = 250,
+                state: StateSpec | None = None) -> None:
     """Walk the strategy through random operations, checking every invariant after each one."""
     rng = np.random.default_rng(seed)
     capacity, max_len = _sizes(block_size)
+    capacity *= STATE_ROOM if state is not None else 1
     s = registry.create(name, capacity_slots=capacity, block_size=block_size, max_model_len=max_len,
-                        swap_slots=capacity // 2, **options)
+                        swap_slots=capacity // 2, state=state, **options)
+    histories: list[np.ndarray] = []  # every prompt admitted and every sequence freed (the checkpoints' sources)
     model = PoolModel(s, host_slots=capacity // 2)
     prefixes = [rng.integers(0, 1000, max_len) for _ in range(3)]
     groups: list[list[int]] = []  # admission groups (swap unit), members still live
@@ -158,8 +204,11 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
             ids = list(range(next_id, next_id + n))
             before = s.snapshot()
             chunk = int(rng.integers(1, prompt.shape[0] + 1)) if rng.random() < 0.5 else None
+            expected = _expected_hit(s, prompt)
             result = model.admit(ids, prompt, final, chunk)
             if result.admitted:
+                assert expected is None or result.cached_tokens == expected, "a hit past the last checkpoint"
+                histories.append(prompt)
                 next_id += n
                 groups.append(ids)
                 held = len(model.tokens[ids[0]])
@@ -190,6 +239,7 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
                 else:  # a group being prefilled is recomputed, never swapped
                     pending.pop(victim[0], None)
                     for i in victim:
+                        histories.append(np.array(model.tokens[i]))
                         model.free(i)
                     groups.remove(victim)
         elif op == "speculate" and on_device and s.supports_drafts:
@@ -206,7 +256,7 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
                 model.settle(batch, drafts, np.minimum(rng.integers(0, 6, len(batch)), drafts))
             else:
                 assert s.snapshot() == before, "a refused speculative step changed the pool"
-        elif op == "fork" and on_device:
+        elif op == "fork" and on_device and state is None:  # a recurrent state is not forked
             parent = on_device[int(rng.integers(len(on_device)))]
             if model.fork(parent, next_id).admitted:
                 next(g for g in groups if parent in g).append(next_id)
@@ -218,6 +268,7 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
             if rest is not None and group:  # the other members go on being prefilled
                 pending[group[0]] = rest
             seen.append(np.array(model.tokens[seq_id]))
+            histories.append(seen[-1])
             model.free(seq_id)
             if not group:
                 groups.remove(group)
@@ -232,12 +283,45 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
             if host_groups and s.can_swap_in(host_groups[0]):
                 model.swap_in(host_groups[0])
         _check(model)
+        _check_checkpoints(s, histories + [np.array(t) for t in model.tokens.values()])
     for seq_id in list(model.tokens):
         model.free(seq_id)
         _check(model)
     snap = s.snapshot()
-    assert snap.free_slots + snap.cached_slots == s.capacity_slots
+    assert snap.free_slots + snap.cached_slots + snap.state_checkpoint_slots + _state_parts(s)[2] == s.capacity_slots
     assert snap.num_free_blocks * s.block_size == s.capacity_slots
+
+
+# A recurrent state of 2.5 blocks of 16 (or 40 slots at block 1), under each policy, with a checkpoint budget that
+# holds a few states (evictions) or the whole pool
+STATE_WALKS = [pytest.param(reg.name, bs, policy, budget, marks=() if budget == "few" or bs == 16 else pytest.mark.slow)
+               for reg in registry.registrations() if reg.recurrent_state
+               for policy in (POLICIES if reg.prefix_cache else ("none",))
+               for bs in (1, 16) for budget in ("few", "pool")]
+
+
+STATE_ROOM = 4  # a state walk's pool is this many times the others': states and checkpoints take room too
+
+
+def _state_spec(block_size: int, policy: str, budget: str, capacity: int) -> StateSpec:
+    blocks = 40 // block_size if block_size == 1 else 3
+    cache_blocks = 3 * blocks if budget == "few" else (capacity // block_size) // blocks * blocks
+    return StateSpec(blocks, 40, policy, cache_blocks if policy != "none" else 0, 2.0, 1.0)
+
+
+@pytest.mark.parametrize("name,block_size,policy,budget", STATE_WALKS)
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_state_random_walk_keeps_every_invariant(name, block_size, policy, budget, seed):
+    capacity = _sizes(block_size)[0] * STATE_ROOM
+    random_walk(name, block_size, {}, seed, num_ops=200, state=_state_spec(block_size, policy, budget, capacity))
+
+
+@pytest.mark.parametrize("name", [r.name for r in registry.registrations() if not r.recurrent_state])
+def test_a_strategy_without_recurrent_state_refuses_one(name):
+    with pytest.raises(ValueError, match="does not hold recurrent state"):
+        registry.create(name, capacity_slots=700, block_size=16 if registry.get(name).block_sized else 1,
+                        max_model_len=120, state=StateSpec(3, 40))
 
 
 @pytest.mark.parametrize("name,block_size,options", CONFIGS)
