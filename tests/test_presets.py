@@ -21,7 +21,31 @@ def test_llama3_8b_gqa_bytes_per_token():
 @pytest.mark.parametrize("dtype,nbytes", [("fp32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1)])
 def test_every_preset_matches_the_formula(name, dtype, nbytes):
     m = MODELS[name]
-    assert m.kv_bytes_per_token(dtype) == 2 * m.num_layers * m.num_kv_heads * m.head_dim * nbytes
+    assert m.kv_bytes_per_token(dtype) == 2 * m.attention_layers * m.num_kv_heads * m.head_dim * nbytes
+
+
+# per sequence: (conv bytes, recurrent-matrix bytes) over every recurrent layer, from each config.json's dims
+# (conv: (kernel - 1) × (value heads × d_v + 2 × key heads × d_k) at bf16; matrices: heads × d_v × d_k at the
+# state dtype), and the attention layers that hold KV
+RECURRENT_PRESETS = {
+    "qwen3-next-80b-a3b": (36 * 3 * (32 * 128 + 2 * 16 * 128) * 2, 36 * 32 * 128 * 128 * 2, 12),
+    "qwen3.5-27b": (48 * 3 * (48 * 128 + 2 * 16 * 128) * 2, 48 * 48 * 128 * 128 * 4, 16),
+    "nemotron-h-8b": (24 * 3 * (128 * 64 + 2 * 8 * 128) * 2, 24 * 128 * 64 * 128 * 4, 4),
+    "qwen3.5-0.8b": (18 * 3 * (16 * 128 + 2 * 16 * 128) * 2, 18 * 16 * 128 * 128 * 4, 6),
+}
+
+
+@pytest.mark.parametrize("name", RECURRENT_PRESETS)
+def test_a_recurrent_preset_holds_its_config_state(name):
+    conv, matrices, attention = RECURRENT_PRESETS[name]
+    m = MODELS[name]
+    assert (m.state_bytes_per_seq(), m.attention_layers) == (conv + matrices, attention)
+    assert m.kv_bytes_per_token("fp16") == 2 * attention * m.num_kv_heads * m.head_dim * 2
+
+
+def test_qwen3_next_state_is_1608_tokens_of_its_kv():
+    m = MODELS["qwen3-next-80b-a3b"]
+    assert m.state_bytes_per_seq() == 39_518_208 and m.state_bytes_per_seq() / m.kv_bytes_per_token("bf16") == 1608
 
 
 def test_capacity_derived_from_gpu_subtracts_weights():

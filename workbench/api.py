@@ -198,15 +198,15 @@ def strategies() -> pd.DataFrame:
 
 
 def models() -> pd.DataFrame:
-    """The model presets (`model=`): shape, parameters, context, KV bytes per token at fp16, and the
-    sliding-window layer groups of a hybrid model."""
+    """The model presets (`model=`): shape, parameters, context, KV bytes per token at fp16, and the layer
+    groups: full attention, sliding windows (`window`) and recurrent layers (`state:BYTES` per sequence each)."""
     from workbench.presets import MODELS
 
     rows = []
     for name, m in MODELS.items():
         row = {f.name: getattr(m, f.name) for f in dataclasses.fields(m) if f.name not in ("name", "layer_groups")}
         row["kv_bytes_per_token_fp16"] = m.kv_bytes_per_token("fp16")
-        row["layer_groups"] = " + ".join(f"{g.num_layers} {g.label}" for g in m.groups())
+        row["layer_groups"] = " + ".join(f"{g.num_layers} {g.label}" for g in m.layer_groups or m.groups())
         rows.append({"model": name, **row})
     return pd.DataFrame(rows).set_index("model")
 

@@ -419,14 +419,18 @@ class RunConfig:
                                      ("spec_tokens", self.spec_tokens, 0), ("preemption", self.preemption, "recompute"),
                                      ("host_cache_gib", self.host_cache_gib, 0.0),
                                      ("shared_tier_gib", self.shared_tier_gib, 0.0),
-                                     ("prefill_replicas", self.prefill_replicas, 0), ("replicas", self.replicas, 1)):
+                                     ("prefill_replicas", self.prefill_replicas, 0)):
             if value != neutral:
                 raise ValueError(f"{flag} {value} with model {model.name}: a recurrent state is overwritten in place "
                                  f"and copying, moving or rolling it back is not built; leave {flag} at {neutral}")
+        if self.replicas > 1:
+            raise ValueError(f"replicas {self.replicas} with model {model.name}: a fleet of replicas holding "
+                             f"recurrent state is not built; leave replicas at 1")
         if self.state_checkpoints == "none" and self.state_cache_gib is not None:
             raise ValueError("state_cache_gib bounds checkpoint memory: with state_checkpoints none there is none")
-        return state_sizes(model, self.kv_dtype, self.block_size, capacity_slots, self.state_cache_gib,
-                           self.unify_page_size)
+        sizes = state_sizes(model, self.kv_dtype, self.block_size, capacity_slots, self.state_cache_gib,
+                            self.unify_page_size)
+        return sizes if self.state_checkpoints != "none" else sizes._replace(cache_blocks=0)
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -31,6 +31,11 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
          f"{summary['sharing_saving_frac']:.3f}, {summary['block_sharing_saving_frac']:.3f}"),
         ("prefix hit rate", summary["prefix_hit_rate"]),
         ("preemptions / cow copies", f"{summary['num_preemptions']} / {summary['cow_copies']}"),
+        *([("state live / checkpoints, saved / evicted / hit",
+            f"{summary['mem_state_frac']:.3f} / {summary['mem_state_checkpoint_frac']:.3f}, "
+            f"{summary['state_checkpoints_saved']} / {summary['state_checkpoints_evicted']} / "
+            f"{summary['state_checkpoint_hits']}")]
+          if "mem_state_frac" in summary else []),
         *([("speculative: drafts accepted, tokens per step",
             f"{summary['spec_accept_rate']:.3f}, {summary['spec_tokens_per_step']:.3f}")]
           if "spec_accept_rate" in summary else []),

@@ -107,8 +107,8 @@ def _continuation(rng: np.random.Generator, tokens: np.ndarray, max_len: int) ->
 
 
 def _state_parts(s) -> tuple[int, int, int, int]:
-    """A recurrent state's reference: (state slots, checkpoint slots, their blocks' slack in slots, checkpoint
-    blocks), recounted from the book's blocks; zeros without state."""
+    """A recurrent state's reference: (state slots, checkpoint slots, the part of those past the state's bytes,
+    checkpoint blocks), recounted from the book's blocks; zeros without state."""
     book = getattr(s, "state", None)
     if book is None:
         return 0, 0, 0, 0
@@ -116,7 +116,8 @@ def _state_parts(s) -> tuple[int, int, int, int]:
     assert all(b.shape[0] == k for b in book.live.values())
     assert sorted(book.live) == sorted(s.tables.on_device_rows().tolist())
     states, checkpoints = len(book.live), len(book.checkpoints)
-    return states * slots, checkpoints * slots, (states + checkpoints) * (k * s.block_size - slots), checkpoints * k
+    assert slots <= k * s.block_size
+    return states * k * s.block_size, checkpoints * k * s.block_size, 0, checkpoints * k
 
 
 def _check(model: PoolModel) -> None:

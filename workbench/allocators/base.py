@@ -166,7 +166,7 @@ class _SnapshotFields(NamedTuple):
     # each layer group's split of the held slots (docs/hybrid.md); () for a pool of one group, whose
     # split is the pool's own
     groups: tuple[GroupSnapshot, ...] = ()
-    # recurrent state (docs/recurrent.md), its bytes in slots: the live sequences' and the checkpoints'
+    # recurrent state (docs/recurrent.md), the blocks it holds in slots: the live sequences' and the checkpoints'
     state_slots: int = 0
     state_checkpoint_slots: int = 0
 

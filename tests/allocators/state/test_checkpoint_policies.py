@@ -64,7 +64,7 @@ def test_which_request_hits_how_many_tokens(name, policy, hits):
     expected = {"none": [], "all": [16, 32, 48, 64, 80, 80, 80, 96, 96, 96], "align": [96, 96, 96],
                 "tree": [96, 96, 96], "marconi": [64, 96, 96, 96]}[policy]
     assert positions == expected
-    assert s.snapshot().state_checkpoint_slots == len(expected) * 20
+    assert s.snapshot().state_checkpoint_slots == len(expected) * 2 * BS  # two blocks each
 
 
 def test_none_keeps_the_kv_and_hits_nothing():

@@ -393,9 +393,9 @@ class PagedStrategy(PagedSwap, Strategy):
         free = self._free.size * bs
         held_slots = self.capacity_slots - cached - free
         state = checkpoints = 0
-        if self.state is not None:  # a state's bytes; the rest of its blocks is internal fragmentation
-            state = len(self.state.live) * self.state.spec.state_slots
-            checkpoints = len(self.state.checkpoints) * self.state.spec.state_slots
+        if self.state is not None:  # the blocks the states hold, in slots
+            state = len(self.state.live) * self.state.spec.blocks_per_state * bs
+            checkpoints = self.state.held_blocks() * bs
         return Snapshot(
             capacity_slots=self.capacity_slots, token_slots=self._written_slots, reserved_slots=reserved,
             internal_frag_slots=held_slots - self._written_slots - reserved - state - checkpoints,

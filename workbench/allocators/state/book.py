@@ -1,8 +1,8 @@
 """A paged pool's recurrent states (docs/recurrent.md): each live sequence's, and the checkpoints.
 
 A state is `blocks_per_state` whole blocks of the pool, taken from the same free stack as KV blocks (vLLM's
-hybrid allocator: one pool of equal pages, a recurrent layer group holding one page per request). Its bytes,
-in the pool's slots, are `state_slots`; the rest of its blocks is internal fragmentation. Checkpoints are
+hybrid allocator: one pool of equal pages, a recurrent layer group holding one page per request); the
+snapshot's state classes count those blocks (its bytes fill `state_slots` of them). Checkpoints are
 states copied at block boundaries (`policies`), keyed by the chain key of the prefix they end, at most
 `cache_blocks` blocks of them; a checkpoint is held by no sequence, so the pool may evict it for room.
 
