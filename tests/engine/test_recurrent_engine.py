@@ -45,7 +45,7 @@ def test_every_step_partitions_the_pool_with_the_state_classes(strategy, policy)
     steps = result.steps
     parts = steps[list(C.SLOT_COLUMNS) + list(C.STATE_STEP_COLUMNS)].sum(axis=1)
     assert (parts == cfg.resolve().capacity_slots).all()
-    assert (steps["state_slots"] == steps["num_running"] * 16).all()  # its two blocks of 8  # every running sequence holds its state
+    assert (steps["state_slots"] == steps["num_running"] * 16).all()  # each running sequence: two blocks of 8
     assert result.summary["num_finished"] == 30 and result.summary["verify_max_rel_err"] < 1e-4
     assert set(C.STATE_SUMMARY_KEYS) <= set(result.summary)
     if policy == "none":
