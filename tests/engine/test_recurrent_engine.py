@@ -65,12 +65,25 @@ def test_none_hits_nothing_and_all_reaches_attention_only_with_room(strategy):
     assert every["state_checkpoints_evicted"] == 0 and every["state_checkpoint_hits"] > 0
 
 
-def test_checkpoints_and_states_cost_time_in_the_clock():
-    cfg = _config("paged-prefix", "all", kernel="none", kv_slots=65536)
-    timed = run_in_memory(cfg)[0]
-    clock_free = run_in_memory(dataclasses.replace(cfg, model=ATTENTION_TWIN, state_checkpoints="none"))[0]
-    assert timed.summary["sim_time_s"] > 0 and timed.steps["dt_s"].sum() > 0
-    assert clock_free.summary["num_finished"] == timed.summary["num_finished"] == 30
+def test_the_clock_charges_each_state_read_written_and_copied():
+    """A step's states: each sequence reads and writes its 5,632 B once, a checkpoint taken or restored is one
+    more read and write; the recurrent layers' own operators run per row, attention's in two layers only."""
+    from workbench.clock.profiles import make_clock
+    from workbench.clock.step_cost import StepCost
+
+    cfg = _config("paged-prefix", "all", kernel="none")
+    res = cfg.resolve()
+    clock = make_clock(cfg, res, cfg.block_size, 0.0, False, paged_kernel=True, overlap_load=False,
+                       shared_link_gb_s=0.0)
+    assert clock.state_bytes_per_seq == 5632.0
+    step = StepCost(0, 4, 400.0, 400.0, 400.0, 0, 4, 0, 0, sampled_tokens=4)
+    plain, copied = clock.cost_s(step), clock.cost_s(step._replace(state_copies=3))
+    assert copied - plain == pytest.approx(2 * 3 * 5632 / clock.bytes_per_s, rel=1e-9)
+    assert clock.state_s(4, 0) == 2 * 4 * 5632 / clock.bytes_per_s
+    ops = {op.name: op for op in clock.forward.per_row}
+    assert ops["qkv_proj"].kernels == 2 and ops["recurrence"].kernels == 4 and ops["mixer_in_proj"].kernels == 2
+    assert ops["recurrence"].flops_per_row == 2 * (6 * 4 * 16 * 16 + 2 * 128 * 4)
+    assert clock.attention_launch_s == 2 * 2 * clock.kernel_launch_s
 
 
 def test_unified_pages_raise_the_block_to_hold_a_layer_state():
