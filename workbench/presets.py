@@ -151,13 +151,17 @@ class RecurrentMixer:
         return 2 * self.inner_dim + 2 * self.num_groups * self.state_dim + gates
 
     def params(self, hidden: int) -> int:
-        """One layer's parameters: the input projection, the depthwise conv, the output projection, the per-head
-        decay and step parameters and the gated norm's weights (transformers' Qwen3NextGatedDeltaNet and
-        NemotronHMamba2Mixer)."""
+        """One layer's parameters: the input projection, the output projection and `local_params` (transformers'
+        Qwen3NextGatedDeltaNet and NemotronHMamba2Mixer)."""
+        return hidden * self.in_proj_width() + self.inner_dim * hidden + self.local_params
+
+    @property
+    def local_params(self) -> int:
+        """The parameters outside the two projections: the depthwise conv, the per-head decay and step
+        parameters and the gated norm's weights."""
         per_head = 2 * self.num_heads if self.kind == "gated-deltanet" else 3 * self.num_heads  # A, dt (and D)
         norm = self.head_dim if self.kind == "gated-deltanet" else self.inner_dim
-        return (hidden * self.in_proj_width() + self.conv_dim * self.conv_kernel + self.inner_dim * hidden
-                + per_head + norm)
+        return self.conv_dim * self.conv_kernel + per_head + norm
 
     def recurrence_flops_per_token(self) -> float:
         """The conv and the recurrence for one token in one layer (the projections are GEMMs, counted apart)."""

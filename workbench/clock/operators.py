@@ -144,7 +144,7 @@ def recurrent_mixers(model, w: int) -> tuple[Operator, ...]:
         in_params, out_params = hidden * m.in_proj_width(), m.inner_dim * hidden
         ops += [Operator("mixer_in_proj", n, n * in_params * w, n * (hidden + m.in_proj_width()) * a,
                          n * 2.0 * in_params, split=True, gemm=True),
-                Operator("recurrence", 2 * n, 0.0, n * (m.in_proj_width() + m.inner_dim) * a,
+                Operator("recurrence", 2 * n, n * m.local_params * w, n * (m.in_proj_width() + m.inner_dim) * a,
                          n * m.recurrence_flops_per_token(), split=True, gemm=False),
                 Operator("mixer_out_proj", n, n * out_params * w, n * (m.inner_dim + hidden) * a,
                          n * 2.0 * out_params, split=True, gemm=True)]
