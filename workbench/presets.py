@@ -559,8 +559,8 @@ MODELS: dict[str, ModelPreset] = {
         # huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct: 48 layers, every 4th full attention (12 full + 36
         # Gated DeltaNet), 16 heads, 2 KV, dim 256; linear 32 value heads of 128, 16 key heads of 128, conv 4;
         # hidden 2048, 512 experts (10 per token) + 1 shared of width 512, vocab 151936, 262144 tokens, untied,
-        # bf16 state; 80 B parameters (the model card)
-        ModelPreset("qwen3-next-80b-a3b", 48, 16, 2, 256, 80.0, 262144,
+        # bf16 state; 79.67 B parameters in the language model, its tensors summed (the model card rounds to 80 B)
+        ModelPreset("qwen3-next-80b-a3b", 48, 16, 2, 256, 79.67, 262144,
                     (LayerGroup(12), LayerGroup(36, mixer=RecurrentMixer("gated-deltanet", 32, 128, 128, 16, 4))),
                     hidden_size=2048, vocab_size=151936, num_experts=512, experts_per_token=10,
                     num_shared_experts=1, expert_width=512),
