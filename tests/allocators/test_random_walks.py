@@ -171,8 +171,10 @@ def _check_checkpoints(s, histories: list[np.ndarray]) -> None:
         return
     known = {int(k): (i + 1) * s.block_size for tokens in histories
              for i, k in enumerate(block_keys(tokens.astype(np.int32), s.block_size))}
+    registered = set(s.prefix._key_of[s.registered_block_ids()].tolist())  # both indexes keep each block's key
     for key, (_, position, _, _) in book.checkpoints.items():
         assert known.get(key) == position, f"checkpoint {key:#x} at {position} ends no prefix a sequence held"
+        assert key in registered, f"checkpoint {key:#x} outlived the block it ends on"
 
 
 def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: int = 250,

@@ -63,6 +63,11 @@ def test_which_request_hits_how_many_tokens(name, policy, hits):
     # `all` adds A's 16..80 and B's and C's 80; marconi adds the branch at 64 (B's, which C then hits)
     expected = {"none": [], "all": [16, 32, 48, 64, 80, 80, 80, 96, 96, 96], "align": [96, 96, 96],
                 "tree": [96, 96, 96], "marconi": [64, 96, 96, 96]}[policy]
+    if name == "radix" and policy in ("align", "tree", "marconi"):
+        # a radix tree registers a sequence's blocks only below blocks it holds: a request that recomputed A's
+        # four blocks (no state at 64 to resume: B, and C without marconi's branch) keeps its later blocks, and
+        # the checkpoint at its 96, out of the tree
+        expected = {"align": [96], "tree": [96], "marconi": [64, 96, 96]}[policy]
     assert positions == expected
     assert s.snapshot().state_checkpoint_slots == len(expected) * 2 * BS  # two blocks each
 
@@ -113,8 +118,23 @@ def test_a_hit_refreshes_a_checkpoint_and_the_pinned_one_is_never_evicted():
 
 def test_the_budget_evicts_before_a_checkpoint_is_added():
     book = _book("all")
-    assert book.over_budget().tolist() == [1]  # 3 held, budget 3: one goes for the next
+    assert book.make_room().tolist() == [1]  # 3 held, budget 3: one goes for the next
     assert book.held_blocks() == 2
+
+
+def test_a_budget_of_one_pinned_checkpoint_takes_no_other():
+    book = StateBook(StateSpec(1, 10, "tree", 1), BS)
+    book.save(7, 16, np.array([3], dtype=np.int32))
+    book.use(7)
+    assert book.make_room() is None and list(book.checkpoints) == [7]
+    book.land()
+    assert book.make_room().tolist() == [3]
+
+
+def test_a_checkpoint_goes_with_the_block_it_ends_on():
+    book = _book("all")
+    assert book.drop(np.array([3, 99], dtype=np.uint64)).tolist() == [3]
+    assert sorted(book.checkpoints) == [1, 2] and book.evicted == 1
 
 
 @pytest.mark.parametrize("policy", POLICIES)

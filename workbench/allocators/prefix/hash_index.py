@@ -137,6 +137,9 @@ class HashPrefixIndex:
     def evictable_block_set(self) -> np.ndarray:
         return self._policy.ids()
 
+    def registered_under(self, block: int, key: int) -> bool:
+        return block < self._registered.shape[0] and bool(self._registered[block]) and int(self._key_of[block]) == key
+
     def registered_block_ids(self) -> np.ndarray:
         return np.flatnonzero(self._registered).astype(np.int32)
 

@@ -81,6 +81,10 @@ class PrefixIndex(Protocol):
         """Every registered block (held or evictable), int32 [num_registered]. Pure."""
         ...
 
+    def registered_under(self, block: int, key: int) -> bool:
+        """Whether `block` is registered under chain key `key` (a hit can reach it). Pure."""
+        ...
+
     def check_integrity(self, refcount: np.ndarray, free_block_ids: np.ndarray) -> None:
         """Raise AssertionError if the index disagrees with the strategy's blocks: `refcount` int32
         [num_blocks] (holders per block), `free_block_ids` int32 [num_free] (the free stack). Pure."""

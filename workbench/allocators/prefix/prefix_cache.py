@@ -132,20 +132,42 @@ class PrefixCacheStrategy(PagedStrategy):
             return 0
         return self.prefix.lookup(keys, self._max_hit(spec)).shape[0] * self.block_size
 
-    def _save_states(self, row: int, start: int, stop: int, keys: np.ndarray, first_block: int) -> None:
+    def _save_states(self, row: int, start: int, stop: int, keys: np.ndarray, first_block: int,
+                     from_root: bool = False) -> None:
         """Mutates. The checkpoints the policy takes as the row's sequence computes positions [start, stop);
-        `keys[i]` is the chain key of block `first_block + i` (uint64)."""
-        book = self.state
+        `keys[i]` is the chain key of block `first_block + i` (uint64), all of them from the first block with
+        `from_root`. A checkpoint lives with the block it ends on, so it is taken only where the index holds
+        that prefix (a hit could never reach it otherwise): the row's own block, or with `from_root` any block
+        a lookup of the keys reaches (the row may hold an unregistered copy of a cached prefix)."""
+        book, bs = self.state, self.block_size
         final_len = int(self.tables.seqs.column("final_len")[row])
         for position in book.wants(row, start, stop, final_len):
-            key = int(keys[position // self.block_size - 1 - first_block])
+            index = position // bs - 1
+            key = int(keys[index - first_block])
             if book.has(key) or not book.room_for_one():
                 continue
-            self._free.push(book.over_budget())
+            block = int(self.tables.blocks_at(np.array([row]), np.array([index]))[0])
+            if not self._reachable(block, key, keys if from_root else None, index):
+                continue
+            room = book.make_room()
+            if room is None:  # the budget holds only the checkpoint an admission is copying
+                continue
+            self._free.push(room)
             k = book.spec.blocks_per_state
             if self._free.size + self._num_cached_blocks() < k:  # no room short of evicting other checkpoints
                 continue
-            book.save(key, position, self._take(k))
+            taken = self._take(k)
+            # taking the blocks may have evicted the cached prefix it would resume
+            if self._reachable(block, key, keys if from_root else None, index):
+                book.save(key, position, taken)
+            else:
+                self._free.push(taken)
+
+    def _reachable(self, block: int, key: int, keys_from_root: np.ndarray | None, index: int) -> bool:
+        """Pure. Whether a hit can reach block `index` of a sequence: its own `block` is registered under `key`,
+        or a lookup of its keys from the first block (when given) reaches that far."""
+        return self.prefix.registered_under(block, key) or (
+            keys_from_root is not None and self.prefix.lookup(keys_from_root, index + 1).shape[0] == index + 1)
 
     def _on_admitted(self, seq_ids: list[int], spec: SeqSpec, keys: np.ndarray, blocks: np.ndarray,
                      num_hit: int, num_held: int, below: TierHits) -> None:
@@ -161,7 +183,7 @@ class PrefixCacheStrategy(PagedStrategy):
         rows = self.tables.seqs.rows(seq_ids)
         self._chains.start(rows, spec.token_ids[:num_held], keys, self.tables.seqs.capacity_rows)
         if self.state is not None:  # one checkpoint serves the group: its sequences hold the same prompt
-            self._save_states(int(rows[0]), num_hit * self.block_size, num_held, keys, 0)
+            self._save_states(int(rows[0]), num_hit * self.block_size, num_held, keys, 0, from_root=True)
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
         self.prefix_hit_tokens_host += below.num_host * self.block_size
@@ -170,12 +192,12 @@ class PrefixCacheStrategy(PagedStrategy):
     def _on_extended(self, rows: np.ndarray, length: int, token_ids: np.ndarray, table: np.ndarray) -> None:
         parents, keys = self._chains.extend(rows, length, token_ids)
         first = length // self.block_size  # the first block this chunk can fill
-        if self.state is not None and keys.shape[0]:
-            self._save_states(int(rows[0]), length, length + token_ids.shape[0], keys, first)
         filled = table[first:first + keys.shape[0]]
         # each filled block's predecessor in the table (-1 for the first block)
         before = np.concatenate([[-1], table])[first:first + keys.shape[0]].astype(np.int32)
         self.prefix.insert(parents, keys, filled, before)
+        if self.state is not None and keys.shape[0]:
+            self._save_states(int(rows[0]), length, length + token_ids.shape[0], keys, first)
 
     def _register_filled(self, rows: np.ndarray, token_ids: np.ndarray | None) -> None:
         """The block just filled holds exactly its sequence's tokens: a writer into a shared block copies
@@ -233,10 +255,13 @@ class PrefixCacheStrategy(PagedStrategy):
                 return self._free.pop(k)
         taken = self._free.pop(self._free.size)
         self.prefix_evicted_blocks += k - taken.shape[0]
-        if self._tiers is None:
+        if self._tiers is None and self.state is None:
             return np.concatenate([taken, self.prefix.evict(k - taken.shape[0])])
         evicted, keys = self.prefix.evict_keyed(k - taken.shape[0])
-        self._tiers.demote(keys, evicted)
+        if self._tiers is not None:
+            self._tiers.demote(keys, evicted)
+        if self.state is not None:  # a checkpoint ending on an evicted block goes with it
+            self._free.push(self.state.drop(keys))
         return np.concatenate([taken, evicted])
 
     def _release(self, blocks: np.ndarray) -> None:

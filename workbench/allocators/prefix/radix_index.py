@@ -95,6 +95,9 @@ class RadixPrefixIndex:
         parts = [node.blocks[node.locked:node.n] for node in self._nodes.values() if node.locked < node.n]
         return np.concatenate(parts) if parts else _NO_BLOCKS
 
+    def registered_under(self, block: int, key: int) -> bool:
+        return block < self._node_of.shape[0] and self._node_of[block] >= 0 and int(self._key_of[block]) == key
+
     def registered_block_ids(self) -> np.ndarray:
         parts = [node.blocks[:node.n] for node in self._nodes.values()]
         return np.concatenate(parts) if parts else _NO_BLOCKS

@@ -109,11 +109,15 @@ class StateBook:
         """Whether the budget holds one more checkpoint (after evicting others)."""
         return self.spec.cache_blocks >= self.spec.blocks_per_state
 
-    def over_budget(self) -> np.ndarray:
-        """Mutates. Evicts checkpoints until one more fits the budget; returns their blocks."""
+    def make_room(self) -> np.ndarray | None:
+        """Mutates when it returns blocks. Evicts checkpoints until one more fits the budget and returns their
+        blocks; None, nothing changed, when only a pinned checkpoint could go."""
         k = self.spec.blocks_per_state
         need = self.held_blocks() + k - self.spec.cache_blocks
-        return self.evict(-(-need // k)) if need > 0 else _NO_BLOCKS
+        if need <= 0:
+            return _NO_BLOCKS
+        count = -(-need // k)
+        return self.evict(count) if count * k <= self.evictable() else None
 
     def save(self, key: int, position: int, blocks: np.ndarray) -> None:
         """Mutates. A checkpoint of the state at `position` (a copy into `blocks`)."""
@@ -142,6 +146,13 @@ class StateBook:
             raise RuntimeError(f"out of checkpoints: {count} to evict, {order.shape[0]} evictable")
         self.evicted += count
         return np.concatenate([self.checkpoints.pop(keys[i])[0] for i in order.tolist()])
+
+    def drop(self, keys: np.ndarray) -> np.ndarray:
+        """Mutates. The checkpoints that end on these evicted blocks' keys (uint64) go with them, as a state
+        stored with its block (vLLM) or at its radix node (SGLang) does: their blocks."""
+        dropped = [self.checkpoints.pop(key)[0] for key in keys.tolist() if key in self.checkpoints]
+        self.evicted += len(dropped)
+        return np.concatenate(dropped) if dropped else _NO_BLOCKS
 
     def evict_blocks(self, num_blocks: int) -> np.ndarray:
         """Mutates. Evicts whole checkpoints until at least `num_blocks` blocks come free; their blocks."""
