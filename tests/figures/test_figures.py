@@ -495,3 +495,54 @@ def test_kv_layouts_bars_are_the_presets_and_the_runs(built):
     assert step_read_bytes("deepseek-v3.2", context) == pytest.approx(expected, rel=1e-12)
     assert lines["MLA"].get_ydata()[-1] * 2**20 == pytest.approx(27 * 1152 * context, rel=1e-12)
     plt.close(fig)
+
+
+def test_recurrent_state_lines_are_the_summary(built):
+    from workbench.figures.recurrent_state import ATTENTION_LABEL, NONE_LABEL, pool_gib
+
+    sweep_dir, summary = built["recurrent_state"]
+    fig, axes = figure(built, "recurrent_state")
+    workloads = list(dict.fromkeys(summary["workload"]))
+    assert len(axes) == 3 * len(workloads)  # a row (hit rate, TTFT p95, throughput) per workload
+    hybrid = summary[summary["model"] == "qwen3.5-0.8b"]
+    pool = pool_gib(hybrid.iloc[0])
+    p95 = pd.Series({p: ttft_percentile(sweep_dir, p, 95) for p in summary["point_id"]})
+    for workload, row in zip(workloads, np.reshape(axes, (len(workloads), 3)), strict=True):
+        points = summary[summary["workload"] == workload]
+        for ax, (key, scale) in zip(row, [("prefix_hit_rate", 100.0), ("ttft_p95_s", 1.0),
+                                          ("throughput_tok_s", 1e-3)], strict=True):
+            def value(rows, key=key, scale=scale):
+                return (p95[rows["point_id"]].to_numpy() if key == "ttft_p95_s" else rows[key].to_numpy()) * scale
+
+            for strategy in ("paged-prefix", "radix"):
+                for policy in ("align", "all", "tree", "marconi"):
+                    (line,) = [ln for ln in ax.get_lines() if f"{policy}, {strategy}" in ln.get_label().split(" = ")]
+                    rows = points[(points["strategy"] == strategy) & (points["state_checkpoints"] == policy)]
+                    rows = rows.assign(gib=rows["state_cache_gib"].fillna(pool)).sort_values("gib")
+                    np.testing.assert_allclose(line.get_xdata(), [0.05, 0.1, pool], rtol=1e-12)
+                    np.testing.assert_allclose(line.get_ydata(), value(rows), rtol=1e-12)
+            for label, rows in ((NONE_LABEL, points[(points["model"] == "qwen3.5-0.8b")
+                                                   & (points["state_checkpoints"] == "none")]),
+                                (ATTENTION_LABEL, points[points["model"] != "qwen3.5-0.8b"])):
+                (line,) = [ln for ln in ax.get_lines() if f"{label}, paged-prefix" in ln.get_label().split(" = ")]
+                np.testing.assert_allclose(line.get_ydata(), value(rows)[[0, 0]], rtol=1e-12)
+    assert (hybrid.loc[hybrid["state_checkpoints"] == "none", "prefix_hit_rate"] == 0).all(), \
+        "without checkpoints a hybrid's prefix never hits: the state where it ends is gone"
+    shared = hybrid[hybrid["workload"].str.startswith("system-prompt") & (hybrid["state_checkpoints"] == "marconi")]
+    assert (shared["prefix_hit_rate"] > 0).all(), "marconi checkpoints the shared system prompts' branch points"
+    assert [t.get_text() for t in axes[0].get_xticklabels()][-1] == f"pool\n{pool:.3g}"
+    plt.close(fig)
+
+
+def ttft_percentile(sweep_dir: Path, point_id: str, q: float) -> float:
+    """The q-th percentile of TTFT over a point's finished requests, read here from its request table."""
+    requests = pd.read_parquet(sweep_dir / "points" / point_id / "requests.parquet")
+    done = requests[requests["status"] == "finished"]
+    return float(np.percentile(done["first_token_s"] - done["arrival_s"], q))
+
+
+def test_recurrent_state_p95_is_taken_as_the_summary_takes_p50_and_p99(built):
+    sweep_dir, summary = built["recurrent_state"]
+    for row in summary.itertuples():
+        assert ttft_percentile(sweep_dir, row.point_id, 50) == pytest.approx(row.ttft_p50_s, rel=1e-12)
+        assert ttft_percentile(sweep_dir, row.point_id, 99) == pytest.approx(row.ttft_p99_s, rel=1e-12)

@@ -33,7 +33,7 @@ def test_the_notebooks_exist():
                                            "03-block-size-tradeoff", "04-prefix-sharing", "05-hybrid-models",
                                            "06-reproducing-the-paper", "07-prefix-caching-policies",
                                            "08-explorer", "09-fleet", "10-latent-models",
-                                           "11-speculation-and-admission-order"]
+                                           "11-speculation-and-admission-order", "12-recurrent-state"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -57,7 +57,7 @@ def test_the_first_code_cell_is_for_the_reader(path):
 PLUMBING = ("rmtree", "run_sweep(", "LocalExecutor(", "/ \"points\"", "engine.run(", "read_parquet(")
 API_NOTEBOOKS = ["01-quickstart", "02-fragmentation-anatomy", "03-block-size-tradeoff", "04-prefix-sharing",
                  "05-hybrid-models", "06-reproducing-the-paper", "07-prefix-caching-policies", "09-fleet",
-                 "10-latent-models", "11-speculation-and-admission-order"]
+                 "10-latent-models", "11-speculation-and-admission-order", "12-recurrent-state"]
 
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem in API_NOTEBOOKS], ids=lambda p: p.stem)

@@ -14,7 +14,7 @@ from workbench.experiments import builtin_dir
 
 FIGURE_NAMES = ("memory_waste", "block_size", "throughput_vs_rate", "sharing", "fragmentation_timeline",
                 "kernel_overhead", "chunked_prefill", "prefix_policies", "hybrid", "fleet", "kv_layouts",
-                "spec_decode", "admission_order")
+                "spec_decode", "admission_order", "recurrent_state")
 
 # plot(summary, sweep_dir) -> Figure: summary is the sweep's summary.parquet; sweep_dir holds points/<id>/
 PlotFn = Callable[[pd.DataFrame, Path], Figure]
