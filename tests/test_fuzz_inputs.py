@@ -166,9 +166,7 @@ yaml_names = st.one_of(st.just("fine-name_1.2"), st.just("fine-name_1.2"), st.ju
                        st.sampled_from(["../escape", "a/b", ".", "/tmp"]))
 
 
-@settings(max_examples=RUN_EXAMPLES // 2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(base=yaml_base, axis=yaml_axis, name=yaml_names)
-def test_sweep_yaml_values_are_refused_in_one_line_or_every_point_runs(base, axis, name):
+def sweep_yaml_values_are_refused_in_one_line_or_every_point_runs(base, axis, name):
     spec = {"name": name, "base": {**BASE, **base}, "axes": {axis[0]: axis[1]}}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -193,3 +191,19 @@ def test_sweep_yaml_values_are_refused_in_one_line_or_every_point_runs(base, axi
                 assert not out.exists()
                 continue
             check_run_dir(out, {"seed": point.config.seed, "strategy": point.config.strategy})
+
+
+
+# an accepted spec runs its points (seconds each): the quick run takes a quarter of RUN_EXAMPLES, the full run
+# (make test-all, CI) half
+@settings(max_examples=RUN_EXAMPLES // 4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=yaml_base, axis=yaml_axis, name=yaml_names)
+def test_sweep_yaml_values_are_refused_in_one_line_or_every_point_runs(base, axis, name):
+    sweep_yaml_values_are_refused_in_one_line_or_every_point_runs(base, axis, name)
+
+
+@pytest.mark.slow
+@settings(max_examples=RUN_EXAMPLES // 4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=yaml_base, axis=yaml_axis, name=yaml_names)
+def test_more_sweep_yaml_values_are_refused_in_one_line_or_every_point_runs(base, axis, name):
+    sweep_yaml_values_are_refused_in_one_line_or_every_point_runs(base, axis, name)

@@ -40,13 +40,17 @@ def test_the_small_model_holds_a_state_of_whole_slots():
 
 @pytest.mark.parametrize("strategy,policy", RUNS)
 def test_every_step_partitions_the_pool_with_the_state_classes(strategy, policy):
-    cfg = _config(strategy, policy, kv_slots=1024)
+    # the kernel, verified every step, on one run per strategy: the state changes which blocks a sequence holds,
+    # not how its KV is read
+    kernel = "numba" if policy in ("none", "tree") else "none"
+    cfg = _config(strategy, policy, kv_slots=1024, kernel=kernel)
     result = simulate_checked(cfg)
     steps = result.steps
     parts = steps[list(C.SLOT_COLUMNS) + list(C.STATE_STEP_COLUMNS)].sum(axis=1)
     assert (parts == cfg.resolve().capacity_slots).all()
     assert (steps["state_slots"] == steps["num_running"] * 16).all()  # each running sequence: two blocks of 8
     assert result.summary["num_finished"] == 30 and result.summary["verify_max_rel_err"] < 1e-4
+    assert (result.summary["kernel_backend"] == "numba") == (kernel == "numba")
     assert set(C.STATE_SUMMARY_KEYS) <= set(result.summary)
     if policy == "none":
         assert result.summary["prefix_hit_rate"] == 0.0 and (steps["state_checkpoint_slots"] == 0).all()

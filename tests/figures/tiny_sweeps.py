@@ -7,10 +7,11 @@ TINY = {"model": "custom:layers=2,kv_heads=2,heads=4,head_dim=64,max_model_len=5
         "kernel": "none", "num_requests": 60, "rate": 20.0, "workload": "sharegpt-like"}
 CONTIGUOUS = ["contiguous-max", "contiguous-pow2", "contiguous-oracle"]
 # the small hybrid and its attention-only counterpart (its 24 layers all attention, the same parameters); a
-# state is 100 blocks of 16 (18.6 MiB), so 0.05 and 0.1 GiB hold 2 and 5 checkpoints and the 0.25 GiB pool 13
+# state is 100 blocks of 16 (18.6 MiB), so 0.05 GiB holds 2 checkpoints and the 0.25 GiB pool 13
 HYBRID = "qwen3.5-0.8b"
 ATTENTION_ONLY = "custom:layers=24,heads=8,kv_heads=2,head_dim=256,params_b=0.752,hidden=1024,vocab=248320"
-CHECKPOINTED = [(policy, gib) for policy in ("align", "all", "tree", "marconi") for gib in (0.05, 0.1, None)]
+POLICIES = ("align", "all", "tree", "marconi")
+CHECKPOINTED = [(policy, gib) for policy in POLICIES for gib in (0.05, None)]
 
 SPECS = {
     # 4 KiB physical pages hold 16 tokens of the tiny model's 256-byte fp16 rows
@@ -65,14 +66,14 @@ SPECS = {
                                  "schedule": ["fcfs", "lpm", "dfs-weight", "lof", "random", "fcfs"]}]},
     "recurrent_state": {
         "base": {**{k: v for k, v in TINY.items() if k != "model"}, "kv_slots": None, "kv_gib": 0.25,
-                 "max_model_len": 1024, "num_requests": 40},
+                 "max_model_len": 1024, "num_requests": 30},
         "axes": {"workload": ["system-prompt:k=2,system=256", "multi-turn:turns=3,think=0.5"]},
         # paged-prefix without checkpoints, at each policy and budget, and the attention-only model; radix at each
-        # policy and budget
-        "zip": [{"strategy": ["paged-prefix"] * (len(CHECKPOINTED) + 2) + ["radix"] * len(CHECKPOINTED),
-                 "model": [HYBRID] * (len(CHECKPOINTED) + 1) + [ATTENTION_ONLY] + [HYBRID] * len(CHECKPOINTED),
-                 "state_checkpoints": ["none", *[p for p, _ in CHECKPOINTED], "none", *[p for p, _ in CHECKPOINTED]],
-                 "state_cache_gib": [None, *[g for _, g in CHECKPOINTED], None, *[g for _, g in CHECKPOINTED]]}]},
+        # policy with the pool's bound
+        "zip": [{"strategy": ["paged-prefix"] * (len(CHECKPOINTED) + 2) + ["radix"] * len(POLICIES),
+                 "model": [HYBRID] * (len(CHECKPOINTED) + 1) + [ATTENTION_ONLY] + [HYBRID] * len(POLICIES),
+                 "state_checkpoints": ["none", *[p for p, _ in CHECKPOINTED], "none", *POLICIES],
+                 "state_cache_gib": [None, *[g for _, g in CHECKPOINTED], None, *[None] * len(POLICIES)]}]},
 }
 
 
