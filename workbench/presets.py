@@ -189,9 +189,10 @@ class LayerGroup:
 
     @property
     def label(self) -> str:
+        """The layer kind (`full`, `window:W`, `state:BYTES` per sequence and layer)."""
         if self.mixer is not None:
             return f"state:{self.mixer.state_bytes}"
-        return "full" if self.window_tokens is None else f"window{self.window_tokens}"
+        return "full" if self.window_tokens is None else f"window:{self.window_tokens}"
 
 
 @dataclass(frozen=True)
