@@ -297,7 +297,9 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
 
 # A recurrent state of 2.5 blocks of 16 (or 40 slots at block 1), under each policy, with a checkpoint budget that
 # holds a few states (evictions) or the whole pool
-STATE_WALKS = [pytest.param(reg.name, bs, policy, budget, marks=() if budget == "few" or bs == 16 else pytest.mark.slow)
+# (quick: block 16, and radix's token-granular tree at block 1 under the small budget; the rest in the full run)
+STATE_WALKS = [pytest.param(reg.name, bs, policy, budget,
+                            marks=() if bs == 16 or (budget == "few" and reg.prefix_tree) else pytest.mark.slow)
                for reg in registry.registrations() if reg.recurrent_state
                for policy in (POLICIES if reg.prefix_cache else ("none",))
                for bs in (1, 16) for budget in ("few", "pool")]
