@@ -111,8 +111,10 @@ REPORT_FIGURES = "import json; print(json.dumps(_figure_problems))"
 
 
 # Small as it is, the paper notebook reruns every experiment of the paper table (tests/paper runs them
-# too, on a reduced table): it executes in the full run only.
-SLOW_NOTEBOOKS = {"06-reproducing-the-paper"}
+# too, on a reduced table): it executes in the full run only. So do the two costliest of the others at their
+# small size, the prefix-caching policies and the fleet (8-9 s of CPU each), whose runs tests/engine,
+# tests/allocators/prefix and tests/fleet cover in the quick run.
+SLOW_NOTEBOOKS = {"06-reproducing-the-paper", "07-prefix-caching-policies", "09-fleet"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS else p
