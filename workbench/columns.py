@@ -44,7 +44,8 @@ SPEC_SUMMARY_KEYS = ("spec_verified_steps", "spec_draft_tokens", "spec_accepted_
 # the summary's shares of the pool (slot-seconds, as the other mem_*_frac) and checkpoint counters
 STATE_STEP_COLUMNS = ("state_slots", "state_checkpoint_slots")
 STATE_COUNTERS = ("state_checkpoints_saved", "state_checkpoints_evicted", "state_checkpoint_hits")
-STATE_SUMMARY_KEYS = ("mem_state_frac", "mem_state_checkpoint_frac", *STATE_COUNTERS)
+STATE_MEM_FRAC_KEYS = ("mem_state_frac", "mem_state_checkpoint_frac")  # one per STATE_STEP_COLUMNS
+STATE_SUMMARY_KEYS = (*STATE_MEM_FRAC_KEYS, *STATE_COUNTERS)
 
 # mem_<kind>_frac for each slot column, e.g. token_slots -> mem_token_frac
 MEM_FRAC_KEYS = tuple("mem_" + c.removesuffix("_slots") + "_frac" for c in SLOT_COLUMNS)

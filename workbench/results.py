@@ -295,7 +295,7 @@ class _StepSums:
         if self.speculative:
             out["mem_draft_frac"] = self.draft_dt.total() / dt_total / capacity_slots if dt_total > 0 else 0.0
         if self.stateful:
-            for state_col, key in zip(C.STATE_STEP_COLUMNS, C.STATE_SUMMARY_KEYS, strict=False):
+            for state_col, key in zip(C.STATE_STEP_COLUMNS, C.STATE_MEM_FRAC_KEYS, strict=True):
                 out[key] = self.state_dt[state_col].total() / dt_total / capacity_slots if dt_total > 0 else 0.0
         out["num_preemptions"] = self.preemptions
         out["cow_copies"] = self.cow_copies

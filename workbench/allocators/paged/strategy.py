@@ -175,17 +175,16 @@ class PagedStrategy(PagedSwap, Strategy):
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
         n = len(seq_ids)
         need = num_blocks - num_hit
+        state_need = n * self.state_blocks_per_seq  # each sequence's recurrent state (0 without one)
         allocatable = self.num_allocatable_blocks() - revived
-        if self.state is not None:  # each sequence's state; a hit's checkpoint is copied, not evicted
-            need += n * self.state.spec.blocks_per_state
-            allocatable -= self.state.spec.blocks_per_state if num_hit else 0
-        if need > allocatable:
-            return AdmitResult(False, reason=blocks_refused(need, allocatable))
+        if self.state is not None and num_hit:  # the hit's checkpoint is copied from, not evicted
+            allocatable -= self.state_blocks_per_seq
+        if need + state_need > allocatable:
+            return AdmitResult(False, reason=blocks_refused(need + state_need, allocatable))
         if self.state is not None:
             branch = self._branch_point(keys, spec)
             if num_hit:
                 self.state.use(int(keys[num_hit - 1]))
-            need -= n * self.state.spec.blocks_per_state
         claimed = self._tiers.claim(keys, num_hit, below) if self._tiers is not None else None
         fresh = self._take_after_claiming(hits, n, need)
         if claimed is not None:
@@ -199,7 +198,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self._table_entries += n * num_blocks
         if self.state is not None:
             rows = self.tables.seqs.rows(seq_ids).tolist()
-            self.state.attach(rows, self._take(n * self.state.spec.blocks_per_state), spec.num_tokens, branch)
+            self.state.attach(rows, self._take(state_need), spec.num_tokens, branch)
         self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens, below)
         if self.state is not None:
             self.state.land()

@@ -182,7 +182,7 @@ class PrefixCacheStrategy(PagedStrategy):
         self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]], before[num_hit:])
         rows = self.tables.seqs.rows(seq_ids)
         self._chains.start(rows, spec.token_ids[:num_held], keys, self.tables.seqs.capacity_rows)
-        if self.state is not None:  # one checkpoint serves the group: its sequences hold the same prompt
+        if self.state is not None and self.state.checkpoints_taken:  # one serves the group: they share the prompt
             self._save_states(int(rows[0]), num_hit * self.block_size, num_held, keys, 0, from_root=True)
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
@@ -196,7 +196,7 @@ class PrefixCacheStrategy(PagedStrategy):
         # each filled block's predecessor in the table (-1 for the first block)
         before = np.concatenate([[-1], table])[first:first + keys.shape[0]].astype(np.int32)
         self.prefix.insert(parents, keys, filled, before)
-        if self.state is not None and keys.shape[0]:
+        if self.state is not None and self.state.checkpoints_taken and keys.shape[0]:
             self._save_states(int(rows[0]), length, length + token_ids.shape[0], keys, first)
 
     def _register_filled(self, rows: np.ndarray, token_ids: np.ndarray | None) -> None:
@@ -210,7 +210,7 @@ class PrefixCacheStrategy(PagedStrategy):
         if filled_rows.shape[0]:
             self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows),
                                self.tables.previous_blocks(filled_rows))
-            if self.state is not None:  # a decode step ends on each block it fills: its state is there
+            if self.state is not None and self.state.checkpoints_taken:  # a decode step ends on each block it fills
                 for row, key in zip(filled_rows.tolist(), keys.tolist(), strict=True):
                     length = int(lengths[row])
                     self._save_states(row, length - 1, length, np.array([key], dtype=np.uint64),

@@ -105,6 +105,12 @@ class StateBook:
     def has(self, key: int) -> bool:
         return key in self.checkpoints
 
+    @property
+    def checkpoints_taken(self) -> bool:
+        """Whether the policy and the budget let any checkpoint be taken (`none`, or a budget under one state:
+        never)."""
+        return self.spec.policy != "none" and self.room_for_one()
+
     def room_for_one(self) -> bool:
         """Whether the budget holds one more checkpoint (after evicting others)."""
         return self.spec.cache_blocks >= self.spec.blocks_per_state

@@ -48,8 +48,7 @@ def boundaries(policy: str, start: int, stop: int, block_size: int, prompt_len: 
         return [b * bs for b in range(first, last + 1)]
     wanted: set[int] = set()
     if policy == "align":
-        wanted = {stop - stop % bs, prompt_len - prompt_len % bs} if stop % bs == 0 else \
-            {prompt_len - prompt_len % bs}
+        wanted = {prompt_len - prompt_len % bs} | ({stop} if stop % bs == 0 else set())
     elif policy == "tree":
         wanted = {prompt_len - prompt_len % bs, final_len - final_len % bs}
     elif policy == "marconi":
