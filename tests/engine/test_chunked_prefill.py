@@ -14,7 +14,7 @@ from workbench.allocators import registry
 from workbench.config import RunConfig
 from workbench.engine import simulate
 from workbench.engine.groups import GroupState
-from workbench.engine.scheduler import Scheduler
+from workbench.engine.residency import Residency
 from workbench.workload import build_workload
 from workbench.workload.request import Request, Segment
 
@@ -82,13 +82,13 @@ def test_chunk_sizes_per_step_follow_the_budget_exactly(strategy):
 def _record_preemptions(monkeypatch) -> list[tuple[GroupState, GroupState]]:
     """(state before, state after) of every group the scheduler preempts."""
     seen = []
-    preempt = Scheduler._preempt
+    preempt = Residency.preempt
 
-    def recorded(self, g, swap_out):
+    def recorded(self, g, swap_out, step):
         before = g.state
-        preempt(self, g, swap_out)
+        preempt(self, g, swap_out, step)
         seen.append((before, g.state))
-    monkeypatch.setattr(Scheduler, "_preempt", recorded)
+    monkeypatch.setattr(Residency, "preempt", recorded)
     return seen
 
 

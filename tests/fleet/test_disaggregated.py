@@ -322,13 +322,13 @@ class Checked(disaggregated.Disaggregated):
     def check(self) -> None:
         flow = self.flow
         for m in self.prefill:  # prefill replicas never decode: nothing ever joins their decode batch
-            assert not m.scheduler.batch and not m.scheduler.swapped
+            assert not m.scheduler.batch and not m.scheduler.device.swapped
         landing = [k for _, kind, k in self.events if kind == disaggregated.LANDED]
         # a prefill replica holds the blocks of exactly the requests it finished whose KV has not crossed yet
         pending = [k for _, _, k in self.events]
         for p, m in enumerate(self.prefill):
-            assert set(m.scheduler.held) == {int(flow.prefill_row[k]) for k in pending if flow.prefill[k] == p}
-            assert m.scheduler.held_seqs == len(m.scheduler.held)
+            assert set(m.scheduler.device.held) == {int(flow.prefill_row[k]) for k in pending if flow.prefill[k] == p}
+            assert m.scheduler.device.held_seqs == len(m.scheduler.device.held)
         assert self.in_flight == np.bincount(flow.decode[landing], minlength=len(self.decode)).tolist()
         reached = flow.decode_row >= 0
         assert (flow.decode[reached] >= 0).all()

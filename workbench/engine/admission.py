@@ -16,7 +16,7 @@ its admission allocates the prompt's blocks and writes the shipped rows (`Landed
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +69,17 @@ class Admission:
     def new_seq_id(self) -> int:
         self.next_seq_id += 1
         return self.next_seq_id - 1
+
+    def arrive(self, groups: Iterable[Group], max_model_len: int) -> None:
+        """Mutates. Arrived groups join the waiting queue, or are rejected when prompt and output together
+        pass `max_model_len`."""
+        for g in groups:
+            req = g.request
+            if rules.too_long(req.prompt_tokens, req.output_tokens, max_model_len):
+                self.reject(g, reasons.too_long(req.prompt_tokens + req.output_tokens, max_model_len))
+            else:
+                self.live[g.index] = g
+                self.waiting.append(g)
 
     def reject(self, g: Group, reason: str) -> None:
         """Mutates. The group will never run: it is done, its tokens forgotten, the reason logged."""

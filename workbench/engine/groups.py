@@ -40,7 +40,7 @@ class Group:
     # group's first admission writes the shipped rows and computes nothing (a later recompute computes)
     transferred: bool = False
     # disaggregated prefill replica: its KV is shipped to a decode replica after it finishes, so its blocks stay
-    # allocated until the fleet says the transfer has ended (`Scheduler.release`)
+    # allocated until the fleet says the transfer has ended (`Residency.release`)
     holds_kv: bool = False
 
     @property

@@ -73,7 +73,7 @@ class Replica:
     def release(self, index: int, now_s: float) -> None:
         """Mutates. At `now_s` (no earlier than the replica's last event) a link has read the KV of the finished
         request `index`: its blocks come free, and a replica blocked for want of them can step again from then."""
-        self.scheduler.release(index)
+        self.scheduler.device.release(index)
         if self.blocked:
             self.blocked = False
             self.now_s = max(self.now_s, now_s)
@@ -97,11 +97,11 @@ class Replica:
         plan = sched.schedule(self.now_s)
         verdict = rules.step_verdict(plan.cost.num_running, len(plan.started), sched.log.num_rejected - rejected)
         if verdict != rules.RUN:
-            if verdict == rules.STUCK and sched.held_seqs:  # held blocks will come free: wait for them
+            if verdict == rules.STUCK and sched.device.held_seqs:  # held blocks will come free: wait for them
                 self.blocked = True
                 return 0
             if verdict == rules.STUCK:
-                raise RuntimeError(reasons.stuck(self.now_s, len(sched.waiting), len(sched.swapped)))
+                raise RuntimeError(reasons.stuck(self.now_s, len(sched.waiting), len(sched.device.swapped)))
             return 0
         if timers:
             a1, t1 = timers.allocator_s, perf()

@@ -31,6 +31,7 @@ from workbench.engine.kernel_inputs import kernel_inputs
 from workbench.engine.plan import NOTHING_ADMITTED, Admitted, GrownBatch, Prefill, Resumed, StepPlan, concat_pairs
 from workbench.engine.prefill_chunks import PrefillChunks
 from workbench.engine.request_log import RequestLog
+from workbench.engine.residency import Residency
 from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.tokens import TokenStore
 from workbench.engine.verify_steps import VerifySteps
@@ -53,7 +54,6 @@ class Scheduler:
         self.log = RequestLog(len(requests), speculative=config.spec_tokens > 0)
         self.grows_by_blocks = strategy.grows_by_blocks
         self.block_size = strategy.block_size
-        self.swap = config.swap and strategy.supports_swap  # else preemption recomputes
         self.static_batching = config.batching == "static"  # rules.admits_now
         self.chunks = PrefillChunks(strategy, tokens) if config.chunked_prefill else None
         num_blocks = strategy.capacity_slots // self.block_size
@@ -65,8 +65,10 @@ class Scheduler:
                                    skip_unplaced=config.admission == "skip")
         self.order = admission_order(strategy, tokens, config)  # None: arrival order (fcfs)
         self.batch = DecodeBatch(CostMeter(self.block_size, config.attention_windows))
-        self.swapped: list[Group] = []  # preempted to the host pool; the last preempted returns first
-        self.num_running_seqs = 0  # sequences holding device KV: RUNNING and STARTING groups
+        # groups on the device, swapped out and held (workbench.engine.residency)
+        self.device = Residency(strategy, self.log, self.waiting, leave_batch=self.batch.leave,
+                                reject=self.admission.reject, drop_partial=self._drop_partial,
+                                swap=config.swap and strategy.supports_swap, max_num_seqs=config.max_num_seqs)
         self.step = 0  # completed steps
         self.finish_at: dict[int, list[tuple[Group, int]]] = {}  # step -> (group, epoch) finishing then
         self.beams = BeamForks(strategy, tokens, config.seed, self.admission.new_seq_id, config.beam_branch_frac)
@@ -74,8 +76,6 @@ class Scheduler:
         # token ids of the decode batch are computed when the strategy caches decode-filled blocks or a
         # kernel writes them
         self.needs_token_ids = strategy.wants_token_ids or config.kernel_every is not None
-        self.held: dict[int, Group] = {}  # request index -> a finished group whose blocks are still allocated
-        self.held_seqs = 0  # their sequences: not running, but their blocks will come free
         # speculative decoding (docs/speculative.md); None: off
         self.spec = VerifySteps(strategy, tokens, self.log, self.batch, config) if config.spec_tokens else None
 
@@ -86,14 +86,7 @@ class Scheduler:
 
     def arrive(self, now_s: float) -> None:
         """Mutates. Requests that arrived by `now_s` join the waiting queue (or are rejected)."""
-        max_len = self.config.max_model_len
-        for group in self.arrivals.arrived(now_s):
-            req = group.request
-            if rules.too_long(req.prompt_tokens, req.output_tokens, max_len):
-                self.admission.reject(group, reasons.too_long(req.prompt_tokens + req.output_tokens, max_len))
-            else:
-                self.live[group.index] = group
-                self.waiting.append(group)
+        self.admission.arrive(self.arrivals.arrived(now_s), self.config.max_model_len)
 
     def add_request(self, request: Request, *, transferred: bool = False, holds_kv: bool = False) -> None:
         """Mutates. One more request, arriving no earlier than those already given (a fleet's router hands
@@ -105,23 +98,19 @@ class Scheduler:
         self.log.grow(1)
         self.has_beams = self.has_beams or request.beam_width > 1
 
-    def release(self, index: int) -> None:
-        """Mutates. The held request `index` (finished, its KV read by a link) frees its blocks."""
-        g = self.held.pop(index)
-        for seq_id in g.seq_ids:
-            self.strategy.free(seq_id)
-        self.held_seqs -= g.num_seqs
-
     def has_work(self) -> bool:
         # the batch's groups, not the batch: called thrice a step, and `DecodeBatch.__bool__` is a call
-        return bool(self.batch.groups or self.waiting or self.swapped or self._partial())
+        return bool(self.batch.groups or self.waiting or self.device.swapped or self._partial())
 
     def _partial(self) -> Group | None:
         """The partially prefilled group (chunked prefill only)."""
         return None if self.chunks is None else self.chunks.group
 
+    def _drop_partial(self) -> None:
+        self.chunks.group = None
+
     def num_waiting(self) -> int:
-        return len(self.waiting) + len(self.swapped)
+        return len(self.waiting) + len(self.device.swapped)
 
     def outstanding(self) -> int:
         """Requests given and not yet finished or rejected."""
@@ -138,7 +127,7 @@ class Scheduler:
     # ---- one step ----------------------------------------------------------------------------
     def schedule(self, now_s: float) -> StepPlan:
         """Mutates the strategy and the queues: decide and allocate this step's work."""
-        if self.lean_decode_steps and not (self.waiting or self.swapped or self.has_beams or self._partial()) \
+        if self.lean_decode_steps and not (self.waiting or self.device.swapped or self.has_beams or self._partial()) \
                 and self.batch.groups and not self.needs_token_ids and self.spec is None:
             plan = self._decode_only()
             if plan is not None:
@@ -189,9 +178,9 @@ class Scheduler:
             holders = batch.groups if partial is None else [*batch.groups, partial]
             victim = holders[rules.victim(np.array([g.index for g in holders], dtype=np.int64))]
             if len(holders) == 1:
-                self._retire(victim, reasons.OUTGROWS_POOL)
+                self.device.retire(victim, reasons.OUTGROWS_POOL, self.step)
             else:
-                self._preempt(victim, swap_out)
+                self.device.preempt(victim, swap_out, self.step)
                 grown.preemptions += 1
             grown.ids = batch.ids()
         return GrownBatch(grown.ids, preemptions=grown.preemptions)  # nobody decodes: no positions, no tokens
@@ -208,13 +197,14 @@ class Scheduler:
         if self._partial() is not None:
             budget = self._continue_prefill(admitted.prefills, copies, budget)
         swap_in: list[np.ndarray] = []
-        self._swap_in(admitted.started, swap_in)
+        self.device.swap_in(admitted.started, swap_in)
         admitted.swap_in = concat_pairs(swap_in)
-        if not self.swapped and self._partial() is None:
+        if not self.device.swapped and self._partial() is None:
             if self.order is not None:
                 self.order.arrange(self.waiting, self.step)
-            admitted.refused_extent, self.num_running_seqs = self.admission.admit(
-                now_s, self.num_running_seqs, self.held_seqs, admitted.prefills, copies, budget, admitted.landed)
+            device = self.device
+            admitted.refused_extent, device.num_running_seqs = self.admission.admit(
+                now_s, device.num_running_seqs, device.held_seqs, admitted.prefills, copies, budget, admitted.landed)
             # a shipped prompt holds its blocks from now and decodes from the next step, as a swap-in
             admitted.started += [Resumed(t.request_index, 1, t.kv_len) for t in admitted.landed]
 
@@ -271,12 +261,7 @@ class Scheduler:
         for g, epoch in self.finish_at.pop(step, ()):
             if g.epoch != epoch:
                 continue
-            if g.holds_kv:  # its blocks stay until the link has read them (`release`)
-                self._leave_device(g)
-                self.held[g.index] = g
-                self.held_seqs += g.num_seqs
-            else:
-                self._free_device(g)
+            self.device.finish(g, step)
             for seq_id in g.seq_ids:
                 self.tokens.remove(seq_id)
             g.state = GroupState.DONE
@@ -307,56 +292,8 @@ class Scheduler:
         if prefill is not None:
             prefills.append(prefill)
             return budget - prefill.write_tokens
-        if not self.batch and not self.held_seqs:
+        if not self.batch and not self.device.held_seqs:
             g = self.chunks.group
-            self.chunks.group = None
-            self._retire(g, reasons.OUTGROWS_POOL)
+            self._drop_partial()
+            self.device.retire(g, reasons.OUTGROWS_POOL, self.step)
         return budget
-
-    def _swap_in(self, started: list[Resumed], swap_in: list[np.ndarray]) -> None:
-        while self.swapped:
-            g = self.swapped[-1]
-            if self.num_running_seqs + g.num_seqs > self.config.max_num_seqs or \
-                    not self.strategy.can_swap_in(g.seq_ids):
-                return
-            self.swapped.pop()
-            swap_in.append(self.strategy.swap_in(g.seq_ids).moves)
-            g.state = GroupState.STARTING
-            self.num_running_seqs += g.num_seqs
-            started.append(Resumed(g.index, g.num_seqs, g.kv_len))
-
-    # ---- preemption --------------------------------------------------------------------------
-    def _preempt(self, g: Group, swap_out: list[np.ndarray]) -> None:
-        """Mutates. Take a running group off the device, all or nothing: swap it to the host pool when
-        swapping is on and the host has room (its moves go to `swap_out`), else free it for recompute."""
-        partial = g.state == GroupState.PREFILLING  # a partial prefill is recomputed, never swapped
-        if partial:
-            self.chunks.group = None
-        self.log.preempted(g.index)
-        if self.swap and not partial and self.strategy.can_swap_out(g.seq_ids):
-            self._leave_device(g)
-            swap_out.append(self.strategy.swap_out(g.seq_ids).moves)
-            g.state = GroupState.SWAPPED
-            self.swapped.append(g)
-            return
-        self._free_device(g)
-        g.state = GroupState.WAITING
-        self.waiting.appendleft(g)
-
-    def _retire(self, g: Group, reason: str) -> None:
-        """Mutates. The only holder of the pool cannot grow: free it and reject it."""
-        self._free_device(g)
-        self.admission.reject(g, reason)
-
-    def _free_device(self, g: Group) -> None:
-        """The group leaves the device and its sequences' KV is freed."""
-        self._leave_device(g)
-        for seq_id in g.seq_ids:
-            self.strategy.free(seq_id)
-
-    def _leave_device(self, g: Group) -> None:
-        """The group stops holding device KV (finished, preempted or rejected); its counters are synced."""
-        if g.state == GroupState.RUNNING:
-            self.batch.leave(g, self.step)
-        self.num_running_seqs -= g.num_seqs
-        g.epoch += 1

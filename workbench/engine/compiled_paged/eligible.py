@@ -123,7 +123,7 @@ def applies(replica, cfg: RunConfig | None = None) -> bool:
             and replica.runner is None and not replica.measured
             and replica.timers is None and replica.num_steps == 0 and replica.now_s == 0.0
             and not replica.steps.num_rows and not replica.steps.group_columns
-            and not sched.swap and not sched.needs_token_ids
+            and not sched.device.swap and not sched.needs_token_ids
             and not sched.arrivals.any_transferred() and sched.arrivals.next_index == 0
             and sched.step == 0 and not sched.live
             and _one_sequence_each(sched.arrivals.requests))
