@@ -144,30 +144,43 @@ class HybridPaged(Strategy):
 
     def can_append(self, seq_ids: list[int]) -> bool:
         need, freed = self._count_append(seq_ids)
-        return need <= self.num_allocatable_blocks() + freed
+        return sum(need) <= self.num_allocatable_blocks() + freed
 
-    def _count_append(self, seq_ids: list[int]) -> tuple[int, int]:
-        """Pure. (blocks `append` takes, blocks its window releases first: free, or cached). An entry's
-        units share their holders, so unit 0 stands for the entry."""
+    def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
+        """`append` when the pool can supply it, else None (nothing changed); the batch is counted once."""
+        need, freed = self._count_append(seq_ids)
+        if sum(need) > self.num_allocatable_blocks() + freed:
+            return None
+        return self._append_counted(seq_ids, need, token_ids)
+
+    def _count_append(self, seq_ids: list[int]) -> tuple[list[int], int]:
+        """Pure. (blocks `append` takes in each group, blocks its windows release first: free, or cached). An
+        entry's units share their holders, so unit 0 stands for the entry. Only a window group releases, and a
+        sequence only when its window passed a block boundary since its last step."""
         self._check_batch(seq_ids)
-        refcount, length_of = self._refcount, self._length
+        refcount, length_of, bs = self._refcount, self._length, self.block_size
         leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
-        need = freed = 0
+        need, freed = [], 0
         for g in self.groups:
+            if g.window_tokens is not None:
+                entries, first_live, window = g.entries, g.first_live, g.window_tokens
+                for seq_id in seq_ids:
+                    table = entries[seq_id]
+                    dead = min(max(0, length_of[seq_id] - window + 1) // bs, len(table))  # g.dead_before
+                    for i in range(first_live[seq_id], dead):
+                        b = int(table[i][0])
+                        leaving[b] = leaving.get(b, 0) + 1
+                        freed += g.units if refcount[b] == leaving[b] else 0
+            taken = 0
             for seq_id in seq_ids:
-                table = g.entries[seq_id]
-                for i in range(g.first_live[seq_id], min(g.dead_before(length_of[seq_id]), len(table))):
-                    b = int(table[i][0])
-                    leaving[b] = leaving.get(b, 0) + 1
-                    freed += g.units if refcount[b] == leaving[b] else 0
-            for seq_id in seq_ids:
-                if length_of[seq_id] % self.block_size == 0:
-                    need += g.units
+                if length_of[seq_id] % bs == 0:
+                    taken += 1
                     continue
                 b = int(g.entries[seq_id][-1][0])
                 if refcount[b] - leaving.get(b, 0) > 1:  # shared: copy, unless the last holder
-                    need += g.units
+                    taken += 1
                     leaving[b] = leaving.get(b, 0) + 1
+            need.append(taken * g.units)
         return need, freed
 
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
@@ -177,35 +190,55 @@ class HybridPaged(Strategy):
         cache, a block this fills is registered in every group (`token_ids` int32 [num_seqs]; None: the
         sequences register nothing more)."""
         need, freed = self._count_append(seq_ids)
-        if need > self.num_allocatable_blocks() + freed:
-            raise RuntimeError(f"out of blocks: append needs {need}, {self.num_allocatable_blocks() + freed} "
+        if sum(need) > self.num_allocatable_blocks() + freed:
+            raise RuntimeError(f"out of blocks: append needs {sum(need)}, {self.num_allocatable_blocks() + freed} "
                                "allocatable")
+        return self._append_counted(seq_ids, need, token_ids)
+
+    def _append_counted(self, seq_ids: list[int], need: list[int], token_ids: np.ndarray | None) -> AppendResult:
+        """Mutates. `append` of a batch whose groups take `need` blocks each (counted, and allocatable). A group
+        whose blocks the free stack holds takes them in one pop, which gives each sequence the blocks its own
+        pop would have; otherwise each sequence takes its own, evicting as it goes."""
+        length_of = self._length
         for g in self.groups:
-            for seq_id in seq_ids:
-                self._drop(g.release_dead(seq_id, self._length[seq_id]), g.units)
-        bs = self.block_size
+            if g.window_tokens is not None:
+                self._release_passed(g, seq_ids)
+        bs, refcount = self.block_size, self._refcount
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
         for gi, g in enumerate(self.groups):
+            units, tables, row = g.units, g.entries, slots[gi]
+            popped = self._take(need[gi], gi) if need[gi] <= self._free.size else None
+            taken = 0
             for k, seq_id in enumerate(seq_ids):
-                length, table = self._length[seq_id], g.entries[seq_id]
-                if length % bs == 0:
-                    fresh = self._take(g.units, gi)
-                    self._refcount[fresh] = 1
-                    table.append(fresh)
-                elif self._refcount[table[-1][0]] > 1:
-                    fresh = self._take(g.units, gi)
-                    self._refcount[fresh] = 1
-                    self._refcount[table[-1]] -= 1
-                    copies.append(np.stack([table[-1], fresh], axis=1))
-                    table[-1] = fresh
-                slots[gi, k] = int(table[-1][0]) * bs + length % bs
+                length, table = length_of[seq_id], tables[seq_id]
+                if length % bs == 0 or refcount[table[-1][0]] > 1:
+                    if popped is None:
+                        fresh = self._take(units, gi)
+                    else:
+                        fresh, taken = popped[taken:taken + units], taken + units
+                    refcount[fresh] = 1
+                    if length % bs == 0:
+                        table.append(fresh)
+                    else:
+                        refcount[table[-1]] -= 1
+                        copies.append(np.stack([table[-1], fresh], axis=1))
+                        table[-1] = fresh
+                row[k] = int(table[-1][0]) * bs + length % bs
         for seq_id in seq_ids:
-            self._length[seq_id] += 1
+            length_of[seq_id] += 1
         if self.prefix is not None:
             self.prefix.register_filled(seq_ids, token_ids)
         pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
         return AppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
+
+    def _release_passed(self, g: GroupTables, seq_ids: list[int]) -> None:
+        """Mutates. A window group releases, sequence by sequence, the entries the next query cannot read."""
+        entries, first_live, window, bs = g.entries, g.first_live, g.window_tokens, self.block_size
+        for seq_id in seq_ids:
+            length = self._length[seq_id]
+            if min(max(0, length - window + 1) // bs, len(entries[seq_id])) > first_live[seq_id]:
+                self._drop(g.release_dead(seq_id, length), g.units)
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
         """Mutates. The child shares every held entry of the parent in every group."""
@@ -331,16 +364,21 @@ class HybridPaged(Strategy):
         logical = sum(self._length.values())
         out = []
         for gi, g in enumerate(self.groups):
-            fill: dict[int, int] = {}  # last block (unit 0) -> written slots (the same for every holder)
-            reach: dict[int, int] = {}  # last block -> slots the furthest-reaching holder will write
-            for seq_id, table in g.entries.items():
-                i = len(table) - 1  # always held: a window never releases the block being written
-                b = int(table[i][0])
-                fill[b] = self._length[seq_id] - i * bs
-                reach[b] = max(reach.get(b, 0), min(self._final[seq_id] - i * bs, bs))
+            tables, n = g.entries, len(g.entries)
+            # per sequence: its last block (always held: a window never releases the block being written), the
+            # slots of it written and the slots of it the sequence will have written when it finishes
+            last = np.fromiter((t[-1][0] for t in tables.values()), dtype=np.int64, count=n)
+            start = (np.fromiter(map(len, tables.values()), dtype=np.int64, count=n) - 1) * bs
+            fill = np.fromiter(map(self._length.__getitem__, tables), dtype=np.int64, count=n) - start
+            reach = np.minimum(np.fromiter(map(self._final.__getitem__, tables), dtype=np.int64, count=n) - start, bs)
+            if len(set(last.tolist())) < n:  # shared last blocks: each counted once, to its furthest reach
+                blocks, first, inverse = np.unique(last, return_index=True, return_inverse=True)
+                furthest = np.zeros(blocks.shape[0], dtype=np.int64)
+                np.maximum.at(furthest, inverse, reach)
+                fill, reach = fill[first], furthest  # holders of a block see the same fill
             held = int(held_blocks[gi]) // g.units * bs
-            token = held - bs * len(fill) + sum(fill.values())
-            reserved = sum(reach[b] - fill[b] for b in fill)
+            token = held - bs * fill.shape[0] + int(fill.sum())
+            reserved = int((reach - fill).sum())
             out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
                                      (held - token - reserved) * g.units, held * g.units, g.units * logical))
         return out
