@@ -44,6 +44,7 @@ from workbench.intmath import cdiv
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 id per kernel-table entry (released entries stay as placeholders)
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
+_NO_BLOCKS = np.zeros(0, dtype=np.int32)
 
 
 class HybridPaged(Strategy):
@@ -81,6 +82,7 @@ class HybridPaged(Strategy):
         self._length: dict[int, int] = {}
         self._final: dict[int, int] = {}
         total_units = sum(g.units for g in self.groups)
+        self._uniform = len({g.units for g in self.groups}) == 1  # every entry has the same number of blocks
         self._layer_groups = tuple(LayerGroup(g.window_tokens or 0, g.units / total_units) for g in self.groups)
 
     @property
@@ -196,9 +198,8 @@ class HybridPaged(Strategy):
         return self._append_counted(seq_ids, need, token_ids)
 
     def _append_counted(self, seq_ids: list[int], need: list[int], token_ids: np.ndarray | None) -> AppendResult:
-        """Mutates. `append` of a batch whose groups take `need` blocks each (counted, and allocatable). A group
-        whose blocks the free stack holds takes them in one pop, which gives each sequence the blocks its own
-        pop would have; otherwise each sequence takes its own, evicting as it goes."""
+        """Mutates. `append` of a batch whose groups take `need` blocks each (counted, and allocatable); each
+        group takes its blocks at once, in the order the sequences' own takes would give them (`_take_each`)."""
         length_of = self._length
         for g in self.groups:
             if g.window_tokens is not None:
@@ -208,15 +209,11 @@ class HybridPaged(Strategy):
         copies = []
         for gi, g in enumerate(self.groups):
             units, tables, row = g.units, g.entries, slots[gi]
-            popped = self._take(need[gi], gi) if need[gi] <= self._free.size else None
-            taken = 0
+            popped, taken = self._take_each(need[gi], units, gi), 0
             for k, seq_id in enumerate(seq_ids):
                 length, table = length_of[seq_id], tables[seq_id]
                 if length % bs == 0 or refcount[table[-1][0]] > 1:
-                    if popped is None:
-                        fresh = self._take(units, gi)
-                    else:
-                        fresh, taken = popped[taken:taken + units], taken + units
+                    fresh, taken = popped[taken:taken + units], taken + units
                     refcount[fresh] = 1
                     if length % bs == 0:
                         table.append(fresh)
@@ -231,6 +228,28 @@ class HybridPaged(Strategy):
             self.prefix.register_filled(seq_ids, token_ids)
         pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
         return AppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
+
+    def _take_each(self, k: int, units: int, group: int) -> np.ndarray:
+        """Mutates. What k // units successive `_take(units, group)` calls return, concatenated, int32 [k]: the
+        takes the free stack covers pop at once (the same blocks, top first); with the stack empty and every
+        group's entries `units` wide, each take would evict the policy's next entry and take it whole, so the
+        rest evict at once in policy order (nothing reorders the policy between them); otherwise one take."""
+        parts = []
+        while k:
+            direct = min(self._free.size // units * units, k)
+            if direct:
+                parts.append(self._take(direct, group))
+                k -= direct
+            elif self._free.size == 0 and self._uniform and self.prefix is not None:
+                blocks = np.concatenate(self.prefix.evict(k // units))
+                self.prefix_evicted_blocks += blocks.shape[0]
+                self._group_of_block[blocks] = group
+                parts.append(blocks)
+                k = 0
+            else:
+                parts.append(self._take(units, group))
+                k -= units
+        return parts[0] if len(parts) == 1 else np.concatenate(parts or [_NO_BLOCKS])
 
     def _release_passed(self, g: GroupTables, seq_ids: list[int]) -> None:
         """Mutates. A window group releases, sequence by sequence, the entries the next query cannot read."""
