@@ -49,8 +49,9 @@ class BlockStats:
         """Mutates. These blocks were evicted: their next content starts with no statistics."""
         del blocks  # a policy that only records the last use overwrites it at the next one
 
-    def set_depth(self, blocks: np.ndarray, depths: np.ndarray) -> None:
-        """Mutates. `blocks` were registered at prefix depths `depths` (0: a prompt's first block)."""
+    def set_depth(self, blocks: np.ndarray | int, depths: np.ndarray | int) -> None:
+        """Mutates. `blocks` (int32 [k], or one block id) were registered at prefix depths `depths` (0: a prompt's
+        first block)."""
         del blocks, depths  # only `depth` orders by depth
 
     def priority(self, block: int) -> tuple[int, ...]:
@@ -135,7 +136,7 @@ class DepthStats(_PairStats):
     def _record(self, blocks: np.ndarray, ticks: np.ndarray) -> None:
         self.last[blocks] = ticks
 
-    def set_depth(self, blocks: np.ndarray, depths: np.ndarray) -> None:
+    def set_depth(self, blocks: np.ndarray | int, depths: np.ndarray | int) -> None:
         self.depth[blocks] = depths
 
     def _major(self, blocks):

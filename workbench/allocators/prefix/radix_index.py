@@ -119,7 +119,7 @@ class RadixPrefixIndex:
                                                   parent_blocks.tolist(), strict=True):
             if self._node_of[block] < 0 and self._holds_parent(parent_key, before) and \
                     self._child(before, key) < 0:
-                self._attach(before, np.array([key], dtype=np.uint64), np.array([block], dtype=np.int32))
+                self._attach_one(before, key, block)
 
     def _holds_parent(self, parent_key: int, before: int) -> bool:
         """Pure. The block registered under `parent_key` (-1: the root, for key 0) is `before`, the block its
@@ -167,14 +167,7 @@ class RadixPrefixIndex:
         self._key_of[blocks] = keys
         self._held[blocks] = True
         self._num_registered += blocks.shape[0]
-        if parent_block < 0:
-            parent, depth = self._root, 0
-        else:
-            parent = self._nodes[int(self._node_of[parent_block])]
-            pos = int(self._pos[parent_block])
-            if pos < parent.n - 1:
-                self._split(parent, pos + 1)
-            depth = parent.depth + parent.n
+        parent, depth = self._parent_below(parent_block)
         self._stats.set_depth(blocks, np.arange(depth, depth + blocks.shape[0]))
         if parent is not self._root and not parent.children:
             self._node_of[blocks] = parent.node_id
@@ -186,6 +179,33 @@ class RadixPrefixIndex:
         node.locked = node.n
         parent.children[node.first_key()] = node
         parent.locked_children += 1  # the parent's tail is held: locked already, and no leaf of the order
+
+    def _attach_one(self, parent_block: int, key: int, block: int) -> None:
+        """`_attach` of one block (a decode step fills one per sequence), continuing the parent's node in scalar
+        stores; a new node takes `_attach` itself."""
+        parent, depth = self._parent_below(parent_block)
+        if parent is self._root or parent.children:
+            self._attach(parent_block, np.array([key], dtype=np.uint64), np.array([block], dtype=np.int32))
+            return
+        self._key_of[block] = key
+        self._held[block] = True
+        self._num_registered += 1
+        self._stats.set_depth(block, depth)
+        self._node_of[block] = parent.node_id
+        self._pos[block] = parent.n
+        parent.append_one(block, key)
+        parent.locked = parent.n  # the new tail is held
+
+    def _parent_below(self, parent_block: int) -> tuple[RadixNode, int]:
+        """Mutates. The node new blocks below `parent_block` (-1: the root) hang from or continue, and the
+        prefix depth of the first of them; a parent block inside its node splits the node below it first."""
+        if parent_block < 0:
+            return self._root, 0
+        parent = self._nodes[int(self._node_of[parent_block])]
+        pos = int(self._pos[parent_block])
+        if pos < parent.n - 1:
+            self._split(parent, pos + 1)
+        return parent, parent.depth + parent.n
 
     def _new_node(self, blocks: np.ndarray, keys: np.ndarray, depth: int, parent: RadixNode) -> RadixNode:
         node = RadixNode(self._next_node, blocks, keys, depth, parent)

@@ -39,12 +39,24 @@ class RadixNode:
         return not self.children and self.locked < self.n
 
     def append(self, blocks: np.ndarray, keys: np.ndarray) -> None:
-        """Mutates. Blocks that continue the run (its tail has no child node), storage doubled when full."""
+        """Mutates. Blocks that continue the run (its tail has no child node)."""
         k, n = blocks.shape[0], self.n
-        if n + k > self.blocks.shape[0]:
-            size = max(n + k, 2 * self.blocks.shape[0])
-            self.blocks = np.concatenate([self.blocks[:n], np.empty(size - n, dtype=np.int32)])
-            self.keys = np.concatenate([self.keys[:n], np.empty(size - n, dtype=np.uint64)])
+        self._reserve(n + k)
         self.blocks[n:n + k] = blocks
         self.keys[n:n + k] = keys
         self.n = n + k
+
+    def append_one(self, block: int, key: int) -> None:
+        """Mutates. `append` of one block, in scalar stores."""
+        n = self.n
+        self._reserve(n + 1)
+        self.blocks[n] = block
+        self.keys[n] = key
+        self.n = n + 1
+
+    def _reserve(self, size: int) -> None:
+        """Mutates. Storage for `size` blocks, doubled when full."""
+        if size > self.blocks.shape[0]:
+            size = max(size, 2 * self.blocks.shape[0])
+            self.blocks = np.concatenate([self.blocks[:self.n], np.empty(size - self.n, dtype=np.int32)])
+            self.keys = np.concatenate([self.keys[:self.n], np.empty(size - self.n, dtype=np.uint64)])
