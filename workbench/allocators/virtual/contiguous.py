@@ -185,7 +185,18 @@ class VirtualContiguous(Strategy):
         RuntimeError, changing nothing, when the pages run out. `token_ids` is ignored."""
         del token_ids
         extents = self._batch_extents(seq_ids)
-        self._pages.grow(extents[self._opening(extents)])
+        return self._append_extents(extents, extents[self._opening(extents)])
+
+    def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
+        """`append` when the pages can be had, else None (nothing changed); the batch's extents found once."""
+        del token_ids
+        extents = self._batch_extents(seq_ids)
+        opening = extents[self._opening(extents)]
+        return self._append_extents(extents, opening) if self._pages.can_grow(opening) else None
+
+    def _append_extents(self, extents: np.ndarray, opening: np.ndarray) -> AppendResult:
+        """Mutates. `append` of the batch's `extents`, of which `opening` map a page (raises when they cannot)."""
+        self._pages.grow(opening)
         slots = extents * self.extent_slots + self._length[extents]
         self._length[extents] += 1
         return AppendResult(slots=slots, copies=_NO_COPIES)
@@ -344,11 +355,13 @@ class VirtualContiguous(Strategy):
         return self._length[extents] == self._pages.used[extents] * self.page_tokens
 
     def _group_extents(self, seq_ids: list[int]) -> np.ndarray:
-        """int64 [k]: the extents of distinct on-device sequences; ValueError otherwise."""
-        extents = np.array([self._device_extent(s) for s in seq_ids], dtype=np.int64)
-        if np.unique(extents).shape[0] != extents.shape[0]:
+        """int64 [k]: the extents of distinct on-device sequences (each holds its own); ValueError otherwise."""
+        if len(set(seq_ids)) != len(seq_ids):
             raise ValueError(f"a sequence id repeats in {seq_ids}")
-        return extents
+        try:
+            return np.fromiter(map(self._extent.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+        except KeyError:  # which one, and why
+            return np.array([self._device_extent(s) for s in seq_ids], dtype=np.int64)
 
     def _batch_extents(self, seq_ids: list[int]) -> np.ndarray:
         """int64 [k]: the extents of a decode batch: distinct on-device, unfinished sequences."""
