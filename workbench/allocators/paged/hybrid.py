@@ -126,6 +126,7 @@ class HybridPaged(Strategy):
             for seq_id in seq_ids:
                 g.entries[seq_id] = list(entries)
                 g.first_live[seq_id] = skip
+                g.last[seq_id] = int(entries[-1][0])
         for seq_id in seq_ids:
             self._length[seq_id] = spec.num_tokens
             self._final[seq_id] = spec.final_len
@@ -158,27 +159,31 @@ class HybridPaged(Strategy):
     def _count_append(self, seq_ids: list[int]) -> tuple[list[int], int]:
         """Pure. (blocks `append` takes in each group, blocks its windows release first: free, or cached). An
         entry's units share their holders, so unit 0 stands for the entry. Only a window group releases, and a
-        sequence only when its window passed a block boundary since its last step."""
+        sequence only when its window passed a block boundary since its last step; a group copies only when
+        some sequence's last block is shared, and only then is it counted sequence by sequence."""
         self._check_batch(seq_ids)
         refcount, length_of, bs = self._refcount, self._length, self.block_size
+        lengths = self._lengths_of(seq_ids)
+        opening = lengths % bs == 0  # [num_seqs] the token opens a new block
         leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
         need, freed = [], 0
         for g in self.groups:
             if g.window_tokens is not None:
-                entries, first_live, window = g.entries, g.first_live, g.window_tokens
-                for seq_id in seq_ids:
-                    table = entries[seq_id]
-                    dead = min(max(0, length_of[seq_id] - window + 1) // bs, len(table))  # g.dead_before
-                    for i in range(first_live[seq_id], dead):
+                for k, dead in self._passed(g, seq_ids, lengths):
+                    table = g.entries[seq_ids[k]]
+                    for i in range(g.first_live[seq_ids[k]], dead):
                         b = int(table[i][0])
                         leaving[b] = leaving.get(b, 0) + 1
                         freed += g.units if refcount[b] == leaving[b] else 0
+            if not self._writes_shared(g, seq_ids, opening):
+                need.append(int(opening.sum()) * g.units)
+                continue
             taken = 0
             for seq_id in seq_ids:
                 if length_of[seq_id] % bs == 0:
                     taken += 1
                     continue
-                b = int(g.entries[seq_id][-1][0])
+                b = g.last[seq_id]
                 if refcount[b] - leaving.get(b, 0) > 1:  # shared: copy, unless the last holder
                     taken += 1
                     leaving[b] = leaving.get(b, 0) + 1
@@ -199,17 +204,32 @@ class HybridPaged(Strategy):
 
     def _append_counted(self, seq_ids: list[int], need: list[int], token_ids: np.ndarray | None) -> AppendResult:
         """Mutates. `append` of a batch whose groups take `need` blocks each (counted, and allocatable); each
-        group takes its blocks at once, in the order the sequences' own takes would give them (`_take_each`)."""
-        length_of = self._length
+        group takes its blocks at once, in the order the sequences' own takes would give them (`_take_each`).
+        A group where no sequence writes into a shared block opens its new blocks over the batch's arrays;
+        otherwise sequence by sequence, as copy-on-write depends on the writers before."""
+        length_of, bs, refcount = self._length, self.block_size, self._refcount
+        lengths = self._lengths_of(seq_ids)
+        opening = lengths % bs == 0
         for g in self.groups:
             if g.window_tokens is not None:
-                self._release_passed(g, seq_ids)
-        bs, refcount = self.block_size, self._refcount
+                for k, _ in self._passed(g, seq_ids, lengths):
+                    self._drop(g.release_dead(seq_ids[k], int(lengths[k])), g.units)
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
         for gi, g in enumerate(self.groups):
-            units, tables, row = g.units, g.entries, slots[gi]
-            popped, taken = self._take_each(need[gi], units, gi), 0
+            units, tables = g.units, g.entries
+            popped = self._take_each(need[gi], units, gi)
+            if not self._writes_shared(g, seq_ids, opening):
+                opened = np.flatnonzero(opening)
+                fresh_rows = popped.reshape(opened.shape[0], units)  # [num_opened, units]
+                refcount[popped] = 1
+                for k, fresh in zip(opened.tolist(), fresh_rows, strict=True):
+                    tables[seq_ids[k]].append(fresh)
+                    g.last[seq_ids[k]] = int(fresh[0])
+                last = np.fromiter(map(g.last.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+                slots[gi] = last * bs + lengths % bs
+                continue
+            taken = 0
             for k, seq_id in enumerate(seq_ids):
                 length, table = length_of[seq_id], tables[seq_id]
                 if length % bs == 0 or refcount[table[-1][0]] > 1:
@@ -221,13 +241,33 @@ class HybridPaged(Strategy):
                         refcount[table[-1]] -= 1
                         copies.append(np.stack([table[-1], fresh], axis=1))
                         table[-1] = fresh
-                row[k] = int(table[-1][0]) * bs + length % bs
+                    g.last[seq_id] = int(fresh[0])
+                slots[gi, k] = g.last[seq_id] * bs + length % bs
         for seq_id in seq_ids:
             length_of[seq_id] += 1
         if self.prefix is not None:
             self.prefix.register_filled(seq_ids, token_ids)
         pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
         return AppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
+
+    def _lengths_of(self, seq_ids: list[int]) -> np.ndarray:
+        """Pure. The sequences' lengths, int64 [num_seqs]."""
+        return np.fromiter(map(self._length.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+
+    def _writes_shared(self, g: GroupTables, seq_ids: list[int], opening: np.ndarray) -> bool:
+        """Pure. Some sequence that does not open a block writes into a last block of `g` that has other
+        holders now (it may copy): the step must then be taken sequence by sequence."""
+        last = np.fromiter(map(g.last.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+        return bool(np.any(self._refcount[last[~opening]] > 1))
+
+    def _passed(self, g: GroupTables, seq_ids: list[int], lengths: np.ndarray) -> list[tuple[int, int]]:
+        """Pure. (batch index, `g.dead_before` its length) of each sequence of a window group whose window passed
+        a block boundary since it last released, batch order (a table holds cdiv(length, block) entries)."""
+        bs = self.block_size
+        dead = np.minimum(np.maximum(0, lengths - g.window_tokens + 1) // bs, cdiv(lengths, bs))
+        first = np.fromiter(map(g.first_live.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+        passed = np.flatnonzero(dead > first)
+        return list(zip(passed.tolist(), dead[passed].tolist(), strict=True))
 
     def _take_each(self, k: int, units: int, group: int) -> np.ndarray:
         """Mutates. What k // units successive `_take(units, group)` calls return, concatenated, int32 [k]: the
@@ -251,14 +291,6 @@ class HybridPaged(Strategy):
                 k -= units
         return parts[0] if len(parts) == 1 else np.concatenate(parts or [_NO_BLOCKS])
 
-    def _release_passed(self, g: GroupTables, seq_ids: list[int]) -> None:
-        """Mutates. A window group releases, sequence by sequence, the entries the next query cannot read."""
-        entries, first_live, window, bs = g.entries, g.first_live, g.window_tokens, self.block_size
-        for seq_id in seq_ids:
-            length = self._length[seq_id]
-            if min(max(0, length - window + 1) // bs, len(entries[seq_id])) > first_live[seq_id]:
-                self._drop(g.release_dead(seq_id, length), g.units)
-
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
         """Mutates. The child shares every held entry of the parent in every group."""
         if parent_id not in self._length or child_id in self._length:
@@ -266,6 +298,7 @@ class HybridPaged(Strategy):
         for g in self.groups:
             g.entries[child_id] = list(g.entries[parent_id])
             g.first_live[child_id] = g.first_live[parent_id]
+            g.last[child_id] = g.last[parent_id]
             self._refcount[g.held_blocks(child_id)] += 1
         self._length[child_id] = self._length[parent_id]
         self._final[child_id] = self._final[parent_id]
@@ -280,7 +313,7 @@ class HybridPaged(Strategy):
             raise ValueError(f"sequence {seq_id} is not live")
         for g in self.groups:
             self._drop(g.live(seq_id), g.units)
-            del g.entries[seq_id], g.first_live[seq_id]
+            del g.entries[seq_id], g.first_live[seq_id], g.last[seq_id]
         del self._length[seq_id], self._final[seq_id]
         if self.prefix is not None:
             self.prefix.drop(seq_id)
@@ -386,7 +419,7 @@ class HybridPaged(Strategy):
             tables, n = g.entries, len(g.entries)
             # per sequence: its last block (always held: a window never releases the block being written), the
             # slots of it written and the slots of it the sequence will have written when it finishes
-            last = np.fromiter((t[-1][0] for t in tables.values()), dtype=np.int64, count=n)
+            last = np.fromiter(map(g.last.__getitem__, tables), dtype=np.int64, count=n)
             start = (np.fromiter(map(len, tables.values()), dtype=np.int64, count=n) - 1) * bs
             fill = np.fromiter(map(self._length.__getitem__, tables), dtype=np.int64, count=n) - start
             reach = np.minimum(np.fromiter(map(self._final.__getitem__, tables), dtype=np.int64, count=n) - start, bs)
@@ -447,11 +480,11 @@ class HybridPaged(Strategy):
             raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
 
     def _check_batch(self, seq_ids: list[int]) -> None:
-        if len(set(seq_ids)) != len(seq_ids):
+        batch = set(seq_ids)
+        if len(batch) != len(seq_ids):
             raise ValueError("a sequence id repeats in the batch")
-        for s in seq_ids:
-            if s not in self._length:
-                raise ValueError(f"sequence {s} is not live")
+        if not batch <= self._length.keys():
+            raise ValueError(f"sequence {next(s for s in seq_ids if s not in self._length)} is not live")
 
     def check_integrity(self) -> None:
         """Raise AssertionError naming the first broken invariant (`paged.hybrid_integrity`)."""

@@ -15,6 +15,7 @@ def check_hybrid(pool) -> None:
     holders = np.zeros(pool.num_blocks, dtype=np.int64)  # [num_blocks]
     owner = np.full(pool.num_blocks, -1, dtype=np.int64)  # [num_blocks]: the group holding each block
     for gi, g in enumerate(pool.groups):
+        assert g.last.keys() == g.entries.keys(), f"group {gi}: last blocks recorded for other sequences"
         for seq_id, table in g.entries.items():
             length = pool.length(seq_id)
             assert len(table) == cdiv(length, pool.block_size), f"group {gi} seq {seq_id}: table length"
@@ -23,6 +24,7 @@ def check_hybrid(pool) -> None:
             # the first computed query's window): never past what length − 1 allows
             assert first <= g.dead_before(length - 1), f"group {gi} seq {seq_id}: a live block released"
             assert all(e is None for e in table[:first]), f"group {gi} seq {seq_id}: released run broken"
+            assert g.last[seq_id] == int(table[-1][0]), f"group {gi} seq {seq_id}: its last block recorded wrong"
             held = g.held_blocks(seq_id)
             assert held.shape[0] == (len(table) - first) * g.units, f"group {gi} seq {seq_id}: entry shape"
             assert np.unique(held).shape[0] == held.shape[0], f"group {gi} seq {seq_id}: a block twice"

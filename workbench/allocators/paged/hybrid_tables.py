@@ -23,6 +23,7 @@ class GroupTables:
         self.block_size = block_size
         self.entries: dict[int, list[np.ndarray | None]] = {}  # seq id -> logical blocks, int32 [units] each
         self.first_live: dict[int, int] = {}  # seq id -> index of its first held entry
+        self.last: dict[int, int] = {}  # seq id -> unit 0 of its last entry (always held), read over a batch
 
     def live(self, seq_id: int) -> list[np.ndarray]:
         """The held entries of a sequence, int32 [units] each, in table order."""
