@@ -79,6 +79,7 @@ class HybridPaged(Strategy):
         self._free = BlockStack(self.num_blocks)
         # [num_blocks]: the group each block was last taken for (a held or cached block's group)
         self._group_of_block = np.zeros(self.num_blocks, dtype=np.int64)
+        self._held_blocks = [0] * len(groups)  # per group: blocks some sequence holds
         self._length: dict[int, int] = {}
         self._final: dict[int, int] = {}
         total_units = sum(g.units for g in self.groups)
@@ -114,6 +115,8 @@ class HybridPaged(Strategy):
             return AdmitResult(False, reason=f"needs {need} blocks, {allocatable} allocatable")
         n = len(seq_ids)
         if self.prefix is not None:  # claimed before any eviction, so taking fresh blocks cannot evict them
+            for gi, entries in enumerate(hits):  # revived hits are held again
+                self._held_blocks[gi] += sum(e.shape[0] for e in entries if self._refcount[e[0]] == 0)
             claimed = [e for entries in hits for e in entries]
             self.prefix.claim(claimed, self._refcount)
             for e in claimed:
@@ -121,6 +124,7 @@ class HybridPaged(Strategy):
         for gi, (g, hit) in enumerate(zip(self.groups, hits, strict=True)):
             fresh = self._take((num_logical - num_hit) * g.units, gi).reshape(num_logical - num_hit, g.units)
             self._refcount[fresh.ravel()] = n
+            self._held_blocks[gi] += fresh.size
             skip = num_hit - len(hit)  # hit blocks before the first query's window: not held
             entries = [None] * skip + hit + list(fresh)  # int32 [units] each; shared by the group's sequences
             for seq_id in seq_ids:
@@ -210,15 +214,16 @@ class HybridPaged(Strategy):
         length_of, bs, refcount = self._length, self.block_size, self._refcount
         lengths = self._lengths_of(seq_ids)
         opening = lengths % bs == 0
-        for g in self.groups:
+        for gi, g in enumerate(self.groups):
             if g.window_tokens is not None:
                 for k, _ in self._passed(g, seq_ids, lengths):
-                    self._drop(g.release_dead(seq_ids[k], int(lengths[k])), g.units)
+                    self._drop(g.release_dead(seq_ids[k], int(lengths[k])), gi)
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
         for gi, g in enumerate(self.groups):
             units, tables = g.units, g.entries
             popped = self._take_each(need[gi], units, gi)
+            self._held_blocks[gi] += popped.shape[0]  # new blocks, or private copies (the shared stay held)
             if not self._writes_shared(g, seq_ids, opening):
                 opened = np.flatnonzero(opening)
                 fresh_rows = popped.reshape(opened.shape[0], units)  # [num_opened, units]
@@ -311,26 +316,29 @@ class HybridPaged(Strategy):
         group's tail first (vLLM v1 frees group by group, each in reverse)."""
         if seq_id not in self._length:
             raise ValueError(f"sequence {seq_id} is not live")
-        for g in self.groups:
-            self._drop(g.live(seq_id), g.units)
+        for gi, g in enumerate(self.groups):
+            self._drop(g.live(seq_id), gi)
             del g.entries[seq_id], g.first_live[seq_id], g.last[seq_id]
         del self._length[seq_id], self._final[seq_id]
         if self.prefix is not None:
             self.prefix.drop(seq_id)
 
-    def _drop(self, entries: list[np.ndarray], units: int) -> None:
-        """Mutates. One holder fewer for each entry of one group (`units` blocks each, distinct, in table
+    def _drop(self, entries: list[np.ndarray], group: int) -> None:
+        """Mutates. One holder fewer for each entry of `group` (its units' blocks each, distinct, in table
         order); an entry at 0 holders goes to the prefix cache when registered there, else to the free stack."""
         if not entries:
             return
+        units = self.groups[group].units
         blocks = np.concatenate(entries)
         self._refcount[blocks] -= 1
+        heads = blocks[::units]  # [num_entries] unit 0 of each
+        unheld = self._refcount[heads] == 0
+        num_unheld = int(np.count_nonzero(unheld))
+        self._held_blocks[group] -= num_unheld * units
         if self.prefix is None:
             self._free.push(blocks[self._refcount[blocks] == 0])
             return
-        heads = blocks[::units]  # [num_entries] unit 0 of each
-        unheld = self._refcount[heads] == 0
-        if not unheld.any():
+        if not num_unheld:
             return
         picked = [e for e, zero in zip(entries, unheld.tolist(), strict=True) if zero]
         back = self.prefix.release(picked, heads[unheld], units)
@@ -395,6 +403,10 @@ class HybridPaged(Strategy):
         """Holders of each pool block over every group's tables, int32 [num_blocks] (read only)."""
         return self._refcount
 
+    def held_blocks(self) -> list[int]:
+        """Per group, the blocks some sequence holds (a copy)."""
+        return list(self._held_blocks)
+
     def group_of_block(self) -> np.ndarray:
         """The group each block was last taken for, int64 [num_blocks] (read only; meaningful for held and
         cached blocks)."""
@@ -412,7 +424,7 @@ class HybridPaged(Strategy):
         partly written (holders of a shared block see the same fill), so every other held block is all
         token: O(pool) vectorized for the held count, then O(sequences)."""
         bs = self.block_size
-        held_blocks = np.bincount(self._group_of_block[self._refcount > 0], minlength=len(self.groups))
+        held_blocks = self._held_blocks
         logical = sum(self._length.values())
         out = []
         for gi, g in enumerate(self.groups):

@@ -35,6 +35,8 @@ def check_hybrid(pool) -> None:
     assert np.array_equal(holders, pool.refcount), "refcounts differ from the tables"
     held = owner >= 0
     assert np.array_equal(pool.group_of_block()[held], owner[held]), "a held block's group is recorded wrong"
+    held_per_group = np.bincount(owner[held], minlength=len(pool.groups)).tolist()
+    assert pool.held_blocks() == held_per_group, f"held blocks per group {pool.held_blocks()}, not {held_per_group}"
     _check_shared_fills(pool)
     free = pool.free_block_ids()
     assert np.unique(free).shape[0] == free.shape[0], "a block twice on the free stack"
