@@ -248,8 +248,7 @@ class HybridPaged(Strategy):
                         table[-1] = fresh
                     g.last[seq_id] = int(fresh[0])
                 slots[gi, k] = g.last[seq_id] * bs + length % bs
-        for seq_id in seq_ids:
-            length_of[seq_id] += 1
+        length_of.update(zip(seq_ids, (lengths + 1).tolist(), strict=True))
         if self.prefix is not None:
             self.prefix.register_filled(seq_ids, token_ids)
         pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
@@ -423,24 +422,25 @@ class HybridPaged(Strategy):
         if some holder will write it, else internal fragmentation. Only a sequence's last block can be
         partly written (holders of a shared block see the same fill), so every other held block is all
         token: O(pool) vectorized for the held count, then O(sequences)."""
-        bs = self.block_size
-        held_blocks = self._held_blocks
-        logical = sum(self._length.values())
+        bs, seqs, n = self.block_size, self._length, len(self._length)
+        lengths = np.fromiter(seqs.values(), dtype=np.int64, count=n)
+        logical = int(lengths.sum())
+        # per sequence: where its last block starts (a table holds cdiv(length, block) entries), the slots of
+        # that block written and the slots of it the sequence will have written when it finishes
+        start = (cdiv(lengths, bs) - 1) * bs
+        written = lengths - start
+        finishes = np.minimum(np.fromiter(map(self._final.__getitem__, seqs), dtype=np.int64, count=n) - start, bs)
         out = []
         for gi, g in enumerate(self.groups):
-            tables, n = g.entries, len(g.entries)
-            # per sequence: its last block (always held: a window never releases the block being written), the
-            # slots of it written and the slots of it the sequence will have written when it finishes
-            last = np.fromiter(map(g.last.__getitem__, tables), dtype=np.int64, count=n)
-            start = (np.fromiter(map(len, tables.values()), dtype=np.int64, count=n) - 1) * bs
-            fill = np.fromiter(map(self._length.__getitem__, tables), dtype=np.int64, count=n) - start
-            reach = np.minimum(np.fromiter(map(self._final.__getitem__, tables), dtype=np.int64, count=n) - start, bs)
+            # each sequence's last block in the group: always held (a window never releases the block being written)
+            last = np.fromiter(map(g.last.__getitem__, seqs), dtype=np.int64, count=n)
+            fill, reach = written, finishes
             if len(set(last.tolist())) < n:  # shared last blocks: each counted once, to its furthest reach
                 blocks, first, inverse = np.unique(last, return_index=True, return_inverse=True)
                 furthest = np.zeros(blocks.shape[0], dtype=np.int64)
                 np.maximum.at(furthest, inverse, reach)
                 fill, reach = fill[first], furthest  # holders of a block see the same fill
-            held = int(held_blocks[gi]) // g.units * bs
+            held = self._held_blocks[gi] // g.units * bs
             token = held - bs * fill.shape[0] + int(fill.sum())
             reserved = int((reach - fill).sum())
             out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
@@ -453,7 +453,9 @@ class HybridPaged(Strategy):
         groups = self.group_snapshots()
         free = self._free.size * self.block_size
         cached = 0 if self.prefix is None else self.prefix.cached_blocks * self.block_size
-        entries = sum(g.num_entries(s) for g in self.groups for s in g.entries)
+        # every group's table of a sequence holds cdiv(length, block) entries, released ones included
+        lengths = np.fromiter(self._length.values(), dtype=np.int64, count=len(self._length))
+        entries = len(self.groups) * int(cdiv(lengths, self.block_size).sum())
         return Snapshot(
             capacity_slots=self.capacity_slots, token_slots=sum(g.token_slots for g in groups),
             reserved_slots=sum(g.reserved_slots for g in groups),

@@ -65,6 +65,3 @@ class GroupTables:
     def kernel_table(self, seq_id: int) -> np.ndarray:
         """Unit-0 block ids of every logical block, released ones as NULL_BLOCK, int32 [num_logical]."""
         return np.array([NULL_BLOCK if e is None else e[0] for e in self.entries[seq_id]], dtype=np.int32)
-
-    def num_entries(self, seq_id: int) -> int:
-        return len(self.entries[seq_id])
