@@ -209,7 +209,7 @@ class HybridPrefixCache:
     def advance(self, seq_ids: list[int], token_ids: np.ndarray | None) -> list[tuple[int, int, int]]:
         """Mutates. Each sequence wrote one token (`token_ids` int32 [n]; None: unknown from now on).
         Returns (seq id, parent key, key) of each sequence whose block became full."""
-        rows = np.array([self._row[s] for s in seq_ids], dtype=np.int64)
+        rows = np.fromiter(map(self._row.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
         self._lengths[rows] += 1
         if token_ids is None:
             self._chains.forget(rows)
