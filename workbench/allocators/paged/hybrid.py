@@ -268,7 +268,7 @@ class HybridPaged(Strategy):
         """Pure. (batch index, `g.dead_before` its length) of each sequence of a window group whose window passed
         a block boundary since it last released, batch order (a table holds cdiv(length, block) entries)."""
         bs = self.block_size
-        dead = np.minimum(np.maximum(0, lengths - g.window_tokens + 1) // bs, cdiv(lengths, bs))
+        dead = np.minimum(g.dead_before(lengths), cdiv(lengths, bs))
         first = np.fromiter(map(g.first_live.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
         passed = np.flatnonzero(dead > first)
         return list(zip(passed.tolist(), dead[passed].tolist(), strict=True))

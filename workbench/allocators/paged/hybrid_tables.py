@@ -34,12 +34,14 @@ class GroupTables:
         live = self.live(seq_id)
         return np.concatenate(live) if live else np.zeros(0, dtype=np.int32)
 
-    def dead_before(self, length: int) -> int:
+    def dead_before(self, length: int | np.ndarray) -> int | np.ndarray:
         """Logical blocks a sequence of `length` tokens no longer needs once it decodes the token at
         position `length`: that query reads positions >= length − W + 1, so every block ending at or
-        before that position is dead. 0 for full attention."""
+        before that position is dead. 0 for full attention. Elementwise for an int64 array of lengths."""
         if self.window_tokens is None:
-            return 0
+            return 0 * length
+        if isinstance(length, np.ndarray):
+            return np.maximum(length - self.window_tokens + 1, 0) // self.block_size
         return max(0, length - self.window_tokens + 1) // self.block_size
 
     def release_dead(self, seq_id: int, length: int) -> list[np.ndarray]:
