@@ -1,9 +1,10 @@
-"""The hybrid pool evicts cached entries in batches and a decode step's group takes its blocks at once; the
-same pool evicting one entry per step of its loop, each sequence taking its own blocks (`OneAtATime`, the
-pool as vLLM's free queue hands blocks out), is the reference. Random walks with shared heads,
-continuations and a pool small enough to evict drive both; after every operation both pass their integrity
-checks and agree on every observable: admission results, slots and copies, every group's tables, the free
-stack in order, the cached entries in eviction order and the counters."""
+"""The hybrid pool evicts cached entries in batches, and a decode step's group takes its blocks and releases
+what left its windows at once; the same pool evicting one entry per step of its loop, each sequence taking
+and releasing its own blocks (`OneAtATime`, the pool as vLLM's free queue hands blocks out), is the
+reference. Random walks with shared heads, continuations and a pool small enough to evict drive both; after
+every operation both pass their integrity checks and agree on every observable: admission results, slots
+and copies, every group's tables, the free stack in order, the cached entries in eviction order and the
+counters."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ class OneAtATime(HybridPaged):
     def _take_each(self, k: int, units: int, group: int) -> np.ndarray:  # each sequence's take, in turn
         taken = [self._take(units, group) for _ in range(k // units)]
         return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int32)
+
+    def _release_passed(self, group: int, runs: list[list[np.ndarray]]) -> None:  # each sequence's, in turn
+        for run in runs:
+            self._drop(run, group)
 
 
 def _pools(geometry, eviction: str, block_size: int, capacity_slots: int):

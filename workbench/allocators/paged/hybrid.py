@@ -216,8 +216,8 @@ class HybridPaged(Strategy):
         opening = lengths % bs == 0
         for gi, g in enumerate(self.groups):
             if g.window_tokens is not None:
-                for k, _ in self._passed(g, seq_ids, lengths):
-                    self._drop(g.release_dead(seq_ids[k], int(lengths[k])), gi)
+                self._release_passed(gi, [g.release_dead(seq_ids[k], int(lengths[k]))
+                                          for k, _ in self._passed(g, seq_ids, lengths)])
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
         for gi, g in enumerate(self.groups):
@@ -272,6 +272,17 @@ class HybridPaged(Strategy):
         first = np.fromiter(map(g.first_live.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
         passed = np.flatnonzero(dead > first)
         return list(zip(passed.tolist(), dead[passed].tolist(), strict=True))
+
+    def _release_passed(self, group: int, runs: list[list[np.ndarray]]) -> None:
+        """Mutates. `_drop` of each sequence's released entries (`runs`, batch order), in one call when no entry
+        is in two runs: the runs concatenated last sequence first leave the free stack and the cache's order
+        as the calls one by one would (each pushes its blocks on top; the cache takes each run tail first)."""
+        entries = [e for run in reversed(runs) for e in run]
+        if len({int(e[0]) for e in entries}) == len(entries):
+            self._drop(entries, group)
+            return
+        for run in runs:  # an entry leaves two holders: its last one is the one that frees it
+            self._drop(run, group)
 
     def _take_each(self, k: int, units: int, group: int) -> np.ndarray:
         """Mutates. What k // units successive `_take(units, group)` calls return, concatenated, int32 [k]: the
