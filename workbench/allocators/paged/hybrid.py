@@ -179,7 +179,7 @@ class HybridPaged(Strategy):
                         b = int(table[i][0])
                         leaving[b] = leaving.get(b, 0) + 1
                         freed += g.units if refcount[b] == leaving[b] else 0
-            if not self._writes_shared(g, seq_ids, opening):
+            if not self._writes_shared(self._last_blocks(g, seq_ids), opening):
                 need.append(int(opening.sum()) * g.units)
                 continue
             taken = 0
@@ -224,14 +224,15 @@ class HybridPaged(Strategy):
             units, tables = g.units, g.entries
             popped = self._take_each(need[gi], units, gi)
             self._held_blocks[gi] += popped.shape[0]  # new blocks, or private copies (the shared stay held)
-            if not self._writes_shared(g, seq_ids, opening):
+            last = self._last_blocks(g, seq_ids)
+            if not self._writes_shared(last, opening):
                 opened = np.flatnonzero(opening)
                 fresh_rows = popped.reshape(opened.shape[0], units)  # [num_opened, units]
                 refcount[popped] = 1
                 for k, fresh in zip(opened.tolist(), fresh_rows, strict=True):
                     tables[seq_ids[k]].append(fresh)
                     g.last[seq_ids[k]] = int(fresh[0])
-                last = np.fromiter(map(g.last.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+                last[opened] = fresh_rows[:, 0]
                 slots[gi] = last * bs + lengths % bs
                 continue
             taken = 0
@@ -258,10 +259,14 @@ class HybridPaged(Strategy):
         """Pure. The sequences' lengths, int64 [num_seqs]."""
         return np.fromiter(map(self._length.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
 
-    def _writes_shared(self, g: GroupTables, seq_ids: list[int], opening: np.ndarray) -> bool:
-        """Pure. Some sequence that does not open a block writes into a last block of `g` that has other
-        holders now (it may copy): the step must then be taken sequence by sequence."""
-        last = np.fromiter(map(g.last.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+    @staticmethod
+    def _last_blocks(g: GroupTables, seq_ids: list[int]) -> np.ndarray:
+        """Pure. The sequences' last blocks in group `g` (unit 0), int64 [num_seqs]."""
+        return np.fromiter(map(g.last.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+
+    def _writes_shared(self, last: np.ndarray, opening: np.ndarray) -> bool:
+        """Pure. Some sequence that does not open a block writes into its last block (`last`, a group's) while
+        that block has other holders (it may copy): the step must then be taken sequence by sequence."""
         return bool(np.any(self._refcount[last[~opening]] > 1))
 
     def _passed(self, g: GroupTables, seq_ids: list[int], lengths: np.ndarray) -> list[tuple[int, int]]:
