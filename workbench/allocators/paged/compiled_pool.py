@@ -93,4 +93,3 @@ class CompiledPool:
         seqs._cached_ids = None
         s._written_slots, s._logical_slots, s._table_entries = (int(self.counts[k])
                                                                  for k in (WRITTEN, LOGICAL, ENTRIES))
-        s._reserved_memo = -1

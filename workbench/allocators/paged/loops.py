@@ -168,27 +168,24 @@ def reserved_slots(live, swapped, length, final_len, num_blocks, last_block, ref
 
 @njit(cache=True)
 def decode_append(rows, length, final_len, num_blocks, swapped, last_block, table, refcount, block_size, scratch,
-                  row_mark, free_ids, free_size, slots, copies, live):
+                  row_mark, free_ids, free_size, slots, copies):
     """A decode step's append in one call: `count_append`, then, when the free stack (`free_ids[:free_size]`,
     top last) holds the blocks and the table is wide enough, `apply_append` with them in the stack's pop
-    order, and last `reserved_slots` of the state left (the step's snapshot reads it when nothing else
-    changes). Returns (status, x, y, z, grown, reserved): status < 0: `check_batch`'s error, x the offending
-    index; 1: x blocks needed, fewer free; 2: the table needs x columns (nothing changed in those three;
-    reserved -1); 0: appended, taking x blocks, making y copies of z slots in all, the tables `grown` entries
-    longer."""
+    order. Returns (status, x, y, z, grown): status < 0: `check_batch`'s error, x the offending index; 1: x
+    blocks needed, fewer free; 2: the table needs x columns (nothing changed in those three); 0: appended,
+    taking x blocks, making y copies of z slots in all, the tables `grown` entries longer."""
     num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size,
                                    scratch, row_mark)
     if num_new < 0:
-        return num_new, widest, 0, 0, 0, -1
+        return num_new, widest, 0, 0, 0
     if num_new > free_size:
-        return 1, num_new, 0, 0, 0, -1
+        return 1, num_new, 0, 0, 0
     if widest > table.shape[1]:
-        return 2, widest, 0, 0, 0, -1
+        return 2, widest, 0, 0, 0
     popped = pop_blocks(free_ids, free_size, num_new)
     num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, last_block, table, refcount, block_size,
                                                    popped, slots, copies)
-    reserved = reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, block_size, scratch)
-    return 0, num_new, num_copies, copied_slots, grown, reserved
+    return 0, num_new, num_copies, copied_slots, grown
 
 
 @njit(cache=True)

@@ -87,9 +87,6 @@ class PagedStrategy(PagedSwap, Strategy):
         self._written_slots = 0  # distinct written slots of held blocks = token_slots
         self._logical_slots = 0  # sum of lengths of on-device sequences
         self._table_entries = 0  # sum of table lengths of on-device sequences
-        # reserved slots as the last decode append left them (`append_if_room`), -1 once anything else has
-        # changed the tables since: the step's snapshot then reads it instead of counting again
-        self._reserved_memo = -1
         self.needs_prompt_ids = False
         self.state = None if state is None else StateBook(state, block_size)
         if self.state is not None:  # a state is overwritten in place: no swap copy or draft rollback is built for it
@@ -165,7 +162,6 @@ class PagedStrategy(PagedSwap, Strategy):
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
         """Mutates on success. The group's sequences share every block of the prompt (of the tokens
         they hold: the hit and the first chunk, with `spec.num_new_tokens`)."""
-        self._reserved_memo = -1
         self._check_new(seq_ids, spec)
         bs = self.block_size
         hits, keys, below = self._lookup(spec)  # `below`: copied into the first fresh blocks
@@ -208,7 +204,6 @@ class PagedStrategy(PagedSwap, Strategy):
         """Mutates on success. The group's shared table grows: its partial last block, held by the
         group alone, fills in place (every holder writes the same tokens) and new blocks are shared
         like the prompt's."""
-        self._reserved_memo = -1
         t, bs = self.tables, self.block_size
         rows = t.seqs.rows(seq_ids)
         self._check_on_device(rows)
@@ -244,7 +239,6 @@ class PagedStrategy(PagedSwap, Strategy):
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
         """Mutates. The child shares all of the parent's blocks (and continues its key chain); never
         needs a new block."""
-        self._reserved_memo = -1
         if self.state is not None:
             raise ValueError(f"cannot fork sequence {parent_id}: a fork of a recurrent state is not built")
         parent = self.tables.seqs.row(parent_id)
@@ -261,7 +255,6 @@ class PagedStrategy(PagedSwap, Strategy):
 
     def free(self, seq_id: int) -> None:
         """Mutates. Blocks no other sequence holds go back to the pool (or the prefix cache)."""
-        self._reserved_memo = -1
         t = self.tables
         row = t.seqs.row(seq_id)
         if t.swapped[row]:
@@ -306,7 +299,7 @@ class PagedStrategy(PagedSwap, Strategy):
             appended = self.tables.append_from(seq_ids, rows, self._refcount, self._free)
             if appended is None:
                 return None
-            slots, copies, copied_slots, grown, self._reserved_memo = appended
+            slots, copies, copied_slots, grown = appended
             self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
             self._logical_slots += rows.shape[0]
             self._table_entries += grown
@@ -320,7 +313,6 @@ class PagedStrategy(PagedSwap, Strategy):
                         register: bool = True) -> AppendResult:
         """Mutates. `append` of the batch in `rows`, which takes `num_new` blocks (counted, and allocatable);
         `register` False: the slots hold unverified drafts, which no prefix index may see."""
-        self._reserved_memo = -1
         t = self.tables
         slots, copies, copied_slots, grown = t.apply_append(rows, self._refcount, self._take(num_new))
         self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
@@ -364,7 +356,6 @@ class PagedStrategy(PagedSwap, Strategy):
     def _drop_tail(self, seq_ids: list[int], num_slots: np.ndarray) -> None:
         """Mutates. The rows shrink and the blocks past their new length (private: drafts never share a block)
         return to the pool."""
-        self._reserved_memo = -1
         t = self.tables
         shrinking = num_slots > 0
         rows, k = t.seqs.rows(seq_ids)[shrinking], num_slots[shrinking]
@@ -385,9 +376,7 @@ class PagedStrategy(PagedSwap, Strategy):
         """Pure. O(on-device sequences), vectorized; external fragmentation is always 0."""
         del refused_extent_slots  # every free block fits any request: no external fragmentation
         bs = self.block_size
-        reserved = self._reserved_memo
-        if reserved < 0:
-            reserved = self.tables.reserved_slots(self._refcount)
+        reserved = self.tables.reserved_slots(self._refcount)
         cached = self._num_cached_blocks() * bs
         free = self._free.size * bs
         held_slots = self.capacity_slots - cached - free

@@ -23,7 +23,6 @@ class PagedSwap:
     def swap_out(self, seq_ids: list[int]) -> SwapResult:
         """Mutates. Each distinct block of the group moves to one host block (shared blocks once);
         device blocks no sequence outside the group holds are released."""
-        self._reserved_memo = -1  # the tables change: the next snapshot counts anew
         t = self.tables
         rows = t.seqs.rows(seq_ids)
         self._check_on_device(rows)
@@ -49,7 +48,6 @@ class PagedSwap:
 
     def swap_in(self, seq_ids: list[int]) -> SwapResult:
         """Mutates. Each distinct host block of the group comes back to one new device block."""
-        self._reserved_memo = -1  # the tables change: the next snapshot counts anew
         t = self.tables
         rows = t.seqs.rows(seq_ids)
         self._check_swapped(rows)

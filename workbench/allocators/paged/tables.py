@@ -136,18 +136,17 @@ class BlockTables:
         return slots, copies[:num_copies], copied_slots, grown
 
     def append_from(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray, stack: BlockStack):
-        """`count_append` and `apply_append` with blocks popped from `stack`, then `reserved_slots` of the
-        result, in one compiled call. Returns None, changing nothing, when the stack holds too few blocks;
-        else what `apply_append` returns and the reserved slots."""
+        """`count_append` and `apply_append` with blocks popped from `stack`, in one compiled call. Returns None,
+        changing nothing, when the stack holds too few blocks; else what `apply_append` returns."""
         seqs = self.seqs
         c = seqs.columns
         slots = np.empty(rows.shape[0], dtype=np.int64)
         copies = np.empty((rows.shape[0], 2), dtype=np.int32)  # a sequence takes at most one block
         while True:
             free_ids, free_size = stack.compiled_view()
-            status, x, num_copies, copied_slots, grown, reserved = loops.decode_append(
+            status, x, num_copies, copied_slots, grown = loops.decode_append(
                 rows, c["length"], c["final_len"], c["num_blocks"], c["swapped"], c["last_block"], self._table,
-                refcount, self.block_size, self._scratch, c["mark"], free_ids, free_size, slots, copies, seqs.live)
+                refcount, self.block_size, self._scratch, c["mark"], free_ids, free_size, slots, copies)
             if status != 2:
                 break
             self._fit(x)  # a row's table outgrows the array (rare): widen it and count again
@@ -156,7 +155,7 @@ class BlockTables:
         if status == 1:
             return None
         stack.popped(x)
-        return slots, copies[:num_copies], copied_slots, grown, reserved
+        return slots, copies[:num_copies], copied_slots, grown
 
     def release_row(self, row: int, refcount: np.ndarray) -> tuple[np.ndarray, int]:
         """Mutates refcount: the row lets go of its blocks. Returns the blocks that reached refcount 0

@@ -45,11 +45,11 @@ DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK, GROW_ROWS, WIDEN = 0, 1, 
 
 # S: the loop's integer state, int64 [NUM_STATE]
 (NEXT_ARRIVAL, STEP, NBATCH, WAIT_HEAD, NWAIT, RUNNING_SEQS, FREE_TOP, FREE_ROWS_TOP, PHASE, ROWS, EVENTS,
- LOG_BASE, LOG_READY, NUM_FINISHED, NUM_REJECTED, GENERATED_TOKENS, NEED_COLS, RESERVED_MEMO, REJECTED_BEFORE,
+ LOG_BASE, LOG_READY, NUM_FINISHED, NUM_REJECTED, GENERATED_TOKENS, NEED_COLS, REJECTED_BEFORE,
  BUDGET,
  # the step being planned: its cost and its snapshot
  P_NUM_DECODE, P_NPF, P_NUM_PREFILL, P_KV_READ, P_ATTN_CTX, P_DECODE_CTX, P_DECODE_BLOCKS, P_UNSHARED_SLOTS,
- P_PREEMPTIONS, P_TOKEN_SLOTS, P_LOGICAL_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES, NUM_STATE) = range(35)
+ P_PREEMPTIONS, P_TOKEN_SLOTS, P_LOGICAL_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES, NUM_STATE) = range(34)
 
 # S[PHASE]: where the step stands, so that a stop inside it resumes there
 START, APPEND, ADMIT, DECIDE, PLANNED = 0, 1, 2, 3, 4
@@ -223,15 +223,14 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
     wcap = wait.shape[0]
     while S[NBATCH] > 0:
         rows = batch[:S[NBATCH]]
-        status, x, _, copied_slots, grown, reserved = loops.decode_append(
+        status, x, _, copied_slots, grown = loops.decode_append(
             rows, length, final_len, num_blocks, swapped, last_block, table, refcount, C[BLOCK_SIZE], scratch, mark,
-            free_ids, S[FREE_TOP], slots, copies, live)
+            free_ids, S[FREE_TOP], slots, copies)
         if status == 0:
             S[FREE_TOP] -= x
             counts[WRITTEN] += rows.shape[0] + copied_slots
             counts[LOGICAL] += rows.shape[0]
             counts[ENTRIES] += grown
-            S[RESERVED_MEMO] = reserved
             return -1
         if status == 2:
             S[NEED_COLS] = x
@@ -323,9 +322,9 @@ def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled
 
 @njit(cache=True)
 def _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch, prefilled):
-    """The planned step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`: the counters, and the
-    reserved slots the decode append left unless an admission changed the tables since), into S. An admitted
-    sequence's length is its whole prompt (and recomputed tokens), all of it written this step."""
+    """The planned step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`: the counters and the
+    reserved slots), into S. An admitted sequence's length is its whole prompt (and recomputed tokens), all of
+    it written this step."""
     bs = C[BLOCK_SIZE]
     num_decode, npf = S[NBATCH], S[P_NPF]
     decode_ctx = decode_blocks = 0
@@ -338,10 +337,7 @@ def _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcou
         num_prefill += tokens
         attn_ctx_prefill += tokens * (tokens + 1) // 2  # queries at 0..tokens-1 attend to q + 1 keys each
         prefill_blocks += num_blocks[prefilled[k]]
-    reserved = S[RESERVED_MEMO]
-    if npf or not num_decode:
-        reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs,
-                                        scratch)
+    reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs, scratch)
     S[P_NUM_DECODE], S[P_NUM_PREFILL] = num_decode, num_prefill
     S[P_KV_READ], S[P_ATTN_CTX] = decode_ctx + num_prefill, decode_ctx + attn_ctx_prefill
     S[P_DECODE_CTX], S[P_DECODE_BLOCKS] = decode_ctx, decode_blocks
