@@ -20,6 +20,8 @@ held slots plus the cached and free ones are the capacity (`group_snapshots` and
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from workbench.allocators.base import (
@@ -45,6 +47,15 @@ _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 id per kernel-table entry (released en
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
+
+
+class _Counted(NamedTuple):
+    """A decode step's append as `HybridPaged._count_append` counted it, for the append that follows."""
+
+    need: list[int]  # per group: blocks it takes (new blocks and private copies)
+    freed: int  # blocks the windows release first (to the free stack or the cache)
+    lengths: np.ndarray  # int64 [num_seqs]: the sequences' lengths before the step
+    passed: list[list[tuple[int, int]]]  # per group: `_passed` (empty for a full-attention group)
 
 
 class HybridPaged(Strategy):
@@ -150,41 +161,41 @@ class HybridPaged(Strategy):
         return keys, num_hit, hits
 
     def can_append(self, seq_ids: list[int]) -> bool:
-        need, freed = self._count_append(seq_ids)
-        return sum(need) <= self.num_allocatable_blocks() + freed
+        counted = self._count_append(seq_ids)
+        return sum(counted.need) <= self.num_allocatable_blocks() + counted.freed
 
     def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
         """`append` when the pool can supply it, else None (nothing changed); the batch is counted once."""
-        need, freed = self._count_append(seq_ids)
-        if sum(need) > self.num_allocatable_blocks() + freed:
+        counted = self._count_append(seq_ids)
+        if sum(counted.need) > self.num_allocatable_blocks() + counted.freed:
             return None
-        return self._append_counted(seq_ids, need, token_ids)
+        return self._append_counted(seq_ids, counted, token_ids)
 
-    def _count_append(self, seq_ids: list[int]) -> tuple[list[int], int]:
-        """Pure. (blocks `append` takes in each group, blocks its windows release first: free, or cached). An
-        entry's units share their holders, so unit 0 stands for the entry. Only a window group releases, and a
+    def _count_append(self, seq_ids: list[int]) -> _Counted:
+        """Pure. What `append` takes in each group and what its windows release first (`_Counted`). An entry's
+        units share their holders, so unit 0 stands for the entry. Only a window group releases, and a
         sequence only when its window passed a block boundary since its last step; a group copies only when
         some sequence's last block is shared, and only then is it counted sequence by sequence."""
         self._check_batch(seq_ids)
-        refcount, length_of, bs = self._refcount, self._length, self.block_size
+        refcount, bs = self._refcount, self.block_size
         lengths = self._lengths_of(seq_ids)
         opening = lengths % bs == 0  # [num_seqs] the token opens a new block
         leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
-        need, freed = [], 0
+        need, freed, passed = [], 0, []
         for g in self.groups:
-            if g.window_tokens is not None:
-                for k, dead in self._passed(g, seq_ids, lengths):
-                    table = g.entries[seq_ids[k]]
-                    for i in range(g.first_live[seq_ids[k]], dead):
-                        b = int(table[i][0])
-                        leaving[b] = leaving.get(b, 0) + 1
-                        freed += g.units if refcount[b] == leaving[b] else 0
+            passed.append(self._passed(g, seq_ids, lengths) if g.window_tokens is not None else [])
+            for k, dead in passed[-1]:
+                table = g.entries[seq_ids[k]]
+                for i in range(g.first_live[seq_ids[k]], dead):
+                    b = int(table[i][0])
+                    leaving[b] = leaving.get(b, 0) + 1
+                    freed += g.units if refcount[b] == leaving[b] else 0
             if not self._writes_shared(self._last_blocks(g, seq_ids), opening):
                 need.append(int(opening.sum()) * g.units)
                 continue
             taken = 0
-            for seq_id in seq_ids:
-                if length_of[seq_id] % bs == 0:
+            for seq_id, opens in zip(seq_ids, opening.tolist(), strict=True):
+                if opens:
                     taken += 1
                     continue
                 b = g.last[seq_id]
@@ -192,7 +203,7 @@ class HybridPaged(Strategy):
                     taken += 1
                     leaving[b] = leaving.get(b, 0) + 1
             need.append(taken * g.units)
-        return need, freed
+        return _Counted(need, freed, lengths, passed)
 
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. Window groups first release the blocks the new tokens' queries cannot read; then each
@@ -200,29 +211,27 @@ class HybridPaged(Strategy):
         it is its last holder). Raises RuntimeError, changing nothing, when the pool cannot. With a prefix
         cache, a block this fills is registered in every group (`token_ids` int32 [num_seqs]; None: the
         sequences register nothing more)."""
-        need, freed = self._count_append(seq_ids)
-        if sum(need) > self.num_allocatable_blocks() + freed:
-            raise RuntimeError(f"out of blocks: append needs {sum(need)}, {self.num_allocatable_blocks() + freed} "
-                               "allocatable")
-        return self._append_counted(seq_ids, need, token_ids)
+        counted = self._count_append(seq_ids)
+        allocatable = self.num_allocatable_blocks() + counted.freed
+        if sum(counted.need) > allocatable:
+            raise RuntimeError(f"out of blocks: append needs {sum(counted.need)}, {allocatable} allocatable")
+        return self._append_counted(seq_ids, counted, token_ids)
 
-    def _append_counted(self, seq_ids: list[int], need: list[int], token_ids: np.ndarray | None) -> AppendResult:
-        """Mutates. `append` of a batch whose groups take `need` blocks each (counted, and allocatable); each
-        group takes its blocks at once, in the order the sequences' own takes would give them (`_take_each`).
-        A group where no sequence writes into a shared block opens its new blocks over the batch's arrays;
-        otherwise sequence by sequence, as copy-on-write depends on the writers before."""
-        length_of, bs, refcount = self._length, self.block_size, self._refcount
-        lengths = self._lengths_of(seq_ids)
+    def _append_counted(self, seq_ids: list[int], counted: _Counted, token_ids: np.ndarray | None) -> AppendResult:
+        """Mutates. `append` of a batch as `_count_append` counted it (allocatable); each group takes its blocks at
+        once, in the order the sequences' own takes would give them (`_take_each`). A group where no sequence
+        writes into a shared block opens its new blocks over the batch's arrays; otherwise sequence by
+        sequence, as copy-on-write depends on the writers before."""
+        bs, refcount, lengths = self.block_size, self._refcount, counted.lengths
         opening = lengths % bs == 0
-        for gi, g in enumerate(self.groups):
-            if g.window_tokens is not None:
-                self._release_passed(gi, [g.release_dead(seq_ids[k], int(lengths[k]))
-                                          for k, _ in self._passed(g, seq_ids, lengths)])
+        for gi, (g, passed) in enumerate(zip(self.groups, counted.passed, strict=True)):
+            if passed:
+                self._release_passed(gi, [g.release_dead(seq_ids[k], int(lengths[k])) for k, _ in passed])
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
         for gi, g in enumerate(self.groups):
             units, tables = g.units, g.entries
-            popped = self._take_each(need[gi], units, gi)
+            popped = self._take_each(counted.need[gi], units, gi)
             self._held_blocks[gi] += popped.shape[0]  # new blocks, or private copies (the shared stay held)
             last = self._last_blocks(g, seq_ids)
             if not self._writes_shared(last, opening):
@@ -236,9 +245,9 @@ class HybridPaged(Strategy):
                 slots[gi] = last * bs + lengths % bs
                 continue
             taken = 0
-            for k, seq_id in enumerate(seq_ids):
-                length, table = length_of[seq_id], tables[seq_id]
-                if length % bs == 0 or refcount[table[-1][0]] > 1:
+            for k, (seq_id, length) in enumerate(zip(seq_ids, lengths.tolist(), strict=True)):
+                table = tables[seq_id]
+                if length % bs == 0 or refcount[g.last[seq_id]] > 1:
                     fresh, taken = popped[taken:taken + units], taken + units
                     refcount[fresh] = 1
                     if length % bs == 0:
@@ -249,7 +258,7 @@ class HybridPaged(Strategy):
                         table[-1] = fresh
                     g.last[seq_id] = int(fresh[0])
                 slots[gi, k] = g.last[seq_id] * bs + length % bs
-        length_of.update(zip(seq_ids, (lengths + 1).tolist(), strict=True))
+        self._length.update(zip(seq_ids, (lengths + 1).tolist(), strict=True))
         if self.prefix is not None:
             self.prefix.register_filled(seq_ids, token_ids)
         pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
@@ -437,13 +446,19 @@ class HybridPaged(Strategy):
         """Pure. Each group's held slots split as in `paged`: an unwritten slot of a held block is reserved
         if some holder will write it, else internal fragmentation. Only a sequence's last block can be
         partly written (holders of a shared block see the same fill), so every other held block is all
-        token: O(pool) vectorized for the held count, then O(sequences)."""
+        token: the held count is kept as blocks change, the rest is O(sequences)."""
+        return self._group_parts()[0]
+
+    def _group_parts(self) -> tuple[list[GroupSnapshot], int]:
+        """Pure. `group_snapshots`, and the entries of a group's tables (each holds cdiv(length, block) entries
+        of a sequence, released ones included)."""
         bs, seqs, n = self.block_size, self._length, len(self._length)
         lengths = np.fromiter(seqs.values(), dtype=np.int64, count=n)
         logical = int(lengths.sum())
-        # per sequence: where its last block starts (a table holds cdiv(length, block) entries), the slots of
-        # that block written and the slots of it the sequence will have written when it finishes
-        start = (cdiv(lengths, bs) - 1) * bs
+        num_entries = cdiv(lengths, bs)  # [n] per sequence
+        # per sequence: where its last block starts, the slots of that block written and the slots of it the
+        # sequence will have written when it finishes
+        start = (num_entries - 1) * bs
         written = lengths - start
         finishes = np.minimum(np.fromiter(map(self._final.__getitem__, seqs), dtype=np.int64, count=n) - start, bs)
         out = []
@@ -461,17 +476,15 @@ class HybridPaged(Strategy):
             reserved = int((reach - fill).sum())
             out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
                                      (held - token - reserved) * g.units, held * g.units, g.units * logical))
-        return out
+        return out, int(num_entries.sum())
 
     def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
         """Pure. The groups' parts summed; free blocks serve any request (no external fragmentation)."""
         del refused_extent_slots
-        groups = self.group_snapshots()
+        groups, entries_per_group = self._group_parts()
         free = self._free.size * self.block_size
         cached = 0 if self.prefix is None else self.prefix.cached_blocks * self.block_size
-        # every group's table of a sequence holds cdiv(length, block) entries, released ones included
-        lengths = np.fromiter(self._length.values(), dtype=np.int64, count=len(self._length))
-        entries = len(self.groups) * int(cdiv(lengths, self.block_size).sum())
+        entries = len(self.groups) * entries_per_group
         return Snapshot(
             capacity_slots=self.capacity_slots, token_slots=sum(g.token_slots for g in groups),
             reserved_slots=sum(g.reserved_slots for g in groups),
