@@ -21,7 +21,10 @@
    across a clock change holds the operating point (steps and mean batch) with them. The per-operator
    clock's steps are ~1.4× longer than the single-roofline clock's at this config (mean batch ~200
    against ~148); `--set eff_bw=1.0 --set step_overhead_s=0.00075` brings this package back to the
-   earlier clock's 228k steps at mean batch ~148 for 100k requests.
+   earlier clock's 228k steps at mean batch ~148 for 100k requests. `--general-loop` switches the compiled loop
+   off in every row (this package's and the baseline's): plain `paged` then measures the general loop, the
+   reference that the other strategies' cost per step is read against (docs/performance.md). With a baseline,
+   the last column is the baseline's cost over this package's.
 
 Wall times are noisy on a shared machine: compare rows of one run.
 
@@ -29,6 +32,7 @@ Wall times are noisy on a shared machine: compare rows of one run.
     python benchmarks/bench_engine.py --requests 100000 --requests 1000000 [--baseline ../main]
     python benchmarks/bench_engine.py --requests 20000 --strategy paged --strategy paged-prefix --baseline ../old
     python benchmarks/bench_engine.py --requests 100000 --baseline ../old --set eff_bw=1.0 --set step_overhead_s=0.00075
+    python benchmarks/bench_engine.py --requests 20000 --general-loop --strategy paged --strategy radix
 """
 
 from __future__ import annotations
@@ -94,6 +98,9 @@ from pathlib import Path
 from workbench.config import RunConfig  # first, as in a user's run: the package picks Arrow's memory pool
 from workbench.engine.simulation import run
 import pyarrow.parquet as pq
+if sys.argv[4] == "general":
+    from workbench.engine.compiled_paged import eligible
+    eligible.ENABLED = False  # every run takes the general loop
 cfg = RunConfig(**{**dict(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
                           workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none"),
                    **json.loads(sys.argv[3])})
@@ -110,33 +117,38 @@ print(steps, batch, cpu_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 
 """
 
 
-def scale_row(num_requests: int, package_root: Path, changes: dict) -> tuple[int, float, float, int]:
+def scale_row(num_requests: int, package_root: Path, changes: dict, general: bool) -> tuple[int, float, float, int]:
     """(steps, mean batch, CPU s, peak RSS bytes) of one scale run with the package at `package_root`, its
-    config fields changed by `changes`."""
+    config fields changed by `changes`; `general`: with the compiled step loop switched off."""
     env = {**os.environ, "PYTHONPATH": str(package_root)}
     with tempfile.TemporaryDirectory() as cwd:  # `python -c` puts the working directory first on sys.path
         out = subprocess.run([sys.executable, "-c", _SCALE_ROW, str(num_requests), str(package_root),
-                              json.dumps(changes)], env=env, cwd=cwd, check=True, capture_output=True,
-                             text=True).stdout.split()
+                              json.dumps(changes), "general" if general else "any"], env=env, cwd=cwd, check=True,
+                             capture_output=True, text=True).stdout.split()
     return int(out[0]), float(out[1]), float(out[2]), int(out[3])
 
 
 def scale_table(counts: list[int], strategies: list[str], baseline: Path | None, changes: dict,
-                baseline_changes: dict) -> None:
+                baseline_changes: dict, general: bool) -> None:
     here = Path(__file__).resolve().parent.parent
     roots = [("this", here, changes)] + ([("baseline", baseline, baseline_changes)] if baseline is not None else [])
-    print("llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none (unless --set says otherwise)")
+    print("llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none (unless --set says otherwise)"
+          + (", every run through the general loop" if general else ""))
     for label, _, fields in roots:
         if fields:
             print(f"{label}: " + ", ".join(f"{k}={v}" for k, v in fields.items()))
     print(f"{'strategy':<20} {'package':<9} {'requests':>9} {'steps':>9} {'batch':>6} {'cpu_s':>8} {'us/step':>8} "
-          f"{'peak RSS MB':>12}")
+          f"{'peak RSS MB':>12} {'base/this':>9}")
     for strategy in strategies:
         for n in counts:
+            this_us = None
             for label, root, fields in roots:  # alternating: the same load on both
-                steps, batch, cpu_s, rss = scale_row(n, root, {"strategy": strategy, **fields})
+                steps, batch, cpu_s, rss = scale_row(n, root, {"strategy": strategy, **fields}, general)
+                us = cpu_s / steps * 1e6
+                this_us = us if this_us is None else this_us
+                ratio = f"{us / this_us:>9.2f}" if label == "baseline" else ""
                 print(f"{strategy:<20} {label:<9} {n:>9,} {steps:>9,} {batch:>6.1f} {cpu_s:>8.1f} "
-                      f"{cpu_s / steps * 1e6:>8.1f} {rss / 1e6:>12.0f}", flush=True)
+                      f"{us:>8.1f} {rss / 1e6:>12.0f} {ratio}", flush=True)
 
 
 def config_changes(pairs: list[str] | None) -> dict:
@@ -162,6 +174,9 @@ def main() -> int:
     parser.add_argument("--strategy", action="append", help="with --requests: the strategy of a set of rows "
                         "(repeatable; default paged)")
     parser.add_argument("--baseline", type=Path, help="with --requests: a checkout to run each row with too")
+    parser.add_argument("--general-loop", action="store_true",
+                        help="with --requests: every run through the general loop (the compiled step loop off), "
+                        "so plain `paged` is the reference of the other strategies' cost per step")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="with --requests: a config field of this package's runs (repeatable)")
     parser.add_argument("--baseline-set", action="append", metavar="KEY=VALUE",
@@ -169,7 +184,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.requests:
         scale_table(args.requests, args.strategy or ["paged"], args.baseline, config_changes(args.set),
-                    config_changes(args.baseline_set))
+                    config_changes(args.baseline_set), args.general_loop)
         return 0
     try:
         path = resolve("azure-llm-2023-conv")  # cache, shared folder, else a verified download
