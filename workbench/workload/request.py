@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import NamedTuple, overload
 
 import numpy as np
+from numba import int32, uint64, vectorize
 
-from workbench.splitmix import mix64
+from workbench.splitmix import mix, mix64
 
 VOCAB_SIZE = 50_272  # OPT's vocabulary; token ids lie in [0, VOCAB_SIZE)
 
@@ -86,9 +87,15 @@ def output_keys(request_ids: np.ndarray, samples: np.ndarray | int) -> np.ndarra
 def segment_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """The token at `offsets[i]` of the segment keyed `keys[i]`, int32 [S] (keys and offsets broadcast).
     The one definition of a segment's content: every other token-id function goes through it."""
-    with np.errstate(over="ignore"):
-        seed = np.asarray(keys, dtype=np.uint64) * np.uint64(0x100000001B3)
-        return (mix64(np.asarray(offsets).astype(np.uint64) ^ seed) % np.uint64(VOCAB_SIZE)).astype(np.int32)
+    return _segment_token(np.asarray(keys, dtype=np.uint64), np.asarray(offsets).astype(np.uint64))
+
+
+# one compiled ufunc: a decode step asks for every sequence's next token, where NumPy's six array operations
+# and an error-state switch per call would cost more than the hashing
+@vectorize([int32(uint64, uint64)], cache=True)
+def _segment_token(key, offset):
+    """The token at `offset` of the segment keyed `key` (arithmetic wraps modulo 2^64)."""
+    return int32(mix(offset ^ (key * uint64(0x100000001B3))) % uint64(VOCAB_SIZE))
 
 
 def token_ids_for(key: int, start: int, stop: int) -> np.ndarray:

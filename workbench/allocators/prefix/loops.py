@@ -10,17 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
-_MUL2 = np.uint64(0x94D049BB133111EB)
-
-
-@njit(cache=True)
-def _mix(z):
-    z = z + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MUL1
-    z = (z ^ (z >> np.uint64(27))) * _MUL2
-    return z ^ (z >> np.uint64(31))
+from workbench.splitmix import mix
 
 
 @njit(cache=True)
@@ -36,10 +26,10 @@ def append_terms(rows, lengths, token_ids, salt, base, chain_key, tail_sum, fill
     for i in range(rows.shape[0]):
         r = rows[i]
         offset = (lengths[r] - 1) % block_size
-        term_sum = tail_sum[r] + _mix(np.uint64(token_ids[i]) ^ salt[offset])
+        term_sum = tail_sum[r] + mix(np.uint64(token_ids[i]) ^ salt[offset])
         if offset == block_size - 1:
             parent = chain_key[r]
-            key = parent * base + _mix(term_sum)
+            key = parent * base + mix(term_sum)
             chain_key[r] = key
             tail_sum[r] = np.uint64(0)
             filled_rows[num_filled] = r
