@@ -58,7 +58,7 @@ class HybridPoolModel:
 
     def live_start(self, group: int, seq_id: int) -> int:
         """First position of the sequence still held by the group."""
-        return self.s.groups[group].first_live[seq_id] * self.bs
+        return int(self.s.groups[group].first_live[self.s.seqs.row(seq_id)]) * self.bs
 
     def verify(self) -> None:
         """Every live position of every group reads back its token, through slot mapping and descriptor;

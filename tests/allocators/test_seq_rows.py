@@ -32,6 +32,10 @@ def test_batch_rows_match_a_fresh_lookup_through_joins_leaves_and_reused_rows(se
         else:  # a one-group lookup in between (an admission) leaves the batch's cache alone
             seqs.rows(batch[:2])
         assert np.array_equal(seqs.rows(batch), fresh_rows(seqs, batch))
+        live = set(seqs.ids())
+        probe = {int(s) for s in rng.integers(0, next_id + 2, 3)}
+        assert seqs.all_live(probe) == (probe <= live)
+        assert seqs.none_live(list(probe)) == probe.isdisjoint(live)
 
 
 def test_a_removed_sequence_is_unknown_to_a_later_lookup():

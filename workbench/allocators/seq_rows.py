@@ -37,6 +37,10 @@ class SeqRows:
         """Whether no id of `seq_ids` is live (one set operation in C, not a lookup per id)."""
         return self._row_of.keys().isdisjoint(seq_ids)
 
+    def all_live(self, seq_ids: set[int]) -> bool:
+        """Whether every id of `seq_ids` is live (one set operation in C)."""
+        return seq_ids <= self._row_of.keys()
+
     def __len__(self) -> int:
         return len(self._row_of)
 

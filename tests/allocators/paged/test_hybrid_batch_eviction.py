@@ -58,7 +58,7 @@ def _agree(a, b) -> None:
     assert a.prefix.index.evictable_block_ids().tolist() == b.prefix.index.evictable_block_ids().tolist()
     assert a.prefix_evicted_blocks == b.prefix_evicted_blocks and a.prefix.cached_blocks == b.prefix.cached_blocks
     assert a.snapshot() == b.snapshot()
-    live = sorted(a._length)
+    live = sorted(a.seqs.ids())
     for group in range(len(a.groups)):
         if live:
             da, db = a.describe_group(group, live), b.describe_group(group, live)

@@ -46,7 +46,7 @@ def test_a_window_hit_holds_only_the_blocks_its_first_query_reads():
     assert s.admit([1], SeqSpec(b, 40)).cached_tokens == 24
     assert _table(s, 0, 1) == [None, None, None, None, 4, 10, 12]
     assert _table(s, 1, 1) == [5, 6, 7, 8, 9, 11, 13]
-    assert s.groups[0].first_live[1] == 4
+    assert s.groups[0].first_live[s.seqs.row(1)] == 4
     assert s.prefix_hit_tokens == 24 and s.prefix_query_tokens == 20 + 26
     assert [int(e[0]) for e in s.prefix.evictable_entries()] == [2, 1, 0, 3]  # untouched by the hit
     s.check_integrity()

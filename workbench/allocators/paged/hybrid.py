@@ -38,9 +38,10 @@ from workbench.allocators.base import (
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.paged.hybrid_integrity import check_hybrid
 from workbench.allocators.paged.hybrid_prefix import HybridPrefixCache
-from workbench.allocators.paged.hybrid_tables import GroupTables
+from workbench.allocators.paged.hybrid_tables import GroupTables, group_columns
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
 from workbench.allocators.prefix.keys import block_keys
+from workbench.allocators.seq_rows import SeqRows
 from workbench.intmath import cdiv
 
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 id per kernel-table entry (released entries stay as placeholders)
@@ -54,6 +55,7 @@ class _Counted(NamedTuple):
 
     need: list[int]  # per group: blocks it takes (new blocks and private copies)
     freed: int  # blocks the windows release first (to the free stack or the cache)
+    rows: np.ndarray  # int64 [num_seqs]: the sequences' rows
     lengths: np.ndarray  # int64 [num_seqs]: the sequences' lengths before the step
     passed: list[list[tuple[int, int]]]  # per group: `_passed` (empty for a full-attention group)
 
@@ -80,7 +82,11 @@ class HybridPaged(Strategy):
         if self.num_blocks < sum(units for _, units in groups):
             raise ValueError(f"capacity_slots ({capacity_slots}) holds no block of every group")
         self.max_model_len = max_model_len
-        self.groups = [GroupTables(window, units, block_size) for window, units in groups]
+        # per sequence: its length, final length and each group's first held and last entries, in columns
+        # (a decode step reads and writes them over the batch at once)
+        self.seqs = SeqRows(("length", "final_len", *(c for gi in range(len(groups)) for c in group_columns(gi))))
+        self.groups = [GroupTables(window, units, block_size, self.seqs, gi)
+                       for gi, (window, units) in enumerate(groups)]
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
         self.prefix_evicted_blocks = 0  # pool blocks (every unit of an evicted entry)
@@ -91,8 +97,6 @@ class HybridPaged(Strategy):
         # [num_blocks]: the group each block was last taken for (a held or cached block's group)
         self._group_of_block = np.zeros(self.num_blocks, dtype=np.int64)
         self._held_blocks = [0] * len(groups)  # per group: blocks some sequence holds
-        self._length: dict[int, int] = {}
-        self._final: dict[int, int] = {}
         total_units = sum(g.units for g in self.groups)
         self._uniform = len({g.units for g in self.groups}) == 1  # every entry has the same number of blocks
         self._layer_groups = tuple(LayerGroup(g.window_tokens or 0, g.units / total_units) for g in self.groups)
@@ -125,6 +129,9 @@ class HybridPaged(Strategy):
         if need > allocatable:
             return AdmitResult(False, reason=f"needs {need} blocks, {allocatable} allocatable")
         n = len(seq_ids)
+        rows = np.array([self.seqs.add(seq_id) for seq_id in seq_ids], dtype=np.int64)
+        self.seqs.columns["length"][rows] = spec.num_tokens
+        self.seqs.columns["final_len"][rows] = spec.final_len
         if self.prefix is not None:  # claimed before any eviction, so taking fresh blocks cannot evict them
             for gi, entries in enumerate(hits):  # revived hits are held again
                 self._held_blocks[gi] += sum(e.shape[0] for e in entries if self._refcount[e[0]] == 0)
@@ -140,11 +147,8 @@ class HybridPaged(Strategy):
             entries = [None] * skip + hit + list(fresh)  # int32 [units] each; shared by the group's sequences
             for seq_id in seq_ids:
                 g.entries[seq_id] = list(entries)
-                g.first_live[seq_id] = skip
-                g.last[seq_id] = int(entries[-1][0])
-        for seq_id in seq_ids:
-            self._length[seq_id] = spec.num_tokens
-            self._final[seq_id] = spec.final_len
+            g.first_live[rows] = skip
+            g.last[rows] = int(entries[-1][0])
         if self.prefix is not None:  # the hit's blocks are registered already
             self.prefix.register_prompt(seq_ids, spec.token_ids, keys, num_hit)
             self.prefix_query_tokens += spec.num_tokens
@@ -178,32 +182,34 @@ class HybridPaged(Strategy):
         some sequence's last block is shared, and only then is it counted sequence by sequence."""
         self._check_batch(seq_ids)
         refcount, bs = self._refcount, self.block_size
-        lengths = self._lengths_of(seq_ids)
+        rows = self.seqs.rows(seq_ids)
+        lengths = self.seqs.columns["length"][rows]
         opening = lengths % bs == 0  # [num_seqs] the token opens a new block
         leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
         need, freed, passed = [], 0, []
         for g in self.groups:
-            passed.append(self._passed(g, seq_ids, lengths) if g.window_tokens is not None else [])
+            passed.append(self._passed(g, rows, lengths) if g.window_tokens is not None else [])
+            first_live = g.first_live
             for k, dead in passed[-1]:
                 table = g.entries[seq_ids[k]]
-                for i in range(g.first_live[seq_ids[k]], dead):
+                for i in range(int(first_live[rows[k]]), dead):
                     b = int(table[i][0])
                     leaving[b] = leaving.get(b, 0) + 1
                     freed += g.units if refcount[b] == leaving[b] else 0
-            if not self._writes_shared(self._last_blocks(g, seq_ids), opening):
+            last = g.last[rows]
+            if not self._writes_shared(last, opening):
                 need.append(int(opening.sum()) * g.units)
                 continue
             taken = 0
-            for seq_id, opens in zip(seq_ids, opening.tolist(), strict=True):
+            for b, opens in zip(last.tolist(), opening.tolist(), strict=True):
                 if opens:
                     taken += 1
                     continue
-                b = g.last[seq_id]
                 if refcount[b] - leaving.get(b, 0) > 1:  # shared: copy, unless the last holder
                     taken += 1
                     leaving[b] = leaving.get(b, 0) + 1
             need.append(taken * g.units)
-        return _Counted(need, freed, lengths, passed)
+        return _Counted(need, freed, rows, lengths, passed)
 
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. Window groups first release the blocks the new tokens' queries cannot read; then each
@@ -222,7 +228,7 @@ class HybridPaged(Strategy):
         once, in the order the sequences' own takes would give them (`_take_each`). A group where no sequence
         writes into a shared block opens its new blocks over the batch's arrays; otherwise sequence by
         sequence, as copy-on-write depends on the writers before."""
-        bs, refcount, lengths = self.block_size, self._refcount, counted.lengths
+        bs, refcount, rows, lengths = self.block_size, self._refcount, counted.rows, counted.lengths
         opening = lengths % bs == 0
         for gi, (g, passed) in enumerate(zip(self.groups, counted.passed, strict=True)):
             if passed:
@@ -233,21 +239,22 @@ class HybridPaged(Strategy):
             units, tables = g.units, g.entries
             popped = self._take_each(counted.need[gi], units, gi)
             self._held_blocks[gi] += popped.shape[0]  # new blocks, or private copies (the shared stay held)
-            last = self._last_blocks(g, seq_ids)
+            last_column = g.last
+            last = last_column[rows]
             if not self._writes_shared(last, opening):
                 opened = np.flatnonzero(opening)
                 fresh_rows = popped.reshape(opened.shape[0], units)  # [num_opened, units]
                 refcount[popped] = 1
                 for k, fresh in zip(opened.tolist(), fresh_rows, strict=True):
                     tables[seq_ids[k]].append(fresh)
-                    g.last[seq_ids[k]] = int(fresh[0])
                 last[opened] = fresh_rows[:, 0]
+                last_column[rows[opened]] = last[opened]
                 slots[gi] = last * bs + lengths % bs
                 continue
             taken = 0
-            for k, (seq_id, length) in enumerate(zip(seq_ids, lengths.tolist(), strict=True)):
+            for k, (seq_id, row, length) in enumerate(zip(seq_ids, rows.tolist(), lengths.tolist(), strict=True)):
                 table = tables[seq_id]
-                if length % bs == 0 or refcount[g.last[seq_id]] > 1:
+                if length % bs == 0 or refcount[last_column[row]] > 1:
                     fresh, taken = popped[taken:taken + units], taken + units
                     refcount[fresh] = 1
                     if length % bs == 0:
@@ -256,35 +263,25 @@ class HybridPaged(Strategy):
                         refcount[table[-1]] -= 1
                         copies.append(np.stack([table[-1], fresh], axis=1))
                         table[-1] = fresh
-                    g.last[seq_id] = int(fresh[0])
-                slots[gi, k] = g.last[seq_id] * bs + length % bs
-        self._length.update(zip(seq_ids, (lengths + 1).tolist(), strict=True))
+                    last_column[row] = fresh[0]
+                slots[gi, k] = last_column[row] * bs + length % bs
+        self.seqs.columns["length"][rows] = lengths + 1
         if self.prefix is not None:
             self.prefix.register_filled(seq_ids, token_ids)
         pairs = np.concatenate(copies).astype(np.int32) if copies else _NO_COPIES
         return AppendResult(slots=slots[0].copy(), copies=pairs, group_slots=slots)
-
-    def _lengths_of(self, seq_ids: list[int]) -> np.ndarray:
-        """Pure. The sequences' lengths, int64 [num_seqs]."""
-        return np.fromiter(map(self._length.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
-
-    @staticmethod
-    def _last_blocks(g: GroupTables, seq_ids: list[int]) -> np.ndarray:
-        """Pure. The sequences' last blocks in group `g` (unit 0), int64 [num_seqs]."""
-        return np.fromiter(map(g.last.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
 
     def _writes_shared(self, last: np.ndarray, opening: np.ndarray) -> bool:
         """Pure. Some sequence that does not open a block writes into its last block (`last`, a group's) while
         that block has other holders (it may copy): the step must then be taken sequence by sequence."""
         return bool(np.any(self._refcount[last[~opening]] > 1))
 
-    def _passed(self, g: GroupTables, seq_ids: list[int], lengths: np.ndarray) -> list[tuple[int, int]]:
+    def _passed(self, g: GroupTables, rows: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
         """Pure. (batch index, `g.dead_before` its length) of each sequence of a window group whose window passed
         a block boundary since it last released, batch order (a table holds cdiv(length, block) entries)."""
         bs = self.block_size
         dead = np.minimum(g.dead_before(lengths), cdiv(lengths, bs))
-        first = np.fromiter(map(g.first_live.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
-        passed = np.flatnonzero(dead > first)
+        passed = np.flatnonzero(dead > g.first_live[rows])
         return list(zip(passed.tolist(), dead[passed].tolist(), strict=True))
 
     def _release_passed(self, group: int, runs: list[list[np.ndarray]]) -> None:
@@ -322,15 +319,15 @@ class HybridPaged(Strategy):
 
     def fork(self, parent_id: int, child_id: int) -> AdmitResult:
         """Mutates. The child shares every held entry of the parent in every group."""
-        if parent_id not in self._length or child_id in self._length:
+        if parent_id not in self.seqs or child_id in self.seqs:
             raise ValueError(f"cannot fork {parent_id} into {child_id}: parent unknown or child live")
+        child = self.seqs.add(child_id)
+        parent = self.seqs.row(parent_id)
+        for column in self.seqs.columns.values():  # length, final length, each group's first and last entries
+            column[child] = column[parent]
         for g in self.groups:
             g.entries[child_id] = list(g.entries[parent_id])
-            g.first_live[child_id] = g.first_live[parent_id]
-            g.last[child_id] = g.last[parent_id]
             self._refcount[g.held_blocks(child_id)] += 1
-        self._length[child_id] = self._length[parent_id]
-        self._final[child_id] = self._final[parent_id]
         if self.prefix is not None:
             self.prefix.fork(parent_id, child_id)
         return AdmitResult(True)
@@ -338,12 +335,12 @@ class HybridPaged(Strategy):
     def free(self, seq_id: int) -> None:
         """Mutates. Blocks no other sequence holds go back to the free stack (or the prefix cache), each
         group's tail first (vLLM v1 frees group by group, each in reverse)."""
-        if seq_id not in self._length:
+        if seq_id not in self.seqs:
             raise ValueError(f"sequence {seq_id} is not live")
         for gi, g in enumerate(self.groups):
             self._drop(g.live(seq_id), gi)
-            del g.entries[seq_id], g.first_live[seq_id], g.last[seq_id]
-        del self._length[seq_id], self._final[seq_id]
+            del g.entries[seq_id]
+        self.seqs.remove(seq_id)
         if self.prefix is not None:
             self.prefix.drop(seq_id)
 
@@ -405,7 +402,7 @@ class HybridPaged(Strategy):
         tables = [g.kernel_table(s) for s in seq_ids]
         indptr = np.zeros(len(seq_ids) + 1, dtype=np.int32)
         indptr[1:] = np.cumsum([t.shape[0] for t in tables])
-        lengths = np.array([self._length[s] for s in seq_ids], dtype=np.int32)
+        lengths = self.seqs.columns["length"][self.seqs.rows(seq_ids)].astype(np.int32)
         return PagedDescriptor(kv_indptr=indptr, kv_indices=np.concatenate(tables) if tables else indptr[:0],
                                kv_last_page_len=lengths - (indptr[1:] - indptr[:-1] - 1) * self.block_size,
                                block_size=self.block_size)
@@ -417,10 +414,10 @@ class HybridPaged(Strategy):
         return [g.window_tokens for g in self.groups]
 
     def length(self, seq_id: int) -> int:
-        return self._length[seq_id]
+        return int(self.seqs.columns["length"][self.seqs.row(seq_id)])
 
     def final_len(self, seq_id: int) -> int:
-        return self._final[seq_id]
+        return int(self.seqs.columns["final_len"][self.seqs.row(seq_id)])
 
     @property
     def refcount(self) -> np.ndarray:
@@ -452,19 +449,20 @@ class HybridPaged(Strategy):
     def _group_parts(self) -> tuple[list[GroupSnapshot], int]:
         """Pure. `group_snapshots`, and the entries of a group's tables (each holds cdiv(length, block) entries
         of a sequence, released ones included)."""
-        bs, seqs, n = self.block_size, self._length, len(self._length)
-        lengths = np.fromiter(seqs.values(), dtype=np.int64, count=n)
+        bs, rows = self.block_size, np.flatnonzero(self.seqs.live)
+        n = rows.shape[0]
+        lengths = self.seqs.columns["length"][rows]
         logical = int(lengths.sum())
         num_entries = cdiv(lengths, bs)  # [n] per sequence
         # per sequence: where its last block starts, the slots of that block written and the slots of it the
         # sequence will have written when it finishes
         start = (num_entries - 1) * bs
         written = lengths - start
-        finishes = np.minimum(np.fromiter(map(self._final.__getitem__, seqs), dtype=np.int64, count=n) - start, bs)
+        finishes = np.minimum(self.seqs.columns["final_len"][rows] - start, bs)
         out = []
         for gi, g in enumerate(self.groups):
             # each sequence's last block in the group: always held (a window never releases the block being written)
-            last = np.fromiter(map(g.last.__getitem__, seqs), dtype=np.int64, count=n)
+            last = g.last[rows]
             fill, reach = written, finishes
             if len(set(last.tolist())) < n:  # shared last blocks: each counted once, to its furthest reach
                 blocks, first, inverse = np.unique(last, return_index=True, return_inverse=True)
@@ -519,15 +517,15 @@ class HybridPaged(Strategy):
         if not 1 <= spec.num_tokens <= spec.final_len <= self.max_model_len:
             raise ValueError(f"need 1 <= num_tokens ({spec.num_tokens}) <= final_len ({spec.final_len}) "
                              f"<= max_model_len ({self.max_model_len})")
-        if len(set(seq_ids)) != len(seq_ids) or any(s in self._length for s in seq_ids):
+        if len(set(seq_ids)) != len(seq_ids) or not self.seqs.none_live(seq_ids):
             raise ValueError(f"sequence ids {seq_ids} repeat or are already live")
 
     def _check_batch(self, seq_ids: list[int]) -> None:
         batch = set(seq_ids)
         if len(batch) != len(seq_ids):
             raise ValueError("a sequence id repeats in the batch")
-        if not batch <= self._length.keys():
-            raise ValueError(f"sequence {next(s for s in seq_ids if s not in self._length)} is not live")
+        if not self.seqs.all_live(batch):
+            raise ValueError(f"sequence {next(s for s in seq_ids if s not in self.seqs)} is not live")
 
     def check_integrity(self) -> None:
         """Raise AssertionError naming the first broken invariant (`paged.hybrid_integrity`)."""

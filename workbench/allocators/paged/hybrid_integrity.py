@@ -15,16 +15,16 @@ def check_hybrid(pool) -> None:
     holders = np.zeros(pool.num_blocks, dtype=np.int64)  # [num_blocks]
     owner = np.full(pool.num_blocks, -1, dtype=np.int64)  # [num_blocks]: the group holding each block
     for gi, g in enumerate(pool.groups):
-        assert g.last.keys() == g.entries.keys(), f"group {gi}: last blocks recorded for other sequences"
+        assert set(pool.seqs.ids()) == g.entries.keys(), f"group {gi}: tables of other sequences than the rows'"
         for seq_id, table in g.entries.items():
-            length = pool.length(seq_id)
+            length, row = pool.length(seq_id), pool.seqs.row(seq_id)
             assert len(table) == cdiv(length, pool.block_size), f"group {gi} seq {seq_id}: table length"
-            first = g.first_live[seq_id]
+            first = int(g.first_live[row])
             # released at appends, each before a token was added (or never held after a prefix hit, before
             # the first computed query's window): never past what length − 1 allows
             assert first <= g.dead_before(length - 1), f"group {gi} seq {seq_id}: a live block released"
             assert all(e is None for e in table[:first]), f"group {gi} seq {seq_id}: released run broken"
-            assert g.last[seq_id] == int(table[-1][0]), f"group {gi} seq {seq_id}: its last block recorded wrong"
+            assert g.last[row] == int(table[-1][0]), f"group {gi} seq {seq_id}: its last block recorded wrong"
             held = g.held_blocks(seq_id)
             assert held.shape[0] == (len(table) - first) * g.units, f"group {gi} seq {seq_id}: entry shape"
             assert np.unique(held).shape[0] == held.shape[0], f"group {gi} seq {seq_id}: a block twice"
@@ -54,6 +54,6 @@ def _check_shared_fills(pool) -> None:
         fill: dict[int, int] = {}
         for seq_id, table in g.entries.items():
             length = pool.length(seq_id)
-            for i in range(g.first_live[seq_id], len(table)):
+            for i in range(int(g.first_live[pool.seqs.row(seq_id)]), len(table)):
                 seen = fill.setdefault(int(table[i][0]), min(length - i * bs, bs))
                 assert seen == min(length - i * bs, bs), f"group {gi}: a shared block's fill differs"
