@@ -232,7 +232,7 @@ class HybridPaged(Strategy):
         opening = lengths % bs == 0
         for gi, (g, passed) in enumerate(zip(self.groups, counted.passed, strict=True)):
             if passed:
-                self._release_passed(gi, [g.release_dead(seq_ids[k], int(lengths[k])) for k, _ in passed])
+                self._release_passed(gi, [g.release_before(seq_ids[k], rows[k], dead) for k, dead in passed])
         slots = np.zeros((len(self.groups), len(seq_ids)), dtype=np.int64)  # [num_groups, num_seqs]
         copies = []
         for gi, g in enumerate(self.groups):
@@ -450,7 +450,6 @@ class HybridPaged(Strategy):
         """Pure. `group_snapshots`, and the entries of a group's tables (each holds cdiv(length, block) entries
         of a sequence, released ones included)."""
         bs, rows = self.block_size, np.flatnonzero(self.seqs.live)
-        n = rows.shape[0]
         lengths = self.seqs.columns["length"][rows]
         logical = int(lengths.sum())
         num_entries = cdiv(lengths, bs)  # [n] per sequence
@@ -464,7 +463,8 @@ class HybridPaged(Strategy):
             # each sequence's last block in the group: always held (a window never releases the block being written)
             last = g.last[rows]
             fill, reach = written, finishes
-            if len(set(last.tolist())) < n:  # shared last blocks: each counted once, to its furthest reach
+            ordered = np.sort(last)
+            if np.any(ordered[1:] == ordered[:-1]):  # shared last blocks: each counted once, to its furthest reach
                 blocks, first, inverse = np.unique(last, return_index=True, return_inverse=True)
                 furthest = np.zeros(blocks.shape[0], dtype=np.int64)
                 np.maximum.at(furthest, inverse, reach)

@@ -64,15 +64,16 @@ class GroupTables:
             return np.maximum(length - self.window_tokens + 1, 0) // self.block_size
         return max(0, length - self.window_tokens + 1) // self.block_size
 
-    def release_dead(self, seq_id: int, length: int) -> list[np.ndarray]:
-        """Mutates. Drop the entries dead before decoding position `length`; returns them."""
-        row = self.seqs.row(seq_id)
+    def release_before(self, seq_id: int, row: int, dead: int) -> list[np.ndarray]:
+        """Mutates. Drop the entries of the sequence (in `row`) before index `dead`, its `dead_before` at most its
+        table's length; returns the ones it held."""
         table, first = self.entries[seq_id], int(self.first_live[row])
-        dead = min(self.dead_before(length), len(table))
+        if dead <= first:
+            return []
         released = [e for e in table[first:dead] if e is not None]
-        for i in range(first, max(first, dead)):
+        for i in range(first, dead):
             table[i] = None
-        self.first_live[row] = max(first, dead)
+        self.first_live[row] = dead
         return released
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
