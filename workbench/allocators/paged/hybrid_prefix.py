@@ -22,12 +22,13 @@ are registered too (a multi-turn prompt hits the previous answer in every group)
 from __future__ import annotations
 
 import numpy as np
+from numba import uint64, vectorize
 
 from workbench.allocators.paged.hybrid_tables import GroupTables
 from workbench.allocators.prefix.chains import SeqChains
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
 from workbench.intmath import cdiv
-from workbench.workload.request import mix64
+from workbench.splitmix import mix, mix64
 
 Entry = np.ndarray  # int32 [units]: one logical block of one group, its unit-0 block first
 
@@ -49,7 +50,7 @@ class HybridPrefixCache:
 
     def salted(self, keys: np.ndarray, group: int) -> np.ndarray:
         """Group `group`'s keys for chain keys `keys` (uint64 [k]); 0 (no parent) stays 0. Pure."""
-        return np.where(keys == 0, np.uint64(0), mix64(keys ^ self._salt[group]))
+        return _salted(keys, self._salt[group])
 
     # -- lookup ------------------------------------------------------------------------------------
 
@@ -249,3 +250,10 @@ class HybridPrefixCache:
         for head, entry in self.entry_of.items():
             assert int(entry[0]) == head and np.all(refcount[entry] == refcount[head]), \
                 f"entry {entry.tolist()}: units held unevenly"
+
+
+# one compiled ufunc: every decode step salts the filled blocks' keys and parents for each group
+@vectorize([uint64(uint64, uint64)], cache=True)
+def _salted(key, salt):
+    """A group's key for chain key `key`: splitmix64 of it xor the group's salt; 0 (no parent) stays 0."""
+    return uint64(0) if key == 0 else mix(key ^ salt)
