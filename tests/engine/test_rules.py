@@ -45,6 +45,11 @@ def test_a_refusal_is_final_only_on_an_empty_device():
     assert rules.refusal_is_final(0) and not rules.refusal_is_final(1)
 
 
+def test_only_a_lone_holder_is_retired_and_a_step_that_preempted_admits_nothing():
+    assert [rules.retires_victim(n) for n in (1, 2, 7)] == [True, False, False]
+    assert [rules.admits_after(p) for p in (0, 1, 3)] == [True, False, False]
+
+
 def test_a_static_batch_admits_only_into_an_empty_engine():
     for static, running in itertools.product((False, True), (0, 1, 5)):
         assert rules.admits_now(static, running) == (not static or running == 0)

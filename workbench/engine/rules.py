@@ -71,6 +71,20 @@ def refusal_is_final(running_seqs):
 
 
 @njit(cache=True)
+def retires_victim(num_holders):
+    """Whether the preemption victim is retired (rejected: it outgrows the pool) rather than preempted: it is the
+    only group holding device KV, so nothing else can free blocks for it."""
+    return num_holders == 1
+
+
+@njit(cache=True)
+def admits_after(preemptions):
+    """Whether a step admits, given the groups its decode batch preempted to grow: a step that preempted admits
+    nothing, so what the preemption freed goes to the running groups."""
+    return preemptions == 0
+
+
+@njit(cache=True)
 def victim(arrival_order):
     """Position of the group preempted when the decode batch cannot grow: the latest arrived (largest request
     index) among those holding device KV, given as an int64 array of their request indices."""

@@ -140,7 +140,7 @@ class Scheduler:
         decode_tokens = len(grown.ids) if self.spec is None else self.spec.decode_tokens(len(grown.ids))
         budget = self.config.max_num_batched_tokens - (decode_tokens if self.chunks is not None else 0)
         admitted = Admitted()
-        if not grown.preemptions:
+        if rules.admits_after(grown.preemptions):
             self._admit(now_s, budget, copies, admitted)
         return self._plan(grown.ids, admitted, concat_pairs(copies), concat_pairs(swap_out), grown.preemptions,
                           tuple(forks), grown)
@@ -177,7 +177,7 @@ class Scheduler:
             partial = self._partial()
             holders = batch.groups if partial is None else [*batch.groups, partial]
             victim = holders[rules.victim(np.array([g.index for g in holders], dtype=np.int64))]
-            if len(holders) == 1:
+            if rules.retires_victim(len(holders)):
                 self.device.retire(victim, reasons.OUTGROWS_POOL, self.step)
             else:
                 self.device.preempt(victim, swap_out, self.step)

@@ -147,7 +147,7 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
             if status >= 0:
                 return status
             S[BUDGET] = C[MAX_BATCHED]
-            S[PHASE] = ADMIT if S[P_PREEMPTIONS] == 0 else DECIDE
+            S[PHASE] = ADMIT if rules.admits_after(S[P_PREEMPTIONS]) else DECIDE
         if S[PHASE] == ADMIT:
             status = _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled, free_rows, length,
                             final_len, num_blocks, last_block, live, table, refcount, free_ids, counts, log_admitted,
@@ -237,7 +237,7 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
             return WIDEN
         victim = batch[rules.victim(row_req[rows])]
         i = row_req[victim]
-        last_one = S[NBATCH] == 1
+        last_one = rules.retires_victim(S[NBATCH])
         _leave_batch(S, batch, victim)
         S[RUNNING_SEQS] -= 1
         _free_row(S, C, victim, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts,
