@@ -33,6 +33,7 @@ def test_batch_rows_match_a_fresh_lookup_through_joins_leaves_and_reused_rows(se
             seqs.rows(batch[:2])
         assert np.array_equal(seqs.rows(batch), fresh_rows(seqs, batch))
         live = set(seqs.ids())
+        assert all(seqs.id_of(seqs.row(s)) == s for s in live)
         probe = {int(s) for s in rng.integers(0, next_id + 2, 3)}
         assert seqs.all_live(probe) == (probe <= live)
         assert seqs.none_live(list(probe)) == probe.isdisjoint(live)

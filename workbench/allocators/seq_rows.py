@@ -17,6 +17,7 @@ _CACHED_MIN_IDS = 8  # shorter lookups (one group's admission) are not cached: t
 class SeqRows:
     def __init__(self, columns: tuple[str, ...], capacity_rows: int = 64) -> None:
         self._row_of: dict[int, int] = {}
+        self._id_of_row: list[int] = [-1] * capacity_rows  # the sequence id in each live row
         self._free_rows: list[int] = list(range(capacity_rows - 1, -1, -1))  # pop() gives row 0 first
         # the columns as rows of one int64 [num_columns, capacity_rows] array (a removed row is zeroed in one
         # operation); `columns` maps each name to its row: one dict for good, its views replaced when the
@@ -62,6 +63,7 @@ class SeqRows:
             self._grow()
         row = self._free_rows.pop()
         self._row_of[seq_id] = row
+        self._id_of_row[row] = seq_id
         self.live[row] = True  # the id was not live: no cached batch holds it
         return row
 
@@ -80,6 +82,10 @@ class SeqRows:
             return self._row_of[seq_id]
         except KeyError:
             raise KeyError(f"sequence {seq_id} is not live") from None
+
+    def id_of(self, row: int) -> int:
+        """The sequence id in a live row."""
+        return self._id_of_row[row]
 
     def rows(self, seq_ids: list[int]) -> np.ndarray:
         """Rows of these sequences in this order, int64 [len(seq_ids)]; raises KeyError on an unknown
@@ -124,4 +130,5 @@ class SeqRows:
         for i, name in enumerate(self.columns):
             self.columns[name] = self._data[i]
         self.live = np.concatenate([self.live, np.zeros(old, dtype=bool)])
+        self._id_of_row.extend([-1] * old)
         self._free_rows.extend(range(2 * old - 1, old - 1, -1))

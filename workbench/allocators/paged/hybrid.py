@@ -90,7 +90,8 @@ class HybridPaged(Strategy):
         self.prefix_query_tokens = 0
         self.prefix_hit_tokens = 0
         self.prefix_evicted_blocks = 0  # pool blocks (every unit of an evicted entry)
-        self.prefix = None if prefix_index is None else HybridPrefixCache(prefix_index, block_size, self.groups)
+        self.prefix = None if prefix_index is None else HybridPrefixCache(prefix_index, block_size, self.groups,
+                                                                          self.seqs)
         self.wants_token_ids = self.prefix is not None
         self._refcount = np.zeros(self.num_blocks, dtype=np.int32)  # [num_blocks]: holders, over all groups
         self._free = BlockStack(self.num_blocks)
@@ -341,8 +342,6 @@ class HybridPaged(Strategy):
             self._drop(g.live(seq_id), gi)
             del g.entries[seq_id]
         self.seqs.remove(seq_id)
-        if self.prefix is not None:
-            self.prefix.drop(seq_id)
 
     def _drop(self, entries: list[np.ndarray], group: int) -> None:
         """Mutates. One holder fewer for each entry of `group` (its units' blocks each, distinct, in table

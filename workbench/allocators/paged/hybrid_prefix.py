@@ -15,8 +15,9 @@ no run that long, the leading run). Full groups go first; the candidate shrinks 
 accepts it. Blocks a window group releases keep their keys and go to the evictable end of the
 cache, so a later prompt can still hit them.
 
-Per-sequence chain state (`SeqChains`) lives in rows this class hands out, so decode-filled blocks
-are registered too (a multi-turn prompt hits the previous answer in every group).
+Per-sequence chain state (`SeqChains`) lives in the pool's rows (its `SeqRows`, whose length column the
+pool keeps), so decode-filled blocks are registered too (a multi-turn prompt hits the previous answer in
+every group).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from numba import uint64, vectorize
 from workbench.allocators.paged.hybrid_tables import GroupTables
 from workbench.allocators.prefix.chains import SeqChains
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
+from workbench.allocators.seq_rows import SeqRows
 from workbench.intmath import cdiv
 from workbench.splitmix import mix, mix64
 
@@ -34,7 +36,8 @@ Entry = np.ndarray  # int32 [units]: one logical block of one group, its unit-0 
 
 
 class HybridPrefixCache:
-    def __init__(self, index: HashPrefixIndex, block_size: int, groups: list[GroupTables]) -> None:
+    def __init__(self, index: HashPrefixIndex, block_size: int, groups: list[GroupTables], seqs: SeqRows) -> None:
+        """`seqs`: the pool's rows; a sequence's chain state is kept in its row."""
         self.index = index
         self.block_size = block_size
         self.groups = groups
@@ -43,10 +46,7 @@ class HybridPrefixCache:
         self._group_of = np.zeros(0, dtype=np.int64)  # [num_blocks] a registered head's group, -1: none
         self.cached_blocks = 0  # pool blocks of evictable entries (every unit)
         self._chains = SeqChains(block_size)
-        self._row: dict[int, int] = {}  # seq id -> its chain row
-        self._seq_of_row: dict[int, int] = {}
-        self._free_rows: list[int] = []
-        self._lengths = np.zeros(0, dtype=np.int64)  # [rows] each row's sequence length
+        self.seqs = seqs
 
     def salted(self, keys: np.ndarray, group: int) -> np.ndarray:
         """Group `group`'s keys for chain keys `keys` (uint64 [k]); 0 (no parent) stays 0. Pure."""
@@ -151,12 +151,16 @@ class HybridPrefixCache:
         block this filled holds exactly its sequence's tokens (a writer into a shared block copied it
         first) and is live in every group (its last position was just written): each group registers the
         step's filled blocks together (a group's keys are its own, so only the order within a group counts)."""
-        filled = self.advance(seq_ids, token_ids)
-        if not filled:
+        rows = self.seqs.rows(seq_ids)
+        if token_ids is None:
+            self._chains.forget(rows)
             return
-        places = [(seq_id, int(self._lengths[self._row[seq_id]]) // self.block_size - 1) for seq_id, _, _ in filled]
-        parents = np.array([parent for _, parent, _ in filled], dtype=np.uint64)
-        keys = np.array([key for _, _, key in filled], dtype=np.uint64)
+        lengths = self.seqs.columns["length"]  # the pool counted the token already
+        filled, parents, keys = self._chains.advance(rows, lengths, token_ids)
+        if not filled.shape[0]:
+            return
+        places = [(self.seqs.id_of(row), length // self.block_size - 1)
+                  for row, length in zip(filled.tolist(), lengths[filled].tolist(), strict=True)]
         for gi, g in enumerate(self.groups):
             tables = g.entries
             self.register(gi, keys, parents, [tables[seq_id][i] for seq_id, i in places],
@@ -194,41 +198,13 @@ class HybridPrefixCache:
     # -- per-sequence chains ---------------------------------------------------------------------------
 
     def start(self, seq_ids: list[int], token_ids: np.ndarray, keys: np.ndarray) -> None:
-        """Mutates. These sequences hold `token_ids` (int32 [n]) whose full blocks are keyed `keys`."""
-        rows = np.array([self._take_row(s, token_ids.shape[0]) for s in seq_ids], dtype=np.int64)
-        self._chains.start(rows, token_ids, keys, self._lengths.shape[0])
+        """Mutates. These sequences (their rows added) hold `token_ids` (int32 [n]) whose full blocks are keyed
+        `keys`."""
+        self._chains.start(self.seqs.rows(seq_ids), token_ids, keys, self.seqs.capacity_rows)
 
     def fork(self, parent: int, child: int) -> None:
-        row = self._take_row(child, int(self._lengths[self._row[parent]]))
-        self._chains.fork(self._row[parent], row, self._lengths.shape[0])
-
-    def drop(self, seq_id: int) -> None:
-        row = self._row.pop(seq_id)
-        del self._seq_of_row[row]
-        self._free_rows.append(row)
-
-    def advance(self, seq_ids: list[int], token_ids: np.ndarray | None) -> list[tuple[int, int, int]]:
-        """Mutates. Each sequence wrote one token (`token_ids` int32 [n]; None: unknown from now on).
-        Returns (seq id, parent key, key) of each sequence whose block became full."""
-        rows = np.fromiter(map(self._row.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
-        self._lengths[rows] += 1
-        if token_ids is None:
-            self._chains.forget(rows)
-            return []
-        filled, parents, keys = self._chains.advance(rows, self._lengths, token_ids)
-        return [(self._seq_of_row[r], p, k)
-                for r, p, k in zip(filled.tolist(), parents.tolist(), keys.tolist(), strict=True)]
-
-    def _take_row(self, seq_id: int, length: int) -> int:
-        if not self._free_rows:
-            grow = max(8, self._lengths.shape[0])
-            self._free_rows = list(range(self._lengths.shape[0] + grow - 1, self._lengths.shape[0] - 1, -1))
-            self._lengths = np.concatenate([self._lengths, np.zeros(grow, dtype=np.int64)])
-        row = self._free_rows.pop()
-        self._row[seq_id] = row
-        self._seq_of_row[row] = seq_id
-        self._lengths[row] = length
-        return row
+        """Mutates. The child (its row added) continues the parent's chain."""
+        self._chains.fork(self.seqs.row(parent), self.seqs.row(child), self.seqs.capacity_rows)
 
     # -- checks ----------------------------------------------------------------------------------------
 
