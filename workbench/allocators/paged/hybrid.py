@@ -58,6 +58,7 @@ class _Counted(NamedTuple):
     rows: np.ndarray  # int64 [num_seqs]: the sequences' rows
     lengths: np.ndarray  # int64 [num_seqs]: the sequences' lengths before the step
     passed: list[list[tuple[int, int]]]  # per group: `_passed` (empty for a full-attention group)
+    shared: list[bool]  # per group: `_writes_shared` (the window releases only lower holder counts after it)
 
 
 class HybridPaged(Strategy):
@@ -187,7 +188,7 @@ class HybridPaged(Strategy):
         lengths = self.seqs.columns["length"][rows]
         opening = lengths % bs == 0  # [num_seqs] the token opens a new block
         leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
-        need, freed, passed = [], 0, []
+        need, freed, passed, shared = [], 0, [], []
         for g in self.groups:
             passed.append(self._passed(g, rows, lengths) if g.window_tokens is not None else [])
             first_live = g.first_live
@@ -198,7 +199,8 @@ class HybridPaged(Strategy):
                     leaving[b] = leaving.get(b, 0) + 1
                     freed += g.units if refcount[b] == leaving[b] else 0
             last = g.last[rows]
-            if not self._writes_shared(last, opening):
+            shared.append(self._writes_shared(last, opening))
+            if not shared[-1]:
                 need.append(int(opening.sum()) * g.units)
                 continue
             taken = 0
@@ -210,7 +212,7 @@ class HybridPaged(Strategy):
                     taken += 1
                     leaving[b] = leaving.get(b, 0) + 1
             need.append(taken * g.units)
-        return _Counted(need, freed, rows, lengths, passed)
+        return _Counted(need, freed, rows, lengths, passed, shared)
 
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. Window groups first release the blocks the new tokens' queries cannot read; then each
@@ -242,7 +244,7 @@ class HybridPaged(Strategy):
             self._held_blocks[gi] += popped.shape[0]  # new blocks, or private copies (the shared stay held)
             last_column = g.last
             last = last_column[rows]
-            if not self._writes_shared(last, opening):
+            if not counted.shared[gi]:
                 opened = np.flatnonzero(opening)
                 fresh_rows = popped.reshape(opened.shape[0], units)  # [num_opened, units]
                 refcount[popped] = 1
