@@ -128,7 +128,7 @@ class Scheduler:
     def schedule(self, now_s: float) -> StepPlan:
         """Mutates the strategy and the queues: decide and allocate this step's work."""
         if self.lean_decode_steps and not (self.waiting or self.device.swapped or self.has_beams or self._partial()) \
-                and self.batch.groups and not self.needs_token_ids and self.spec is None:
+                and self.batch.groups and self.spec is None:
             plan = self._decode_only()
             if plan is not None:
                 return plan
@@ -147,32 +147,38 @@ class Scheduler:
 
     def _decode_only(self) -> StepPlan | None:
         """The plan of a step whose work is the decode batch alone: nothing waits, is swapped out or is
-        part-prefilled, no beam forks and no kernel inputs. It makes the same strategy calls, in the same
-        order, as `schedule` does then, without the admission machinery that has nothing to do; None, with
-        nothing changed, when the batch does not fit (then `schedule` preempts)."""
-        ids = self.batch.ids()
-        appended = self.strategy.append_if_room(ids, None)
-        if appended is None:
+        part-prefilled and no beam forks. It makes the same strategy calls, in the same order, as `schedule`
+        does then, without the admission machinery that has nothing to do; None, with nothing changed, when
+        the batch does not fit (then `schedule` preempts)."""
+        grown = GrownBatch(self.batch.ids())
+        if not self._append(grown):
             return None
-        self.batch.meter.decoded(len(ids), self.step)
-        copies = appended.copies if len(appended.copies) else NO_PAIRS
-        return self._plan(ids, NOTHING_ADMITTED, copies, NO_PAIRS, 0, (), None)
+        copies = grown.appended.copies if len(grown.appended.copies) else NO_PAIRS
+        return self._plan(grown.ids, NOTHING_ADMITTED, copies, NO_PAIRS, 0, (), grown)
+
+    def _append(self, grown: GrownBatch) -> bool:
+        """Mutates on success. Every sequence of `grown.ids` gets its next slot (with its position and token
+        where they are read), all or nothing; False, with nothing allocated, when the pool cannot supply them."""
+        strategy, batch = self.strategy, self.batch
+        if self.needs_token_ids:
+            grown.seq_ids, grown.positions, generated = batch.positions(grown.ids, self.step)
+            grown.token_ids = self.tokens.generated(grown.seq_ids, generated)
+        token_ids = grown.token_ids if strategy.wants_token_ids else None
+        grown.appended = (strategy.append_if_room(grown.ids, token_ids) if self.spec is None
+                          else self.spec.append(grown.ids, token_ids))
+        if grown.appended is None:
+            return False
+        batch.meter.decoded(len(grown.ids), self.step)
+        return True
 
     def _grow_batch(self, swap_out: list[np.ndarray]) -> GrownBatch:
         """Mutates. Every decoding sequence gets one slot, all or nothing: while the pool cannot supply them the
         latest-arrived holder is preempted (swapped out into `swap_out`, or freed for recompute), or rejected
         when it is the only one."""
-        strategy, batch = self.strategy, self.batch
+        batch = self.batch
         grown = GrownBatch(batch.ids())
         while grown.ids:
-            if self.needs_token_ids:
-                grown.seq_ids, grown.positions, generated = batch.positions(grown.ids, self.step)
-                grown.token_ids = self.tokens.generated(grown.seq_ids, generated)
-            token_ids = grown.token_ids if strategy.wants_token_ids else None
-            grown.appended = (strategy.append_if_room(grown.ids, token_ids) if self.spec is None
-                              else self.spec.append(grown.ids, token_ids))
-            if grown.appended is not None:
-                batch.meter.decoded(len(grown.ids), self.step)
+            if self._append(grown):
                 return grown
             partial = self._partial()
             holders = batch.groups if partial is None else [*batch.groups, partial]

@@ -96,7 +96,7 @@ def test_radix_locks_a_running_path_and_counts_its_unlocked_ancestors_only_after
 
 
 class HeapLRU(HeapPolicy):
-    """LRU on the shared heap: the reference order of `LRUPolicy`'s ordered dict."""
+    """LRU on the shared heap: the reference order of `LRUPolicy`'s linked list."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -113,12 +113,12 @@ class HeapLRU(HeapPolicy):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_lru_ordered_dict_keeps_the_heap_order_through_every_operation(seed):
+def test_lru_linked_list_keeps_the_heap_order_through_every_operation(seed):
     rng = np.random.default_rng(seed)
     fast, ref = LRUPolicy(), HeapLRU()
     registered: set[int] = set()  # blocks with statistics (used since they were last evicted)
     for _ in range(400):
-        op = rng.choice(["add", "add_many", "touch", "remove", "restore", "pop", "pops"])
+        op = rng.choice(["add", "add_many", "touch", "remove", "restore", "pop", "pops", "claims"])
         outside = [b for b in registered if b not in ref]
         if op == "add":
             block = int(rng.integers(0, 60))
@@ -128,7 +128,7 @@ def test_lru_ordered_dict_keeps_the_heap_order_through_every_operation(seed):
                 registered.add(block)
         elif op == "add_many":
             blocks = list(dict.fromkeys(b for b in rng.integers(0, 60, 5).tolist() if b not in ref))
-            fast.add_many(blocks)
+            fast.add_many(np.array(blocks, dtype=np.int32))
             for block in blocks:
                 ref.add(block)
             registered.update(blocks)
@@ -151,6 +151,10 @@ def test_lru_ordered_dict_keeps_the_heap_order_through_every_operation(seed):
         elif op == "pops" and len(ref):
             k = int(rng.integers(1, len(ref) + 1))
             victims = [ref.pop_victim() for _ in range(k)]
-            assert fast.pop_victims(k) == victims
+            assert fast.pop_victims(k).tolist() == victims
             registered.difference_update(victims)
+        elif op == "claims" and registered:  # hits: each leaves the set (if in it) and is used
+            blocks = list(dict.fromkeys(sorted(registered)[i] for i in rng.integers(0, len(registered), 3).tolist()))
+            fast.claim_many(np.array(blocks, dtype=np.int32))
+            ref.claim_many(np.array(blocks, dtype=np.int32))
         assert fast.ids().tolist() == ref.ids().tolist() and len(fast) == len(ref)

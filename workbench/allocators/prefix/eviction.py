@@ -10,7 +10,7 @@ know nothing of keys or tokens, so any index can use any policy.
 
 Every policy but `lru` is a heap of (priority, entry number, block) with lazy deletion: a block's live
 entry is the one whose number `_entry` remembers; older entries are skipped when popped. `lru` keeps the
-same order in an ordered dict (a use always moves a block to the back). Priorities use a logical clock
+same order in a linked list over block ids (a use always moves a block to the back). Priorities use a logical clock
 (`_tick`, one tick per use), never wall time, so runs are reproducible.
 
 | name | priority (smallest evicted first) |
@@ -27,10 +27,11 @@ turns) is reused by every request that hangs off it, a deep block by few.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 from typing import Protocol
 
 import numpy as np
+
+from workbench.allocators.prefix import lru_list
 
 
 class EvictionPolicy(Protocol):
@@ -38,8 +39,12 @@ class EvictionPolicy(Protocol):
         """Mutates. `block` becomes evictable (it is not in the set); this counts as a use."""
         ...
 
-    def add_many(self, blocks: list[int]) -> None:
-        """Mutates. `add` each of `blocks` (distinct), in order."""
+    def add_many(self, blocks: np.ndarray) -> None:
+        """Mutates. `add` each of `blocks` (distinct, int32), in order."""
+        ...
+
+    def claim_many(self, blocks: np.ndarray) -> None:
+        """Mutates. Each of `blocks` (int32) is hit, in order: `remove` then `touch`."""
         ...
 
     def restore(self, block: int) -> None:
@@ -59,8 +64,8 @@ class EvictionPolicy(Protocol):
         KeyError when empty."""
         ...
 
-    def pop_victims(self, k: int) -> list[int]:
-        """Mutates. `pop_victim` k times (k <= len), the victims in order."""
+    def pop_victims(self, k: int) -> np.ndarray:
+        """Mutates. `pop_victim` k times (k <= len), the victims in order, int32 [k]."""
         ...
 
     wants_depth: bool  # the index calls `set_depth` when it registers a block
@@ -118,9 +123,14 @@ class HeapPolicy:
         self._use(block)
         self._push(block)
 
-    def add_many(self, blocks: list[int]) -> None:
-        for block in blocks:
+    def add_many(self, blocks: np.ndarray) -> None:
+        for block in np.asarray(blocks).tolist():
             self.add(block)
+
+    def claim_many(self, blocks: np.ndarray) -> None:
+        for block in blocks.tolist():
+            self.remove(block)
+            self.touch(block)
 
     def restore(self, block: int) -> None:
         self._push(block)
@@ -144,8 +154,8 @@ class HeapPolicy:
                 return block
         raise KeyError("no evictable block")
 
-    def pop_victims(self, k: int) -> list[int]:
-        return [self.pop_victim() for _ in range(k)]
+    def pop_victims(self, k: int) -> np.ndarray:
+        return np.array([self.pop_victim() for _ in range(k)], dtype=np.int32)
 
     def __len__(self) -> int:
         return len(self._entry)
@@ -164,66 +174,82 @@ class LRUPolicy:
     free-block queue order.
 
     Every use takes the clock's next tick, so the block used last always goes to the back: the evictable
-    blocks are kept in an ordered dict, least recent first (vLLM's doubly linked free queue), O(1) per
-    operation. `restore` (a tree's parent becoming a leaf with an old last use) is the one insertion
-    that is not at the back; it re-sorts (O(n)), and no flat index calls it."""
+    blocks are kept in a doubly linked list over block ids, least recent first (vLLM's free queue), O(1)
+    per block, in arrays under compiled loops (`lru_list`). `restore` (a tree's parent becoming a leaf
+    with an old last use) is the one insertion that is not at the back; it walks to its place (O(n)), and
+    no flat index calls it. The batch calls (`add_many`, `claim_many`, `pop_victims`) take and give
+    int32 arrays."""
 
     wants_depth = False
 
     def __init__(self) -> None:
-        self._queue: OrderedDict[int, None] = OrderedDict()  # evictable blocks, least recent first
-        self._last: dict[int, int] = {}  # registered block -> tick of its last use
-        self._tick = 0
+        self._prev = np.zeros(0, dtype=np.int32)  # [num_blocks] the block used just before, -1: the head
+        self._next = np.zeros(0, dtype=np.int32)  # [num_blocks] the block used just after, -1: the tail
+        self._queued = np.zeros(0, dtype=bool)  # [num_blocks] evictable
+        self._last = np.zeros(0, dtype=np.int64)  # [num_blocks] tick of the last use while registered, 0: none
+        self._ends = lru_list.empty_ends()  # head, tail, length, tick
 
     def set_depth(self, block: int, depth: int) -> None:
         del block, depth
 
-    def add(self, block: int) -> None:
-        self._tick += 1
-        self._last[block] = self._tick
-        self._queue[block] = None
+    def _fit(self, num_blocks: int) -> None:
+        """Mutates. Room for block ids below `num_blocks` (grown by doubling)."""
+        size = self._queued.shape[0]
+        if num_blocks > size:
+            grow = max(num_blocks, 2 * size, 64) - size
+            self._prev = np.concatenate([self._prev, np.full(grow, lru_list.NONE, dtype=np.int32)])
+            self._next = np.concatenate([self._next, np.full(grow, lru_list.NONE, dtype=np.int32)])
+            self._queued = np.concatenate([self._queued, np.zeros(grow, dtype=bool)])
+            self._last = np.concatenate([self._last, np.zeros(grow, dtype=np.int64)])
 
-    def add_many(self, blocks: list[int]) -> None:
-        tick = self._tick
-        self._last.update(zip(blocks, range(tick + 1, tick + 1 + len(blocks)), strict=True))
-        self._tick = tick + len(blocks)
-        self._queue.update(dict.fromkeys(blocks))
+    def add(self, block: int) -> None:
+        self.add_many(np.array([block], dtype=np.int32))
+
+    def add_many(self, blocks) -> None:
+        blocks = np.asarray(blocks, dtype=np.int32)
+        if blocks.shape[0]:
+            self._fit(int(blocks.max()) + 1)
+            lru_list.add_many(self._prev, self._next, self._queued, self._last, self._ends, blocks)
 
     def restore(self, block: int) -> None:
-        last = self._last
-        self._queue = OrderedDict.fromkeys(sorted([*self._queue, block], key=last.__getitem__))
+        lru_list.restore(self._prev, self._next, self._queued, self._last, self._ends, block)
 
     def remove(self, block: int) -> None:
-        self._queue.pop(block, None)
+        if block < self._queued.shape[0]:
+            lru_list.remove(self._prev, self._next, self._queued, self._ends, block)
 
     def touch(self, block: int) -> None:
-        self._tick += 1
-        self._last[block] = self._tick
-        if block in self._queue:
-            self._queue.move_to_end(block)
+        self._fit(block + 1)
+        lru_list.touch(self._prev, self._next, self._queued, self._last, self._ends, block)
+
+    def claim_many(self, blocks: np.ndarray) -> None:
+        if blocks.shape[0]:
+            self._fit(int(blocks.max()) + 1)
+            lru_list.claim_many(self._prev, self._next, self._queued, self._last, self._ends, blocks)
 
     def pop_victim(self) -> int:
-        if not self._queue:
+        if not len(self):
             raise KeyError("no evictable block")
-        block = self._queue.popitem(last=False)[0]
-        del self._last[block]
-        return block
+        return int(self.pop_victims(1)[0])
 
-    def pop_victims(self, k: int) -> list[int]:
-        pop, last = self._queue.popitem, self._last
-        victims = [pop(last=False)[0] for _ in range(k)]
-        for block in victims:
-            del last[block]
+    def pop_victims(self, k: int) -> np.ndarray:
+        victims = np.empty(k, dtype=np.int32)
+        lru_list.pop_victims(self._prev, self._next, self._queued, self._last, self._ends, victims)
         return victims
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return int(self._ends[lru_list.LENGTH])
 
     def __contains__(self, block: int) -> bool:
-        return block in self._queue
+        return block < self._queued.shape[0] and bool(self._queued[block])
 
     def ids(self) -> np.ndarray:
-        return np.fromiter(self._queue, dtype=np.int32, count=len(self._queue))
+        out = np.empty(len(self), dtype=np.int32)
+        n = lru_list.in_order(self._next, self._ends, out)
+        if n != out.shape[0] or int(self._queued.sum()) != n:
+            raise AssertionError(f"LRU list: {n} blocks linked, {len(self)} counted, "
+                                 f"{int(self._queued.sum())} marked evictable")
+        return out
 
 
 class FIFOPolicy(HeapPolicy):

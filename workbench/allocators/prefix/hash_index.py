@@ -1,8 +1,10 @@
 """A flat hash index: chain key -> blocks, the prefix index of `paged-prefix` (vLLM v1's APC).
 
-Every registered block sits in one dict under its chain key (the key names its whole prefix, so no
+Every registered block sits in one table under its chain key (the key names its whole prefix, so no
 tree is needed to match a prompt: look up its keys in order until one misses). Parent keys are not
-needed and are ignored. Evictable blocks are ordered by an `EvictionPolicy` (LRU by default).
+needed and are ignored. Evictable blocks are ordered by an `EvictionPolicy` (LRU by default). The table
+and the per-block state are arrays, walked by compiled loops (`key_table`): a step's registrations,
+evictions and releases are one call each, whatever their number of blocks.
 
 Like vLLM v1's block pool (`BlockHashToBlockMap`), the index does not de-duplicate: a block filled
 with content already registered (a fully cached prompt recomputing its last block, or a prompt that
@@ -16,28 +18,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators.prefix import key_table
 from workbench.allocators.prefix.eviction import EvictionPolicy, LRUPolicy
+
+MIN_SLOTS = 1024  # the table's slots at first; it doubles to stay at most half full
 
 
 class HashPrefixIndex:
     def __init__(self, policy: EvictionPolicy | None = None) -> None:
-        # key -> block, or a list of blocks in registration order when the key has copies
-        # (a bare int for the common single block keeps the per-key cost at one dict slot)
-        self._blocks_of_key: dict[int, int | list[int]] = {}
+        # chain key -> its earliest registered block (later copies follow `_next_copy`)
+        self._slot_key, self._slot_block = key_table.empty_slots(MIN_SLOTS)
+        self._num_keys = 0
         self._registered = np.zeros(0, dtype=bool)  # [num_blocks] registered under some key
         self._key_of = np.zeros(0, dtype=np.uint64)  # [num_blocks] a registered block's key
+        self._next_copy = np.zeros(0, dtype=np.int32)  # [num_blocks] the next block under the same key, -1: none
         self._policy = LRUPolicy() if policy is None else policy
         self._depth_of_block: dict[int, int] | None = {} if self._policy.wants_depth else None
 
     def lookup(self, keys: np.ndarray, max_blocks: int) -> np.ndarray:
-        index = self._blocks_of_key
-        hits = []
-        for key in keys[:max_blocks].tolist():
-            blocks = index.get(key)
-            if blocks is None:
-                break
-            hits.append(blocks if type(blocks) is int else blocks[0])  # the earliest copy, as vLLM
-        return np.array(hits, dtype=np.int32)
+        hits = np.empty(min(max_blocks, keys.shape[0]), dtype=np.int32)
+        n = key_table.lookup(self._slot_key, self._slot_block, keys, max_blocks, hits)  # the earliest copies, as vLLM
+        return hits[:n]
 
     def tree_path(self, keys: np.ndarray, max_blocks: int) -> tuple[tuple[int, int], ...]:
         return ()  # a flat table: no nodes
@@ -45,55 +46,38 @@ class HashPrefixIndex:
     def block_of(self, key: int) -> int:
         """Pure. The earliest block registered under `key`, or -1: one key alone, for a sliding-window
         group's search from the right (docs/hybrid.md)."""
-        blocks = self._blocks_of_key.get(key)
-        return -1 if blocks is None else (blocks if type(blocks) is int else blocks[0])
+        slot = key_table.find(self._slot_key, self._slot_block, np.uint64(key))
+        return -1 if slot < 0 else int(self._slot_block[slot])
 
     def insert(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray,
                parent_blocks: np.ndarray) -> None:
         # a chain key names its whole prefix already: parent keys serve only a depth-ordered policy
         del parent_blocks
-        index = self._blocks_of_key
-        self._fit(int(blocks.max()) + 1 if blocks.shape[0] else 0)
-        key_list, block_list = keys.tolist(), blocks.tolist()
-        if self._depth_of_block is None and not self._registered[blocks].any() and \
-                index.keys().isdisjoint(key_list) and len(set(key_list)) == len(key_list) and \
-                len(set(block_list)) == len(block_list):
-            # all new, nothing repeated: what the loop below does, at once
-            self._registered[blocks] = True
-            self._key_of[blocks] = keys
-            index.update(zip(key_list, block_list, strict=True))
+        if not keys.shape[0]:
             return
-        for parent, key, block in zip(parent_keys.tolist(), key_list, block_list, strict=True):
-            if self._registered[block]:
-                continue  # already registered (its content never changes while held)
-            self._registered[block] = True
-            self._key_of[block] = key
-            if self._depth_of_block is not None:
+        self._fit(int(blocks.max()) + 1)
+        if 2 * (self._num_keys + keys.shape[0]) > self._slot_key.shape[0]:
+            self._grow_table(self._num_keys + keys.shape[0])
+        new = np.empty(keys.shape[0], dtype=bool)
+        self._num_keys += key_table.insert(self._slot_key, self._slot_block, self._next_copy, self._registered,
+                                           self._key_of, keys, blocks.astype(np.int32, copy=False), new)
+        if self._depth_of_block is not None:  # in order: a block's parent is registered before it
+            for parent, block in zip(parent_keys[new].tolist(), blocks[new].tolist(), strict=True):
                 self._set_depth(parent, block)
-            held = index.get(key)
-            if held is None:
-                index[key] = block
-            elif type(held) is int:
-                index[key] = [held, block]
-            else:
-                held.append(block)
 
     def _set_depth(self, parent: int, block: int) -> None:
-        above = self._blocks_of_key.get(parent)  # registered whenever the parent is (see insert's callers)
-        depth = 0 if above is None else self._depth_of_block[above if type(above) is int else above[0]] + 1
+        above = self.block_of(parent)  # registered whenever the parent is (see insert's callers)
+        depth = 0 if above < 0 else self._depth_of_block[above] + 1
         self._depth_of_block[block] = depth
         self._policy.set_depth(block, depth)
 
     def claim(self, blocks: np.ndarray) -> None:
-        policy = self._policy
-        for block in blocks.tolist():
-            policy.remove(block)
-            policy.touch(block)  # a hit is a use (LFU counts it)
+        self._policy.claim_many(blocks)  # a hit is a use (LFU counts it)
 
     def release(self, blocks: np.ndarray) -> np.ndarray:
         self._fit(int(blocks.max()) + 1 if blocks.shape[0] else 0)
         registered = self._registered[blocks]
-        self._policy.add_many(blocks[registered][::-1].tolist())  # tail first: evicted before the head
+        self._policy.add_many(blocks[registered][::-1])  # tail first: evicted before the head
         return blocks[~registered]
 
     def evict(self, k: int) -> np.ndarray:
@@ -102,23 +86,14 @@ class HashPrefixIndex:
     def evict_keyed(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         if k > len(self._policy):
             raise RuntimeError(f"cannot evict {k} blocks: {len(self._policy)} evictable")
-        victims = self._policy.pop_victims(k)
-        evicted = np.array(victims, dtype=np.int32)
-        self._registered[evicted] = False
-        keys = self._key_of[evicted].tolist()
+        evicted = np.asarray(self._policy.pop_victims(k), dtype=np.int32)
+        keys = self._key_of[evicted]
         if self._depth_of_block is not None:
-            for block in victims:
+            for block in evicted.tolist():
                 del self._depth_of_block[block]
-        index = self._blocks_of_key
-        for block, key in zip(victims, keys, strict=True):
-            held = index[key]
-            if type(held) is int:
-                del index[key]
-                continue
-            held.remove(block)
-            if len(held) == 1:
-                index[key] = held[0]
-        return evicted, np.array(keys, dtype=np.uint64)
+        self._num_keys -= key_table.remove(self._slot_key, self._slot_block, self._next_copy, self._registered,
+                                           self._key_of, evicted)
+        return evicted, keys
 
     def _fit(self, num_blocks: int) -> None:
         """Mutates. Room for block ids below `num_blocks` in the per-block arrays (grown by doubling)."""
@@ -127,6 +102,16 @@ class HashPrefixIndex:
             grow = max(num_blocks, 2 * size) - size
             self._registered = np.concatenate([self._registered, np.zeros(grow, dtype=bool)])
             self._key_of = np.concatenate([self._key_of, np.zeros(grow, dtype=np.uint64)])
+            self._next_copy = np.concatenate([self._next_copy, np.full(grow, key_table.EMPTY, dtype=np.int32)])
+
+    def _grow_table(self, num_keys: int) -> None:
+        """Mutates. A table of at least twice `num_keys` slots, holding every entry of the old one."""
+        num_slots = self._slot_key.shape[0]
+        while num_slots < 2 * num_keys:
+            num_slots *= 2
+        slot_key, slot_block = key_table.empty_slots(num_slots)
+        key_table.rehash(self._slot_key, self._slot_block, slot_key, slot_block)
+        self._slot_key, self._slot_block = slot_key, slot_block
 
     def num_evictable(self) -> int:
         return len(self._policy)
@@ -144,24 +129,29 @@ class HashPrefixIndex:
         return np.flatnonzero(self._registered).astype(np.int32)
 
     def check_integrity(self, refcount: np.ndarray, free_block_ids: np.ndarray) -> None:
-        listed = 0
-        for key, held in self._blocks_of_key.items():
-            blocks = [held] if type(held) is int else held
-            if len(blocks) < 1 or (type(held) is list and len(held) < 2):
-                raise AssertionError(f"hash index: key {key:#x} holds a list of {len(blocks)} blocks")
-            for block in blocks:
-                if not self._registered[block] or int(self._key_of[block]) != key:
-                    raise AssertionError(f"hash index: key {key:#x} -> block {block}, which is not registered "
-                                         "under it")
-            listed += len(blocks)
         registered = self.registered_block_ids()
+        keys = np.empty(registered.shape[0] + 1, dtype=np.uint64)
+        blocks = np.empty(registered.shape[0] + 1, dtype=np.int32)
+        listed = key_table.entries(self._slot_key, self._slot_block, self._next_copy, keys, blocks)
         if listed != registered.shape[0]:
-            raise AssertionError("hash index: a block is registered under two keys")
+            raise AssertionError(f"hash index: the table lists {listed} blocks, {registered.shape[0]} are registered")
+        keys, blocks = keys[:listed], blocks[:listed]
+        wrong = ~self._registered[blocks] | (self._key_of[blocks] != keys)
+        if wrong.any():
+            raise AssertionError(f"hash index: key {int(keys[wrong][0]):#x} -> block {int(blocks[wrong][0])}, which "
+                                 "is not registered under it")
+        if np.unique(blocks).shape[0] != listed:
+            raise AssertionError("hash index: a block is listed twice")
+        heads = self._slot_block != key_table.EMPTY
+        if int(heads.sum()) != self._num_keys or np.unique(self._slot_key[heads]).shape[0] != self._num_keys:
+            raise AssertionError(f"hash index: {int(heads.sum())} slots held, {self._num_keys} keys counted")
+        for slot in np.flatnonzero(heads).tolist():  # every key is found from its home slot
+            if key_table.find(self._slot_key, self._slot_block, self._slot_key[slot]) != slot:
+                raise AssertionError(f"hash index: key {int(self._slot_key[slot]):#x} is not reached by a probe")
         if np.intersect1d(registered, free_block_ids).shape[0]:
             raise AssertionError("hash index: a registered block is on the free stack")
         evictable = self._policy.ids()
         if np.unique(evictable).shape[0] != evictable.shape[0]:
             raise AssertionError("hash index: a block is evictable twice")
-        for block in evictable.tolist():
-            if not self._registered[block] or refcount[block] != 0:
-                raise AssertionError(f"cached block {block} is unregistered or still held")
+        if evictable.shape[0] and (~self._registered[evictable] | (refcount[evictable] != 0)).any():
+            raise AssertionError("hash index: a cached block is unregistered or still held")
