@@ -60,8 +60,7 @@ class Scheduler:
         watermark = int(config.watermark_frac * num_blocks) if self.grows_by_blocks else 0
         self.live: dict[int, Group] = {}  # request index -> its group, from arrival until done
         self.admission = Admission(strategy, tokens, self.log, None if self.chunks is None else self.chunks.admit,
-                                   self.live,
-                                   max_num_seqs=config.max_num_seqs, watermark_blocks=watermark,
+                                   self.live, max_num_seqs=config.max_num_seqs, watermark_blocks=watermark,
                                    skip_unplaced=config.admission == "skip")
         self.order = admission_order(strategy, tokens, config)  # None: arrival order (fcfs)
         self.batch = DecodeBatch(CostMeter(self.block_size, config.attention_windows))
@@ -89,11 +88,10 @@ class Scheduler:
         self.admission.arrive(self.arrivals.arrived(now_s), self.config.max_model_len)
 
     def add_request(self, request: Request, *, transferred: bool = False, holds_kv: bool = False) -> None:
-        """Mutates. One more request, arriving no earlier than those already given (a fleet's router hands
-        each replica its requests as they arrive). `transferred`: its prompt's KV and first token were made
-        by a prefill replica and arrive with it (a disaggregated decode replica, docs/fleet.md). `holds_kv`:
-        its blocks stay allocated after it finishes, until `release` (a disaggregated prefill replica, whose
-        link reads them)."""
+        """Mutates. One more request, arriving no earlier than those already given (a fleet's router hands each
+        replica its requests as they arrive). `transferred`: its prompt's KV and first token were made by a
+        prefill replica and arrive with it (a disaggregated decode replica, docs/fleet.md). `holds_kv`: its
+        blocks stay allocated after it finishes, until `release` (a disaggregated prefill replica's link reads them)."""
         self.arrivals.add(request, transferred=transferred, holds_kv=holds_kv)
         self.log.grow(1)
         self.has_beams = self.has_beams or request.beam_width > 1
@@ -102,14 +100,13 @@ class Scheduler:
         # the batch's groups, not the batch: called thrice a step, and `DecodeBatch.__bool__` is a call
         return bool(self.batch.groups or self.waiting or self.device.swapped or self._partial())
 
-    def _partial(self) -> Group | None:
-        """The partially prefilled group (chunked prefill only)."""
+    def _partial(self) -> Group | None:  # the partially prefilled group (chunked prefill only)
         return None if self.chunks is None else self.chunks.group
 
     def _drop_partial(self) -> None:
         self.chunks.group = None
 
-    def num_waiting(self) -> int:
+    def num_waiting(self) -> int:  # waiting and swapped out
         return len(self.waiting) + len(self.device.swapped)
 
     def outstanding(self) -> int:
@@ -146,10 +143,9 @@ class Scheduler:
                           tuple(forks), grown)
 
     def _decode_only(self) -> StepPlan | None:
-        """The plan of a step whose work is the decode batch alone: nothing waits, is swapped out or is
-        part-prefilled and no beam forks. It makes the same strategy calls, in the same order, as `schedule`
-        does then, without the admission machinery that has nothing to do; None, with nothing changed, when
-        the batch does not fit (then `schedule` preempts)."""
+        """The plan of a step whose work is the decode batch alone (nothing waits, is swapped out or part-prefilled,
+        no beam forks): `schedule`'s strategy calls, in its order, without the admission machinery that has nothing
+        to do; None, with nothing changed, when the batch does not fit (then `schedule` preempts)."""
         grown = GrownBatch(self.batch.ids())
         if not self._append(grown):
             return None
@@ -157,8 +153,8 @@ class Scheduler:
         return self._plan(grown.ids, NOTHING_ADMITTED, copies, NO_PAIRS, 0, (), grown)
 
     def _append(self, grown: GrownBatch) -> bool:
-        """Mutates on success. Every sequence of `grown.ids` gets its next slot (with its position and token
-        where they are read), all or nothing; False, with nothing allocated, when the pool cannot supply them."""
+        """Mutates on success. Each sequence of `grown.ids` gets its next slot (and its position and token where
+        they are read), all or nothing; False, with nothing allocated, when the pool cannot supply them."""
         strategy, batch = self.strategy, self.batch
         if self.needs_token_ids:
             grown.seq_ids, grown.positions, generated = batch.positions(grown.ids, self.step)
@@ -291,9 +287,8 @@ class Scheduler:
 
     # ---- admission of what was already admitted once -----------------------------------------
     def _continue_prefill(self, prefills: list[Prefill], copies: list[np.ndarray], budget: int) -> int:
-        """The partially prefilled group computes its next chunk; returns the budget left. Without room
-        for it the group waits for running (or held) groups to free blocks, unless there are none: then no
-        block will ever come free and it is rejected."""
+        """The partially prefilled group computes its next chunk; returns the budget left. Without room it waits
+        for running (or held) groups to free blocks; with none, no block will ever come free and it is rejected."""
         prefill = self.chunks.advance(budget, copies)
         if prefill is not None:
             prefills.append(prefill)
