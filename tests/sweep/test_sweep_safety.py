@@ -188,7 +188,10 @@ def test_ctrl_c_exits_130_in_one_line_and_resume_finishes_the_sweep(tmp_path):
     num_points = 40
     spec = {"name": "ctrl-c", "axes": {"seed": list(range(num_points))}}
     driver = tmp_path / "driver.py"
+    # Ctrl-C as a terminal delivers it to a program it started: a test run started in the background
+    # (`make test &`) hands its children SIGINT ignored, which Python keeps ignoring
     driver.write_text(
+        "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import sys\nfrom sweep_fake_engine import fake_run\nimport workbench.sweep.cli as cli\n"
         "import workbench.sweep.runner as runner\n"
         "from workbench.sweep import LocalExecutor\n"
