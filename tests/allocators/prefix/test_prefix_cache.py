@@ -12,7 +12,7 @@ import pytest
 from tests.allocators.alloc_model import PoolModel
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
-from workbench.allocators.prefix.keys import CHAIN_BASE, block_keys, position_salt, tail_term_sum
+from workbench.allocators.prefix.keys import CHAIN_BASE, block_keys, chain_keys, position_salt, tail_term_sum
 from workbench.allocators.prefix.loops import append_terms
 from workbench.workload.request import mix64
 
@@ -120,6 +120,17 @@ def test_block_keys_are_the_sequential_chain():
         chain = (chain * base + content) % 2**64
         expected.append(chain)
     assert keys.tolist() == expected
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 16, 256])
+def test_block_keys_equal_the_unrolled_chain_of_the_blocks_term_sums(block_size):
+    # the prompt's compiled pass and `chain_keys` (a chunk after a known key) are two forms of one chain
+    ids = np.random.default_rng(block_size).integers(0, 2**31 - 1, 41 * block_size - 1).astype(np.int32)
+    full = ids[:40 * block_size].reshape(40, block_size)
+    sums = mix64(full.astype(np.uint64) ^ position_salt(block_size)).sum(axis=1, dtype=np.uint64)
+    assert block_keys(ids, block_size).tolist() == chain_keys(np.uint64(0), sums).tolist()
+    keys = block_keys(ids, block_size)
+    assert chain_keys(keys[9], sums[10:]).tolist() == keys[10:].tolist()
 
 
 def test_block_keys_grown_token_by_token_equal_block_keys():

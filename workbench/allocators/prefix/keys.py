@@ -3,10 +3,11 @@
 key[i] identifies the whole prefix of blocks 0..i, so equal keys mean equal prefixes (up to 64-bit
 collisions, probability ~2^-64 per pair) and a block is reused only under an identical prefix.
 The chain is key[i] = key[i-1] * B + c[i] (mod 2^64), key[-1] = 0, over strong per-block content
-hashes c[i] = mix(sum of the block's token terms). Being linear it unrolls into one prefix sum,
-key[i] = B^i * sum_{j<=i} c[j] * B^-j, so a 125k-token prompt is hashed by a handful of numpy passes
-instead of a Python loop over blocks; and a block filled token by token during decode gets the same
-key from its running term sum (`token_terms`; compiled per decode step in `prefix.loops`).
+hashes c[i] = mix(sum of the block's token terms). A prompt is hashed in one compiled pass over its
+tokens (`prefix.loops.prompt_keys`). A chunk that continues a known key uses the chain's linearity: it
+unrolls into one prefix sum, key[i] = B^(i+1) * parent + B^i * sum_{j<=i} c[j] * B^-j, a few numpy passes
+(`chain_keys`). A block filled token by token during decode gets the same key from its running term sum
+(`token_terms`; compiled per decode step in `prefix.loops`).
 Pure functions of the token ids: identical across processes and runs (no salted Python hash).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators.prefix.loops import prompt_keys
 from workbench.workload.request import mix64
 
 _BASE = 0x9E3779B97F4A7C15 | 1  # odd, so it is invertible mod 2^64
@@ -50,14 +52,11 @@ def token_terms(token_ids: np.ndarray, offsets: np.ndarray, block_size: int) -> 
 
 
 def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:
-    """Chain keys of the full blocks of `token_ids` (int32 [n]), uint64 [n // block_size]."""
-    num_full = token_ids.shape[0] // block_size
-    if num_full == 0:
-        return np.zeros(0, dtype=np.uint64)
-    tokens = token_ids[:num_full * block_size].astype(np.uint64).reshape(num_full, block_size)
-    content = mix64((mix64(tokens ^ position_salt(block_size))).sum(axis=1, dtype=np.uint64))  # [num_full]
-    powers, powers_inv = _power_tables(num_full)
-    return powers * np.cumsum(content * powers_inv, dtype=np.uint64)
+    """Chain keys of the full blocks of `token_ids` (int32 [n]), uint64 [n // block_size]: one compiled pass
+    (`loops.prompt_keys`), the same keys as `chain_keys` of the blocks' term sums."""
+    keys = np.empty(token_ids.shape[0] // block_size, dtype=np.uint64)
+    prompt_keys(np.ascontiguousarray(token_ids, dtype=np.int32), position_salt(block_size), CHAIN_BASE, keys)
+    return keys
 
 
 def chain_keys(parent_key: np.uint64, term_sums: np.ndarray) -> np.ndarray:

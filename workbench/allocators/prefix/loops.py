@@ -39,3 +39,17 @@ def append_terms(rows, lengths, token_ids, salt, base, chain_key, tail_sum, fill
         else:
             tail_sum[r] = term_sum
     return num_filled
+
+
+@njit(cache=True)
+def prompt_keys(token_ids, salt, base, keys):
+    """Writes into `keys` (uint64 [len(token_ids) // block_size]) the chain keys of the full blocks of
+    `token_ids` (int32), block by block: key = parent key * B + mix(sum of the block's token terms)."""
+    block_size = salt.shape[0]
+    key = np.uint64(0)
+    for b in range(keys.shape[0]):
+        term_sum = np.uint64(0)
+        for j in range(block_size):
+            term_sum += mix(np.uint64(token_ids[b * block_size + j]) ^ salt[j])
+        key = key * base + mix(term_sum)
+        keys[b] = key
