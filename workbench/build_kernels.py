@@ -75,6 +75,30 @@ def compile_allocators() -> None:
     run(RunConfig(strategy="paged", model=TINY_MODEL, kv_slots=32768, kernel="none", num_requests=4))
 
 
+def compile_prefix_index() -> None:
+    """The hash index's and LRU order's compiled loops that a tiny run does not reach (eviction, a grown
+    table, the integrity walk, a tree's restore): one pass through each on a tiny index."""
+    from workbench.allocators.prefix.eviction import LRUPolicy
+    from workbench.allocators.prefix.hash_index import MIN_SLOTS, HashPrefixIndex
+
+    index = HashPrefixIndex()
+    keys = np.arange(1, MIN_SLOTS + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # enough to grow the table
+    blocks = np.arange(keys.shape[0], dtype=np.int32)
+    index.insert(np.zeros_like(keys), keys, blocks, blocks - 1)
+    index.lookup(keys, 4)
+    index.block_of(int(keys[0]))
+    index.release(blocks)
+    index.claim(blocks[:2])
+    index.evict_keyed(4)
+    index.check_integrity(np.zeros(keys.shape[0], dtype=np.int32), np.zeros(0, dtype=np.int32))
+    policy = LRUPolicy()
+    policy.add_many(blocks[:4])
+    policy.touch(1)
+    policy.remove(2)
+    policy.restore(2)
+    policy.pop_victim()
+
+
 PARTS = ("numba", "shim")
 
 
@@ -101,6 +125,7 @@ def build(parts: tuple[str, ...] = PARTS) -> dict[str, float]:
         t0 = time.perf_counter()
         compile_numba()
         compile_allocators()
+        compile_prefix_index()
         took["numba"] = time.perf_counter() - t0
     if thread is not None:
         thread.join()
