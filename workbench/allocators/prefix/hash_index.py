@@ -37,7 +37,8 @@ class HashPrefixIndex:
 
     def lookup(self, keys: np.ndarray, max_blocks: int) -> np.ndarray:
         hits = np.empty(min(max_blocks, keys.shape[0]), dtype=np.int32)
-        n = key_table.lookup(self._slot_key, self._slot_block, keys, max_blocks, hits)  # the earliest copies, as vLLM
+        # the earliest copies, as vLLM; uint64 keys (compared with another integer type, Numba would go through floats)
+        n = key_table.lookup(self._slot_key, self._slot_block, keys.astype(np.uint64, copy=False), max_blocks, hits)
         return hits[:n]
 
     def tree_path(self, keys: np.ndarray, max_blocks: int) -> tuple[tuple[int, int], ...]:
@@ -58,12 +59,18 @@ class HashPrefixIndex:
         self._fit(int(blocks.max()) + 1)
         if 2 * (self._num_keys + keys.shape[0]) > self._slot_key.shape[0]:
             self._grow_table(self._num_keys + keys.shape[0])
+        keys, blocks = keys.astype(np.uint64, copy=False), blocks.astype(np.int32, copy=False)
         new = np.empty(keys.shape[0], dtype=bool)
-        self._num_keys += key_table.insert(self._slot_key, self._slot_block, self._next_copy, self._registered,
-                                           self._key_of, keys, blocks.astype(np.int32, copy=False), new)
-        if self._depth_of_block is not None:  # in order: a block's parent is registered before it
-            for parent, block in zip(parent_keys[new].tolist(), blocks[new].tolist(), strict=True):
-                self._set_depth(parent, block)
+        if self._depth_of_block is None:
+            self._num_keys += key_table.insert(self._slot_key, self._slot_block, self._next_copy, self._registered,
+                                               self._key_of, keys, blocks, new)
+            return
+        for j, (parent, block) in enumerate(zip(parent_keys.tolist(), blocks.tolist(), strict=True)):
+            if self._registered[block]:
+                continue
+            self._set_depth(parent, block)  # one at a time: its parent's block as registered before it
+            self._num_keys += key_table.insert(self._slot_key, self._slot_block, self._next_copy, self._registered,
+                                               self._key_of, keys[j:j + 1], blocks[j:j + 1], new[j:j + 1])
 
     def _set_depth(self, parent: int, block: int) -> None:
         above = self.block_of(parent)  # registered whenever the parent is (see insert's callers)
