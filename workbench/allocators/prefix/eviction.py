@@ -233,6 +233,8 @@ class LRUPolicy:
         return int(self.pop_victims(1)[0])
 
     def pop_victims(self, k: int) -> np.ndarray:
+        if k > len(self):
+            raise KeyError(f"cannot pop {k} victims: {len(self)} evictable")
         victims = np.empty(k, dtype=np.int32)
         lru_list.pop_victims(self._prev, self._next, self._queued, self._last, self._ends, victims)
         return victims
