@@ -152,9 +152,9 @@ class HashPrefixIndex:
         heads = self._slot_block != key_table.EMPTY
         if int(heads.sum()) != self._num_keys or np.unique(self._slot_key[heads]).shape[0] != self._num_keys:
             raise AssertionError(f"hash index: {int(heads.sum())} slots held, {self._num_keys} keys counted")
-        for slot in np.flatnonzero(heads).tolist():  # every key is found from its home slot
-            if key_table.find(self._slot_key, self._slot_block, self._slot_key[slot]) != slot:
-                raise AssertionError(f"hash index: key {int(self._slot_key[slot]):#x} is not reached by a probe")
+        lost = key_table.unreachable(self._slot_key, self._slot_block)  # every key is found from its home slot
+        if lost >= 0:
+            raise AssertionError(f"hash index: key {int(self._slot_key[lost]):#x} is not reached by a probe")
         if np.intersect1d(registered, free_block_ids).shape[0]:
             raise AssertionError("hash index: a registered block is on the free stack")
         evictable = self._policy.ids()

@@ -24,15 +24,26 @@ def empty_slots(num_slots: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True)
+def home(key, mask):
+    """Pure. The slot a key's probe starts at: its low bits (a chain key is mixed already)."""
+    return np.int64(key & np.uint64(mask))
+
+
+@njit(cache=True)
+def probe(slot_key, slot_block, key):
+    """Pure. The slot holding `key`, else the empty slot where its probe from its home slot stops."""
+    mask = slot_key.shape[0] - 1
+    i = home(key, mask)
+    while slot_block[i] != EMPTY and slot_key[i] != key:
+        i = (i + 1) & mask
+    return i
+
+
+@njit(cache=True)
 def find(slot_key, slot_block, key):
     """Pure. The slot holding `key`, or -1."""
-    mask = slot_key.shape[0] - 1
-    i = np.int64(key & np.uint64(mask))
-    while slot_block[i] != EMPTY:
-        if slot_key[i] == key:
-            return i
-        i = (i + 1) & mask
-    return -1
+    i = probe(slot_key, slot_block, key)
+    return -1 if slot_block[i] == EMPTY else i
 
 
 @njit(cache=True)
@@ -53,7 +64,6 @@ def insert(slot_key, slot_block, next_copy, registered, key_of, keys, blocks, ne
     """Mutates. Registers `blocks[j]` under `keys[j]` in order, skipping a block registered already (its
     content never changes while held); a key held already gets the block as its last copy. Sets `new[j]`
     for the blocks registered now; returns how many keys the table gained."""
-    mask = slot_key.shape[0] - 1
     gained = 0
     for j in range(keys.shape[0]):
         block, key = blocks[j], keys[j]
@@ -64,9 +74,7 @@ def insert(slot_key, slot_block, next_copy, registered, key_of, keys, blocks, ne
         registered[block] = True
         key_of[block] = key
         next_copy[block] = EMPTY
-        i = np.int64(key & np.uint64(mask))
-        while slot_block[i] != EMPTY and slot_key[i] != key:
-            i = (i + 1) & mask
+        i = probe(slot_key, slot_block, key)
         if slot_block[i] == EMPTY:
             slot_key[i] = key
             slot_block[i] = block
@@ -110,8 +118,8 @@ def remove(slot_key, slot_block, next_copy, registered, key_of, blocks):
             k = (k + 1) & mask
             if slot_block[k] == EMPTY:
                 break
-            home = np.int64(slot_key[k] & np.uint64(mask))
-            if (i < k and i < home <= k) or (i > k and (home > i or home <= k)):
+            start = home(slot_key[k], mask)
+            if (i < k and i < start <= k) or (i > k and (start > i or start <= k)):
                 continue
             slot_key[i] = slot_key[k]
             slot_block[i] = slot_block[k]
@@ -123,13 +131,10 @@ def remove(slot_key, slot_block, next_copy, registered, key_of, blocks):
 @njit(cache=True)
 def rehash(slot_key, slot_block, new_key, new_block):
     """Mutates `new_key`, `new_block` (an empty, larger table): every entry of the old table, moved."""
-    mask = new_key.shape[0] - 1
     for s in range(slot_key.shape[0]):
         if slot_block[s] == EMPTY:
             continue
-        i = np.int64(slot_key[s] & np.uint64(mask))
-        while new_block[i] != EMPTY:
-            i = (i + 1) & mask
+        i = probe(new_key, new_block, slot_key[s])  # keys are distinct: the probe stops at an empty slot
         new_key[i] = slot_key[s]
         new_block[i] = slot_block[s]
 
@@ -147,3 +152,12 @@ def entries(slot_key, slot_block, next_copy, out_keys, out_blocks):
             n += 1
             block = next_copy[block]
     return n
+
+
+@njit(cache=True)
+def unreachable(slot_key, slot_block):
+    """Pure. The first held slot that a probe for its own key does not reach, or -1. For the integrity check."""
+    for s in range(slot_key.shape[0]):
+        if slot_block[s] != EMPTY and find(slot_key, slot_block, slot_key[s]) != s:
+            return s
+    return -1

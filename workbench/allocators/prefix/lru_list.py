@@ -21,15 +21,18 @@ def empty_ends() -> np.ndarray:
 
 
 @njit(cache=True)
-def _link_back(prev, nxt, ends, block):
-    tail = ends[TAIL]
-    prev[block] = tail
-    nxt[block] = NONE
-    if tail == NONE:
+def _link_before(prev, nxt, ends, block, after):
+    """Links `block` in before `after` (NONE: at the back)."""
+    before = ends[TAIL] if after == NONE else prev[after]
+    prev[block], nxt[block] = before, after
+    if before == NONE:
         ends[HEAD] = block
     else:
-        nxt[tail] = block
-    ends[TAIL] = block
+        nxt[before] = block
+    if after == NONE:
+        ends[TAIL] = block
+    else:
+        prev[after] = block
 
 
 @njit(cache=True)
@@ -46,47 +49,57 @@ def _unlink(prev, nxt, ends, block):
 
 
 @njit(cache=True)
+def _join(prev, nxt, queued, ends, block, after):
+    """`block` (not queued) joins the queue before `after` (NONE: at the back)."""
+    _link_before(prev, nxt, ends, block, after)
+    queued[block] = True
+    ends[LENGTH] += 1
+
+
+@njit(cache=True)
+def _leave(prev, nxt, queued, ends, block):
+    """`block` leaves the queue if it is in it."""
+    if queued[block]:
+        _unlink(prev, nxt, ends, block)
+        queued[block] = False
+        ends[LENGTH] -= 1
+
+
+@njit(cache=True)
+def _use(last, ends, block):
+    ends[TICK] += 1
+    last[block] = ends[TICK]
+
+
+@njit(cache=True)
 def add_many(prev, nxt, queued, last, ends, blocks):
     """Mutates. Each of `blocks` (not queued, distinct) is used now, in order, and joins the back."""
     for j in range(blocks.shape[0]):
-        block = blocks[j]
-        ends[TICK] += 1
-        last[block] = ends[TICK]
-        queued[block] = True
-        _link_back(prev, nxt, ends, block)
-        ends[LENGTH] += 1
+        _use(last, ends, blocks[j])
+        _join(prev, nxt, queued, ends, blocks[j], NONE)
 
 
 @njit(cache=True)
 def claim_many(prev, nxt, queued, last, ends, blocks):
     """Mutates. Each of `blocks` leaves the queue if in it and is used now (a hit), in order."""
     for j in range(blocks.shape[0]):
-        block = blocks[j]
-        if queued[block]:
-            _unlink(prev, nxt, ends, block)
-            queued[block] = False
-            ends[LENGTH] -= 1
-        ends[TICK] += 1
-        last[block] = ends[TICK]
+        _leave(prev, nxt, queued, ends, blocks[j])
+        _use(last, ends, blocks[j])
 
 
 @njit(cache=True)
 def touch(prev, nxt, queued, last, ends, block):
     """Mutates. `block` is used now: a queued block moves to the back."""
-    ends[TICK] += 1
-    last[block] = ends[TICK]
+    _use(last, ends, block)
     if queued[block]:
         _unlink(prev, nxt, ends, block)
-        _link_back(prev, nxt, ends, block)
+        _link_before(prev, nxt, ends, block, NONE)
 
 
 @njit(cache=True)
 def remove(prev, nxt, queued, ends, block):
     """Mutates. `block` leaves the queue; nothing happens if it is not in it."""
-    if queued[block]:
-        _unlink(prev, nxt, ends, block)
-        queued[block] = False
-        ends[LENGTH] -= 1
+    _leave(prev, nxt, queued, ends, block)
 
 
 @njit(cache=True)
@@ -96,18 +109,7 @@ def restore(prev, nxt, queued, last, ends, block):
     after = ends[HEAD]
     while after != NONE and last[after] <= last[block]:
         after = nxt[after]
-    queued[block] = True
-    ends[LENGTH] += 1
-    if after == NONE:
-        _link_back(prev, nxt, ends, block)
-        return
-    before = prev[after]
-    prev[block], nxt[block] = before, after
-    prev[after] = block
-    if before == NONE:
-        ends[HEAD] = block
-    else:
-        nxt[before] = block
+    _join(prev, nxt, queued, ends, block, after)
 
 
 @njit(cache=True)
@@ -116,10 +118,8 @@ def pop_victims(prev, nxt, queued, last, ends, out):
     `out`; their last uses are forgotten."""
     for j in range(out.shape[0]):
         block = ends[HEAD]
-        _unlink(prev, nxt, ends, block)
-        queued[block] = False
+        _leave(prev, nxt, queued, ends, block)
         last[block] = 0
-        ends[LENGTH] -= 1
         out[j] = block
 
 
