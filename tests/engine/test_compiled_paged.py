@@ -100,8 +100,8 @@ def test_the_strategy_ends_as_a_general_run_leaves_it(monkeypatch, block_size, m
         strategy.check_integrity()
         seqs = strategy.tables.seqs
         states.append((strategy._free.ids().tolist(), strategy._refcount.tolist(), seqs._free_rows, seqs.capacity_rows,
-                       strategy.tables._table.shape, strategy._written_slots, strategy._logical_slots,
-                       strategy._table_entries, strategy.snapshot()))
+                       strategy.tables._table.shape, *strategy.counts.tolist(),
+                       strategy.snapshot()))
     assert taken == [1]
     assert states[0] == states[1]
     if burst and max_num_seqs > 64:

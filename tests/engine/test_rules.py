@@ -4,6 +4,7 @@ function agrees with its definition written out here, and the compiled version w
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -66,3 +67,9 @@ def test_recompute_and_tokens_left():
     assert rules.recompute_tokens(100, 7) == 107
     assert rules.final_kv_len(100, 7) == 106
     assert rules.tokens_left(10, 10) == 0 and rules.tokens_left(10, 3) == 7
+
+
+def test_the_next_event_is_now_with_work_else_the_next_arrival_never_earlier():
+    for now, ready, arrival in itertools.product((0.0, 1.5, 3.0), (True, False), (0.5, 1.5, 2.0, math.inf)):
+        expected = now if ready else max(now, arrival)
+        assert rules.next_event_s(now, ready, arrival) == expected

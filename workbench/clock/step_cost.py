@@ -23,9 +23,18 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from workbench.intmath import cdiv
 from workbench.presets import AttentionTerm
+
+
+@njit(cache=True)
+def query_keys(start, stop):
+    """Keys attended by one sequence's queries at positions [start, stop) under causal attention: the query at
+    position q attends the q + 1 keys 0..q (integers, or arrays of them). The general loop's `CostMeter`, the
+    compiled step loop and the verify step of speculative decoding take their attention totals from it."""
+    return (stop * (stop + 1) - start * (start + 1)) // 2
 
 
 class StepCost(NamedTuple):
@@ -115,8 +124,7 @@ class CostMeter:
             kv_read += p.stop * n
             unshared += n * cdiv(p.stop, bs) * bs
             num_running += n
-            # queries at positions [start, stop) attend to positions 0..q: the sum of (q + 1)
-            attn_ctx += (p.stop * (p.stop + 1) - p.start * (p.start + 1)) // 2
+            attn_ctx += query_keys(p.start, p.stop)
         for g in started:  # swapped back in: holding blocks, computing from the next step
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         if self._windows:
@@ -157,7 +165,7 @@ def _capped_sum(first: int, last: int, cap: int | None) -> int:
     if last < first:
         return 0
     top = last if cap is None else min(last, cap)
-    below = (top * (top + 1) - (first - 1) * first) // 2 if top >= first else 0
+    below = query_keys(first - 1, top) if top >= first else 0
     return below + (0 if cap is None else cap * max(0, last - max(first - 1, cap)))
 
 
@@ -202,7 +210,7 @@ def with_drafts(cost: StepCost, ctx: np.ndarray, drafts: np.ndarray, block_size:
     d = int(drafts.sum())
     if not d:
         return cost
-    attended = int((drafts * ctx + drafts * (drafts + 1) // 2).sum())
+    attended = int(query_keys(ctx, ctx + drafts).sum())
     more_blocks = int((cdiv(ctx + drafts, block_size) - cdiv(ctx, block_size)).sum())
     drafting = drafts > 0
     passes = int(drafts.max()) if draft_model else 0

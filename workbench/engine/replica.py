@@ -10,6 +10,7 @@ event loop, each advanced when its next event is the earliest.
 
 from __future__ import annotations
 
+import math
 import time
 
 from workbench.allocators.base import GROUP_PARTS
@@ -65,10 +66,11 @@ class Replica:
         """Pure. When the next step can start: now while there is work, else at the next arrival; None
         when no request is left."""
         sched = self.scheduler
-        if sched.has_work() and not self.blocked:
-            return self.now_s
+        ready = sched.has_work() and not self.blocked
         nxt = sched.arrivals.next_arrival_s()
-        return None if nxt is None else max(self.now_s, nxt)
+        if nxt is None and not ready:
+            return None
+        return rules.next_event_s(self.now_s, ready, math.inf if nxt is None else nxt)
 
     def release(self, index: int, now_s: float) -> None:
         """Mutates. At `now_s` (no earlier than the replica's last event) a link has read the KV of the finished

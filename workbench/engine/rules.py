@@ -16,6 +16,13 @@ BELOW_WATERMARK = 2  # placing it would leave fewer free blocks than the waterma
 
 
 @njit(cache=True)
+def next_event_s(now_s, ready, next_arrival_s):
+    """When a replica's next step starts: now while it has work it can run (`ready`), else at its next arrival
+    (math.inf: none is left), never before now."""
+    return now_s if ready else max(now_s, next_arrival_s)
+
+
+@njit(cache=True)
 def too_long(prompt_tokens, output_tokens, max_model_len):
     """A request that can never run: its prompt and output exceed the model's length (rejected on arrival)."""
     return prompt_tokens + output_tokens > max_model_len

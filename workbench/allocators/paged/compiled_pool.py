@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-# counts: the strategy's counters while the loop runs, int64 [NUM_COUNTS]
-WRITTEN, LOGICAL, ENTRIES, NUM_COUNTS = range(4)
-
 
 class CompiledPool:
     """Mutates the strategy it views (through the loop, and in `grow_rows`, `widen` and `finish`)."""
@@ -29,9 +26,7 @@ class CompiledPool:
         self.free_rows = np.zeros(seqs.capacity_rows, dtype=np.int64)  # top last, room for every row
         self.free_rows_top = len(seqs._free_rows)
         self.free_rows[:self.free_rows_top] = seqs._free_rows
-        self.counts = np.zeros(NUM_COUNTS, dtype=np.int64)
-        self.counts[WRITTEN], self.counts[LOGICAL] = strategy._written_slots, strategy._logical_slots
-        self.counts[ENTRIES] = strategy._table_entries
+        self.counts = strategy.counts  # the strategy's own counters (`paged.pool_counts`)
         self.free_ids = strategy._free._ids
         self.free_size = strategy._free.size
 
@@ -91,5 +86,3 @@ class CompiledPool:
         s._free.size = free_size
         seqs._free_rows = self.free_rows[:free_rows_top].tolist()
         seqs._cached_ids = None
-        s._written_slots, s._logical_slots, s._table_entries = (int(self.counts[k])
-                                                                 for k in (WRITTEN, LOGICAL, ENTRIES))

@@ -41,6 +41,7 @@ from workbench.allocators.base import (
     Strategy,
     blocks_refused,
 )
+from workbench.allocators.paged import pool_counts
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.paged.compiled_pool import CompiledPool
 from workbench.allocators.paged.integrity import check_paged
@@ -84,9 +85,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self._host_refcount = np.zeros(swap_slots // block_size, dtype=np.int32)  # [num_host_blocks]
         self._host_free = BlockStack(swap_slots // block_size)
         self.tables = BlockTables(block_size, self.num_blocks)
-        self._written_slots = 0  # distinct written slots of held blocks = token_slots
-        self._logical_slots = 0  # sum of lengths of on-device sequences
-        self._table_entries = 0  # sum of table lengths of on-device sequences
+        self.counts = pool_counts.new_counts()  # written slots, logical slots, table entries (`pool_counts`)
         self.needs_prompt_ids = False
         self.state = None if state is None else StateBook(state, block_size)
         if self.state is not None:  # a state is overwritten in place: no swap copy or draft rollback is built for it
@@ -189,9 +188,8 @@ class PagedStrategy(PagedSwap, Strategy):
         blocks = np.concatenate([hits, fresh]) if num_hit else fresh
         for seq_id in seq_ids:
             self.tables.add(seq_id, blocks, num_tokens, spec.final_len)
-        self._written_slots += num_tokens - num_hit * bs + revived * bs  # promoted blocks arrive written
-        self._logical_slots += n * num_tokens
-        self._table_entries += n * num_blocks
+        # hits still on the device were written before; promoted blocks arrive written by their copy
+        pool_counts.added(self.counts, num_tokens, n, num_blocks, (num_hit - revived) * bs)
         if self.state is not None:
             rows = self.tables.seqs.rows(seq_ids).tolist()
             self.state.attach(rows, self._take(state_need), spec.num_tokens, branch)
@@ -223,9 +221,7 @@ class PagedStrategy(PagedSwap, Strategy):
         self._refcount[fresh] = n
         for row in rows.tolist():
             t.extend_row(row, fresh, length + k)
-        self._written_slots += k
-        self._logical_slots += n * k
-        self._table_entries += n * need
+        pool_counts.added(self.counts, k, n, need, 0)
         self._on_extended(rows, length, token_ids, np.concatenate([blocks, fresh]))
         return AdmitResult(True)
 
@@ -248,8 +244,7 @@ class PagedStrategy(PagedSwap, Strategy):
         length = int(self.tables.seqs.column("length")[parent])
         self.tables.add(child_id, blocks, length, int(self.tables.seqs.column("final_len")[parent]))
         self._refcount[blocks] += 1
-        self._logical_slots += length
-        self._table_entries += blocks.shape[0]
+        pool_counts.added(self.counts, length, 1, blocks.shape[0], length)
         self._on_forked(parent, self.tables.seqs.row(child_id))
         return AdmitResult(True)
 
@@ -263,9 +258,7 @@ class PagedStrategy(PagedSwap, Strategy):
             self._host_free.push(blocks[self._host_refcount[blocks] == 0])
         else:
             released, written = t.release_row(row, self._refcount)
-            self._written_slots -= written
-            self._logical_slots -= int(t.seqs.column("length")[row])
-            self._table_entries -= int(t.seqs.column("num_blocks")[row])
+            pool_counts.released(self.counts, written, t.seqs.column("length")[row], t.seqs.column("num_blocks")[row])
             self._release(released)
             if self.state is not None:
                 self._free.push(self.state.detach(row))
@@ -300,9 +293,7 @@ class PagedStrategy(PagedSwap, Strategy):
             if appended is None:
                 return None
             slots, copies, copied_slots, grown = appended
-            self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
-            self._logical_slots += rows.shape[0]
-            self._table_entries += grown
+            pool_counts.appended(self.counts, rows.shape[0], copied_slots, grown)
             return AppendResult(slots=slots, copies=copies)
         num_new = self.tables.count_append(seq_ids, rows, self._refcount)
         if num_new > self.num_allocatable_blocks():
@@ -315,9 +306,7 @@ class PagedStrategy(PagedSwap, Strategy):
         `register` False: the slots hold unverified drafts, which no prefix index may see."""
         t = self.tables
         slots, copies, copied_slots, grown = t.apply_append(rows, self._refcount, self._take(num_new))
-        self._written_slots += rows.shape[0] + copied_slots  # copied slots now exist twice
-        self._logical_slots += rows.shape[0]
-        self._table_entries += grown
+        pool_counts.appended(self.counts, rows.shape[0], copied_slots, grown)
         if register:
             self._register_filled(rows, token_ids)
         return AppendResult(slots=slots, copies=copies)
@@ -361,9 +350,7 @@ class PagedStrategy(PagedSwap, Strategy):
         rows, k = t.seqs.rows(seq_ids)[shrinking], num_slots[shrinking]
         dropped = t.truncate_rows(rows, t.seqs.column("length")[rows] - k)
         self._refcount[dropped] -= 1  # distinct blocks: a draft's block is its sequence's alone
-        self._written_slots -= int(k.sum())
-        self._logical_slots -= int(k.sum())
-        self._table_entries -= dropped.shape[0]
+        pool_counts.released(self.counts, k.sum(), k.sum(), dropped.shape[0])
         self._release(dropped[self._refcount[dropped] == 0])
 
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
@@ -384,11 +371,12 @@ class PagedStrategy(PagedSwap, Strategy):
         if self.state is not None:  # the blocks the states hold, in slots
             state = len(self.state.live) * self.state.spec.blocks_per_state * bs
             checkpoints = self.state.held_blocks() * bs
+        written, logical, entries = self.counts.tolist()
         return Snapshot(
-            capacity_slots=self.capacity_slots, token_slots=self._written_slots, reserved_slots=reserved,
-            internal_frag_slots=held_slots - self._written_slots - reserved - state - checkpoints,
-            cached_slots=cached, external_frag_slots=0, free_slots=free, logical_token_slots=self._logical_slots,
-            block_table_bytes=_BLOCK_TABLE_ENTRY_BYTES * self._table_entries,
+            capacity_slots=self.capacity_slots, token_slots=written, reserved_slots=reserved,
+            internal_frag_slots=pool_counts.internal_frag_slots(held_slots, written, reserved, state + checkpoints),
+            cached_slots=cached, external_frag_slots=0, free_slots=free, logical_token_slots=logical,
+            block_table_bytes=_BLOCK_TABLE_ENTRY_BYTES * entries,
             largest_free_extent_slots=free,  # any set of free blocks serves a request: one extent
             num_free_blocks=self.num_allocatable_blocks(), state_slots=state, state_checkpoint_slots=checkpoints)
 
@@ -410,8 +398,9 @@ class PagedStrategy(PagedSwap, Strategy):
                     host_refcount=self._host_refcount, free_ids=self._free.ids(), host_free_ids=self._host_free.ids(),
                     cached_ids=NO_BLOCKS if self.prefix is None else self.prefix.evictable_block_set(),
                     registered_ids=self.registered_block_ids(),
-                    written_slots=self._written_slots, logical_slots=self._logical_slots,
-                    table_entries=self._table_entries,
+                    written_slots=int(self.counts[pool_counts.WRITTEN]),
+                    logical_slots=int(self.counts[pool_counts.LOGICAL]),
+                    table_entries=int(self.counts[pool_counts.ENTRIES]),
                     state_ids=NO_BLOCKS if self.state is None else self.state.block_ids())
         if self.state is not None:
             self.state.check()

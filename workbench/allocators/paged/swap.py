@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.base import SwapResult
+from workbench.allocators.paged import pool_counts
 
 
 class PagedSwap:
@@ -34,9 +35,8 @@ class PagedSwap:
         t.swapped[rows] = True
         self._refcount[blocks] -= counts
         released = self._refcount[blocks] == 0
-        self._written_slots -= int(fills[first][released].sum())
-        self._logical_slots -= int(t.seqs.column("length")[rows].sum())
-        self._table_entries -= entries.shape[0]
+        pool_counts.released(self.counts, fills[first][released].sum(), t.seqs.column("length")[rows].sum(),
+                             entries.shape[0])
         self._release(blocks[released])
         self.swapped_out_blocks += blocks.shape[0]
         return SwapResult(moves=np.stack([blocks, host], axis=1).astype(np.int32))
@@ -62,9 +62,7 @@ class PagedSwap:
         t.swapped[rows] = False
         self._host_refcount[host] -= counts
         self._host_free.push(host[self._host_refcount[host] == 0])
-        self._written_slots += int(fills[first].sum())
-        self._logical_slots += int(t.seqs.column("length")[rows].sum())
-        self._table_entries += entries.shape[0]
+        pool_counts.restored(self.counts, fills[first].sum(), t.seqs.column("length")[rows].sum(), entries.shape[0])
         self.swapped_in_blocks += host.shape[0]
         return SwapResult(moves=np.stack([host, device], axis=1).astype(np.int32))
 

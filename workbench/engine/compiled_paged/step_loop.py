@@ -34,10 +34,11 @@ import math
 import numpy as np
 from numba import njit
 
-from workbench.allocators.paged import loops
+from workbench.allocators.paged import loops, pool_counts
 from workbench.allocators.paged.block_stack import pop_blocks, push_blocks
-from workbench.allocators.paged.compiled_pool import ENTRIES, LOGICAL, WRITTEN
+from workbench.allocators.paged.pool_counts import ENTRIES, LOGICAL, WRITTEN
 from workbench.clock import step_formula
+from workbench.clock.step_cost import query_keys
 from workbench.engine import rules
 
 # statuses
@@ -91,9 +92,7 @@ def _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, li
     released blocks pushed so that its first one is popped first) and its row (`SeqRows.remove`: zeroed, not
     live, pushed on the free rows)."""
     n, written = loops.release_row(row, length, num_blocks, table, refcount, C[BLOCK_SIZE], released)
-    counts[WRITTEN] -= written
-    counts[LOGICAL] -= length[row]
-    counts[ENTRIES] -= num_blocks[row]
+    pool_counts.released(counts, written, length[row], num_blocks[row])
     S[FREE_TOP] = push_blocks(free_ids, S[FREE_TOP], released, n)
     data[:, row] = 0
     live[row] = False
@@ -188,10 +187,11 @@ def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_row, wait, log_do
     num_requests = arrival_s.shape[0]
     gmask = g_row.shape[0] - 1
     wcap = wait.shape[0]
-    if S[NBATCH] == 0 and S[NWAIT] == 0:
-        if S[NEXT_ARRIVAL] == num_requests:
-            return DONE
-        F[0] = max(F[0], arrival_s[S[NEXT_ARRIVAL]])
+    ready = S[NBATCH] > 0 or S[NWAIT] > 0
+    left = S[NEXT_ARRIVAL] < num_requests
+    if not ready and not left:
+        return DONE
+    F[0] = rules.next_event_s(F[0], ready, arrival_s[S[NEXT_ARRIVAL]] if left else math.inf)
     while S[NEXT_ARRIVAL] < num_requests and arrival_s[S[NEXT_ARRIVAL]] <= F[0]:
         i = S[NEXT_ARRIVAL]
         if i - S[LOG_BASE] >= log_done.shape[0] or i - S[LOG_READY] > gmask or S[NWAIT] == wcap \
@@ -228,9 +228,7 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
             free_ids, S[FREE_TOP], slots, copies)
         if status == 0:
             S[FREE_TOP] -= x
-            counts[WRITTEN] += rows.shape[0] + copied_slots
-            counts[LOGICAL] += rows.shape[0]
-            counts[ENTRIES] += grown
+            pool_counts.appended(counts, rows.shape[0], copied_slots, grown)
             return -1
         if status == 2:
             S[NEED_COLS] = x
@@ -305,9 +303,7 @@ def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled
                        length, final_len, num_blocks, last_block)
         S[FREE_TOP] -= need
         live[row] = True
-        counts[WRITTEN] += tokens
-        counts[LOGICAL] += tokens
-        counts[ENTRIES] += need
+        pool_counts.added(counts, tokens, 1, need, 0)
         row_req[row] = i
         g_row[i & gmask] = row
         j = i - S[LOG_BASE]
@@ -335,7 +331,7 @@ def _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcou
     for k in range(npf):
         tokens = length[prefilled[k]]
         num_prefill += tokens
-        attn_ctx_prefill += tokens * (tokens + 1) // 2  # queries at 0..tokens-1 attend to q + 1 keys each
+        attn_ctx_prefill += query_keys(0, tokens)
         prefill_blocks += num_blocks[prefilled[k]]
     reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs, scratch)
     S[P_NUM_DECODE], S[P_NUM_PREFILL] = num_decode, num_prefill
@@ -402,7 +398,8 @@ def _record(S, C, now_s, dt_s, rows_f, rows_i):
     row = rows_i[r]
     row[0], row[1], row[2] = S[STEP] - 1, S[P_NUM_DECODE] + S[P_NPF], S[NWAIT]
     row[3], row[4], row[5], row[6] = S[P_NUM_PREFILL], S[P_NUM_DECODE], written, reserved
-    row[7], row[8], row[9] = C[CAPACITY_SLOTS] - free - written - reserved, 0, 0  # internal fragmentation
+    row[7] = pool_counts.internal_frag_slots(C[CAPACITY_SLOTS] - free, written, reserved, 0)
+    row[8], row[9] = 0, 0
     row[10], row[11], row[12] = free, S[P_LOGICAL_SLOTS], _TABLE_ENTRY_BYTES * S[P_TABLE_ENTRIES]
     row[13], row[14], row[15], row[16], row[17] = 0, S[P_PREEMPTIONS], 0, free, S[P_UNSHARED_SLOTS]
     S[ROWS] = r + 1
