@@ -73,3 +73,10 @@ def test_the_next_event_is_now_with_work_else_the_next_arrival_never_earlier():
     for now, ready, arrival in itertools.product((0.0, 1.5, 3.0), (True, False), (0.5, 1.5, 2.0, math.inf)):
         expected = now if ready else max(now, arrival)
         assert rules.next_event_s(now, ready, arrival) == expected
+
+
+def test_a_first_time_is_kept_and_only_nan_takes_now():
+    assert math.isnan(rules.first_time(math.nan, math.nan))
+    assert rules.first_time(math.nan, 2.5) == 2.5
+    assert rules.first_time(1.0, 2.5) == 1.0
+    assert rules.first_time(0.0, 2.5) == 0.0

@@ -8,12 +8,12 @@ not the length of the trace.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
+from workbench.engine import rules
 from workbench.workload.request import Request, request_columns
 
 _FLOAT_FIELDS = ("admitted_s", "first_token_s", "finish_s")
@@ -78,14 +78,12 @@ class RequestLog:
     def admitted(self, index: int, now_s: float, cached_tokens: int) -> None:
         """The request's group got its KV (again, after a recompute preemption)."""
         j = self._row(index)
-        if math.isnan(self.admitted_s[j]):
-            self.admitted_s[j] = now_s
+        self.admitted_s[j] = rules.first_time(self.admitted_s[j], now_s)
         self.prefix_hit_tokens[j] += cached_tokens
 
     def first_token(self, index: int, now_s: float) -> None:
         j = self._row(index)
-        if math.isnan(self.first_token_s[j]):
-            self.first_token_s[j] = now_s
+        self.first_token_s[j] = rules.first_time(self.first_token_s[j], now_s)
 
     def accepted(self, indices: np.ndarray, accepted: np.ndarray) -> None:
         """Requests `indices` (distinct) kept `accepted` draft tokens each in a verify step."""

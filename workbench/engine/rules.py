@@ -7,6 +7,8 @@ Python or from compiled code, so a change to admission or preemption is one chan
 
 from __future__ import annotations
 
+import math
+
 from numba import njit
 
 # admission_verdict: what becomes of the waiting group at the head of the line
@@ -120,3 +122,10 @@ def step_verdict(computing_seqs, started_groups, newly_rejected):
     if computing_seqs or started_groups:
         return RUN
     return IDLE if newly_rejected else STUCK
+
+
+@njit(cache=True)
+def first_time(recorded_s, now_s):
+    """A request's admission and first-token times are its first ones (NaN: none yet): readmission after a
+    recompute preemption keeps them, so queueing delay and TTFT count from the first."""
+    return now_s if math.isnan(recorded_s) else recorded_s

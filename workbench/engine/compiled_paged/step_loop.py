@@ -307,8 +307,7 @@ def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled
         row_req[row] = i
         g_row[i & gmask] = row
         j = i - S[LOG_BASE]
-        if math.isnan(log_admitted[j]):
-            log_admitted[j] = F[0]
+        log_admitted[j] = rules.first_time(log_admitted[j], F[0])
         S[RUNNING_SEQS] += 1
         S[BUDGET] = budget - tokens
         prefilled[S[P_NPF]] = row
@@ -364,8 +363,7 @@ def _complete(S, C, now_s, output, g_generated, g_row, row_req, batch, prefilled
         i = row_req[row]
         g_generated[i & gmask] += 1
         j = i - S[LOG_BASE]
-        if math.isnan(log_first[j]):
-            log_first[j] = now_s
+        log_first[j] = rules.first_time(log_first[j], now_s)
         if rules.tokens_left(np.int64(output[i]), g_generated[i & gmask]) == 0:  # one output token: done
             _finish(S, C, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount,
                     free_ids, live, counts, released, log_finish, log_done, events)
