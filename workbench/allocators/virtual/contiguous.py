@@ -37,8 +37,10 @@ from workbench.allocators.base import (
     Strategy,
     SwapResult,
 )
+from workbench.allocators.batch_check import check_batch, raise_for_status
 from workbench.allocators.contiguous.extents import RunPlacer
 from workbench.allocators.contiguous.strategy import _copy_pairs, _fits, _place_all
+from workbench.allocators.virtual import loops
 from workbench.allocators.virtual.pages import DEFAULT_GEOMETRY_MODEL, KVGeometry, PagePool
 from workbench.intmath import cdiv
 from workbench.presets import vmm_map_us_per_page
@@ -93,6 +95,8 @@ class VirtualContiguous(Strategy):
         self._swapped: dict[int, tuple[int, int, int]] = {}  # sequence -> (host_start, length, final_len)
         self._length = np.zeros(max_batch, dtype=np.int64)  # [max_batch] tokens written, per extent
         self._final = np.zeros(max_batch, dtype=np.int64)  # [max_batch] final length, per extent
+        self._not_swapped = np.zeros(max_batch, dtype=np.int64)  # a held extent's sequence is on the device
+        self._mark = np.zeros(max_batch, dtype=np.int64)  # check_batch's scratch, all zero between calls
 
     @property
     def virtual_slots(self) -> int:
@@ -178,27 +182,39 @@ class VirtualContiguous(Strategy):
 
     def can_append(self, seq_ids: list[int]) -> bool:
         extents = self._batch_extents(seq_ids)
-        return self._pages.can_grow(extents[self._opening(extents)])
+        return self._pages.can_open(*self._openings(extents))
 
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. The next slot of each extent, mapping a page where a token opens one; raises
         RuntimeError, changing nothing, when the pages run out. `token_ids` is ignored."""
         del token_ids
         extents = self._batch_extents(seq_ids)
-        return self._append_extents(extents, extents[self._opening(extents)])
+        opening, reused = self._openings(extents)
+        if not self._pages.can_open(opening, reused):
+            raise RuntimeError(f"out of pages: {opening} needed, {self._pages.available()} can be mapped")
+        return self._append_counted(extents, reused)
 
     def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
         """`append` when the pages can be had, else None (nothing changed); the batch's extents found once."""
         del token_ids
         extents = self._batch_extents(seq_ids)
-        opening = extents[self._opening(extents)]
-        return self._append_extents(extents, opening) if self._pages.can_grow(opening) else None
+        opening, reused = self._openings(extents)
+        return self._append_counted(extents, reused) if self._pages.can_open(opening, reused) else None
 
-    def _append_extents(self, extents: np.ndarray, opening: np.ndarray) -> AppendResult:
-        """Mutates. `append` of the batch's `extents`, of which `opening` map a page (raises when they cannot)."""
-        self._pages.grow(opening)
-        slots = extents * self.extent_slots + self._length[extents]
-        self._length[extents] += 1
+    def _openings(self, extents: np.ndarray) -> tuple[int, int]:
+        """Pure. (pages the batch's next tokens open, of which its extents map already)."""
+        pool = self._pages
+        return loops.openings(extents, self._length, pool.mapped, pool.used, self.page_tokens)
+
+    def _append_counted(self, extents: np.ndarray, reused: int) -> AppendResult:
+        """Mutates. `append` of the batch's `extents`, whose openings (`reused` of them onto pages mapped
+        already) the pool can supply."""
+        pool = self._pages
+        slots = np.empty(extents.shape[0], dtype=np.int64)
+        to_map = np.empty(extents.shape[0], dtype=np.int64)
+        n = loops.apply_append(extents, self._length, pool.mapped, pool.used, self.page_tokens, self.extent_slots,
+                               slots, to_map)
+        pool.opened(reused, to_map[:n])
         return AppendResult(slots=slots, copies=_NO_COPIES)
 
     supports_drafts = True
@@ -252,12 +268,8 @@ class VirtualContiguous(Strategy):
         """Pure. O(max_batch). External fragmentation is always 0."""
         del refused_extent_slots
         pool, p = self._pages, self.page_tokens
-        live = pool.held
-        used_slots = pool.used[live] * p
-        length, final = self._length[live], self._final[live]
-        filled = np.minimum(used_slots, final)  # used slots the sequence writes by its final length
-        token, reserved = int(length.sum()), int((filled - length).sum())
-        internal, cached = int((used_slots - filled).sum()), pool.cached_pages * p
+        token, reserved, internal = loops.held_totals(pool.held, pool.used, self._length, self._final, p)
+        cached = pool.cached_pages * p
         page_entries = (pool.num_pages - pool.free_pages) * self.geometry.num_buffers
         return Snapshot(
             capacity_slots=self.capacity_slots, token_slots=token, reserved_slots=reserved,
@@ -350,25 +362,26 @@ class VirtualContiguous(Strategy):
         self._final[extents] = finals
         return extents, ""
 
-    def _opening(self, extents: np.ndarray) -> np.ndarray:
-        """bool [k]: the next token of each extent opens a page (its used pages are full)."""
-        return self._length[extents] == self._pages.used[extents] * self.page_tokens
-
-    def _group_extents(self, seq_ids: list[int]) -> np.ndarray:
-        """int64 [k]: the extents of distinct on-device sequences (each holds its own); ValueError otherwise."""
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"a sequence id repeats in {seq_ids}")
+    def _extents_of(self, seq_ids: list[int]) -> np.ndarray:
+        """int64 [k]: the extents of on-device sequences; ValueError for a sequence that is not."""
         try:
             return np.fromiter(map(self._extent.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
         except KeyError:  # which one, and why
             return np.array([self._device_extent(s) for s in seq_ids], dtype=np.int64)
 
+    def _group_extents(self, seq_ids: list[int]) -> np.ndarray:
+        """int64 [k]: the extents of distinct on-device sequences (each holds its own); ValueError otherwise."""
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"a sequence id repeats in {seq_ids}")
+        return self._extents_of(seq_ids)
+
     def _batch_extents(self, seq_ids: list[int]) -> np.ndarray:
-        """int64 [k]: the extents of a decode batch: distinct on-device, unfinished sequences."""
-        extents = self._group_extents(seq_ids)
-        done = self._length[extents] >= self._final[extents]
-        if done.any():
-            raise ValueError(f"sequence {seq_ids[int(np.argmax(done))]} is at its final length")
+        """int64 [k]: the extents of a decode batch: distinct on-device sequences short of their final length
+        (the check every strategy's decode append makes, `batch_check`)."""
+        extents = self._extents_of(seq_ids)
+        status, bad = check_batch(extents, self._length, self._final, self._not_swapped, self._mark)
+        if status != 0:
+            raise_for_status(status, seq_ids, bad)
         return extents
 
     def _swapped_group(self, seq_ids: list[int]) -> tuple[list[int], list[int]]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.allocators.virtual import loops
 from workbench.presets import ModelPreset, dtype_bytes, model_from_name
 
 DEFAULT_GEOMETRY_MODEL = "opt-13b"  # the run configuration's default model, for strategies built without one
@@ -113,17 +114,27 @@ class PagePool:
         """Pure. Whether these distinct held extents (int64 [k]) can each use `pages[i]` more pages: its own
         mapped, unused pages first, then new mappings (reclaiming other cached pages)."""
         reused = int(np.minimum(pages, self.mapped[extents] - self.used[extents]).sum())
-        return int(pages.sum()) - reused <= self.available() - reused
+        return self.can_open(int(pages.sum()), reused)
+
+    def can_open(self, pages: int, reused: int) -> bool:
+        """Pure. Whether held extents can use `pages` more pages, `reused` of them mapped in them already: the
+        others are new mappings, of free pages or reclaimed cached ones other than those."""
+        return pages - reused <= self.available() - reused
 
     def grow(self, extents: np.ndarray) -> None:
         """One more used page in each of these distinct held extents, int64 [k]: the next mapped one
         if the extent has it, else a new mapping. Raises RuntimeError, changing nothing, when out of pages."""
         if not self.can_grow(extents):
             raise RuntimeError(f"out of pages: {extents.shape[0]} needed, {self.available()} can be mapped")
-        has_next = self.mapped[extents] > self.used[extents]
-        self.used[extents] += 1
-        self.cached_pages -= int(has_next.sum())
-        self._map(extents[~has_next])
+        to_map = np.empty(extents.shape[0], dtype=np.int64)
+        n = loops.open_pages(extents, self.mapped, self.used, to_map)
+        self.opened(extents.shape[0] - n, to_map[:n])
+
+    def opened(self, reused: int, to_map: np.ndarray) -> None:
+        """Held extents used more pages (`loops.open_page`): `reused` of their own mapped pages, and one new
+        mapping for each extent of `to_map`."""
+        self.cached_pages -= reused
+        self._map(to_map)
 
     def release(self, extent: int) -> None:
         """The extent's sequence is gone: its pages stay mapped as cache (reuse on) or are unmapped."""
@@ -168,6 +179,8 @@ class PagePool:
 
     def _reclaim(self, count: int) -> None:
         """Unmap `count` cached pages, from the tails of the highest-numbered extents first."""
+        if count <= 0:
+            return
         for extent in np.flatnonzero(self.mapped > self.used)[::-1].tolist():
             if count <= 0:
                 return
