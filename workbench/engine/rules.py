@@ -1,15 +1,15 @@
-"""The scheduler's verdicts, stated once (docs/engine.md): pure functions of integers, compiled with Numba.
+"""The scheduler's verdicts, stated once (docs/engine.md): pure functions of integers.
 
-The general step loop (workbench.engine.scheduler, admission), the compiled step loop
-(workbench.engine.compiled_paged) and the fleet's routers (workbench.fleet) call these same functions, from
-Python or from compiled code, so a change to admission or preemption is one change here.
+The general step loop (workbench.engine.scheduler, admission) and the fleet's routers (workbench.fleet) call
+them from Python; the compiled step loop (workbench.engine.compiled_paged) calls the same functions compiled
+with numba (workbench.engine.compiled_rules), so a change to admission or preemption is one change here. Python
+callers call them as Python: a compiled function's dispatch costs more than these few operations.
+Each is written in the subset of Python that Numba compiles (no Python objects beyond numbers and arrays).
 """
 
 from __future__ import annotations
 
 import math
-
-from numba import njit
 
 # admission_verdict: what becomes of the waiting group at the head of the line
 PLACE = 0  # ask the strategy to place it
@@ -17,33 +17,28 @@ STOP = 1  # the step's token budget or max_num_seqs is spent: admission ends for
 BELOW_WATERMARK = 2  # placing it would leave fewer free blocks than the watermark keeps for running groups
 
 
-@njit(cache=True)
 def next_event_s(now_s, ready, next_arrival_s):
     """When a replica's next step starts: now while it has work it can run (`ready`), else at its next arrival
     (math.inf: none is left), never before now."""
     return now_s if ready else max(now_s, next_arrival_s)
 
 
-@njit(cache=True)
 def too_long(prompt_tokens, output_tokens, max_model_len):
     """A request that can never run: its prompt and output exceed the model's length (rejected on arrival)."""
     return prompt_tokens + output_tokens > max_model_len
 
 
-@njit(cache=True)
 def final_kv_len(prompt_tokens, output_tokens):
     """KV rows a sequence holds when it finishes: its last output token is produced, never written back."""
     return prompt_tokens + output_tokens - 1
 
 
-@njit(cache=True)
 def recompute_tokens(prompt_tokens, generated_tokens):
     """Tokens a group computes when it is (re)admitted: its prompt, plus what it generated before a recompute
     preemption (one sequence re-prefills them as part of its prompt)."""
     return prompt_tokens + generated_tokens
 
 
-@njit(cache=True)
 def blocks_needed(tokens, block_size, num_seqs, state_blocks=0):
     """Blocks a group of `num_seqs` sequences needs for `tokens` shared tokens: the tokens' blocks, one more
     per further sequence for its copy of a shared partial last block (an upper bound for paged pools), and each
@@ -51,7 +46,6 @@ def blocks_needed(tokens, block_size, num_seqs, state_blocks=0):
     return (tokens + block_size - 1) // block_size + num_seqs - 1 + num_seqs * state_blocks
 
 
-@njit(cache=True)
 def admission_verdict(tokens, budget, spends_budget, running_seqs, num_seqs, max_num_seqs, needed_blocks,
                       allocatable_blocks, watermark_blocks):
     """What admission does with a waiting group of `num_seqs` sequences computing `tokens` this step (a shipped
@@ -64,7 +58,6 @@ def admission_verdict(tokens, budget, spends_budget, running_seqs, num_seqs, max
     return PLACE
 
 
-@njit(cache=True)
 def admits_now(static_batching, running_groups):
     """Whether a step may start groups (admit waiting ones, swap preempted ones back in) beside its decode batch:
     always under continuous batching; under static batching (FasterTransformer) only when no group is left
@@ -72,28 +65,24 @@ def admits_now(static_batching, running_groups):
     return not static_batching or running_groups == 0
 
 
-@njit(cache=True)
 def refusal_is_final(running_seqs):
     """A group the pool cannot place (or that outgrows it) with no other sequence on the device: no block will
     ever come free for it, so it is rejected; otherwise it waits for running groups to free blocks."""
     return running_seqs == 0
 
 
-@njit(cache=True)
 def retires_victim(num_holders):
     """Whether the preemption victim is retired (rejected: it outgrows the pool) rather than preempted: it is the
     only group holding device KV, so nothing else can free blocks for it."""
     return num_holders == 1
 
 
-@njit(cache=True)
 def admits_after(preemptions):
     """Whether a step admits, given the groups its decode batch preempted to grow: a step that preempted admits
     nothing, so what the preemption freed goes to the running groups."""
     return preemptions == 0
 
 
-@njit(cache=True)
 def victim(arrival_order):
     """Position of the group preempted when the decode batch cannot grow: the latest arrived (largest request
     index) among those holding device KV, given as an int64 array of their request indices."""
@@ -104,7 +93,6 @@ def victim(arrival_order):
     return best
 
 
-@njit(cache=True)
 def tokens_left(output_tokens, generated_tokens):
     """Tokens a decoding group still has to generate: it is finished at 0."""
     return output_tokens - generated_tokens
@@ -116,7 +104,6 @@ IDLE = 1  # nothing computes because every candidate was rejected: the loop goes
 STUCK = 2  # nothing computes and nothing was rejected: work is left that can never run
 
 
-@njit(cache=True)
 def step_verdict(computing_seqs, started_groups, newly_rejected):
     """Whether a planned step runs: RUN, IDLE or STUCK (the loop raises `reasons.stuck`)."""
     if computing_seqs or started_groups:
@@ -124,7 +111,6 @@ def step_verdict(computing_seqs, started_groups, newly_rejected):
     return IDLE if newly_rejected else STUCK
 
 
-@njit(cache=True)
 def first_time(recorded_s, now_s):
     """A request's admission and first-token times are its first ones (NaN: none yet): readmission after a
     recompute preemption keeps them, so queueing delay and TTFT count from the first."""

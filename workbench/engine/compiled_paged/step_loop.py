@@ -23,8 +23,8 @@ or an output buffer is full; every state it stops in is one it can resume from:
   STUCK        work is left that can never run (the caller raises, as `Replica.step` does)
 
 The verdicts (arrival, admission, the victim, finishing, a step that cannot run) are workbench.engine.rules'
-and the step's duration is workbench.clock.step_formula's, the same functions the general loop calls; no
-fastmath, so the step times are the same doubles.
+(compiled: workbench.engine.compiled_rules) and the step's duration is workbench.clock.step_formula's, the same
+functions the general loop calls; no fastmath, so the step times are the same doubles.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from workbench.allocators.paged.block_stack import pop_blocks, push_blocks
 from workbench.allocators.paged.pool_counts import ENTRIES, LOGICAL, WRITTEN
 from workbench.clock import step_formula
 from workbench.clock.step_cost import query_keys
-from workbench.engine import rules
+from workbench.engine import compiled_rules as rules
 
 # statuses
 DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK, GROW_ROWS, WIDEN = 0, 1, 2, 3, 4, 5, 6, 7
