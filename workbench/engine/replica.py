@@ -67,7 +67,7 @@ class Replica:
         when no request is left."""
         sched = self.scheduler
         ready = sched.has_work() and not self.blocked
-        nxt = sched.arrivals.next_arrival_s()
+        nxt = None if ready else sched.arrivals.next_arrival_s()  # the rule reads it only when not ready
         if nxt is None and not ready:
             return None
         return rules.next_event_s(self.now_s, ready, math.inf if nxt is None else nxt)
@@ -80,11 +80,12 @@ class Replica:
             self.blocked = False
             self.now_s = max(self.now_s, now_s)
 
-    def step(self) -> int:
+    def step(self, at_s: float | None = None) -> int:
         """Mutates. Advance to the next event and run one step there; returns the groups it finished.
-        Raises RuntimeError when work is left that can never run."""
+        `at_s`: that event's time as `next_event_s()` just gave it (None: read it here). Raises RuntimeError
+        when work is left that can never run."""
         sched, timers = self.scheduler, self.timers
-        nxt = self.next_event_s()
+        nxt = self.next_event_s() if at_s is None else at_s
         if nxt is None:
             raise RuntimeError("the replica has no work left")
         self.now_s = nxt

@@ -374,8 +374,8 @@ def _drive(replica: Replica, progress: bool, sink: TableSink) -> None:
     log, requests = sched.log, sched.arrivals.requests
     rows_per_chunk = table_sink.ROWS_PER_CHUNK
     with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
-        while replica.next_event_s() is not None:
-            finished = replica.step()
+        while (at_s := replica.next_event_s()) is not None:
+            finished = replica.step(at_s)
             if finished:
                 bar.update(finished)
             if log.ready - log.base >= rows_per_chunk:

@@ -98,7 +98,7 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
             elif step_at is None:
                 break
             else:
-                bar.update(members[who].replica.step())
+                bar.update(members[who].replica.step(step_at))
     return placed, imbalance
 
 
