@@ -118,8 +118,8 @@ def test_a_run_holds_the_rows_of_the_requests_in_flight_only(monkeypatch):
     def watched(replica, progress, sink):
         original = replica.step
 
-        def step():
-            finished = original()
+        def step(at_s=None):
+            finished = original(at_s)
             log = replica.scheduler.log
             seen["window"] = max(seen.get("window", 0), log.done.shape[0])
             seen["buffer"] = max(seen.get("buffer", 0), replica.steps.buffered_rows)
