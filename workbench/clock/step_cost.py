@@ -23,17 +23,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from workbench.intmath import cdiv
 from workbench.presets import AttentionTerm
 
 
-@njit(cache=True)
 def query_keys(start, stop):
     """Keys attended by one sequence's queries at positions [start, stop) under causal attention: the query at
-    position q attends the q + 1 keys 0..q (integers, or arrays of them). The general loop's `CostMeter`, the
-    compiled step loop and the verify step of speculative decoding take their attention totals from it."""
+    position q attends the q + 1 keys 0..q (integers, or arrays of them). The general loop's `CostMeter` and the
+    verify step of speculative decoding take their attention totals from it, the compiled step loop from its
+    compiled twin (workbench.engine.compiled_rules); written in what numba compiles."""
     return (stop * (stop + 1) - start * (start + 1)) // 2
 
 

@@ -1,13 +1,15 @@
-"""workbench.engine.rules compiled with Numba, for the compiled step loop (workbench.engine.compiled_paged).
+"""workbench.engine.rules, and the step cost's `query_keys`, compiled with Numba for the compiled step loop
+(workbench.engine.compiled_paged).
 
 Each is the rule itself (`rules.f` is `compiled_rules.f.py_func`), compiled where a compiled loop calls it:
-the verdicts are stated once, in `rules`.
+the verdicts are stated once, in `rules`, and Python callers call them there.
 """
 
 from __future__ import annotations
 
 from numba import njit
 
+from workbench.clock import step_cost
 from workbench.engine import rules
 from workbench.engine.rules import BELOW_WATERMARK, IDLE, PLACE, RUN, STOP, STUCK  # noqa: F401  (the loop's codes)
 
@@ -25,3 +27,4 @@ victim = njit(cache=True)(rules.victim)
 tokens_left = njit(cache=True)(rules.tokens_left)
 step_verdict = njit(cache=True)(rules.step_verdict)
 first_time = njit(cache=True)(rules.first_time)
+query_keys = njit(cache=True)(step_cost.query_keys)

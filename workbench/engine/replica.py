@@ -67,10 +67,8 @@ class Replica:
         when no request is left."""
         sched = self.scheduler
         ready = sched.has_work() and not self.blocked
-        nxt = None if ready else sched.arrivals.next_arrival_s()  # the rule reads it only when not ready
-        if nxt is None and not ready:
-            return None
-        return rules.next_event_s(self.now_s, ready, math.inf if nxt is None else nxt)
+        nxt = math.inf if ready else sched.arrivals.next_arrival_s()  # the rule reads it only when not ready
+        return None if nxt is None else rules.next_event_s(self.now_s, ready, nxt)
 
     def release(self, index: int, now_s: float) -> None:
         """Mutates. At `now_s` (no earlier than the replica's last event) a link has read the KV of the finished

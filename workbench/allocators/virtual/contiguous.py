@@ -187,12 +187,10 @@ class VirtualContiguous(Strategy):
     def append(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
         """Mutates. The next slot of each extent, mapping a page where a token opens one; raises
         RuntimeError, changing nothing, when the pages run out. `token_ids` is ignored."""
-        del token_ids
-        extents = self._batch_extents(seq_ids)
-        opening, reused = self._openings(extents)
-        if not self._pages.can_open(opening, reused):
-            raise RuntimeError(f"out of pages: {opening} needed, {self._pages.available()} can be mapped")
-        return self._append_counted(extents, reused)
+        appended = self.append_if_room(seq_ids, token_ids)
+        if appended is None:
+            raise RuntimeError(f"out of pages: {self._pages.available()} can be mapped, fewer than the batch opens")
+        return appended
 
     def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
         """`append` when the pages can be had, else None (nothing changed); the batch's extents found once."""

@@ -12,6 +12,12 @@ from numba import njit
 
 
 @njit(cache=True)
+def opens_page(extent, length, used, page_tokens):
+    """Pure. Whether the extent's next token opens a page: the pages its tokens use are full."""
+    return length[extent] == used[extent] * page_tokens
+
+
+@njit(cache=True)
 def open_page(extent, mapped, used):
     """Extent `extent` uses one more page: its next mapped one when it has one (False), else a page to be
     mapped (True)."""
@@ -38,7 +44,7 @@ def openings(extents, length, mapped, used, page_tokens):
     opening = reused = 0
     for i in range(extents.shape[0]):
         e = extents[i]
-        if length[e] == used[e] * page_tokens:
+        if opens_page(e, length, used, page_tokens):
             opening += 1
             reused += mapped[e] > used[e]
     return opening, reused
@@ -51,7 +57,7 @@ def apply_append(extents, length, mapped, used, page_tokens, extent_slots, slots
     n = 0
     for i in range(extents.shape[0]):
         e = extents[i]
-        if length[e] == used[e] * page_tokens and open_page(e, mapped, used):
+        if opens_page(e, length, used, page_tokens) and open_page(e, mapped, used):
             to_map[n] = e
             n += 1
         slots[i] = e * extent_slots + length[e]

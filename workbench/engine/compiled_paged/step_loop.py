@@ -38,7 +38,6 @@ from workbench.allocators.paged import loops, pool_counts
 from workbench.allocators.paged.block_stack import pop_blocks, push_blocks
 from workbench.allocators.paged.pool_counts import ENTRIES, LOGICAL, WRITTEN
 from workbench.clock import step_formula
-from workbench.clock.step_cost import query_keys
 from workbench.engine import compiled_rules as rules
 
 # statuses
@@ -330,7 +329,7 @@ def _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcou
     for k in range(npf):
         tokens = length[prefilled[k]]
         num_prefill += tokens
-        attn_ctx_prefill += query_keys(0, tokens)
+        attn_ctx_prefill += rules.query_keys(0, tokens)
         prefill_blocks += num_blocks[prefilled[k]]
     reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs, scratch)
     S[P_NUM_DECODE], S[P_NUM_PREFILL] = num_decode, num_prefill
