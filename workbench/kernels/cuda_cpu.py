@@ -28,7 +28,7 @@ from workbench.paths import REPO_ROOT
 CXX = os.environ.get("CXX", "g++")
 # -fsanitize=bounds: an index past a __shared__ array (or any sized array) aborts naming the file and line,
 # where it would otherwise read a neighbour (cuda_cpu_shim.h)
-CXX_FLAGS = ("-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fsanitize=bounds", "-fno-sanitize-recover=bounds")
+CXX_FLAGS = ("-O1", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fsanitize=bounds", "-fno-sanitize-recover=bounds")
 # The order of a block's threads between barriers (cuda_cpu_shim.h): codes of kvw_set_thread_order
 THREAD_ORDERS = {"index": 0, "reversed": 1, "shuffled": 2}
 DEFAULT_ORDER_SEED = 0x5EED0F7EAD

@@ -189,13 +189,14 @@ class _Run:
 
 
 def _columns(requests) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Arrival (s), prompt and output tokens of every request, float64 and integer arrays [N]: a columns
-    workload's own arrays (no copy: a long trace's columns are most of what grows with it)."""
+    """Arrival (s), prompt and output tokens of every request, float64 and int32 arrays [N]: a columns
+    workload's own arrays (no copy: a long trace's columns are most of what grows with it). A list of
+    requests gives the same dtypes, so the loop is compiled for one signature only."""
     if isinstance(requests, RequestColumns):
         return np.asarray(requests.arrival_s, dtype=np.float64), requests.prompt_tokens, requests.output_tokens
     return (np.array([r.arrival_s for r in requests], dtype=np.float64),
-            np.array([r.prompt_tokens for r in requests], dtype=np.int64),
-            np.array([r.output_tokens for r in requests], dtype=np.int64))
+            np.array([r.prompt_tokens for r in requests], dtype=np.int32),
+            np.array([r.output_tokens for r in requests], dtype=np.int32))
 
 
 def _pow2(n: int) -> int:
