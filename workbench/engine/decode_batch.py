@@ -28,11 +28,16 @@ class DecodeBatch:
         self._request_list: list[int] = []  # the groups' request indices, batch order
         self._requests: tuple[int, ...] | None = ()  # that list as a tuple, built once per change
         # A decoding sequence writes position `_pos_base + step`, generated token `_pos_base + step -
-        # _prompt_len`; these arrays describe the list `_batch` and are rebuilt when the ids change. Per
-        # group, kv_len - synced_step is fixed while it runs (a sync adds the same lag to both), so the
-        # groups' values are kept in lists edited at each join and leave, batch order.
+        # _prompt_len`. Per group, kv_len - synced_step is fixed while it runs (a sync adds the same lag to both),
+        # so the groups' values are kept in lists edited at each join and leave, batch order.
         self._group_base: list[int] = []
         self._group_prompt: list[int] = []
+        # While every group has one sequence the same values per sequence are also kept in arrays edited in
+        # place at each join and leave (`_seq_arrays`), so a step reads them without building arrays from the
+        # lists (a step's batch changes at most steps); built at the first `positions` (a run whose strategy
+        # reads no token ids never asks), dropped while a group has several sequences. Then they are
+        # rebuilt from the groups when the ids change (`_batch` is the list they describe).
+        self._seq_arrays: _SeqArrays | None = None
         self._batch: list[int] | None = None
         self._batch_ids = NO_SLOTS  # int64 [num_decode]
         self._pos_base = NO_SLOTS  # int64 [num_decode]
@@ -54,16 +59,22 @@ class DecodeBatch:
         return self._requests
 
     def positions(self, ids: list[int], step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """int64 [num_decode] each: the sequence ids of `ids` (this batch's list), the position each writes
-        at `step`, and the index of the generated token it writes."""
+        """int64 [num_decode] each, new arrays: the sequence ids of `ids` (this batch's list), the position each
+        writes at `step`, and the index of the generated token it writes."""
+        if not self._multi:
+            if self._seq_arrays is None:
+                self._seq_arrays = _SeqArrays()
+                for g, base, prompt in zip(self.groups, self._group_base, self._group_prompt, strict=True):
+                    self._seq_arrays.append(g.seq_ids[0], base, prompt)
+            seq_ids, base, prompt = self._seq_arrays.view()
+            positions = base + step
+            return seq_ids.copy(), positions, positions - prompt
         if self._batch is not ids:
             self._batch_ids = np.asarray(ids, dtype=np.int64)
             # a running group's kv_len lags by (step - synced_step): position = kv_len - synced_step + step
-            self._pos_base = np.array(self._group_base, dtype=np.int64)
-            self._prompt_len = np.array(self._group_prompt, dtype=np.int64)
-            if self._multi:  # each group's values once per sequence
-                sizes = [len(g.seq_ids) for g in self.groups]
-                self._pos_base, self._prompt_len = np.repeat(self._pos_base, sizes), np.repeat(self._prompt_len, sizes)
+            sizes = [len(g.seq_ids) for g in self.groups]  # each group's values once per sequence
+            self._pos_base = np.repeat(np.array(self._group_base, dtype=np.int64), sizes)
+            self._prompt_len = np.repeat(np.array(self._group_prompt, dtype=np.int64), sizes)
             self._batch = ids
         positions = self._pos_base + step
         return self._batch_ids, positions, positions - self._prompt_len
@@ -88,6 +99,8 @@ class DecodeBatch:
                 g.kv_len += more
                 self.meter.add(g.kv_len, g.num_seqs, step, +1)
                 self._group_base[i] = g.kv_len - g.synced_step
+                if self._seq_arrays is not None:
+                    self._seq_arrays.set_base(i, self._group_base[i])
         self._batch = None  # the positions move with the bases
 
     def join(self, g: Group, step: int) -> None:
@@ -101,6 +114,10 @@ class DecodeBatch:
         self._multi += g.num_seqs > 1
         if self._ids is not None:  # extend the batch (a new list: plans keep the old one)
             self._ids = self._ids + g.seq_ids
+        if self._multi:
+            self._seq_arrays = None
+        elif self._seq_arrays is not None:
+            self._seq_arrays.append(g.seq_ids[0], self._group_base[-1], self._group_prompt[-1])
         self.meter.add(g.kv_len, g.num_seqs, step, +1)
 
     def leave(self, g: Group, step: int) -> None:
@@ -117,9 +134,39 @@ class DecodeBatch:
         else:
             self._ids = None
         self._multi -= g.num_seqs > 1
+        if self._seq_arrays is not None:
+            self._seq_arrays.delete(i)
         self.meter.add(g.kv_len, g.num_seqs, step, -1)
 
     def reshaped(self) -> None:
         """A running group's sequences changed (beam branching): rebuild the ids."""
         self._ids = None
         self._multi = sum(g.num_seqs > 1 for g in self.groups)
+        self._seq_arrays = None
+
+
+class _SeqArrays:
+    """Per decoding sequence, batch order: its id, position base and prompt length, int64 arrays grown by
+    doubling and edited in place (a join writes one entry, a leave shifts the later ones down)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._values = np.zeros((3, 64), dtype=np.int64)  # rows: sequence id, position base, prompt length
+
+    def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Views of the live entries: read them before the next join or leave."""
+        v = self._values[:, :self.n]
+        return v[0], v[1], v[2]
+
+    def append(self, seq_id: int, base: int, prompt: int) -> None:
+        if self.n == self._values.shape[1]:
+            self._values = np.concatenate([self._values, np.zeros_like(self._values)], axis=1)
+        self._values[:, self.n] = (seq_id, base, prompt)
+        self.n += 1
+
+    def delete(self, i: int) -> None:
+        self._values[:, i:self.n - 1] = self._values[:, i + 1:self.n]
+        self.n -= 1
+
+    def set_base(self, i: int, base: int) -> None:
+        self._values[1, i] = base

@@ -101,12 +101,15 @@ class TokenStore:
         return np.concatenate([prompt, self.generated(np.full(length - p, seq_id), offsets)])
 
     def _compute_keys(self) -> None:
-        """Mutates. Keys of every sequence added since the last call, one vectorized pass."""
-        request_ids = np.concatenate([np.full(len(ids), rid, dtype=np.int64) for rid, ids in self._unkeyed.items()])
-        samples = np.concatenate([np.arange(len(ids)) for ids in self._unkeyed.values()])
-        seq_ids = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in self._unkeyed.values()])
-        self._fit(int(seq_ids.max()))
-        self._key[seq_ids] = output_keys(request_ids, samples)
+        """Mutates. Keys of every sequence added since the last call, one vectorized pass (a step adds a
+        few: the columns are gathered as lists, cheaper than an array per request)."""
+        request_ids, samples, seq_ids = [], [], []
+        for rid, ids in self._unkeyed.items():
+            request_ids += [rid] * len(ids)
+            samples += range(len(ids))
+            seq_ids += ids
+        self._fit(max(seq_ids))
+        self._key[seq_ids] = output_keys(np.array(request_ids, dtype=np.int64), np.array(samples, dtype=np.int64))
         self._unkeyed.clear()
 
     def _fit(self, seq_id: int) -> None:

@@ -200,3 +200,14 @@ def fill_row(row, blocks, tokens, final, table, length, final_len, num_blocks, l
     num_blocks[row] = n
     if n:
         last_block[row] = blocks[n - 1]
+
+
+@njit(cache=True)
+def last_two_blocks(rows, table, num_blocks, last, before):
+    """Writes each row's last table entry into `last` and the entry before it into `before` (-1 where
+    the row has one block); `rows` int64 [k], the outputs int32 [k]."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        n = num_blocks[r]
+        last[i] = table[r, n - 1]
+        before[i] = table[r, n - 2] if n >= 2 else -1

@@ -78,14 +78,13 @@ class BlockTables:
         """The row's table, int32 [num_blocks] (a copy)."""
         return self._table[row, :self.seqs.column("num_blocks")[row]].copy()
 
-    def last_blocks(self, rows: np.ndarray) -> np.ndarray:
-        """The last table entry of each row, int32 [len(rows)]."""
-        return self._table[rows, self.seqs.column("num_blocks")[rows] - 1]
-
-    def previous_blocks(self, rows: np.ndarray) -> np.ndarray:
-        """The table entry before the last of each row (-1 for a one-block row), int32 [len(rows)]."""
-        before = self.seqs.column("num_blocks")[rows] - 2
-        return np.where(before >= 0, self._table[rows, np.maximum(before, 0)], -1).astype(np.int32)
+    def last_two_blocks(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The last table entry of each row and the entry before it (-1 for a one-block row), int32
+        [len(rows)] each: the block a decode step filled and its predecessor."""
+        last = np.empty(rows.shape[0], dtype=np.int32)
+        before = np.empty(rows.shape[0], dtype=np.int32)
+        loops.last_two_blocks(rows, self._table, self.seqs.column("num_blocks"), last, before)
+        return last, before
 
     def entries_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All table entries of these rows, concatenated in order, int32 [nnz], and the written slots

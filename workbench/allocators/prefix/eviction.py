@@ -31,6 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
+from workbench.allocators.id_bound import id_bound
 from workbench.allocators.prefix import lru_list
 
 
@@ -208,7 +209,7 @@ class LRUPolicy:
     def add_many(self, blocks) -> None:
         blocks = np.asarray(blocks, dtype=np.int32)
         if blocks.shape[0]:
-            self._fit(int(blocks.max()) + 1)
+            self._fit(id_bound(blocks))
             lru_list.add_many(self._prev, self._next, self._queued, self._last, self._ends, blocks)
 
     def restore(self, block: int) -> None:
@@ -224,7 +225,7 @@ class LRUPolicy:
 
     def claim_many(self, blocks: np.ndarray) -> None:
         if blocks.shape[0]:
-            self._fit(int(blocks.max()) + 1)
+            self._fit(id_bound(blocks))
             lru_list.claim_many(self._prev, self._next, self._queued, self._last, self._ends, blocks)
 
     def pop_victim(self) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators.id_bound import id_bound
 from workbench.allocators.prefix import key_table
 from workbench.allocators.prefix.eviction import EvictionPolicy, LRUPolicy
 
@@ -56,7 +57,7 @@ class HashPrefixIndex:
         del parent_blocks
         if not keys.shape[0]:
             return
-        self._fit(int(blocks.max()) + 1)
+        self._fit(id_bound(blocks))
         if 2 * (self._num_keys + keys.shape[0]) > self._slot_key.shape[0]:
             self._grow_table(self._num_keys + keys.shape[0])
         keys, blocks = keys.astype(np.uint64, copy=False), blocks.astype(np.int32, copy=False)
@@ -82,7 +83,7 @@ class HashPrefixIndex:
         self._policy.claim_many(blocks)  # a hit is a use (LFU counts it)
 
     def release(self, blocks: np.ndarray) -> np.ndarray:
-        self._fit(int(blocks.max()) + 1 if blocks.shape[0] else 0)
+        self._fit(id_bound(blocks))
         registered = self._registered[blocks]
         self._policy.add_many(blocks[registered][::-1])  # tail first: evicted before the head
         return blocks[~registered]

@@ -208,8 +208,7 @@ class PrefixCacheStrategy(PagedStrategy):
         lengths = self.tables.seqs.column("length")
         filled_rows, parents, keys = self._chains.advance(rows, lengths, token_ids)
         if filled_rows.shape[0]:
-            self.prefix.insert(parents, keys, self.tables.last_blocks(filled_rows),
-                               self.tables.previous_blocks(filled_rows))
+            self.prefix.insert(parents, keys, *self.tables.last_two_blocks(filled_rows))
             if self.state is not None and self.state.checkpoints_taken:  # a decode step ends on each block it fills
                 for row, key in zip(filled_rows.tolist(), keys.tolist(), strict=True):
                     length = int(lengths[row])

@@ -32,6 +32,7 @@ import heapq
 
 import numpy as np
 
+from workbench.allocators.id_bound import id_bound
 from workbench.allocators.prefix.block_stats import make_block_stats
 from workbench.allocators.prefix.radix_check import check_radix
 from workbench.allocators.prefix.radix_node import RadixNode
@@ -256,7 +257,7 @@ class RadixPrefixIndex:
     def release(self, blocks: np.ndarray) -> np.ndarray:
         if blocks.shape[0] == 0:
             return blocks
-        self._fit(int(blocks.max()) + 1)
+        self._fit(id_bound(blocks))
         registered = self._node_of[blocks] >= 0
         mine = blocks[registered]
         self._held[mine] = False
