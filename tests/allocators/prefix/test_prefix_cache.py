@@ -143,12 +143,19 @@ def test_block_keys_grown_token_by_token_equal_block_keys():
     for token in ids.tolist():
         lengths[0] += 1
         if append_terms(rows, lengths, np.array([token], np.int32), position_salt(16), CHAIN_BASE, chain_key,
-                        term_sum, filled_rows, filled_parents, filled_keys):
+                        term_sum, np.ones(1, bool), filled_rows, filled_parents, filled_keys):
             grown.append(int(filled_keys[0]))
             parents.append(int(filled_parents[0]))
     assert grown == block_keys(ids, 16).tolist()
     assert parents == [0] + grown[:-1]  # each filled block's parent is the block before it
     assert int(term_sum[0]) == int(tail_term_sum(ids, 16))
+    # a row whose tokens are not all known keeps its chain but reports no filled block
+    lengths[0], unknown_key, unknown_sum = 0, np.zeros(1, np.uint64), np.zeros(1, np.uint64)
+    for token in ids.tolist():
+        lengths[0] += 1
+        assert not append_terms(rows, lengths, np.array([token], np.int32), position_salt(16), CHAIN_BASE,
+                                unknown_key, unknown_sum, np.zeros(1, bool), filled_rows, filled_parents, filled_keys)
+    assert unknown_key[0] == chain_key[0] and unknown_sum[0] == term_sum[0]
 
 
 def test_block_keys_depend_on_the_whole_prefix_and_the_position_inside_a_block():

@@ -84,11 +84,8 @@ class SeqChains:
         filled_parents = np.empty(rows.shape[0], dtype=np.uint64)
         filled_keys = np.empty(rows.shape[0], dtype=np.uint64)
         n = append_terms(rows, lengths, token_ids, self._salt, CHAIN_BASE, self._chain_key, self._tail_sum,
-                         filled_rows, filled_parents, filled_keys)
-        if n == 0:
-            return filled_rows[:0], filled_parents[:0], filled_keys[:0]
-        known = self._known[filled_rows[:n]]
-        return filled_rows[:n][known], filled_parents[:n][known], filled_keys[:n][known]
+                         self._known, filled_rows, filled_parents, filled_keys)
+        return filled_rows[:n], filled_parents[:n], filled_keys[:n]
 
     def _fit(self, capacity_rows: int) -> None:
         grow = capacity_rows - self._known.shape[0]

@@ -14,13 +14,13 @@ from workbench.splitmix import mix
 
 
 @njit(cache=True)
-def append_terms(rows, lengths, token_ids, salt, base, chain_key, tail_sum, filled_rows, filled_parents,
+def append_terms(rows, lengths, token_ids, salt, base, chain_key, tail_sum, known, filled_rows, filled_parents,
                  filled_keys):
     """Mutates `chain_key`, `tail_sum` [capacity_rows] and the outputs. Each row of `rows` (int64
     [num_seqs]) just wrote `token_ids[i]` at position lengths[row] - 1; add its term to the row's
     partial block, and when that fills the block, chain the block's key. Writes the rows whose block
-    became full, their blocks' parent keys and keys into `filled_rows`, `filled_parents`, `filled_keys`
-    ([num_seqs] each); returns how many."""
+    became full and whose tokens are all `known` (bool [capacity_rows]), their blocks' parent keys and
+    keys into `filled_rows`, `filled_parents`, `filled_keys` ([num_seqs] each); returns how many."""
     block_size = salt.shape[0]
     num_filled = 0
     for i in range(rows.shape[0]):
@@ -32,10 +32,11 @@ def append_terms(rows, lengths, token_ids, salt, base, chain_key, tail_sum, fill
             key = parent * base + mix(term_sum)
             chain_key[r] = key
             tail_sum[r] = np.uint64(0)
-            filled_rows[num_filled] = r
-            filled_parents[num_filled] = parent
-            filled_keys[num_filled] = key
-            num_filled += 1
+            if known[r]:
+                filled_rows[num_filled] = r
+                filled_parents[num_filled] = parent
+                filled_keys[num_filled] = key
+                num_filled += 1
         else:
             tail_sum[r] = term_sum
     return num_filled
