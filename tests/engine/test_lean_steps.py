@@ -2,7 +2,8 @@
 
 Fast: decode-only steps skip the admission machinery (`Scheduler._decode_only`), `paged` appends, counts
 its reserved slots in one compiled call and hands that count to the step's snapshot
-(`loops.decode_append`). Plain: every step through `Scheduler.schedule`'s general path and every append
+(`loops.decode_append`), and `paged-prefix` appends, evicts and registers the blocks it filled in one compiled
+call (`prefix.decode_append`). Plain: every step through `Scheduler.schedule`'s general path and every append
 through the protocol's `can_append` + `append` (the separate count and apply loops, reserved slots counted
 by each snapshot). Randomized over strategies, pool sizes, fan-out, preemption, chunked prefill and
 admission; the strategy's integrity is checked at every step of both runs."""
@@ -18,6 +19,8 @@ from tests.engine.conftest import simulate_checked, small_config, summaries_equa
 from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.allocators.paged.strategy import PagedStrategy
+from workbench.allocators.prefix import decode_append
+from workbench.allocators.prefix.prefix_cache import PrefixCacheStrategy
 from workbench.engine.scheduler import Scheduler
 
 CONFIGS = dict(
@@ -61,6 +64,7 @@ def check_fast_against_plain(monkeypatch, strategy, block_size, kv_slots, fanout
     with monkeypatch.context() as m:
         m.setattr(Scheduler, "lean_decode_steps", False)
         m.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
+        m.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
         plain = simulate_checked(cfg)
     pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
     pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
@@ -79,6 +83,31 @@ def test_decode_only_steps_copy_on_write(monkeypatch):
     assert taken and fast.steps["cow_copies"].sum() > 0
     monkeypatch.setattr(Scheduler, "lean_decode_steps", False)
     monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
+    monkeypatch.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
     plain = simulate_checked(cfg)
     pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
     pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
+
+
+def test_prefix_cache_appends_in_one_call_under_eviction(monkeypatch):
+    """`paged-prefix` in a pool that evicts cached blocks at decode appends: the one-call append runs (and evicts)
+    and gives the tables of the protocol's `can_append` + `append`, which take, evict and register step by step."""
+    cfg = small_config(strategy="paged-prefix", block_size=4, kv_slots=700, workload="system-prompt:k=3,system=30,"
+                       "lengths=alpaca", seed=5, kernel="none", num_requests=40, rate=60.0)
+    evicted = []
+    one_call = decode_append.append_evicting
+
+    def counted(*args):
+        result = one_call(*args)
+        evicted.append(result[3])  # blocks this call evicted
+        return result
+
+    monkeypatch.setattr(decode_append, "append_evicting", counted)
+    fast = simulate_checked(cfg)
+    assert sum(evicted) > 0, "no one-call append evicted: the case is not exercised"
+    monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
+    monkeypatch.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
+    plain = simulate_checked(cfg)
+    pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
+    pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
+    assert summaries_equal(fast.summary, plain.summary)

@@ -156,6 +156,17 @@ class BlockTables:
         stack.popped(x)
         return slots, copies[:num_copies], copied_slots, grown
 
+    def compiled_view(self) -> tuple[np.ndarray, ...]:
+        """(length, final_len, num_blocks, swapped, last_block, table, scratch, mark): the arrays a compiled
+        decode append takes (`decode_append`'s order), changed in place; valid until the next `widen` or add."""
+        c = self.seqs.columns
+        return (c["length"], c["final_len"], c["num_blocks"], c["swapped"], c["last_block"], self._table,
+                self._scratch, c["mark"])
+
+    def widen(self, num_cols: int) -> None:
+        """Mutates. Room for tables of `num_cols` entries."""
+        self._fit(num_cols)
+
     def release_row(self, row: int, refcount: np.ndarray) -> tuple[np.ndarray, int]:
         """Mutates refcount: the row lets go of its blocks. Returns the blocks that reached refcount 0
         (int32, head first) and the written slots they held."""

@@ -87,6 +87,10 @@ class SeqChains:
                          self._known, filled_rows, filled_parents, filled_keys)
         return filled_rows[:n], filled_parents[:n], filled_keys[:n]
 
+    def compiled_view(self) -> tuple[np.ndarray, ...]:
+        """(position salt, chain key, tail sum, known): what `advance` hands `append_terms`, changed in place."""
+        return self._salt, self._chain_key, self._tail_sum, self._known
+
     def _fit(self, capacity_rows: int) -> None:
         grow = capacity_rows - self._known.shape[0]
         if grow > 0:

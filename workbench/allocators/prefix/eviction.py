@@ -243,6 +243,10 @@ class LRUPolicy:
     def __len__(self) -> int:
         return int(self._ends[lru_list.LENGTH])
 
+    def compiled_view(self) -> tuple[np.ndarray, ...]:
+        """(prev, next, queued, last use, ends): the arrays `lru_list`'s compiled functions take, changed in place."""
+        return self._prev, self._next, self._queued, self._last, self._ends
+
     def __contains__(self, block: int) -> bool:
         return block < self._queued.shape[0] and bool(self._queued[block])
 

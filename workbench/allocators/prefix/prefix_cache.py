@@ -27,13 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from workbench.allocators.base import NO_EFFECTS, PrefixMatch, SeqSpec, StepEffects
+from workbench.allocators.base import NO_EFFECTS, AppendResult, PrefixMatch, SeqSpec, StepEffects
+from workbench.allocators.batch_check import raise_for_status
+from workbench.allocators.paged import pool_counts
 from workbench.allocators.paged.strategy import PagedStrategy
+from workbench.allocators.prefix import decode_append
 from workbench.allocators.prefix.chains import SeqChains
 from workbench.allocators.prefix.eviction import make_policy
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
 from workbench.allocators.prefix.host_tier import host_tier_for
 from workbench.allocators.prefix.index import PrefixIndex
+from workbench.allocators.prefix.keys import CHAIN_BASE
 from workbench.allocators.prefix.radix_index import RadixPrefixIndex
 from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
 from workbench.allocators.prefix.tier_walk import NO_TIER_HITS, TierHits, TierWalk
@@ -68,6 +72,11 @@ class PrefixCacheStrategy(PagedStrategy):
         self.shared_link_gb_s = shared_link_gb_s  # the clock's: a shared-tier promote crosses this link
         self.prefix_hit_tokens_host = 0  # host-tier hits (promoted)
         self.prefix_hit_tokens_shared = 0  # shared-tier hits (copied in)
+        # A decode append may run as one compiled call (`prefix.decode_append`) only where every step of the
+        # step-by-step path is one of its functions. Exact types, so a subclass, another index or another
+        # option (a tier, recurrent state) keeps the step-by-step path until someone decides otherwise.
+        self._one_call_append = (type(self) is PrefixCacheStrategy and type(index) is HashPrefixIndex
+                                 and self.host_tier is None and self.shared_tier is None and self.state is None)
 
     # -- optional capabilities (allocators.base) ------------------------------------------------
 
@@ -233,6 +242,40 @@ class PrefixCacheStrategy(PagedStrategy):
                 index = (lengths[filled] - 1) // self.block_size
                 self.prefix.insert(parents, keys, self.tables.blocks_at(filled, index),
                                    self.tables.blocks_at(filled, index - 1))
+
+    def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
+        """`PagedStrategy.append_if_room`; where eligible (`_one_call_append`, token ids given, the index's
+        table has room) in one compiled call of the same steps (`prefix.decode_append`)."""
+        view = None
+        if self._one_call_append and token_ids is not None:
+            rows = self.tables.seqs.rows(seq_ids)
+            view = self.prefix.one_call_view(self.num_blocks, rows.shape[0])
+        if view is None:
+            return super().append_if_room(seq_ids, token_ids)
+        slot_key, slot_block, next_copy, registered, key_of, lru = view
+        salt, chain_key, tail_sum, known = self._chains.compiled_view()
+        slots = np.empty(rows.shape[0], dtype=np.int64)
+        copies = np.empty((rows.shape[0], 2), dtype=np.int32)  # a sequence takes at most one block
+        while True:
+            length, final_len, num_blocks, swapped, last_block, table, scratch, mark = self.tables.compiled_view()
+            free_ids, free_size = self._free.compiled_view()
+            status, x, from_free, evicted, num_copies, copied_slots, grown, keys_delta = \
+                decode_append.append_evicting(rows, token_ids, length, final_len, num_blocks, swapped, last_block,
+                                              table, self._refcount, self.block_size, scratch, mark, free_ids,
+                                              free_size, *lru, slot_key, slot_block, next_copy, registered, key_of,
+                                              salt, CHAIN_BASE, chain_key, tail_sum, known, slots, copies)
+            if status != decode_append.WIDEN:
+                break
+            self.tables.widen(x)  # a row's table outgrows the array (rare): widen it and count again
+        if status < 0:
+            raise_for_status(status, seq_ids, x)
+        if status == decode_append.NO_ROOM:
+            return None
+        self._free.popped(from_free)
+        self.prefix.keys_changed(keys_delta)
+        self.prefix_evicted_blocks += evicted
+        pool_counts.appended(self.counts, rows.shape[0], copied_slots, grown)
+        return AppendResult(slots=slots, copies=copies[:num_copies])
 
     def _on_forked(self, parent_row: int, child_row: int) -> None:
         self._chains.fork(parent_row, child_row, self.tables.seqs.capacity_rows)
