@@ -62,13 +62,24 @@ def check_fast_against_plain(monkeypatch, strategy, block_size, kv_slots, fanout
                        **{fanout[0]: fanout[1]})
     fast = simulate_checked(cfg)
     with monkeypatch.context() as m:
-        m.setattr(Scheduler, "lean_decode_steps", False)
-        m.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
-        m.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
-        plain = simulate_checked(cfg)
+        plain = _plain_run(m, cfg)
+    _assert_same_tables(fast, plain)
+    assert summaries_equal(fast.summary, plain.summary)
+
+
+def _plain_run(monkeypatch, cfg, lean_steps: bool = False):
+    """`cfg` run with every append through the protocol's `can_append` + `append` (and, unless `lean_steps`,
+    every step through `schedule`'s general path)."""
+    if not lean_steps:
+        monkeypatch.setattr(Scheduler, "lean_decode_steps", False)
+    monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
+    monkeypatch.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
+    return simulate_checked(cfg)
+
+
+def _assert_same_tables(fast, plain) -> None:
     pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
     pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
-    assert summaries_equal(fast.summary, plain.summary)
 
 
 def test_decode_only_steps_copy_on_write(monkeypatch):
@@ -81,12 +92,7 @@ def test_decode_only_steps_copy_on_write(monkeypatch):
     monkeypatch.setattr(Scheduler, "_decode_only", lambda self: taken.append(1) or decode_only(self))
     fast = simulate_checked(cfg)
     assert taken and fast.steps["cow_copies"].sum() > 0
-    monkeypatch.setattr(Scheduler, "lean_decode_steps", False)
-    monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
-    monkeypatch.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
-    plain = simulate_checked(cfg)
-    pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
-    pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
+    _assert_same_tables(fast, _plain_run(monkeypatch, cfg))
 
 
 def test_prefix_cache_appends_in_one_call_under_eviction(monkeypatch):
@@ -105,9 +111,6 @@ def test_prefix_cache_appends_in_one_call_under_eviction(monkeypatch):
     monkeypatch.setattr(decode_append, "append_evicting", counted)
     fast = simulate_checked(cfg)
     assert sum(evicted) > 0, "no one-call append evicted: the case is not exercised"
-    monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
-    monkeypatch.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
-    plain = simulate_checked(cfg)
-    pd.testing.assert_frame_equal(fast.steps, plain.steps, check_exact=True)
-    pd.testing.assert_frame_equal(fast.requests, plain.requests, check_exact=True)
+    plain = _plain_run(monkeypatch, cfg, lean_steps=True)
+    _assert_same_tables(fast, plain)
     assert summaries_equal(fast.summary, plain.summary)
