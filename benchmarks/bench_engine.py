@@ -13,8 +13,9 @@
 3. With `--requests N` (repeatable), the scale rows instead: `paged` (or each `--strategy NAME`), Llama-3-8B on
    an H100, 40 GiB of KV, `sharegpt-like` at 40 req/s, `--kernel none` (for `paged` the compiled loop's plain
    case), N requests written
-   to a temporary `--out`: steps, mean batch, CPU seconds, CPU µs per simulated step and peak RSS, each
-   row in a fresh process (peak RSS is per process). `--baseline PATH` runs every row also with the package
+   to a temporary `--out`: steps, mean batch, CPU seconds of the run and CPU µs per simulated step, peak RSS,
+   and the CPU seconds of the whole process (imports and Numba's one-time set-up, which the run's figures
+   leave out, included), each row in a fresh process. `--baseline PATH` runs every row also with the package
    at PATH (another checkout), alternating, so before and after are measured side by side. `--set KEY=VALUE`
    and `--baseline-set
    KEY=VALUE` (repeatable) change a config field of this package's runs or the baseline's: a comparison
@@ -98,6 +99,8 @@ from pathlib import Path
 from workbench.config import RunConfig  # first, as in a user's run: the package picks Arrow's memory pool
 from workbench.engine.simulation import run
 import pyarrow.parquet as pq
+from numba import njit
+njit(lambda: 0)()  # Numba's one-time set-up (its first compile or cache load): start-up, like the imports
 if sys.argv[4] == "general":
     from workbench.engine.compiled_paged import eligible
     eligible.ENABLED = False  # every run takes the general loop
@@ -113,19 +116,22 @@ with tempfile.TemporaryDirectory() as tmp:
 import workbench
 if Path(workbench.__file__).resolve().parent.parent != Path(sys.argv[2]).resolve():
     sys.exit(f"imported {workbench.__file__}, not the package at {sys.argv[2]}")
-print(steps, batch, cpu_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(steps, batch, cpu_s, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime)
 """
 
 
-def scale_row(num_requests: int, package_root: Path, changes: dict, general: bool) -> tuple[int, float, float, int]:
-    """(steps, mean batch, CPU s, peak RSS bytes) of one scale run with the package at `package_root`, its
-    config fields changed by `changes`; `general`: with the compiled step loop switched off."""
+def scale_row(num_requests: int, package_root: Path, changes: dict,
+              general: bool) -> tuple[int, float, float, int, float]:
+    """(steps, mean batch, CPU s of the run, peak RSS bytes, CPU s of the whole process) of one scale run with
+    the package at `package_root`, its config fields changed by `changes`; `general`: with the compiled step
+    loop switched off."""
     env = {**os.environ, "PYTHONPATH": str(package_root)}
     with tempfile.TemporaryDirectory() as cwd:  # `python -c` puts the working directory first on sys.path
         out = subprocess.run([sys.executable, "-c", _SCALE_ROW, str(num_requests), str(package_root),
                               json.dumps(changes), "general" if general else "any"], env=env, cwd=cwd, check=True,
                              capture_output=True, text=True).stdout.split()
-    return int(out[0]), float(out[1]), float(out[2]), int(out[3])
+    return int(out[0]), float(out[1]), float(out[2]), int(out[3]), float(out[4])
 
 
 def scale_table(counts: list[int], strategies: list[str], baseline: Path | None, changes: dict,
@@ -138,17 +144,17 @@ def scale_table(counts: list[int], strategies: list[str], baseline: Path | None,
         if fields:
             print(f"{label}: " + ", ".join(f"{k}={v}" for k, v in fields.items()))
     print(f"{'strategy':<20} {'package':<9} {'requests':>9} {'steps':>9} {'batch':>6} {'cpu_s':>8} {'us/step':>8} "
-          f"{'peak RSS MB':>12} {'base/this':>9}")
+          f"{'peak RSS MB':>12} {'process_s':>9} {'base/this':>9}")
     for strategy in strategies:
         for n in counts:
             this_us = None
             for label, root, fields in roots:  # alternating: the same load on both
-                steps, batch, cpu_s, rss = scale_row(n, root, {"strategy": strategy, **fields}, general)
+                steps, batch, cpu_s, rss, process_s = scale_row(n, root, {"strategy": strategy, **fields}, general)
                 us = cpu_s / steps * 1e6
                 this_us = us if this_us is None else this_us
                 ratio = f"{us / this_us:>9.2f}" if label == "baseline" else ""
                 print(f"{strategy:<20} {label:<9} {n:>9,} {steps:>9,} {batch:>6.1f} {cpu_s:>8.1f} "
-                      f"{us:>8.1f} {rss / 1e6:>12.0f} {ratio}", flush=True)
+                      f"{us:>8.1f} {rss / 1e6:>12.0f} {process_s:>9.1f} {ratio}", flush=True)
 
 
 def config_changes(pairs: list[str] | None) -> dict:

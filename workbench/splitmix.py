@@ -3,7 +3,8 @@ package (and with it pandas), so the GPU path stays small."""
 
 from __future__ import annotations
 
-from numba import njit, uint64, vectorize
+import numpy as np
+from numba import njit, uint64
 
 
 @njit(cache=True)
@@ -16,9 +17,18 @@ def mix(x):
     return z ^ (z >> uint64(31))
 
 
-# a compiled ufunc: the engine calls it on a step's few blocks or sequences, where NumPy's per-operation
-# overhead (ten array operations and an error-state switch) would cost more than the hashing
-@vectorize([uint64(uint64)], cache=True)
 def mix64(x):
-    """splitmix64 finalizer over uint64 arrays or scalars (`mix` elementwise)."""
-    return mix(x)
+    """splitmix64 finalizer over a uint64 array of any shape (a new array) or one uint64 (a NumPy scalar):
+    `mix` elementwise. A compiled loop, not NumPy's ten array operations: the engine calls it on a step's
+    few blocks or sequences. Not a Numba ufunc either: loading one from the cache rebuilds its wrapper,
+    ~0.1 s in every process that imports it."""
+    x = np.asarray(x, dtype=np.uint64)
+    out = np.empty(x.shape, dtype=np.uint64)
+    _mix_into(x.reshape(-1), out.reshape(-1))
+    return out if out.ndim else out[()]
+
+
+@njit(cache=True)
+def _mix_into(x, out):
+    for i in range(x.shape[0]):
+        out[i] = mix(x[i])

@@ -1,4 +1,4 @@
-"""A segment's token ids: the compiled ufunc against splitmix64 written in NumPy, and pinned ids (integer
+"""A segment's token ids: the compiled loop against splitmix64 written in NumPy, and pinned ids (integer
 hashing is exact, and every prefix hit of every golden run depends on these ids)."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def test_compiled_tokens_equal_the_numpy_definition_elementwise_and_broadcast():
         assert np.array_equal(got, _numpy_tokens(keys, offsets))
         key = np.uint64(rng.integers(0, 2**63))  # one segment, many offsets
         assert np.array_equal(segment_token_ids(key, np.arange(n)), _numpy_tokens(key, np.arange(n)))
+        assert np.array_equal(token_ids_for(int(key), 5, 5 + n), _numpy_tokens(key, np.arange(5, 5 + n)))
     assert ((0 <= got) & (got < VOCAB_SIZE)).all()
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, overload
 
 import numpy as np
-from numba import int32, njit, uint64, vectorize
+from numba import int32, njit, uint64
 
 from workbench.splitmix import mix, mix64
 
@@ -85,32 +85,29 @@ def output_keys(request_ids: np.ndarray, samples: np.ndarray | int) -> np.ndarra
 
 
 def segment_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The token at `offsets[i]` of the segment keyed `keys[i]`, int32 [S] (keys and offsets broadcast).
-    The one definition of a segment's content: every other token-id function goes through it."""
+    """The token at `offsets[i]` of the segment keyed `keys[i]`, int32 [S] (keys and offsets broadcast):
+    `segment_token`, the one definition of a segment's content, elementwise."""
     keys, offsets = np.asarray(keys, dtype=np.uint64), np.asarray(offsets)
-    if keys.ndim == 1 and offsets.shape == keys.shape:  # a decode step's batch: a plain loop, no ufunc dispatch
+    if keys.ndim == 1 and offsets.shape == keys.shape:  # a decode step's batch
         tokens = np.empty(keys.shape[0], dtype=np.int32)
         _segment_tokens(keys, offsets, tokens)
         return tokens
-    return _segment_token(keys, offsets.astype(np.uint64))
+    shape = np.broadcast_shapes(keys.shape, offsets.shape)
+    tokens = np.empty(shape, dtype=np.int32)
+    _segment_tokens(np.broadcast_to(keys, shape).flatten(), np.broadcast_to(offsets, shape).flatten(),
+                    tokens.reshape(-1))
+    return tokens if tokens.ndim else tokens[()]
 
 
 @njit(cache=True)
 def segment_token(key, offset):
     """The token at `offset` (uint64) of the segment keyed `key` (uint64), arithmetic wrapping modulo 2^64:
-    the one statement of it, which the two array forms below apply."""
+    the one statement of it, which `segment_token_ids` and `token_ids_for` apply elementwise."""
     return int32(mix(offset ^ (key * uint64(0x100000001B3))) % uint64(VOCAB_SIZE))
 
 
-# a compiled ufunc for broadcast shapes (one key over a range of offsets); a decode step asks for every
-# sequence's next token, where NumPy's six array operations and an error-state switch would cost more
-@vectorize([int32(uint64, uint64)], cache=True)
-def _segment_token(key, offset):
-    return segment_token(key, offset)
-
-
-# the same over two arrays of one length, without a ufunc's dispatch (~1.5 µs a call, more than the hashing
-# of a decode step's batch)
+# a compiled loop, not a Numba ufunc: loading a ufunc from the cache rebuilds its wrapper (~0.1 s in every
+# process), and a decode step's call would pay its dispatch (~1.5 µs, more than the hashing of the batch)
 @njit(cache=True)
 def _segment_tokens(keys, offsets, tokens):
     for i in range(keys.shape[0]):
@@ -119,11 +116,21 @@ def _segment_tokens(keys, offsets, tokens):
 
 def token_ids_for(key: int, start: int, stop: int) -> np.ndarray:
     """Token ids at offsets [start, stop) of the segment with this key, int32."""
-    return segment_token_ids(np.uint64(key & 0xFFFFFFFFFFFFFFFF), np.arange(start, stop, dtype=np.uint64))
+    tokens = np.empty(max(stop - start, 0), dtype=np.int32)
+    _segment_run(np.uint64(key & 0xFFFFFFFFFFFFFFFF), np.uint64(start), tokens)
+    return tokens
+
+
+@njit(cache=True)
+def _segment_run(key, start, tokens):
+    for i in range(tokens.shape[0]):
+        tokens[i] = segment_token(key, start + uint64(i))
 
 
 def content_token_ids(content: tuple[Segment, ...]) -> np.ndarray:
     """Concatenated token ids of a content tuple, int32 [sum of lengths]."""
+    if len(content) == 1:  # most prompts: no list to concatenate
+        return token_ids_for(content[0].key, 0, content[0].length)
     if not content:
         return np.zeros(0, dtype=np.int32)
     return np.concatenate([token_ids_for(s.key, 0, s.length) for s in content])
