@@ -12,8 +12,8 @@ import pytest
 from tests.allocators.alloc_model import PoolModel
 from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
-from workbench.allocators.prefix.keys import CHAIN_BASE, block_keys, chain_keys, position_salt, tail_term_sum
-from workbench.allocators.prefix.loops import append_terms
+from workbench.allocators.prefix.keys import CHAIN_BASE, block_keys, chain_keys, position_salt
+from workbench.allocators.prefix.loops import append_terms, start_rows
 from workbench.workload.request import mix64
 
 PREFIX_STRATEGIES = [reg.name for reg in registry.registrations() if reg.prefix_cache]
@@ -148,7 +148,10 @@ def test_block_keys_grown_token_by_token_equal_block_keys():
             parents.append(int(filled_parents[0]))
     assert grown == block_keys(ids, 16).tolist()
     assert parents == [0] + grown[:-1]  # each filled block's parent is the block before it
-    assert int(term_sum[0]) == int(tail_term_sum(ids, 16))
+    # a sequence admitted with these tokens starts where the token-by-token growth ended
+    started_key, started_sum, known = np.zeros(2, np.uint64), np.zeros(2, np.uint64), np.zeros(2, bool)
+    start_rows(np.array([1]), ids, position_salt(16), block_keys(ids, 16)[-1], started_key, started_sum, known)
+    assert started_key[1] == chain_key[0] and started_sum[1] == term_sum[0] and known.tolist() == [False, True]
     # a row whose tokens are not all known keeps its chain but reports no filled block
     lengths[0], unknown_key, unknown_sum = 0, np.zeros(1, np.uint64), np.zeros(1, np.uint64)
     for token in ids.tolist():

@@ -20,10 +20,9 @@ from workbench.allocators.prefix.keys import (
     block_keys,
     chain_keys,
     position_salt,
-    tail_term_sum,
     token_terms,
 )
-from workbench.allocators.prefix.loops import append_terms
+from workbench.allocators.prefix.loops import append_terms, start_rows
 
 
 class SeqChains:
@@ -41,9 +40,8 @@ class SeqChains:
     def start(self, rows: np.ndarray, token_ids: np.ndarray, keys: np.ndarray, capacity_rows: int) -> None:
         """Mutates. These rows now hold `token_ids` (int32 [n], whose full blocks' keys are `keys`)."""
         self._fit(capacity_rows)
-        self._chain_key[rows] = keys[-1] if keys.shape[0] else 0
-        self._tail_sum[rows] = tail_term_sum(token_ids, self.block_size)
-        self._known[rows] = True
+        last_key = keys[-1] if keys.shape[0] else np.uint64(0)
+        start_rows(rows, token_ids, self._salt, last_key, self._chain_key, self._tail_sum, self._known)
 
     def fork(self, parent: int, child: int, capacity_rows: int) -> None:
         """Mutates. The child row continues the parent row's chain (same tokens)."""

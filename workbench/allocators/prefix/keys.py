@@ -66,9 +66,3 @@ def chain_keys(parent_key: np.uint64, term_sums: np.ndarray) -> np.ndarray:
     powers, powers_inv = _power_tables(n + 1)
     return powers[1:] * parent_key + powers[:n] * np.cumsum(mix64(term_sums) * powers_inv[:n], dtype=np.uint64)
 
-
-def tail_term_sum(token_ids: np.ndarray, block_size: int) -> np.uint64:
-    """Sum of the terms of the tokens after the last full block of `token_ids` (0 if none)."""
-    tail = token_ids[token_ids.shape[0] // block_size * block_size:]
-    return token_terms(tail, np.arange(tail.shape[0]), block_size).sum(dtype=np.uint64)
-

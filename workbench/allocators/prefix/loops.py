@@ -54,3 +54,18 @@ def prompt_keys(token_ids, salt, base, keys):
             term_sum += mix(np.uint64(token_ids[b * block_size + j]) ^ salt[j])
         key = key * base + mix(term_sum)
         keys[b] = key
+
+
+@njit(cache=True)
+def start_rows(rows, token_ids, salt, last_key, chain_key, tail_sum, known):
+    """Mutates `chain_key`, `tail_sum`, `known` [capacity_rows] at `rows` (int64 [n]), which now hold
+    `token_ids` (int [t]) whose last full block is keyed `last_key` (uint64; 0: none): the term sum of
+    the tokens after that block, the same terms `append_terms` adds one at a time."""
+    block_size = salt.shape[0]
+    term_sum = np.uint64(0)
+    for i in range(token_ids.shape[0] // block_size * block_size, token_ids.shape[0]):
+        term_sum += mix(np.uint64(token_ids[i]) ^ salt[i % block_size])
+    for r in rows:
+        chain_key[r] = last_key
+        tail_sum[r] = term_sum
+        known[r] = True
