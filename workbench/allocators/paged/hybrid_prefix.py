@@ -23,7 +23,7 @@ every group).
 from __future__ import annotations
 
 import numpy as np
-from numba import uint64, vectorize
+from numba import njit, uint64
 
 from workbench.allocators.paged.hybrid_tables import GroupTables
 from workbench.allocators.prefix.chains import SeqChains
@@ -50,7 +50,9 @@ class HybridPrefixCache:
 
     def salted(self, keys: np.ndarray, group: int) -> np.ndarray:
         """Group `group`'s keys for chain keys `keys` (uint64 [k]); 0 (no parent) stays 0. Pure."""
-        return _salted(keys, self._salt[group])
+        salted = np.empty(keys.shape[0], dtype=np.uint64)
+        _salt_into(np.asarray(keys, dtype=np.uint64), self._salt[group], salted)
+        return salted
 
     # -- lookup ------------------------------------------------------------------------------------
 
@@ -228,8 +230,10 @@ class HybridPrefixCache:
                 f"entry {entry.tolist()}: units held unevenly"
 
 
-# one compiled ufunc: every decode step salts the filled blocks' keys and parents for each group
-@vectorize([uint64(uint64, uint64)], cache=True)
-def _salted(key, salt):
-    """A group's key for chain key `key`: splitmix64 of it xor the group's salt; 0 (no parent) stays 0."""
-    return uint64(0) if key == 0 else mix(key ^ salt)
+# one compiled loop (not a Numba ufunc, whose wrapper is rebuilt in every process that loads it from the cache):
+# every decode step salts the filled blocks' keys and parents for each group
+@njit(cache=True)
+def _salt_into(keys, salt, salted):
+    """A group's key for chain key `keys[i]`: splitmix64 of it xor the group's salt; 0 (no parent) stays 0."""
+    for i in range(keys.shape[0]):
+        salted[i] = uint64(0) if keys[i] == 0 else mix(keys[i] ^ salt)
