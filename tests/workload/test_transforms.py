@@ -11,8 +11,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from workbench.config import RunConfig
+from workbench.splitmix import mix64
 from workbench.workload import Segment, build_workload, output_key
-from workbench.workload.request import Request, mix64, output_keys
+from workbench.workload.request import Request, output_keys
 from workbench.workload.table import OutputRef, RequestTable, finalize
 
 arrivals = st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1, max_size=60)

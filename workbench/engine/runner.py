@@ -21,7 +21,7 @@ from workbench.engine.latent import reference_decode as latent_reference
 from workbench.engine.plan import SeqWrite, StepPlan
 from workbench.engine.tokens import TokenStore
 from workbench.kernels import mla, reference
-from workbench.workload.request import mix64
+from workbench.splitmix import mix64
 
 # sequences checked at a verification step, chosen by a draw seeded with (seed, step): the reference
 # rebuilds each one's K/V from scratch, so checking a whole large batch would dwarf the kernel

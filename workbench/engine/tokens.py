@@ -14,7 +14,7 @@ import numpy as np
 
 from workbench.allocators.base import Strategy
 from workbench.engine import rules
-from workbench.workload.request import Request, output_keys, segment_token_ids
+from workbench.workload.request import Request, output_key_of, segment_token_ids
 
 
 class TokenStore:
@@ -101,15 +101,12 @@ class TokenStore:
         return np.concatenate([prompt, self.generated(np.full(length - p, seq_id), offsets)])
 
     def _compute_keys(self) -> None:
-        """Mutates. Keys of every sequence added since the last call, one vectorized pass (a step adds a
-        few: the columns are gathered as lists, cheaper than an array per request)."""
-        request_ids, samples, seq_ids = [], [], []
-        for rid, ids in self._unkeyed.items():
-            request_ids += [rid] * len(ids)
-            samples += range(len(ids))
-            seq_ids += ids
-        self._fit(max(seq_ids))
-        self._key[seq_ids] = output_keys(np.array(request_ids, dtype=np.int64), np.array(samples, dtype=np.int64))
+        """Mutates. Keys of every sequence added since the last call (a step adds a few: one compiled scalar
+        call each, cheaper than gathering them into arrays)."""
+        for request_id, seq_ids in self._unkeyed.items():
+            self._fit(max(seq_ids))
+            for sample, seq_id in enumerate(seq_ids):
+                self._key[seq_id] = output_key_of(request_id, sample)
         self._unkeyed.clear()
 
     def _fit(self, seq_id: int) -> None:

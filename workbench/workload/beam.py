@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.workload.request import VOCAB_SIZE, Request, mix64
+from workbench.splitmix import mix64
+from workbench.workload.request import VOCAB_SIZE, Request
 
 
 @dataclass(frozen=True)

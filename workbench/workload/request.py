@@ -15,7 +15,7 @@ from typing import NamedTuple, overload
 import numpy as np
 from numba import int32, njit, uint64
 
-from workbench.splitmix import mix, mix64
+from workbench.splitmix import mix
 
 VOCAB_SIZE = 50_272  # OPT's vocabulary; token ids lie in [0, VOCAB_SIZE)
 
@@ -74,14 +74,29 @@ class Request:
 
 def output_key(request_id: int, sample: int) -> int:
     """Segment key for the generated tokens of one sample of one request."""
-    return int(output_keys(np.array([request_id]), sample)[0])
+    return int(output_key_of(request_id, sample))
+
+
+@njit(cache=True)
+def output_key_of(request_id, sample):
+    """`output_key` for compiled and scalar callers (any integers, taken as uint64): the one statement of it,
+    which `output_keys` applies elementwise."""
+    return mix((uint64(request_id) << uint64(20)) ^ uint64(sample) ^ uint64(1 << 62)) >> uint64(1)
 
 
 def output_keys(request_ids: np.ndarray, samples: np.ndarray | int) -> np.ndarray:
     """`output_key` vectorized: uint64 keys of (request id, sample) pairs, the two arguments broadcast."""
-    ids = np.asarray(request_ids, dtype=np.uint64)
-    tags = np.asarray(samples, dtype=np.uint64) ^ np.uint64(1 << 62)
-    return mix64((ids << np.uint64(20)) ^ tags) >> np.uint64(1)
+    ids, tags = np.asarray(request_ids, dtype=np.uint64), np.asarray(samples, dtype=np.uint64)
+    shape = np.broadcast_shapes(ids.shape, tags.shape)
+    keys = np.empty(shape, dtype=np.uint64)
+    _output_keys(np.broadcast_to(ids, shape).flatten(), np.broadcast_to(tags, shape).flatten(), keys.reshape(-1))
+    return keys
+
+
+@njit(cache=True)
+def _output_keys(request_ids, samples, keys):
+    for i in range(keys.shape[0]):
+        keys[i] = output_key_of(request_ids[i], samples[i])
 
 
 def segment_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:

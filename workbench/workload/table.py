@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.workload.request import RequestColumns, Segment, mix64, output_keys
+from workbench.splitmix import mix64
+from workbench.workload.request import RequestColumns, Segment, output_keys
 
 
 @dataclass(frozen=True, slots=True)

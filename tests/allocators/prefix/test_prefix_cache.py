@@ -14,7 +14,7 @@ from workbench.allocators import registry
 from workbench.allocators.base import SeqSpec
 from workbench.allocators.prefix.keys import CHAIN_BASE, block_keys, chain_keys, position_salt
 from workbench.allocators.prefix.loops import append_terms, start_rows
-from workbench.workload.request import mix64
+from workbench.splitmix import mix64
 
 PREFIX_STRATEGIES = [reg.name for reg in registry.registrations() if reg.prefix_cache]
 every_prefix_strategy = pytest.mark.parametrize("name", PREFIX_STRATEGIES)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.prefix.loops import prompt_keys
-from workbench.workload.request import mix64
+from workbench.splitmix import mix64
 
 _BASE = 0x9E3779B97F4A7C15 | 1  # odd, so it is invertible mod 2^64
 _BASE_INV = pow(_BASE, -1, 2**64)
