@@ -111,7 +111,7 @@ class RadixPrefixIndex:
         tree answers "is this key cached" without a table of every key."""
         if blocks.shape[0] == 0:
             return
-        self._fit(int(max(blocks.max(), parent_blocks.max())) + 1)  # a parent block may lie past every block here
+        self._fit(max(id_bound(blocks), id_bound(parent_blocks)))  # a parent block may lie past every block here
         if blocks.shape[0] > 1 and np.array_equal(parent_keys[1:], keys[:-1]) and \
                 np.array_equal(parent_blocks[1:], blocks[:-1]):
             self._insert_chain(parent_keys, keys, blocks, parent_blocks)
@@ -324,8 +324,11 @@ class RadixPrefixIndex:
             run = node.blocks[max(node.locked, node.n - left):node.n][::-1]  # its evictable tail, tail first
             nxt = self._top_priority()
             # the tail is the smallest; the blocks above it follow while they precede the next leaf
-            taken = run.shape[0] if nxt is None else int(np.argmin(np.append(
-                self._stats.precede(run[1:], nxt), False))) + 1
+            if nxt is None:
+                taken = run.shape[0]
+            else:  # up to the first block above the tail that does not precede the next leaf
+                precedes = self._stats.precede(run[1:], nxt)
+                taken = 1 + (precedes.shape[0] if precedes.all() else int(precedes.argmin()))
             blocks.append(run[:taken])
             keys.append(node.keys[node.n - taken:node.n][::-1])
             self._unregister(node, taken)
