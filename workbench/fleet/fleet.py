@@ -84,17 +84,20 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
     placed = np.full(len(requests), -1, dtype=np.int64)
     imbalance: list[float] = []
     nxt = 0
+    # the next request to route, read once (a columns workload builds a `Request` at each read)
+    upcoming = requests[0] if len(requests) else None
     with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
         while True:
             step_at, who = min(((t, k) for k, m in enumerate(members) if (t := m.replica.next_event_s()) is not None),
                                default=(None, -1))
-            if nxt < len(requests) and (step_at is None or requests[nxt].arrival_s <= step_at):
-                chosen = router.choose(requests[nxt], members)
-                members[chosen].scheduler.add_request(requests[nxt])
+            if upcoming is not None and (step_at is None or upcoming.arrival_s <= step_at):
+                chosen = router.choose(upcoming, members)
+                members[chosen].scheduler.add_request(upcoming)
                 placed[nxt] = chosen
                 loads = [m.outstanding() for m in members]
                 imbalance.append(max(loads) / (sum(loads) / len(loads)))
                 nxt += 1
+                upcoming = requests[nxt] if nxt < len(requests) else None
             elif step_at is None:
                 break
             else:
