@@ -86,11 +86,8 @@ def output_key_of(request_id, sample):
 
 def output_keys(request_ids: np.ndarray, samples: np.ndarray | int) -> np.ndarray:
     """`output_key` vectorized: uint64 keys of (request id, sample) pairs, the two arguments broadcast."""
-    ids, tags = np.asarray(request_ids, dtype=np.uint64), np.asarray(samples, dtype=np.uint64)
-    shape = np.broadcast_shapes(ids.shape, tags.shape)
-    keys = np.empty(shape, dtype=np.uint64)
-    _output_keys(np.broadcast_to(ids, shape).flatten(), np.broadcast_to(tags, shape).flatten(), keys.reshape(-1))
-    return keys
+    return _broadcast_into(_output_keys, np.uint64, np.asarray(request_ids, dtype=np.uint64),
+                           np.asarray(samples, dtype=np.uint64))
 
 
 @njit(cache=True)
@@ -107,11 +104,16 @@ def segment_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         tokens = np.empty(keys.shape[0], dtype=np.int32)
         _segment_tokens(keys, offsets, tokens)
         return tokens
-    shape = np.broadcast_shapes(keys.shape, offsets.shape)
-    tokens = np.empty(shape, dtype=np.int32)
-    _segment_tokens(np.broadcast_to(keys, shape).flatten(), np.broadcast_to(offsets, shape).flatten(),
-                    tokens.reshape(-1))
-    return tokens if tokens.ndim else tokens[()]
+    return _broadcast_into(_segment_tokens, np.int32, keys, offsets)
+
+
+def _broadcast_into(loop, dtype, a: np.ndarray, b: np.ndarray):
+    """`loop(a, b, out)` (a compiled elementwise loop over three 1-D arrays) with `a` and `b` broadcast: a new
+    array of their broadcast shape, or a NumPy scalar when both are scalars."""
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    out = np.empty(shape, dtype=dtype)
+    loop(np.broadcast_to(a, shape).flatten(), np.broadcast_to(b, shape).flatten(), out.reshape(-1))
+    return out if out.ndim else out[()]
 
 
 @njit(cache=True)

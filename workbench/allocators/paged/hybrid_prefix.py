@@ -50,8 +50,9 @@ class HybridPrefixCache:
 
     def salted(self, keys: np.ndarray, group: int) -> np.ndarray:
         """Group `group`'s keys for chain keys `keys` (uint64 [k]); 0 (no parent) stays 0. Pure."""
+        keys = np.asarray(keys, dtype=np.uint64)
         salted = np.empty(keys.shape[0], dtype=np.uint64)
-        _salt_into(np.asarray(keys, dtype=np.uint64), self._salt[group], salted)
+        _salt_into(keys, self._salt[group], salted)
         return salted
 
     # -- lookup ------------------------------------------------------------------------------------

@@ -23,6 +23,10 @@ from numba import njit
 from workbench.allocators.batch_check import check_batch
 from workbench.allocators.paged.block_stack import pop_blocks
 
+# statuses of a compiled decode append (`decode_append`, `prefix.decode_append`); a negative one is
+# `batch_check`'s error
+APPENDED, NO_ROOM, WIDEN = 0, 1, 2
+
 
 @njit(cache=True)
 def count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size, scratch, row_mark):
@@ -171,21 +175,21 @@ def decode_append(rows, length, final_len, num_blocks, swapped, last_block, tabl
                   row_mark, free_ids, free_size, slots, copies):
     """A decode step's append in one call: `count_append`, then, when the free stack (`free_ids[:free_size]`,
     top last) holds the blocks and the table is wide enough, `apply_append` with them in the stack's pop
-    order. Returns (status, x, y, z, grown): status < 0: `check_batch`'s error, x the offending index; 1: x
-    blocks needed, fewer free; 2: the table needs x columns (nothing changed in those three); 0: appended,
-    taking x blocks, making y copies of z slots in all, the tables `grown` entries longer."""
+    order. Returns (status, x, y, z, grown): status < 0: `check_batch`'s error, x the offending index; NO_ROOM:
+    x blocks needed, fewer free; WIDEN: the table needs x columns (nothing changed in those three); APPENDED:
+    appended, taking x blocks, making y copies of z slots in all, the tables `grown` entries longer."""
     num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size,
                                    scratch, row_mark)
     if num_new < 0:
         return num_new, widest, 0, 0, 0
     if num_new > free_size:
-        return 1, num_new, 0, 0, 0
+        return NO_ROOM, num_new, 0, 0, 0
     if widest > table.shape[1]:
-        return 2, widest, 0, 0, 0
+        return WIDEN, widest, 0, 0, 0
     popped = pop_blocks(free_ids, free_size, num_new)
     num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, last_block, table, refcount, block_size,
                                                    popped, slots, copies)
-    return 0, num_new, num_copies, copied_slots, grown
+    return APPENDED, num_new, num_copies, copied_slots, grown
 
 
 @njit(cache=True)

@@ -137,35 +137,36 @@ class BlockTables:
     def append_from(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray, stack: BlockStack):
         """`count_append` and `apply_append` with blocks popped from `stack`, in one compiled call. Returns None,
         changing nothing, when the stack holds too few blocks; else what `apply_append` returns."""
-        seqs = self.seqs
-        c = seqs.columns
         slots = np.empty(rows.shape[0], dtype=np.int64)
         copies = np.empty((rows.shape[0], 2), dtype=np.int32)  # a sequence takes at most one block
-        while True:
+
+        def append(length, final_len, num_blocks, swapped, last_block, table, scratch, mark):
             free_ids, free_size = stack.compiled_view()
-            status, x, num_copies, copied_slots, grown = loops.decode_append(
-                rows, c["length"], c["final_len"], c["num_blocks"], c["swapped"], c["last_block"], self._table,
-                refcount, self.block_size, self._scratch, c["mark"], free_ids, free_size, slots, copies)
-            if status != 2:
-                break
-            self._fit(x)  # a row's table outgrows the array (rare): widen it and count again
-        if status < 0:
-            raise_for_status(status, seq_ids, x)
-        if status == 1:
+            return loops.decode_append(rows, length, final_len, num_blocks, swapped, last_block, table, refcount,
+                                       self.block_size, scratch, mark, free_ids, free_size, slots, copies)
+
+        done = self.append_compiled(seq_ids, append)
+        if done is None:
             return None
-        stack.popped(x)
+        taken, num_copies, copied_slots, grown = done
+        stack.popped(taken)
         return slots, copies[:num_copies], copied_slots, grown
 
-    def compiled_view(self) -> tuple[np.ndarray, ...]:
-        """(length, final_len, num_blocks, swapped, last_block, table, scratch, mark): the arrays a compiled
-        decode append takes (`decode_append`'s order), changed in place; valid until the next `widen` or add."""
+    def append_compiled(self, seq_ids: list[int], append):
+        """Runs a compiled decode append over these tables: `append(length, final_len, num_blocks, swapped,
+        last_block, table, scratch, mark)` returns (status, x, ...) with `loops.decode_append`'s statuses. While
+        it asks to WIDEN (changing nothing), the tables are widened to x columns (rare) and it is called again;
+        an error status raises. Returns None for NO_ROOM, else what follows the status."""
         c = self.seqs.columns
-        return (c["length"], c["final_len"], c["num_blocks"], c["swapped"], c["last_block"], self._table,
-                self._scratch, c["mark"])
-
-    def widen(self, num_cols: int) -> None:
-        """Mutates. Room for tables of `num_cols` entries."""
-        self._fit(num_cols)
+        while True:
+            result = append(c["length"], c["final_len"], c["num_blocks"], c["swapped"], c["last_block"], self._table,
+                            self._scratch, c["mark"])
+            if result[0] != loops.WIDEN:
+                break
+            self._fit(result[1])
+        if result[0] < 0:
+            raise_for_status(result[0], seq_ids, result[1])
+        return None if result[0] == loops.NO_ROOM else result[1:]
 
     def release_row(self, row: int, refcount: np.ndarray) -> tuple[np.ndarray, int]:
         """Mutates refcount: the row lets go of its blocks. Returns the blocks that reached refcount 0

@@ -5,7 +5,8 @@ blocks (`paged.loops.count_append`), take them (the free stack first, then the l
 blocks, whose keys leave the table), write the batch (`paged.loops.apply_append`), advance each sequence's
 chain (`prefix.loops.append_terms`) and register the blocks it filled (`prefix.key_table.insert`). Here the
 same functions run in that order inside one call, for the case whose every step is one of them: the hash
-index under LRU eviction, with neither a host or shared tier nor recurrent state (`one_call_eligible`). Any
+index under LRU eviction, with neither a host or shared tier nor recurrent state (`PrefixCacheStrategy`'s
+`_one_call_append`). Any
 other case keeps the step-by-step path.
 """
 
@@ -15,12 +16,9 @@ import numpy as np
 from numba import njit
 
 from workbench.allocators.paged.block_stack import pop_blocks
-from workbench.allocators.paged.loops import apply_append, count_append, last_two_blocks
+from workbench.allocators.paged.loops import APPENDED, NO_ROOM, WIDEN, apply_append, count_append, last_two_blocks
 from workbench.allocators.prefix import key_table, lru_list
 from workbench.allocators.prefix.loops import append_terms
-
-# statuses of `append_evicting` (a negative one is `batch_check`'s error)
-APPENDED, NO_ROOM, WIDEN = 0, 1, 2
 
 
 @njit(cache=True)

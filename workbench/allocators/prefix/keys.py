@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.prefix.loops import prompt_keys
+from workbench.allocators.prefix.loops import prompt_keys, token_terms_into
 from workbench.splitmix import mix64
 
 _BASE = 0x9E3779B97F4A7C15 | 1  # odd, so it is invertible mod 2^64
@@ -45,10 +45,11 @@ def position_salt(block_size: int) -> np.ndarray:
 
 
 def token_terms(token_ids: np.ndarray, offsets: np.ndarray, block_size: int) -> np.ndarray:
-    """Hash terms of tokens at these offsets inside their blocks, uint64 [n] for int [n] each. A
-    block's content hash is `mix64` of the (wrapping) sum of its tokens' terms: distinct (offset, token)
-    pairs get independent strong hashes, so the sum is equal only for equal blocks."""
-    return mix64(token_ids.astype(np.uint64) ^ position_salt(block_size)[offsets])
+    """Hash terms of tokens at these offsets inside their blocks, uint64 [n] for int [n] each
+    (`loops.token_term`)."""
+    terms = np.empty(token_ids.shape[0], dtype=np.uint64)
+    token_terms_into(token_ids, offsets, position_salt(block_size), terms)
+    return terms
 
 
 def block_keys(token_ids: np.ndarray, block_size: int) -> np.ndarray:

@@ -14,6 +14,28 @@ from workbench.splitmix import mix
 
 
 @njit(cache=True)
+def token_term(token, salt):
+    """The hash term of `token` (any integer) at the block offset whose position salt is `salt` (uint64): the
+    one statement of it. A block's content hash is `mix` of the (wrapping) sum of its tokens' terms: distinct
+    (offset, token) pairs get independent strong hashes, so the sum is equal only for equal blocks."""
+    return mix(np.uint64(token) ^ salt)
+
+
+@njit(cache=True)
+def next_key(parent, term_sum, base):
+    """The chain key of a block whose predecessor is keyed `parent` (0: none) and whose tokens' terms sum to
+    `term_sum`, all uint64: the one statement of it (`keys.chain_keys` unrolls it over a run of blocks)."""
+    return parent * base + mix(term_sum)
+
+
+@njit(cache=True)
+def token_terms_into(token_ids, offsets, salt, terms):
+    """Writes into `terms` (uint64 [n]) the terms of `token_ids` at block offsets `offsets` (int [n] each)."""
+    for i in range(token_ids.shape[0]):
+        terms[i] = token_term(token_ids[i], salt[offsets[i]])
+
+
+@njit(cache=True)
 def append_terms(rows, lengths, token_ids, salt, base, chain_key, tail_sum, known, filled_rows, filled_parents,
                  filled_keys):
     """Mutates `chain_key`, `tail_sum` [capacity_rows] and the outputs. Each row of `rows` (int64
@@ -26,10 +48,10 @@ def append_terms(rows, lengths, token_ids, salt, base, chain_key, tail_sum, know
     for i in range(rows.shape[0]):
         r = rows[i]
         offset = (lengths[r] - 1) % block_size
-        term_sum = tail_sum[r] + mix(np.uint64(token_ids[i]) ^ salt[offset])
+        term_sum = tail_sum[r] + token_term(token_ids[i], salt[offset])
         if offset == block_size - 1:
             parent = chain_key[r]
-            key = parent * base + mix(term_sum)
+            key = next_key(parent, term_sum, base)
             chain_key[r] = key
             tail_sum[r] = np.uint64(0)
             if known[r]:
@@ -51,8 +73,8 @@ def prompt_keys(token_ids, salt, base, keys):
     for b in range(keys.shape[0]):
         term_sum = np.uint64(0)
         for j in range(block_size):
-            term_sum += mix(np.uint64(token_ids[b * block_size + j]) ^ salt[j])
-        key = key * base + mix(term_sum)
+            term_sum += token_term(token_ids[b * block_size + j], salt[j])
+        key = next_key(key, term_sum, base)
         keys[b] = key
 
 
@@ -64,7 +86,7 @@ def start_rows(rows, token_ids, salt, last_key, chain_key, tail_sum, known):
     block_size = salt.shape[0]
     term_sum = np.uint64(0)
     for i in range(token_ids.shape[0] // block_size * block_size, token_ids.shape[0]):
-        term_sum += mix(np.uint64(token_ids[i]) ^ salt[i % block_size])
+        term_sum += token_term(token_ids[i], salt[i % block_size])
     for r in rows:
         chain_key[r] = last_key
         tail_sum[r] = term_sum

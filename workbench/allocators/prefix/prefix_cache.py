@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from workbench.allocators.base import NO_EFFECTS, AppendResult, PrefixMatch, SeqSpec, StepEffects
-from workbench.allocators.batch_check import raise_for_status
 from workbench.allocators.paged import pool_counts
 from workbench.allocators.paged.strategy import PagedStrategy
 from workbench.allocators.prefix import decode_append
@@ -256,21 +255,18 @@ class PrefixCacheStrategy(PagedStrategy):
         salt, chain_key, tail_sum, known = self._chains.compiled_view()
         slots = np.empty(rows.shape[0], dtype=np.int64)
         copies = np.empty((rows.shape[0], 2), dtype=np.int32)  # a sequence takes at most one block
-        while True:
-            length, final_len, num_blocks, swapped, last_block, table, scratch, mark = self.tables.compiled_view()
+
+        def append(length, final_len, num_blocks, swapped, last_block, table, scratch, mark):
             free_ids, free_size = self._free.compiled_view()
-            status, x, from_free, evicted, num_copies, copied_slots, grown, keys_delta = \
-                decode_append.append_evicting(rows, token_ids, length, final_len, num_blocks, swapped, last_block,
-                                              table, self._refcount, self.block_size, scratch, mark, free_ids,
-                                              free_size, *lru, slot_key, slot_block, next_copy, registered, key_of,
-                                              salt, CHAIN_BASE, chain_key, tail_sum, known, slots, copies)
-            if status != decode_append.WIDEN:
-                break
-            self.tables.widen(x)  # a row's table outgrows the array (rare): widen it and count again
-        if status < 0:
-            raise_for_status(status, seq_ids, x)
-        if status == decode_append.NO_ROOM:
+            return decode_append.append_evicting(rows, token_ids, length, final_len, num_blocks, swapped, last_block,
+                                                 table, self._refcount, self.block_size, scratch, mark, free_ids,
+                                                 free_size, *lru, slot_key, slot_block, next_copy, registered, key_of,
+                                                 salt, CHAIN_BASE, chain_key, tail_sum, known, slots, copies)
+
+        done = self.tables.append_compiled(seq_ids, append)
+        if done is None:
             return None
+        _, from_free, evicted, num_copies, copied_slots, grown, keys_delta = done
         self._free.popped(from_free)
         self.prefix.keys_changed(keys_delta)
         self.prefix_evicted_blocks += evicted

@@ -225,11 +225,11 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
         status, x, _, copied_slots, grown = loops.decode_append(
             rows, length, final_len, num_blocks, swapped, last_block, table, refcount, C[BLOCK_SIZE], scratch, mark,
             free_ids, S[FREE_TOP], slots, copies)
-        if status == 0:
+        if status == loops.APPENDED:
             S[FREE_TOP] -= x
             pool_counts.appended(counts, rows.shape[0], copied_slots, grown)
             return -1
-        if status == 2:
+        if status == loops.WIDEN:
             S[NEED_COLS] = x
             return WIDEN
         victim = batch[rules.victim(row_req[rows])]
