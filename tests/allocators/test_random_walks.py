@@ -18,53 +18,17 @@ is the longest cached prefix with a checkpoint where it ends.
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-
 import numpy as np
 import pytest
 from alloc_model import PoolModel, reference_free_runs
-from hybrid_model import HybridPoolModel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from walk_ops import append_or_refuse, continuation, pool_sizes, shared_prompt, walk_configs
 
 from workbench.allocators import registry
 from workbench.allocators.prefix.keys import block_keys
 from workbench.allocators.state.book import StateSpec
 from workbench.allocators.state.policies import POLICIES
-from workbench.config import RunConfig
-from workbench.presets import MODELS
-
-BLOCK_SIZES = (1, 3, 16, 256)  # paged kernel mode; contiguous strategies have one slot per block
-
-
-
-def _append_or_refuse(s, model, batch: list[int], rng) -> bool:
-    """Append one token to each of `batch` when the pool can (half of the time through `append_if_room`,
-    the scheduler's one call); otherwise show that the refused append raises, that `append_if_room` says
-    None, and that both leave the pool as it was. True when appended."""
-    if s.can_append(batch):
-        model.append(batch, rng, if_room=bool(rng.integers(2)))
-        return True
-    before = s.snapshot()
-    with pytest.raises(RuntimeError):
-        s.append(batch)
-    assert s.snapshot() == before, "a failed append changed the pool"
-    assert s.append_if_room(batch) is None and s.snapshot() == before, "a refused append_if_room changed the pool"
-    return False
-
-def walk_configs(reg: registry.Registration) -> list[tuple[int, dict]]:
-    """(block size, options) to walk for a registration: every block size if it is block-sized, and
-    every combination of its declared options' choices (an unrestricted option takes the values its
-    field names under `walk`, else keeps its default)."""
-    block_sizes = BLOCK_SIZES if reg.block_sized else (1,)
-    choices = [registry.option_choices(o) or _WALK_VALUES.get(o) or (registry.option_default(o),)
-               for o in reg.options]
-    return [(bs, dict(zip(reg.options, combo, strict=True))) for bs in block_sizes
-            for combo in itertools.product(*choices)]
-
-
-_WALK_VALUES = {f.name: f.metadata["walk"] for f in dataclasses.fields(RunConfig) if "walk" in f.metadata}
 
 
 def _quick_configs(reg: registry.Registration) -> list:
@@ -81,29 +45,6 @@ def _quick_configs(reg: registry.Registration) -> list:
 
 
 CONFIGS = [param for reg in registry.registrations() for param in _quick_configs(reg)]
-
-
-def _sizes(block_size: int) -> tuple[int, int]:
-    """(capacity_slots, max_model_len) giving real pressure at this block size."""
-    if block_size == 256:
-        return 256 * 14 + 100, 900
-    return 700, 120
-
-
-def _prompt(rng: np.random.Generator, prefixes: list[np.ndarray], max_len: int) -> np.ndarray:
-    """Prompts often start with one of a few shared prefixes, so prefix hits happen."""
-    length = int(rng.integers(1, max_len + 1))
-    if rng.random() < 0.6:
-        prefix = prefixes[int(rng.integers(len(prefixes)))][:length]
-        return np.concatenate([prefix, rng.integers(0, 1000, length - prefix.shape[0])])
-    return rng.integers(0, 1000, length)
-
-
-def _continuation(rng: np.random.Generator, tokens: np.ndarray, max_len: int) -> np.ndarray:
-    """A prompt that repeats a leading part of `tokens` (often all of it) and goes on with new tokens."""
-    keep = tokens.shape[0] if rng.random() < 0.7 else int(rng.integers(1, tokens.shape[0] + 1))
-    extra = rng.integers(0, 1000, int(rng.integers(1, 20)))
-    return np.concatenate([tokens[:keep], extra])[:max_len]
 
 
 def _state_parts(s) -> tuple[int, int, int, int]:
@@ -181,7 +122,7 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
                 state: StateSpec | None = None) -> None:
     """Walk the strategy through random operations, checking every invariant after each one."""
     rng = np.random.default_rng(seed)
-    capacity, max_len = _sizes(block_size)
+    capacity, max_len = pool_sizes(block_size)
     capacity *= STATE_ROOM if state is not None else 1
     s = registry.create(name, capacity_slots=capacity, block_size=block_size, max_model_len=max_len,
                         swap_slots=capacity // 2, state=state, **options)
@@ -199,9 +140,9 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
         on_device = [i for i in model.on_device() if i not in prefilling]
         if op == "admit":
             if seen and rng.random() < 0.5:  # continue a sequence seen before (a next turn): hits its decode blocks
-                prompt = _continuation(rng, seen[int(rng.integers(len(seen)))], max_len - 1)
+                prompt = continuation(rng, seen[int(rng.integers(len(seen)))], max_len - 1)
             else:
-                prompt = _prompt(rng, prefixes, max_len - 1)
+                prompt = shared_prompt(rng, prefixes, max_len - 1)
             final = int(rng.integers(prompt.shape[0], max_len + 1))
             n = int(rng.integers(1, 5))
             ids = list(range(next_id, next_id + n))
@@ -235,7 +176,7 @@ def random_walk(name: str, block_size: int, options: dict, seed: int, num_ops: i
             batch = [i for i in on_device if len(model.tokens[i]) < model.final[i] and rng.random() < 0.7]
             if not batch:
                 continue
-            if not _append_or_refuse(s, model, batch, rng):
+            if not append_or_refuse(s, model, batch, rng):
                 victim = next(g for g in reversed(groups) if g[0] not in model.swapped)
                 if s.supports_swap and victim[0] not in pending and s.can_swap_out(victim):
                     model.swap_out(victim)
@@ -318,7 +259,7 @@ def _state_spec(block_size: int, policy: str, budget: str, capacity: int) -> Sta
 @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_state_random_walk_keeps_every_invariant(name, block_size, policy, budget, seed):
-    capacity = _sizes(block_size)[0] * STATE_ROOM
+    capacity = pool_sizes(block_size)[0] * STATE_ROOM
     random_walk(name, block_size, {}, seed, num_ops=200, state=_state_spec(block_size, policy, budget, capacity))
 
 
@@ -342,115 +283,3 @@ def test_random_walk_keeps_every_invariant(name, block_size, options, seed):
 @given(seed=st.integers(0, 2**32 - 1))
 def test_more_random_walks_keep_every_invariant(name, block_size, options, seed):
     random_walk(name, block_size, options, seed, num_ops=400)
-
-
-# Hybrid geometries, (window_tokens or None, units) per layer group: the gpt-oss preset's own groups,
-# and windows small enough to slide inside these walks' lengths (W = 1, a window inside one block, a
-# window across blocks), with several units per group as in Gemma 3 (52 + 10 layers = 26 + 5 units).
-HYBRID_GEOMETRIES = (
-    tuple((g.window_tokens, g.num_layers // MODELS["gpt-oss-20b"].unit_layers())
-          for g in MODELS["gpt-oss-20b"].groups()),
-    ((1, 1), (None, 1)),
-    ((7, 2), (None, 1)),
-    ((40, 1),),
-    ((5, 3), (24, 1), (None, 2)),
-)
-
-
-def _hybrid_options(reg: registry.Registration, every_choice: bool) -> list[dict]:
-    """Option sets walked on a hybrid geometry: every choice on the preset's own geometry, else defaults."""
-    if every_choice:  # the choices of the options its hybrid form takes (registry.hybrid_options)
-        return [options for bs, options in walk_configs(reg) if bs == BLOCK_SIZES[0]
-                and all(v == registry.option_default(o) for o, v in options.items()
-                        if o not in registry.hybrid_options(reg))]
-    return [{o: registry.option_default(o) for o in reg.options}]
-
-
-def _hybrid_configs(name: str) -> list:
-    """pytest params over block sizes x geometries x option sets. The quick run walks every (geometry,
-    option set) once, at block sizes taken in turn (so each block size is met); the rest of the cross, the
-    same walks at other block sizes, is marked slow and runs in the full run."""
-    walks = [(geometry, options) for geometry in HYBRID_GEOMETRIES
-             for options in _hybrid_options(registry.get(name), geometry is HYBRID_GEOMETRIES[0])]
-    sizes = BLOCK_SIZES[:3]
-    return [pytest.param(name, bs, geometry, options, marks=() if j == k % len(sizes) else pytest.mark.slow)
-            for j, bs in enumerate(sizes) for k, (geometry, options) in enumerate(walks)]
-
-
-HYBRID_CONFIGS = [param for name in registry.hybrid_names() for param in _hybrid_configs(name)]
-
-
-def _check_hybrid(model: HybridPoolModel) -> None:
-    s = model.s
-    s.check_integrity()
-    groups = s.group_snapshots()
-    assert [(g.token_slots, g.reserved_slots, g.internal_frag_slots, g.held_slots)
-            for g in groups] == model.reference_partition()
-    snap = s.snapshot()
-    assert sum(g.held_slots for g in groups) + snap.cached_slots + snap.free_slots == s.capacity_slots
-    assert snap.token_slots == sum(g.token_slots for g in groups)
-    assert snap.num_free_blocks * s.block_size == snap.free_slots + snap.cached_slots
-    model.verify()
-
-
-def hybrid_walk(name: str, block_size: int, geometry: tuple, seed: int, num_ops: int = 200,
-                options: dict | None = None) -> None:
-    """Admit, append, fork and free at random on a hybrid pool, checking every group after each step.
-    Prompts share prefixes and continue freed sequences, so a prefix cache hits (window blocks too)."""
-    rng = np.random.default_rng(seed)
-    capacity, max_len = _sizes(block_size)
-    s = registry.create_hybrid(name, capacity_slots=capacity * 2, block_size=block_size, max_model_len=max_len,
-                               groups=geometry, **(options or {}))
-    model = HybridPoolModel(s)
-    prefixes = [rng.integers(0, 1000, max_len) for _ in range(3)]
-    seen: list[np.ndarray] = []  # token ids of freed sequences
-    next_id = 0
-    for _ in range(num_ops):
-        op = rng.choice(["admit", "append", "append", "append", "append", "fork", "free"])
-        live = list(model.tokens)
-        if op == "admit":
-            if seen and rng.random() < 0.4:
-                prompt = _continuation(rng, seen[int(rng.integers(len(seen)))], max_len // 2)
-            else:
-                prompt = _prompt(rng, prefixes, max_len // 3)
-            final = int(rng.integers(prompt.shape[0], max_len + 1))
-            ids = list(range(next_id, next_id + int(rng.integers(1, 4))))
-            before = s.snapshot()
-            if model.admit(ids, prompt, final).admitted:
-                next_id += len(ids)
-            else:
-                assert s.snapshot() == before, "a refused admission changed the pool"
-        elif op == "append" and live:
-            batch = [i for i in live if len(model.tokens[i]) < model.final[i] and rng.random() < 0.8]
-            if not batch:
-                continue
-            if not _append_or_refuse(s, model, batch, rng):
-                model.free(batch[-1])
-        elif op == "fork" and live:
-            model.fork(live[int(rng.integers(len(live)))], next_id)
-            next_id += 1
-        elif op == "free" and live:
-            seq_id = live[int(rng.integers(len(live)))]
-            seen.append(np.array(model.tokens[seq_id]))
-            model.free(seq_id)
-        _check_hybrid(model)
-    for seq_id in list(model.tokens):
-        model.free(seq_id)
-        _check_hybrid(model)
-    snap = s.snapshot()
-    assert snap.free_slots + snap.cached_slots == s.capacity_slots
-
-
-@pytest.mark.parametrize("name,block_size,geometry,options", HYBRID_CONFIGS)
-@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1))
-def test_hybrid_random_walk_keeps_every_invariant_per_group(name, block_size, geometry, options, seed):
-    hybrid_walk(name, block_size, geometry, seed, options=options)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name,block_size,geometry,options", HYBRID_CONFIGS)
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1))
-def test_more_hybrid_random_walks_keep_every_invariant_per_group(name, block_size, geometry, options, seed):
-    hybrid_walk(name, block_size, geometry, seed, num_ops=300, options=options)
