@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_random_walks import random_walk, walk_configs
+from test_random_walks import random_walk
 from test_registry import check_protocol_basics
+from walk_ops import walk_configs
 
 from tests.engine.test_engine_strategies import WORKLOADS, verify_with_kernels
 from tests.figures.test_strategy_style import check_strategy_style
