@@ -86,13 +86,15 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
     nxt = 0
     # the next request to route, read once (a columns workload builds a `Request` at each read)
     upcoming = requests[0] if len(requests) else None
+    # each replica's next event: it changes only when that replica steps or is handed a request
+    next_s = [m.replica.next_event_s() for m in members]
     with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
         while True:
-            step_at, who = min(((t, k) for k, m in enumerate(members) if (t := m.replica.next_event_s()) is not None),
-                               default=(None, -1))
+            step_at, who = _earliest(next_s)
             if upcoming is not None and (step_at is None or upcoming.arrival_s <= step_at):
                 chosen = router.choose(upcoming, members)
                 members[chosen].scheduler.add_request(upcoming)
+                next_s[chosen] = members[chosen].replica.next_event_s()
                 placed[nxt] = chosen
                 loads = [m.outstanding() for m in members]
                 imbalance.append(max(loads) / (sum(loads) / len(loads)))
@@ -102,7 +104,18 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
                 break
             else:
                 bar.update(members[who].replica.step(step_at))
+                next_s[who] = members[who].replica.next_event_s()
     return placed, imbalance
+
+
+def _earliest(next_s: list[float | None]) -> tuple[float | None, int]:
+    """Pure. The earliest next event and its replica (the lowest index among equals); (None, -1) when no
+    replica has one."""
+    step_at, who = None, -1
+    for k, t in enumerate(next_s):
+        if t is not None and (step_at is None or t < step_at):
+            step_at, who = t, k
+    return step_at, who
 
 
 def merge(cfg: RunConfig, members: list[Member], requests: list[Request], placed: np.ndarray,
