@@ -17,6 +17,7 @@ from workbench.columns import FLEET_SUMMARY_KEYS
 from workbench.config import ROUTER_NAMES
 from workbench.engine import RunResult
 from workbench.engine.simulation import simulate_fleet
+from workbench.fleet.fleet import earliest_event
 from workbench.workload import build_workload
 
 GOLDEN = load()
@@ -123,3 +124,10 @@ def test_a_member_reports_what_a_router_reads():
     assert member.outstanding() == 0 and member.active_blocks() == 0
     # the shared system prompt stays cached
     assert member.cached_prompt_tokens(requests[0].prompt_token_ids()) >= 64 - cfg.block_size
+
+
+def test_the_earliest_event_skips_idle_replicas_and_breaks_ties_by_index():
+    assert earliest_event([None, 2.0, 1.5, 1.5]) == (1.5, 2)
+    assert earliest_event([0.0, 0.0]) == (0.0, 0)
+    assert earliest_event([None, None]) == (None, -1)
+    assert earliest_event([]) == (None, -1)

@@ -37,7 +37,7 @@ import pandas as pd
 from workbench.clock.roofline import link_s
 from workbench.config import RunConfig
 from workbench.engine.summary_counters import summed_spec_counters
-from workbench.fleet.fleet import SUMMED_EXTRA, Member, fleet_summary, replica_tables
+from workbench.fleet.fleet import SUMMED_EXTRA, Member, earliest_event, fleet_summary, replica_tables
 from workbench.fleet.routers import Router
 from workbench.results import summarize
 from workbench.workload.request import Request, failed_rows_dropped
@@ -116,8 +116,8 @@ class Disaggregated:
         members = self.members()
         with tqdm(total=len(self.requests), unit="req", desc="requests", disable=not progress) as bar:
             while True:
-                step_at, who = min(((t, k) for k, m in enumerate(members)
-                                    if (t := m.replica.next_event_s()) is not None), default=(None, -1))
+                # an event (a transfer landing, blocks released) changes replicas: each is asked anew
+                step_at, who = earliest_event([m.replica.next_event_s() for m in members])
                 event_at = self.events[0][0] if self.events else None
                 arrival_at = (self.requests[self.next_arrival].arrival_s
                               if self.next_arrival < len(self.requests) else None)

@@ -90,7 +90,7 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
     next_s = [m.replica.next_event_s() for m in members]
     with tqdm(total=len(requests), unit="req", desc="requests", disable=not progress) as bar:
         while True:
-            step_at, who = _earliest(next_s)
+            step_at, who = earliest_event(next_s)
             if upcoming is not None and (step_at is None or upcoming.arrival_s <= step_at):
                 chosen = router.choose(upcoming, members)
                 members[chosen].scheduler.add_request(upcoming)
@@ -108,7 +108,7 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
     return placed, imbalance
 
 
-def _earliest(next_s: list[float | None]) -> tuple[float | None, int]:
+def earliest_event(next_s: list[float | None]) -> tuple[float | None, int]:
     """Pure. The earliest next event and its replica (the lowest index among equals); (None, -1) when no
     replica has one."""
     step_at, who = None, -1
