@@ -26,6 +26,8 @@
    off in every row (this package's and the baseline's): plain `paged` then measures the general loop, the
    reference that the other strategies' cost per step is read against (docs/performance.md). With a baseline,
    the last column is the baseline's cost over this package's.
+   `--repeat K` runs every row K times (this package's and the baseline's alternating each time) and adds a
+   line with the medians.
 
 Wall times are noisy on a shared machine: compare rows of one run.
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,7 +138,7 @@ def scale_row(num_requests: int, package_root: Path, changes: dict,
 
 
 def scale_table(counts: list[int], strategies: list[str], baseline: Path | None, changes: dict,
-                baseline_changes: dict, general: bool) -> None:
+                baseline_changes: dict, general: bool, repeat: int = 1) -> None:
     here = Path(__file__).resolve().parent.parent
     roots = [("this", here, changes)] + ([("baseline", baseline, baseline_changes)] if baseline is not None else [])
     print("llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none (unless --set says otherwise)"
@@ -147,14 +150,31 @@ def scale_table(counts: list[int], strategies: list[str], baseline: Path | None,
           f"{'peak RSS MB':>12} {'process_s':>9} {'base/this':>9}")
     for strategy in strategies:
         for n in counts:
-            this_us = None
-            for label, root, fields in roots:  # alternating: the same load on both
-                steps, batch, cpu_s, rss, process_s = scale_row(n, root, {"strategy": strategy, **fields}, general)
-                us = cpu_s / steps * 1e6
-                this_us = us if this_us is None else this_us
-                ratio = f"{us / this_us:>9.2f}" if label == "baseline" else ""
-                print(f"{strategy:<20} {label:<9} {n:>9,} {steps:>9,} {batch:>6.1f} {cpu_s:>8.1f} "
-                      f"{us:>8.1f} {rss / 1e6:>12.0f} {process_s:>9.1f} {ratio}", flush=True)
+            per_step_us: dict[str, list[float]] = {label: [] for label, _, _ in roots}
+            for _ in range(repeat):
+                this_us = None
+                for label, root, fields in roots:  # alternating: the same load on both
+                    steps, batch, cpu_s, rss, process_s = scale_row(n, root, {"strategy": strategy, **fields},
+                                                                    general)
+                    us = cpu_s / steps * 1e6
+                    per_step_us[label].append(us)
+                    this_us = us if this_us is None else this_us
+                    ratio = f"{us / this_us:>9.2f}" if label == "baseline" else ""
+                    print(f"{strategy:<20} {label:<9} {n:>9,} {steps:>9,} {batch:>6.1f} {cpu_s:>8.1f} "
+                          f"{us:>8.1f} {rss / 1e6:>12.0f} {process_s:>9.1f} {ratio}", flush=True)
+            if repeat > 1:
+                print(medians_line(strategy, n, per_step_us), flush=True)
+
+
+def medians_line(strategy: str, num_requests: int, per_step_us: dict[str, list[float]]) -> str:
+    """The median CPU µs per step of each package's repeated rows, with their range, and the baseline's median
+    over this package's."""
+    medians = {label: statistics.median(values) for label, values in per_step_us.items()}
+    parts = [f"{label} {medians[label]:.1f} ({min(values):.1f}-{max(values):.1f})"
+             for label, values in per_step_us.items()]
+    if "baseline" in medians:
+        parts.append(f"base/this {medians['baseline'] / medians['this']:.2f}")
+    return f"{strategy:<20} median of {len(per_step_us['this'])} at {num_requests:,}: " + ", ".join(parts)
 
 
 def config_changes(pairs: list[str] | None) -> dict:
@@ -183,14 +203,19 @@ def main() -> int:
     parser.add_argument("--general-loop", action="store_true",
                         help="with --requests: every run through the general loop (the compiled step loop off), "
                         "so plain `paged` is the reference of the other strategies' cost per step")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="with --requests: run each row this many times, alternating with the baseline's, and "
+                        "print the medians (a shared machine's noise is often larger than the change measured)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="with --requests: a config field of this package's runs (repeatable)")
     parser.add_argument("--baseline-set", action="append", metavar="KEY=VALUE",
                         help="with --requests: a config field of the baseline's runs (repeatable)")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     if args.requests:
         scale_table(args.requests, args.strategy or ["paged"], args.baseline, config_changes(args.set),
-                    config_changes(args.baseline_set), args.general_loop)
+                    config_changes(args.baseline_set), args.general_loop, args.repeat)
         return 0
     try:
         path = resolve("azure-llm-2023-conv")  # cache, shared folder, else a verified download
