@@ -17,6 +17,7 @@ from workbench.columns import FLEET_SUMMARY_KEYS
 from workbench.config import ROUTER_NAMES
 from workbench.engine import RunResult
 from workbench.engine.simulation import simulate_fleet
+from workbench.fleet import fleet as fleet_loop
 from workbench.fleet.fleet import earliest_event
 from workbench.workload import build_workload
 
@@ -124,6 +125,34 @@ def test_a_member_reports_what_a_router_reads():
     assert member.outstanding() == 0 and member.active_blocks() == 0
     # the shared system prompt stays cached
     assert member.cached_prompt_tokens(requests[0].prompt_token_ids()) >= 64 - cfg.block_size
+
+
+def _ask_every_replica(members, router, requests, progress):
+    """`fleet.drive` as its rule reads, without keeping next events: every replica is asked at every event."""
+    del progress
+    placed, imbalance, nxt = np.full(len(requests), -1, dtype=np.int64), [], 0
+    while True:
+        step_at, who = earliest_event([m.replica.next_event_s() for m in members])
+        if nxt < len(requests) and (step_at is None or requests[nxt].arrival_s <= step_at):
+            chosen = router.choose(requests[nxt], members)
+            members[chosen].scheduler.add_request(requests[nxt])
+            placed[nxt] = chosen
+            loads = [m.outstanding() for m in members]
+            imbalance.append(max(loads) / (sum(loads) / len(loads)))
+            nxt += 1
+        elif step_at is None:
+            return placed, imbalance
+        else:
+            members[who].replica.step(step_at)
+
+
+@pytest.mark.parametrize("router", ROUTER_NAMES)
+def test_the_loop_keeps_each_replicas_next_event_as_asking_every_replica_would(router, monkeypatch):
+    cfg = small_config(strategy="paged-prefix", router=router, kernel="none", workload="multi-turn",
+                       num_requests=60, rate=120.0)
+    kept = outputs_of(fleet_of(cfg, 3)[0])
+    monkeypatch.setattr(fleet_loop, "drive", _ask_every_replica)
+    assert outputs_of(fleet_of(cfg, 3)[0]) == kept
 
 
 def test_the_earliest_event_skips_idle_replicas_and_breaks_ties_by_index():
