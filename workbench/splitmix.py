@@ -1,5 +1,6 @@
-"""The package's one splitmix64, a leaf module: the KV pool hashes with it without importing the workload
-package (and with it pandas), so the GPU path stays small."""
+"""The package's one splitmix64, and `elementwise`, which maps a compiled scalar rule such as it over arrays.
+A leaf module: the KV pool hashes with it without importing the workload package (and with it pandas), so
+the GPU path stays small."""
 
 from __future__ import annotations
 
@@ -22,13 +23,23 @@ def mix64(x):
     `mix` elementwise. A compiled loop, not NumPy's ten array operations: the engine calls it on a step's
     few blocks or sequences. Not a Numba ufunc either: loading one from the cache rebuilds its wrapper,
     ~0.1 s in every process that imports it."""
-    x = np.asarray(x, dtype=np.uint64)
-    out = np.empty(x.shape, dtype=np.uint64)
-    _mix_into(x.reshape(-1), out.reshape(-1))
-    return out if out.ndim else out[()]
+    return elementwise(_mix_into, np.uint64, np.asarray(x, dtype=np.uint64))
 
 
 @njit(cache=True)
 def _mix_into(x, out):
     for i in range(x.shape[0]):
         out[i] = mix(x[i])
+
+
+def elementwise(loop, dtype, *args: np.ndarray):
+    """`loop(*flat_args, out)`, a compiled loop over 1-D arrays of one length, applied to arrays that
+    broadcast together: a new `dtype` array of their broadcast shape, or a NumPy scalar when every argument is
+    0-d. An argument that already has that shape is passed as a flat view, not a copy (a decode step's batch)."""
+    shape = args[0].shape
+    if any(a.shape != shape for a in args[1:]):
+        shape = np.broadcast_shapes(*(a.shape for a in args))
+    out = np.empty(shape, dtype=dtype)
+    loop(*(a.reshape(-1) if a.shape == shape else np.broadcast_to(a, shape).flatten() for a in args),
+         out.reshape(-1))
+    return out if out.ndim else out[()]

@@ -15,7 +15,7 @@ from typing import NamedTuple, overload
 import numpy as np
 from numba import int32, njit, uint64
 
-from workbench.splitmix import mix
+from workbench.splitmix import elementwise, mix
 
 VOCAB_SIZE = 50_272  # OPT's vocabulary; token ids lie in [0, VOCAB_SIZE)
 
@@ -86,8 +86,8 @@ def output_key_of(request_id, sample):
 
 def output_keys(request_ids: np.ndarray, samples: np.ndarray | int) -> np.ndarray:
     """`output_key` vectorized: uint64 keys of (request id, sample) pairs, the two arguments broadcast."""
-    return _broadcast_into(_output_keys, np.uint64, np.asarray(request_ids, dtype=np.uint64),
-                           np.asarray(samples, dtype=np.uint64))
+    return elementwise(_output_keys, np.uint64, np.asarray(request_ids, dtype=np.uint64),
+                       np.asarray(samples, dtype=np.uint64))
 
 
 @njit(cache=True)
@@ -99,21 +99,7 @@ def _output_keys(request_ids, samples, keys):
 def segment_token_ids(keys: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """The token at `offsets[i]` of the segment keyed `keys[i]`, int32 [S] (keys and offsets broadcast):
     `segment_token`, the one definition of a segment's content, elementwise."""
-    keys, offsets = np.asarray(keys, dtype=np.uint64), np.asarray(offsets)
-    if keys.ndim == 1 and offsets.shape == keys.shape:  # a decode step's batch
-        tokens = np.empty(keys.shape[0], dtype=np.int32)
-        _segment_tokens(keys, offsets, tokens)
-        return tokens
-    return _broadcast_into(_segment_tokens, np.int32, keys, offsets)
-
-
-def _broadcast_into(loop, dtype, a: np.ndarray, b: np.ndarray):
-    """`loop(a, b, out)` (a compiled elementwise loop over three 1-D arrays) with `a` and `b` broadcast: a new
-    array of their broadcast shape, or a NumPy scalar when both are scalars."""
-    shape = np.broadcast_shapes(a.shape, b.shape)
-    out = np.empty(shape, dtype=dtype)
-    loop(np.broadcast_to(a, shape).flatten(), np.broadcast_to(b, shape).flatten(), out.reshape(-1))
-    return out if out.ndim else out[()]
+    return elementwise(_segment_tokens, np.int32, np.asarray(keys, dtype=np.uint64), np.asarray(offsets))
 
 
 @njit(cache=True)
