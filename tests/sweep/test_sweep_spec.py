@@ -15,7 +15,7 @@ from workbench.config import RunConfig
 from workbench.experiments import builtin_dir, find_experiment
 from workbench.figures.registry import FIGURE_NAMES
 from workbench.paper.__main__ import experiment_names
-from workbench.paper.rows import load_values
+from workbench.paper.row import load_values
 from workbench.sweep import SpecError, config_id, load_spec, parse_spec
 
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.experiments import builtin_dir
-from workbench.paper.rows import NO_RUN_SOURCES, build_rows, headline, load_values, markdown
+from workbench.paper.report import headline, markdown
+from workbench.paper.row import load_values
+from workbench.paper.rows import NO_RUN_SOURCES, build_rows
 from workbench.paths import REPO_ROOT
 from workbench.sweep.executors import Executor, LocalExecutor
 from workbench.sweep.layout import POINTS_DIR

@@ -32,7 +32,7 @@ from workbench.config import RunConfig
 from workbench.engine.simulation import run
 from workbench.experiments import builtin_dir
 from workbench.paper import vidur
-from workbench.paper.rows import load_values
+from workbench.paper.row import load_values
 from workbench.presets import GPUS, MODELS
 from workbench.sweep.spec import load_spec
 

@@ -2,12 +2,11 @@
 
 Each section function takes its entry of values.yaml, the summary table of its experiment (one row
 per point, workbench.sweep.summary) and the directory of its points (for the sections that read a
-point's step and request tables), and returns `Row`s. Paper numbers come only from the YAML, and the
-peer's (Vidur's profiled operator times) from its published data (workbench/paper/data). Every
-row says what kind of test it is (`KINDS`); the headline counts the paper's predictions only, the
-peer's rows apart. An experiment run at several seeds gives each row per seed: the row shows the
-median and the spread, its verdict is the median's, and a verdict that differs between seeds marks
-the row seed-sensitive, never counted within its band.
+point's step and request tables), and returns `Row`s (workbench.paper.row). Paper numbers come only from
+the YAML, and the peer's (Vidur's profiled operator times) from its published data (workbench/paper/data).
+workbench.paper.report writes them as the table. An experiment run at several seeds gives each row per
+seed: the row shows the median and the spread, its verdict is the median's, and a verdict that differs
+between seeds marks the row seed-sensitive, never counted within its band (`over_seeds`).
 """
 
 from __future__ import annotations
@@ -17,97 +16,24 @@ import itertools
 import json
 import math
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from workbench.config import RunConfig
 from workbench.paper import artifact, micro, vidur
 from workbench.paper.fit_block_costs import KERNEL_BLOCK_SIZE, KERNEL_US
+from workbench.paper.row import (
+    DERIVED,
+    NOT_GRADED,
+    SPLIT,
+    UNGRADED,
+    Row,
+    cite_short,
+)
 from workbench.workload.build import build_workload
-
-VALUES_PATH = Path(__file__).with_name("values.yaml")
-
-PREDICTION = "prediction"
-FIT_TARGET = "fit target"
-SAME_PANEL = "in a fitted panel"
-SIBLING = "fitted on a sibling panel"
-CHOSEN = "configuration chosen by this row"
-DEFINITION = "fixed by definition"
-SPLIT = "part of a scored sum"
-INPUT = "input data"
-SUMMARY = "summary of rows above"
-UNGRADED = "not graded"
-DERIVED = "derived"
-PEER_PREDICTION = "peer prediction"
-PEER_FIT_TARGET = "peer fit target"
-# values.yaml explains each; the last two are Vidur's (a peer simulator's profiled operators, not the paper)
-KINDS = (PREDICTION, FIT_TARGET, SAME_PANEL, SIBLING, CHOSEN, DEFINITION, SPLIT, INPUT, SUMMARY, UNGRADED,
-         DERIVED, PEER_PREDICTION, PEER_FIT_TARGET)
-NOT_GRADED = (UNGRADED, DERIVED)  # shown, never graded
-PEER_KINDS = (PEER_PREDICTION, PEER_FIT_TARGET)
-# the sources a band may name (values.yaml `band_source`)
-BAND_SOURCES = ("reading precision", "printed precision", "the text", "the peer's accuracy", "judgment")
-
-
-@dataclass(frozen=True)
-class Row:
-    figure: str  # the paper's figure or section
-    item: str  # what is compared
-    kind: str  # one of KINDS
-    paper: str  # the paper's value as printed
-    workbench: float
-    diff: str  # workbench - paper (or the side of the range it falls on)
-    ok: bool  # within the band (a derived row is not graded: its `ok` says only how it compares)
-    tolerance: str  # the band
-    experiment: str  # experiments/<file>, or the module that computes a clock-only row
-    reason: str  # the explanation of the gap; empty when ok
-    listed: bool = True  # shown as a line of the table (a peer row at a row count between anchors is only counted)
-    seed_values: tuple[float, ...] = ()  # the value at each seed, when the experiment ran more than one
-    seed_oks: tuple[bool, ...] = ()  # the verdict at each seed
-    # the same row for another value (the median over seeds), graded against the same band
-    remake: Callable[[float], Row] | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def seed_sensitive(self) -> bool:
-        return len(set(self.seed_oks)) > 1
-
-    @property
-    def within(self) -> bool:
-        """Counted within its band: inside it at the median and at every seed."""
-        return self.ok and not self.seed_sensitive
-
-
-NOT_GRADED_KEY = "not_graded"  # values.yaml's list of the paper's claims the table does not grade, with reasons
-
-
-def load_values(path: Path = VALUES_PATH) -> dict[str, Any]:
-    """The sections of values.yaml (its `not_graded` list apart: `not_graded_claims`)."""
-    values = yaml.safe_load(path.read_text())
-    values.pop(NOT_GRADED_KEY, None)
-    for section, entry in values.items():
-        if entry.get("band_source") not in BAND_SOURCES:
-            raise ValueError(f"{path}: {section}: band_source {entry.get('band_source')!r} is not one of "
-                             f"{', '.join(BAND_SOURCES)}")
-        kinds = [entry["kind"], *entry.get("kinds", {}).values()]
-        unknown = [k for k in kinds if k not in KINDS]
-        if unknown:
-            raise ValueError(f"{path}: {section}: kind {unknown[0]!r} is not one of {', '.join(KINDS)}")
-    return values
-
-
-def not_graded_claims(path: Path = VALUES_PATH) -> list[dict[str, str]]:
-    """The paper's claims the table leaves ungraded, each with its `cite` and `reason`."""
-    return yaml.safe_load(path.read_text()).get(NOT_GRADED_KEY, [])
-
-
-def _cite_short(entry: dict) -> str:
-    return entry["cite"].split(" (")[0]
 
 
 def _kind(entry: dict, key: str) -> str:
@@ -139,7 +65,7 @@ def _point(table: pd.DataFrame, **where) -> pd.Series:
 def _abs_row(entry, item, key, paper: float, ours: float, tol: float, unit: str, kind: str | None = None) -> Row:
     ok = abs(ours - paper) <= tol
     points = " pp" if unit == "%" else unit  # a difference of percentages is in percentage points
-    return Row(_cite_short(entry), item, kind or _kind(entry, key), f"{paper:g}{unit}", ours,
+    return Row(cite_short(entry), item, kind or _kind(entry, key), f"{paper:g}{unit}", ours,
                f"{ours - paper:+.1f}{points}", ok, f"±{tol:.3g}{points}", _source(entry),
                "" if ok else _gap(entry, key),
                remake=lambda value: _abs_row(entry, item, key, paper, value, tol, unit, kind))
@@ -154,7 +80,7 @@ def _sustained_ratio(table: pd.DataFrame, strategy: str, baseline: str) -> float
 
 def _rel_row(entry, item, key, paper: float, ours: float, tol_frac: float, kind: str | None = None) -> Row:
     ok = abs(ours - paper) <= tol_frac * abs(paper)
-    return Row(_cite_short(entry), item, kind or _kind(entry, key), f"{paper:g}", ours,
+    return Row(cite_short(entry), item, kind or _kind(entry, key), f"{paper:g}", ours,
                f"{(ours - paper) / paper:+.0%}", ok, f"±{tol_frac:.0%}", _source(entry),
                "" if ok else _gap(entry, key),
                remake=lambda value: _rel_row(entry, item, key, paper, value, tol_frac, kind))
@@ -163,17 +89,17 @@ def _rel_row(entry, item, key, paper: float, ours: float, tol_frac: float, kind:
 def _range_row(entry, item, key, spec: dict, ours: float) -> Row:
     lo, hi = (float(v) for v in spec["range"])
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise ValueError(f"{_cite_short(entry)}, {key}: a band must be two-sided, not [{lo}, {hi}]")
+        raise ValueError(f"{cite_short(entry)}, {key}: a band must be two-sided, not [{lo}, {hi}]")
     ok = lo <= ours <= hi
     side = "inside" if ok else ("below" if ours < lo else "above")
-    return Row(_cite_short(entry), item, _kind(entry, key), str(spec["paper"]), ours, side, ok,
+    return Row(cite_short(entry), item, _kind(entry, key), str(spec["paper"]), ours, side, ok,
                f"in [{lo:g}, {hi:g}]", _source(entry), "" if ok else _gap(entry, key),
                remake=lambda value: _range_row(entry, item, key, spec, value))
 
 
 def _ungraded_row(entry, item, key, ours: float) -> Row:
     """A value the table shows beside a claim it cannot grade (the paper's number is not verified)."""
-    return Row(_cite_short(entry), item, UNGRADED, str(entry["rows"][key]["paper"]), ours, "", False, "none",
+    return Row(cite_short(entry), item, UNGRADED, str(entry["rows"][key]["paper"]), ours, "", False, "none",
                _source(entry), _gap(entry, key), remake=lambda value: _ungraded_row(entry, item, key, value))
 
 
@@ -358,7 +284,7 @@ def fig14_order(entry: dict, table: pd.DataFrame, points_dir: Path | None = None
         steps = list(itertools.pairwise(gains))
         ok = all(b > a for a, b in steps)
         order = " ".join(f"{a:.3g} {'<' if b > a else '>='}" for a, b in steps) + f" {gains[-1]:.3g}"
-        rows.append(Row(_cite_short(entry), f"{key}: paged / oracle at n = {', '.join(map(str, spec['n']))}, "
+        rows.append(Row(cite_short(entry), f"{key}: paged / oracle at n = {', '.join(map(str, spec['n']))}, "
                         f"last over first", _kind(entry, key), str(spec["paper"]), gains[-1] / gains[0], order, ok,
                         "each above the last", _source(entry), "" if ok else _gap(entry, key)))
     return rows
@@ -468,7 +394,7 @@ def fig18b(entry: dict, table: pd.DataFrame, points_dir: Path | None = None) -> 
         expected = [int(b) for b in sorted(sub["block_size"]) if lo <= b <= hi]
         ok = sizes == expected
         best = sub.set_index("block_size")["normalized_latency_s_per_tok"]
-        rows.append(Row(_cite_short(entry), f"{key}: best block sizes", _kind(entry, key), str(spec["paper"]),
+        rows.append(Row(cite_short(entry), f"{key}: best block sizes", _kind(entry, key), str(spec["paper"]),
                         float(best.idxmin()), ", ".join(map(str, sizes)), ok,
                         f"within {entry['within_frac']:.0%} of best: exactly {', '.join(map(str, expected))}",
                         _source(entry), "" if ok else _gap(entry, key)))
@@ -556,103 +482,3 @@ def over_seeds(rows: list[Row], seeds: list[int] | None = None) -> Row:
     return dataclasses.replace(combined, seed_values=values, seed_oks=oks)
 
 
-def counts_by_kind(rows: list[Row]) -> dict[str, tuple[int, int]]:
-    """(rows counted within their band, rows) for each kind that grades, in KINDS order; a seed-sensitive
-    row is never counted within."""
-    return {kind: (sum(r.within for r in rows if r.kind == kind), sum(r.kind == kind for r in rows))
-            for kind in KINDS if kind not in NOT_GRADED and any(r.kind == kind for r in rows)}
-
-
-def headline(rows: list[Row]) -> str:
-    counts = counts_by_kind(rows)
-    within, total = counts.get(PREDICTION, (0, 0))
-    sensitive = sum(r.seed_sensitive for r in rows if r.kind == PREDICTION)
-    others = "; ".join(f"{kind}: {k} of {n}" for kind, (k, n) in counts.items()
-                       if kind != PREDICTION and kind not in PEER_KINDS)
-    ungraded = {kind: sum(r.kind == kind for r in rows) for kind in NOT_GRADED}
-    peer = "; ".join(f"{kind}s: {k} of {n} row counts" for kind, (k, n) in counts.items() if kind in PEER_KINDS)
-    text = (f"Paper predictions: {within} of {total} within their band ({sensitive} seed-sensitive, not "
-            f"counted within). Not predictions, so not counted: {others}; {ungraded[UNGRADED]} rows not graded "
-            f"(no verified paper value); {ungraded[DERIVED]} derived rows (the workbench's own definitions "
-            f"beside the artifact's), not graded.")
-    if peer:
-        text += f" Peer check, Vidur's profiled operators (not the paper), within their band: {peer}."
-    return text
-
-
-def _value(r: Row) -> str:
-    value = "nan" if math.isnan(r.workbench) else f"{r.workbench:.4g}"
-    if r.seed_values:
-        value += f" ({min(r.seed_values):.4g} to {max(r.seed_values):.4g} over {len(r.seed_values)} seeds)"
-    return value
-
-
-def _verdict(r: Row) -> str:
-    if r.kind in NOT_GRADED:
-        return "(not graded)"
-    if r.seed_sensitive:
-        return "seed-sensitive: " + ", ".join("yes" if ok else "no" for ok in r.seed_oks)
-    return "yes" if r.ok else "no"
-
-
-def _table(rows: list[Row]) -> list[str]:
-    lines = ["| figure | quantity | kind | paper | workbench | difference | band | within | source |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r.figure} | {r.item} | {r.kind} | {r.paper} | {_value(r)} | {r.diff} | {r.tolerance} | "
-              f"{_verdict(r)} | `{r.experiment}` |" for r in rows if r.listed]
-    return lines
-
-
-def _peer_lines(rows: list[Row]) -> list[str]:
-    """Per GPU and model: the row counts within the band and, outside it, their spread and the worst."""
-    lines = []
-    for pair in dict.fromkeys(r.item.split(",")[0] for r in rows):
-        mine = [r for r in rows if r.item.split(",")[0] == pair]
-        text = f"- **{pair}** ({mine[0].kind}): {sum(r.ok for r in mine)} of {len(mine)} row counts within their band"
-        outside = sorted(((r.workbench - float(r.paper)) / float(r.paper), r.item) for r in mine if not r.ok)
-        if outside:
-            worst = max(outside, key=lambda pair_diff: abs(pair_diff[0]))
-            text += (f"; the other {len(outside)} from {outside[0][0]:+.0%} to {outside[-1][0]:+.0%}, the worst "
-                     f"at {worst[1].split(', ')[1].split(':')[0]} ({worst[0]:+.0%})")
-        lines.append(text)
-    return lines
-
-
-def markdown(rows: list[Row], values: dict[str, Any] | None = None) -> str:
-    paper_rows = [r for r in rows if r.kind not in PEER_KINDS]
-    peer_rows = [r for r in rows if r.kind in PEER_KINDS]
-    lines = _table(paper_rows)
-    gaps = [r for r in paper_rows if not r.within and r.kind not in NOT_GRADED]
-    if gaps:
-        lines += ["", "Outside the band, or seed-sensitive:", ""]
-        lines += [f"- **{r.figure}, {r.item}** ({r.kind}): {r.reason}" for r in gaps]
-    ungraded = [r for r in paper_rows if r.kind == UNGRADED]
-    if ungraded:
-        lines += ["", "Not graded, shown:", ""]
-        lines += [f"- **{r.figure}, {r.item}**: {r.reason}" for r in ungraded]
-    derived = [r for r in paper_rows if r.kind == DERIVED]
-    if derived:
-        reasons = dict.fromkeys(f"- **{r.figure}**: {r.reason}" for r in derived)
-        lines += ["", "Derived rows:", "", *reasons]
-    claims = not_graded_claims() if values is not None else []
-    if claims:
-        lines += ["", "Not graded, not run:", ""]
-        lines += [f"- **{claim['cite']}**: {' '.join(claim['reason'].split())}" for claim in claims]
-    if values is not None:
-        lines += ["", "Where each band comes from (its source, then why):", ""]
-        lines += [f"- **{_cite_short(entry)}**: {entry['band_source']}; {entry['band']}"
-                  for entry in values.values() if entry["kind"] not in PEER_KINDS]
-    if peer_rows:
-        counts = counts_by_kind(peer_rows)
-        lines += ["", "## Peer check: Vidur's profiled operators", "",
-                  "Not the paper: a layer of the clock's operators beside Vidur's profiled ones (Agrawal et al., "
-                  "MLSys 2024) at every profiled row count from 1 to 4,096; "
-                  + "; ".join(f"{kind}s: {k} of {n} row counts within their band" for kind, (k, n) in counts.items())
-                  + ". The anchor rows:", "", *_table(peer_rows), "", *_peer_lines(peer_rows)]
-        gaps = [r for r in peer_rows if r.listed and not r.ok]
-        lines += ["", "Outside the band:", ""] if gaps else []
-        lines += [f"- **{r.figure}, {r.item}** ({r.kind}): {r.reason}" for r in gaps]
-        if values is not None:
-            lines += ["", *[f"Band: {entry['band_source']}; {entry['band']}" for entry in values.values()
-                            if entry["kind"] in PEER_KINDS]]
-    return "\n".join(lines) + "\n"
