@@ -27,7 +27,7 @@ from collections import deque
 import numpy as np
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 from workbench.errors import TraceError
 from workbench.presets import MODELS
 from workbench.traces import resolve

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec
+from workbench.allocators.values import ContiguousDescriptor, PagedDescriptor, SeqSpec
 
 _DEMOTED, _PROMOTED = -2, -3  # what a block holds once its content moved to the other tier
 

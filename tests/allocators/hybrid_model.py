@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 
 
 class HybridPoolModel:

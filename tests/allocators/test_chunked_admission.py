@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.allocators.alloc_model import PoolModel
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 
 MAX_LEN = 300
 

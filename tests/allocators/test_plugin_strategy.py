@@ -15,8 +15,8 @@ from walk_ops import walk_configs
 from tests.engine.test_engine_strategies import WORKLOADS, verify_with_kernels
 from tests.figures.test_strategy_style import check_strategy_style
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.paged.strategy import PagedStrategy
+from workbench.allocators.values import SeqSpec
 
 
 class HighFirstPaged(PagedStrategy):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.allocators.base import AdmitResult, AppendResult, SeqSpec, Snapshot
+from workbench.allocators.values import AdmitResult, AppendResult, SeqSpec, Snapshot
 
 PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "cached_slots", "external_frag_slots", "free_slots",
          "state_slots", "state_checkpoint_slots")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import ContiguousDescriptor, PagedDescriptor, SeqSpec
+from workbench.allocators.values import ContiguousDescriptor, PagedDescriptor, SeqSpec
 from workbench.config import RunConfig
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 
 PROMPT = SeqSpec(np.arange(100, dtype=np.int32), final_len=120)
 # every strategy with block tables shares blocks by reference count, whatever else it does

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.engine.conftest import checked_strategy, replace, simulate_checked, small_config
 from workbench import columns as C
 from workbench.allocators import registry
-from workbench.allocators.base import NO_MATCH, SeqSpec
+from workbench.allocators.values import NO_MATCH, SeqSpec
 from workbench.engine import simulate
 from workbench.engine.admission_order import LPM_MAX_WAITING, AdmissionOrder, admission_order, in_batch_deferred
 from workbench.engine.groups import Group

@@ -92,7 +92,7 @@ def test_contiguous_baselines_reserve_every_layer():
 
 
 def test_steps_carry_each_group_and_the_identity_holds_per_step():
-    from workbench.allocators.base import GROUP_PARTS
+    from workbench.allocators.values import GROUP_PARTS
     from workbench.engine import simulate
     from workbench.workload import build_workload
 

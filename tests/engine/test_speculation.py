@@ -11,8 +11,8 @@ import pytest
 from tests.engine.conftest import SMALL_MODEL as SMALL_MODEL_ARG
 from tests.engine.conftest import checked_strategy, replace, small_config
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.prefix.keys import block_keys
+from workbench.allocators.values import SeqSpec
 from workbench.clock.step_cost import StepCost, with_drafts
 from workbench.config import RunConfig
 from workbench.engine import simulate

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.engine.conftest import small_config
-from workbench.allocators.base import AppendResult
 from workbench.allocators.paged.strategy import PagedStrategy
+from workbench.allocators.values import AppendResult
 from workbench.config import RunConfig
 from workbench.engine import simulate
 from workbench.engine.runner import VerificationError

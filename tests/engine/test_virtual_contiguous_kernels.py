@@ -12,8 +12,8 @@ import numpy as np
 
 from tests.engine.conftest import SMALL_MODEL
 from workbench import kernels
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.contiguous.oracle import ContiguousOracle
+from workbench.allocators.values import SeqSpec
 from workbench.allocators.virtual.contiguous import VirtualContiguous
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.engine.kvpool import KVContent, KVPool, content_terms, prefix_sums

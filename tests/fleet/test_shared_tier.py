@@ -14,8 +14,8 @@ from tests.allocators.alloc_model import PoolModel
 from tests.engine.conftest import checked_strategy, replace, small_config
 from tests.engine.golden import numerics_problems, outputs_of
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.prefix.shared_tier import SharedTier
+from workbench.allocators.values import SeqSpec
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.clock.roofline import RooflineClock
 from workbench.clock.step_cost import StepCost

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.allocators.base import AdmitResult, SeqSpec, Strategy
+from workbench.allocators.base import Strategy
+from workbench.allocators.values import AdmitResult, SeqSpec
 from workbench.engine import reasons, rules
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.plan import Landed, Prefill

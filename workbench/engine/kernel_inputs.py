@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import AppendResult, Strategy
+from workbench.allocators.base import Strategy
+from workbench.allocators.values import AppendResult
 from workbench.engine.plan import NO_SLOTS, GroupKernelInputs, KernelInputs, Landed, Prefill, SeqWrite, Verify
 
 _NO_TOKENS = np.zeros(0, dtype=np.int32)

@@ -67,7 +67,7 @@ def top_k_positions(seq_ids: np.ndarray, kv_lens: np.ndarray, topk: int, step: i
 def prepare_decode(latent: LatentKernel, desc, pool, q: np.ndarray, selected, backend: str, kv_dtype: str):
     """The latent decode call over `desc` (a paged or contiguous descriptor of the decode batch), checked and
     ready to run; `q` float32 [n, heads, row_width] splits into the latent and rotary queries."""
-    from workbench.allocators.base import PagedDescriptor
+    from workbench.allocators.values import PagedDescriptor
 
     xp = pool.xp
     rows = pool.k.reshape(pool.k.shape[0], latent.row_width)  # [num_slots, row_width]

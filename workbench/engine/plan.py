@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from workbench.allocators.base import (
+from workbench.allocators.values import (
     NO_EFFECTS,
     NO_PAIRS,
     AppendResult,

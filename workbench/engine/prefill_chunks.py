@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import AdmitResult, SeqSpec, Strategy
+from workbench.allocators.base import Strategy
+from workbench.allocators.values import AdmitResult, SeqSpec
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.plan import Prefill
 from workbench.engine.tokens import TokenStore

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 
-from workbench.allocators.base import GROUP_PARTS
+from workbench.allocators.values import GROUP_PARTS
 from workbench.clock.roofline import RooflineClock
 from workbench.engine import reasons, rules
 from workbench.engine.plan import StepPlan

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from workbench import kernels
-from workbench.allocators.base import PagedDescriptor
+from workbench.allocators.values import PagedDescriptor
 from workbench.engine.kvpool import KVContent, KVPool, content_terms, prefix_sums
 from workbench.engine.latent import LatentKernel, top_k_positions
 from workbench.engine.latent import prepare_decode as prepare_latent_decode

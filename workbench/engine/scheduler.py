@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import NO_PAIRS, Strategy
+from workbench.allocators.base import Strategy
+from workbench.allocators.values import NO_PAIRS
 from workbench.clock.step_cost import CostMeter
 from workbench.engine import reasons, rules
 from workbench.engine.admission import Admission

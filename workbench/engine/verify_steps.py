@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import AppendResult, Strategy
+from workbench.allocators.base import Strategy
+from workbench.allocators.values import AppendResult
 from workbench.clock.step_cost import StepCost, with_drafts
 from workbench.columns import SPEC_STEP_COLUMNS
 from workbench.engine.groups import Group

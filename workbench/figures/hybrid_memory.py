@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 from workbench.presets import MODELS, dtype_bytes
 
 

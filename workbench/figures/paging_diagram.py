@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from workbench.allocators import registry
-from workbench.allocators.base import ContiguousDescriptor, SeqSpec
+from workbench.allocators.values import ContiguousDescriptor, SeqSpec
 from workbench.figures import style
 
 # slot kinds, in drawing priority: a slot shared by several holders shows the strongest claim on it

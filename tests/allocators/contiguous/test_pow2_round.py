@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.contiguous.pow2 import ContiguousPow2, next_pow2
+from workbench.allocators.values import SeqSpec
 
 
 def _pow2(round_: str, capacity_slots: int = 4096) -> ContiguousPow2:

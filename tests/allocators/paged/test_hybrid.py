@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 from workbench.config import RunConfig
 from workbench.intmath import cdiv
 

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.paged.hybrid import HybridPaged
 from workbench.allocators.prefix.eviction import POLICIES
 from workbench.allocators.prefix.prefix_cache import PAGED_PREFIX
+from workbench.allocators.values import SeqSpec
 
 MAX_LEN = 120
 GEOMETRIES = (((7, 1), (None, 1)), ((5, 2), (None, 1)), ((3, 1), (20, 2), (None, 3)))

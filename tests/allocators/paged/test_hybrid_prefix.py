@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 
 A = np.arange(100, 120, dtype=np.int32)  # 20 tokens: 5 full blocks
 A_DECODE = np.arange(200, 204, dtype=np.int32)  # A's next 4 tokens fill its 6th block

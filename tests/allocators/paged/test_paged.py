@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 
 
 def paged(capacity_slots=64, block_size=4, max_model_len=100, swap_slots=0):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.prefix.eviction import POLICIES, HeapPolicy, LRUPolicy, make_policy
+from workbench.allocators.values import SeqSpec
 
 
 def tokens(n, start=0):

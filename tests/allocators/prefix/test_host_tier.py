@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import NO_EFFECTS, SeqSpec
+from workbench.allocators.values import NO_EFFECTS, SeqSpec
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.config import RunConfig
 

@@ -11,9 +11,9 @@ import pytest
 
 from tests.allocators.alloc_model import PoolModel
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.prefix.keys import CHAIN_BASE, block_keys, chain_keys, position_salt
 from workbench.allocators.prefix.loops import append_terms, start_rows
+from workbench.allocators.values import SeqSpec
 from workbench.splitmix import mix64
 
 PREFIX_STRATEGIES = [reg.name for reg in registry.registrations() if reg.prefix_cache]

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from radix_reference import ReferenceRadixIndex
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.prefix.eviction import POLICIES, make_policy
 from workbench.allocators.prefix.prefix_cache import PrefixCacheStrategy
+from workbench.allocators.values import SeqSpec
 
 MAX_LEN = 90
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.state.book import StateBook, StateSpec
 from workbench.allocators.state.policies import POLICIES, boundaries, eviction_rank
+from workbench.allocators.values import SeqSpec
 
 BS = 16
 

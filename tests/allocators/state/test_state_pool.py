@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from workbench.allocators import registry
-from workbench.allocators.base import SeqSpec
 from workbench.allocators.state.book import StateSpec
+from workbench.allocators.values import SeqSpec
 from workbench.presets import GIB, MODELS
 from workbench.state_pool import state_sizes, unified_block_size
 

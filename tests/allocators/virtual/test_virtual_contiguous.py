@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tests.allocators.alloc_model import PoolModel
 from tests.allocators.test_random_walks import random_walk
 from workbench import presets
-from workbench.allocators.base import SeqSpec
+from workbench.allocators.values import SeqSpec
 from workbench.allocators.virtual.contiguous import VirtualContiguous
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.config import RunConfig

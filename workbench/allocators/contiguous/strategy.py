@@ -21,19 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import (
-    AdmitResult,
-    AppendResult,
-    ContiguousDescriptor,
-    SeqSpec,
-    Snapshot,
-    Strategy,
-    SwapResult,
-)
+from workbench.allocators.base import Strategy
 from workbench.allocators.batch_check import raise_for_status
 from workbench.allocators.contiguous import loops as contiguous_loops
 from workbench.allocators.contiguous.extents import RunPlacer, make_placer
 from workbench.allocators.seq_rows import SeqRows
+from workbench.allocators.values import AdmitResult, AppendResult, ContiguousDescriptor, SeqSpec, Snapshot, SwapResult
 
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
 _EXTENT_DESCRIPTOR_BYTES = 8  # int32 kv_start + int32 kv_len per sequence

@@ -24,17 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from workbench.allocators.base import (
-    AdmitResult,
-    AppendResult,
-    GroupSnapshot,
-    LayerGroup,
-    PagedDescriptor,
-    SeqSpec,
-    Snapshot,
-    Strategy,
-    SwapResult,
-)
+from workbench.allocators.base import Strategy
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.paged.hybrid_integrity import check_hybrid
 from workbench.allocators.paged.hybrid_prefix import HybridPrefixCache
@@ -42,6 +32,16 @@ from workbench.allocators.paged.hybrid_tables import GroupTables, group_columns
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
 from workbench.allocators.prefix.keys import block_keys
 from workbench.allocators.seq_rows import SeqRows
+from workbench.allocators.values import (
+    AdmitResult,
+    AppendResult,
+    GroupSnapshot,
+    LayerGroup,
+    PagedDescriptor,
+    SeqSpec,
+    Snapshot,
+    SwapResult,
+)
 from workbench.intmath import cdiv
 
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 id per kernel-table entry (released entries stay as placeholders)

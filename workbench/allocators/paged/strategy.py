@@ -32,15 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import (
-    AdmitResult,
-    AppendResult,
-    PagedDescriptor,
-    SeqSpec,
-    Snapshot,
-    Strategy,
-    blocks_refused,
-)
+from workbench.allocators.base import Strategy
 from workbench.allocators.paged import pool_counts
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.paged.compiled_pool import CompiledPool
@@ -50,6 +42,7 @@ from workbench.allocators.paged.tables import BlockTables
 from workbench.allocators.prefix.index import PrefixIndex
 from workbench.allocators.prefix.tier_walk import NO_TIER_HITS, TierHits, TierWalk
 from workbench.allocators.state.book import StateBook, StateSpec
+from workbench.allocators.values import AdmitResult, AppendResult, PagedDescriptor, SeqSpec, Snapshot, blocks_refused
 from workbench.intmath import cdiv
 
 NO_BLOCKS = np.zeros(0, dtype=np.int32)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import SwapResult
 from workbench.allocators.paged import pool_counts
+from workbench.allocators.values import SwapResult
 
 
 class PagedSwap:

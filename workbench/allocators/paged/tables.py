@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import PagedDescriptor
 from workbench.allocators.batch_check import raise_for_status
 from workbench.allocators.paged import loops
 from workbench.allocators.paged.block_stack import BlockStack
 from workbench.allocators.seq_rows import SeqRows
+from workbench.allocators.values import PagedDescriptor
 from workbench.intmath import cdiv
 
 

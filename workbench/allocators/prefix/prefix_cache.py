@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from workbench.allocators.base import NO_EFFECTS, AppendResult, PrefixMatch, SeqSpec, StepEffects
 from workbench.allocators.paged import pool_counts
 from workbench.allocators.paged.strategy import PagedStrategy
 from workbench.allocators.prefix import decode_append
@@ -41,6 +40,7 @@ from workbench.allocators.prefix.radix_index import RadixPrefixIndex
 from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
 from workbench.allocators.prefix.tier_walk import NO_TIER_HITS, TierHits, TierWalk
 from workbench.allocators.state.book import StateSpec
+from workbench.allocators.values import NO_EFFECTS, AppendResult, PrefixMatch, SeqSpec, StepEffects
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.presets import DEFAULT_SHARED_LINK_GB_S
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import NO_PAIRS
 from workbench.allocators.prefix.shared_tier import NOT_STORED, SharedTier
+from workbench.allocators.values import NO_PAIRS
 
 
 def _pairs(moves: list[tuple[int, int]]) -> np.ndarray:

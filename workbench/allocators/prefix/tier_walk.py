@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.allocators.base import NO_PAIRS, StepEffects
 from workbench.allocators.prefix.host_tier import HostTier
 from workbench.allocators.prefix.shared_port import SharedTierPort
 from workbench.allocators.prefix.shared_tier import SharedTier
+from workbench.allocators.values import NO_PAIRS, StepEffects
 
 
 @dataclass(frozen=True)

@@ -27,19 +27,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.allocators.base import (
+from workbench.allocators.base import Strategy
+from workbench.allocators.batch_check import check_batch, raise_for_status
+from workbench.allocators.contiguous.extents import RunPlacer
+from workbench.allocators.contiguous.strategy import _copy_pairs, _fits, _place_all
+from workbench.allocators.values import (
     AdmitResult,
     AppendResult,
     ContiguousDescriptor,
     SeqSpec,
     Snapshot,
     StepEffects,
-    Strategy,
     SwapResult,
 )
-from workbench.allocators.batch_check import check_batch, raise_for_status
-from workbench.allocators.contiguous.extents import RunPlacer
-from workbench.allocators.contiguous.strategy import _copy_pairs, _fits, _place_all
 from workbench.allocators.virtual import loops
 from workbench.allocators.virtual.pages import DEFAULT_GEOMETRY_MODEL, KVGeometry, PagePool
 from workbench.intmath import cdiv

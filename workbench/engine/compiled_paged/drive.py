@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import table_sink
-from workbench.allocators.base import blocks_refused
+from workbench.allocators.values import blocks_refused
 from workbench.engine import reasons
 from workbench.engine.compiled_paged import step_loop as L
 from workbench.engine.request_log import rejected_status
