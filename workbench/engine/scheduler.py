@@ -89,10 +89,9 @@ class Scheduler:
         self.admission.arrive(self.arrivals.arrived(now_s), self.config.max_model_len)
 
     def add_request(self, request: Request, *, transferred: bool = False, holds_kv: bool = False) -> None:
-        """Mutates. One more request, arriving no earlier than those already given (a fleet's router hands each
-        replica its requests as they arrive). `transferred`: its prompt's KV and first token were made by a
-        prefill replica and arrive with it (a disaggregated decode replica, docs/fleet.md). `holds_kv`: its
-        blocks stay allocated after it finishes, until `release` (a disaggregated prefill replica's link reads them)."""
+        """Mutates. One more request, arriving no earlier than those given (a fleet's router hands each replica
+        its requests as they arrive). `transferred`: its prompt's KV and first token come from a prefill replica
+        (docs/fleet.md). `holds_kv`: its blocks stay after it finishes, until `release` (a link reads them)."""
         self.arrivals.add(request, transferred=transferred, holds_kv=holds_kv)
         self.log.grow(1)
         self.has_beams = self.has_beams or request.beam_width > 1
