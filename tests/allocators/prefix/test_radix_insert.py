@@ -1,10 +1,11 @@
 """`RadixPrefixIndex.insert` of a batch decides it as if its entries were inserted one at a time, in order.
 
-The index registers a decode step's filled blocks together when they are apart (distinct, none the parent of
-another) and a batch otherwise entry by entry. Random batches over random trees (chains of shared heads, so
-that nodes split and hang children), with entries that continue a node's tail, share a parent, start below
-the root, repeat a key under one parent, hold an evicted or unregistered parent, repeat a block or name
-another entry's block as their parent, must leave the tree exactly as the entries inserted one by one do."""
+The index registers a prompt's chain of new blocks a run at a time and any other batch entry by entry; a faster
+batch path must keep to the same decisions. Random batches over random trees (chains of shared heads, so that
+nodes split and hang children), with entries that continue a node's tail, share a parent, start below the root,
+repeat a key under one parent, hold an evicted or unregistered parent, repeat a block or name another entry's
+block as their parent, and chains of a prompt's new blocks, must leave the tree exactly as the entries inserted
+one by one do."""
 
 from __future__ import annotations
 
@@ -74,9 +75,26 @@ def _batch(rng, index: RadixPrefixIndex, registered: list[int], next_block: int,
             np.array(blocks, dtype=np.int32), np.array(parent_blocks, dtype=np.int32))
 
 
+def _chain(rng, index: RadixPrefixIndex, registered: list[int], next_block: int):
+    """A prompt's new blocks as one chain (each one's parent the block before), below a registered block or the
+    root, under keys from a small alphabet: some are cached already under their parent (a copy), which ends a
+    run of registrations; the prompt may also hold an unregistered copy of its first parent."""
+    length = int(rng.integers(2, 7))
+    if registered and rng.random() < 0.7:
+        first_before = registered[int(rng.integers(len(registered)))]
+        first_parent = int(index._key_of[first_before]) if rng.random() < 0.9 else 12345
+    else:
+        first_before, first_parent = -1, 0
+    keys = (first_parent + rng.integers(1, 4, length).astype(np.uint64).cumsum() * 7).astype(np.uint64)
+    blocks = np.arange(next_block, next_block + length, dtype=np.int32)
+    parents = np.concatenate([[first_parent], keys[:-1]]).astype(np.uint64)
+    before = np.concatenate([[first_before], blocks[:-1]]).astype(np.int32)
+    return parents, keys, blocks, before
+
+
 @pytest.mark.parametrize("eviction", ["lru", "depth"])
-@pytest.mark.parametrize("apart", [True, False])
-def test_a_batch_inserts_as_its_entries_one_at_a_time(eviction, apart):
+@pytest.mark.parametrize("shape", ["apart", "any", "chain"])
+def test_a_batch_inserts_as_its_entries_one_at_a_time(eviction, shape):
     rng = np.random.default_rng(7)
     for _ in range(300):
         index = RadixPrefixIndex(eviction)
@@ -84,7 +102,9 @@ def test_a_batch_inserts_as_its_entries_one_at_a_time(eviction, apart):
         for table in tables[:int(rng.integers(len(tables) + 1))]:  # some sequences end: their blocks unlock
             index.release(table)
         registered = np.flatnonzero(index._node_of >= 0).tolist()
-        parent_keys, keys, blocks, parent_blocks = _batch(rng, index, registered, next_block, apart)
+        parent_keys, keys, blocks, parent_blocks = (
+            _chain(rng, index, registered, next_block) if shape == "chain"
+            else _batch(rng, index, registered, next_block, apart=shape == "apart"))
         one_by_one = copy.deepcopy(index)
         index.insert(parent_keys, keys, blocks, parent_blocks)
         for i in range(blocks.shape[0]):
