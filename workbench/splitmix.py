@@ -35,11 +35,15 @@ def _mix_into(x, out):
 def elementwise(loop, dtype, *args: np.ndarray):
     """`loop(*flat_args, out)`, a compiled loop over 1-D arrays of one length, applied to arrays that
     broadcast together: a new `dtype` array of their broadcast shape, or a NumPy scalar when every argument is
-    0-d. An argument that already has that shape is passed as a flat view, not a copy (a decode step's batch)."""
-    shape = args[0].shape
-    if any(a.shape != shape for a in args[1:]):
-        shape = np.broadcast_shapes(*(a.shape for a in args))
+    0-d. An argument that already has that shape is passed as a flat view, not a copy (a decode step's batch).
+    Plain loops, no generator: the engine calls it every decode step."""
+    shapes = [a.shape for a in args]
+    shape = shapes[0]
+    if shapes.count(shape) != len(shapes):
+        shape = np.broadcast_shapes(*shapes)
+    flat = []
+    for a in args:
+        flat.append(a.reshape(-1) if a.shape == shape else np.broadcast_to(a, shape).flatten())
     out = np.empty(shape, dtype=dtype)
-    loop(*(a.reshape(-1) if a.shape == shape else np.broadcast_to(a, shape).flatten() for a in args),
-         out.reshape(-1))
+    loop(*flat, out.reshape(-1))
     return out if out.ndim else out[()]

@@ -18,7 +18,7 @@ from workbench.config import ROUTER_NAMES
 from workbench.engine import RunResult
 from workbench.engine.simulation import simulate_fleet
 from workbench.fleet import fleet as fleet_loop
-from workbench.fleet.fleet import earliest_event
+from workbench.fleet.fleet import earliest_event, load_imbalance
 from workbench.workload import build_workload
 
 GOLDEN = load()
@@ -137,8 +137,7 @@ def _ask_every_replica(members, router, requests, progress):
             chosen = router.choose(requests[nxt], members)
             members[chosen].scheduler.add_request(requests[nxt])
             placed[nxt] = chosen
-            loads = [m.outstanding() for m in members]
-            imbalance.append(max(loads) / (sum(loads) / len(loads)))
+            imbalance.append(load_imbalance(members))
             nxt += 1
         elif step_at is None:
             return placed, imbalance

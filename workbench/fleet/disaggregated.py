@@ -37,7 +37,7 @@ import pandas as pd
 from workbench.clock.roofline import link_s
 from workbench.config import RunConfig
 from workbench.engine.summary_counters import summed_spec_counters
-from workbench.fleet.fleet import SUMMED_EXTRA, Member, earliest_event, fleet_summary, replica_tables
+from workbench.fleet.fleet import SUMMED_EXTRA, Member, earliest_event, fleet_summary, load_imbalance, replica_tables
 from workbench.fleet.routers import Router
 from workbench.results import summarize
 from workbench.workload.request import Request, failed_rows_dropped
@@ -149,8 +149,7 @@ class Disaggregated:
         row = len(sched.arrivals.requests) - 1
         self.flow.prefill[k], self.flow.prefill_row[k] = chosen, row
         self.open_rows[chosen][row] = k
-        loads = [m.outstanding() for m in self.prefill]
-        self.flow.imbalance.append(max(loads) / (sum(loads) / len(loads)))
+        self.flow.imbalance.append(load_imbalance(self.prefill))
 
     def _event(self) -> None:
         t, kind, k = heapq.heappop(self.events)

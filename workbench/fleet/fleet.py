@@ -96,8 +96,7 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
                 members[chosen].scheduler.add_request(upcoming)
                 next_s[chosen] = members[chosen].replica.next_event_s()
                 placed[nxt] = chosen
-                loads = [m.outstanding() for m in members]
-                imbalance.append(max(loads) / (sum(loads) / len(loads)))
+                imbalance.append(load_imbalance(members))
                 nxt += 1
                 upcoming = requests[nxt] if nxt < len(requests) else None
             elif step_at is None:
@@ -106,6 +105,12 @@ def drive(members: list[Member], router: Router, requests: list[Request], progre
                 bar.update(members[who].replica.step(step_at))
                 next_s[who] = members[who].replica.next_event_s()
     return placed, imbalance
+
+
+def load_imbalance(members: list[Member]) -> float:
+    """Pure. The most outstanding requests on one replica over the mean (1: balanced), after a routing."""
+    loads = [m.outstanding() for m in members]
+    return max(loads) / (sum(loads) / len(loads))
 
 
 def earliest_event(next_s: list[float | None]) -> tuple[float | None, int]:

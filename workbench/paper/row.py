@@ -89,7 +89,6 @@ def not_graded_claims(path: Path = VALUES_PATH) -> list[dict[str, str]]:
     return yaml.safe_load(path.read_text()).get(NOT_GRADED_KEY, [])
 
 
-
 def cite_short(entry: dict) -> str:
     return entry["cite"].split(" (")[0]
 

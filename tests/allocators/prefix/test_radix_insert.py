@@ -30,25 +30,14 @@ def _state(index: RadixPrefixIndex):
 
 
 def _grow_tree(rng, index: RadixPrefixIndex, num_chains: int) -> tuple[list[np.ndarray], int]:
-    """Sequences' prompts as chains of blocks, each below the root or below a registered block, under keys from
-    a small alphabet (so that prompts share heads, nodes split and hang children); returns the root chains
-    (each a whole table) and the next unused block id."""
+    """Sequences' prompts inserted as `_chain`s, so that prompts share heads and nodes split and hang children;
+    returns the chains below the root (each a whole table) and the next unused block id."""
     next_block, tables = 0, []
     for _ in range(num_chains):
-        length = int(rng.integers(1, 6))
-        registered = np.flatnonzero(index._node_of >= 0)
-        if registered.shape[0] and rng.random() < 0.5:
-            below = int(registered[rng.integers(registered.shape[0])])
-            first_parent, first_before = int(index._key_of[below]), below
-        else:
-            first_parent, first_before = 0, -1
-        keys = (first_parent + rng.integers(1, 4, length).astype(np.uint64).cumsum() * 7).astype(np.uint64)
-        blocks = np.arange(next_block, next_block + length, dtype=np.int32)
-        next_block += length
-        parents = np.concatenate([[first_parent], keys[:-1]]).astype(np.uint64)
-        before = np.concatenate([[first_before], blocks[:-1]]).astype(np.int32)
+        parents, keys, blocks, before = _chain(rng, index, np.flatnonzero(index._node_of >= 0).tolist(), next_block)
         index.insert(parents, keys, blocks, before)
-        if first_before < 0:
+        next_block += blocks.shape[0]
+        if before[0] < 0:
             tables.append(blocks)
     return tables, next_block
 
