@@ -23,25 +23,31 @@ def raise_for_status(status: int, seq_ids: list[int], bad: int) -> None:
 
 
 @njit(cache=True)
+def row_status(marked, swapped, length, final_len):
+    """0 when a row may join the batch, else REPEATED | SWAPPED_OUT | PAST_FINAL. Scalars: a compiled loop calls
+    it per row (a call with array arguments would count references per row)."""
+    if marked != 0:
+        return REPEATED
+    if swapped != 0:
+        return SWAPPED_OUT
+    if length >= final_len:
+        return PAST_FINAL
+    return 0
+
+
+@njit(cache=True)
 def check_batch(rows, length, final_len, swapped, row_mark):
     """Pure (row_mark is restored). (0, -1) for a valid batch, else (PAST_FINAL | REPEATED | SWAPPED_OUT,
     index of the first offending sequence in the batch)."""
     status = 0
-    bad = -1
-    seen = 0  # rows [0, seen) were marked
+    seen = rows.shape[0]  # rows [0, seen) were marked
     for i in range(rows.shape[0]):
         r = rows[i]
-        if row_mark[r] != 0:
-            status, bad = REPEATED, i
-            break
-        if swapped[r] != 0:
-            status, bad = SWAPPED_OUT, i
-            break
-        if length[r] >= final_len[r]:
-            status, bad = PAST_FINAL, i
+        status = row_status(row_mark[r], swapped[r], length[r], final_len[r])
+        if status != 0:
+            seen = i
             break
         row_mark[r] = 1
-        seen = i + 1
     for i in range(seen):
         row_mark[rows[i]] = 0
-    return status, bad
+    return (status, seen) if status != 0 else (0, -1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from workbench.allocators.batch_check import check_batch
+from workbench.allocators.batch_check import row_status
 from workbench.allocators.paged.block_stack import pop_blocks
 
 # statuses of a compiled decode append (`decode_append`, `prefix.decode_append`); a negative one is
@@ -29,42 +29,55 @@ APPENDED, NO_ROOM, WIDEN = 0, 1, 2
 
 
 @njit(cache=True)
-def count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size, scratch, row_mark):
+def count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size, scratch, row_mark,
+                 sole_holders):
     """Pure (scratch and row_mark are restored). (blocks the append takes, widest table after it),
-    or `batch_check`'s (negative status, index of the offending sequence in the batch). The per-block tallies
-    of shared last blocks are skipped while no block of the batch is shared."""
-    status, bad = check_batch(rows, length, final_len, swapped, row_mark)
-    if status != 0:
-        return status, bad
+    or `batch_check`'s (negative status, index of the offending sequence in the batch). Each row is checked
+    (`row_status`) in the pass that counts it. The per-block tallies of shared last blocks are skipped while no
+    block of the batch is shared; `sole_holders` True says no held block has two holders (the caller knows it
+    exactly), and no last block's holders are looked up."""
     num_new = 0
     widest = 0
     shared = False  # a writer into a shared last block was tallied in scratch
+    status = 0
+    seen = rows.shape[0]  # rows [0, seen) were checked and marked
     for i in range(rows.shape[0]):
         r = rows[i]
-        if length[r] % block_size == 0:
+        status = row_status(row_mark[r], swapped[r], length[r], final_len[r])
+        if status != 0:
+            seen = i
+            break
+        row_mark[r] = 1
+        nb = num_blocks[r]
+        if length[r] == nb * block_size:  # the last block is full (a table holds ceil(length / block_size))
             num_new += 1
-            widest = max(widest, num_blocks[r] + 1)
-        else:
+            widest = max(widest, nb + 1)
+        elif not sole_holders:
             b = last_block[r]
             if refcount[b] > 1:  # this writer is the scratch[b]-th into block b; a sole holder never copies
                 scratch[b] += 1
                 shared = True
                 if scratch[b] < refcount[b]:
                     num_new += 1  # a copy: some other holder is still there
-            widest = max(widest, num_blocks[r])
-    if shared:
-        for i in range(rows.shape[0]):
-            r = rows[i]
-            if length[r] % block_size != 0:
-                scratch[last_block[r]] = 0
+            widest = max(widest, nb)
+        else:
+            widest = max(widest, nb)
+    for i in range(seen):
+        r = rows[i]
+        row_mark[r] = 0
+        if shared:
+            scratch[last_block[r]] = 0
+    if status != 0:
+        return status, seen
     return num_new, widest
 
 
 @njit(cache=True)
-def apply_append(rows, length, num_blocks, last_block, table, refcount, block_size, new_blocks, slots, copies):
+def apply_append(rows, length, num_blocks, last_block, table, refcount, block_size, new_blocks, slots, copies,
+                 sole_holders):
     """Mutates table, length, num_blocks, last_block, refcount, and fills slots int64 [num_seqs] and the first
-    rows of copies int32 [>= num_copies, 2]. `new_blocks` must hold exactly what count_append counted, in the
-    order they are used. Returns (number of copies, slots copied, tables grown)."""
+    rows of copies int32 [>= num_copies, 2]. `new_blocks` must hold exactly what count_append counted (with the
+    same `sole_holders`), in the order they are used. Returns (number of copies, slots copied, tables grown)."""
     used = 0
     num_copies = 0
     copied_slots = 0
@@ -72,24 +85,25 @@ def apply_append(rows, length, num_blocks, last_block, table, refcount, block_si
     for i in range(rows.shape[0]):
         r = rows[i]
         pos = length[r]
-        index = pos // block_size
-        offset = pos - index * block_size
-        if offset == 0:
+        nb = num_blocks[r]
+        if pos == nb * block_size:  # the last block is full: a new one at entry nb
+            offset = 0
             b = new_blocks[used]
             used += 1
-            table[r, index] = b
+            table[r, nb] = b
             last_block[r] = b
             refcount[b] = 1
-            num_blocks[r] += 1
+            num_blocks[r] = nb + 1
             grown += 1
         else:
-            b = last_block[r]  # = table[r, index]: a table holds ceil(length / block_size) blocks
-            if refcount[b] > 1:  # copy-on-write: the writer takes a private copy
+            offset = pos - (nb - 1) * block_size
+            b = last_block[r]  # = table[r, nb - 1]
+            if not sole_holders and refcount[b] > 1:  # copy-on-write: the writer takes a private copy
                 dst = new_blocks[used]
                 used += 1
                 refcount[b] -= 1
                 refcount[dst] = 1
-                table[r, index] = dst
+                table[r, nb - 1] = dst
                 last_block[r] = dst
                 copies[num_copies, 0] = b
                 copies[num_copies, 1] = dst
@@ -172,14 +186,15 @@ def reserved_slots(live, swapped, length, final_len, num_blocks, last_block, ref
 
 @njit(cache=True)
 def decode_append(rows, length, final_len, num_blocks, swapped, last_block, table, refcount, block_size, scratch,
-                  row_mark, free_ids, free_size, slots, copies):
+                  row_mark, free_ids, free_size, slots, copies, sole_holders):
     """A decode step's append in one call: `count_append`, then, when the free stack (`free_ids[:free_size]`,
     top last) holds the blocks and the table is wide enough, `apply_append` with them in the stack's pop
-    order. Returns (status, x, y, z, grown): status < 0: `check_batch`'s error, x the offending index; NO_ROOM:
-    x blocks needed, fewer free; WIDEN: the table needs x columns (nothing changed in those three); APPENDED:
-    appended, taking x blocks, making y copies of z slots in all, the tables `grown` entries longer."""
+    order (`sole_holders`: `count_append`'s). Returns (status, x, y, z, grown): status < 0: `check_batch`'s
+    error, x the offending index; NO_ROOM: x blocks needed, fewer free; WIDEN: the table needs x columns (nothing
+    changed in those three); APPENDED: appended, taking x blocks, making y copies of z slots in all, the tables
+    `grown` entries longer."""
     num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size,
-                                   scratch, row_mark)
+                                   scratch, row_mark, sole_holders)
     if num_new < 0:
         return num_new, widest, 0, 0, 0
     if num_new > free_size:
@@ -188,7 +203,7 @@ def decode_append(rows, length, final_len, num_blocks, swapped, last_block, tabl
         return WIDEN, widest, 0, 0, 0
     popped = pop_blocks(free_ids, free_size, num_new)
     num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, last_block, table, refcount, block_size,
-                                                   popped, slots, copies)
+                                                   popped, slots, copies, sole_holders)
     return APPENDED, num_new, num_copies, copied_slots, grown
 
 

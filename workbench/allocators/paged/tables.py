@@ -117,7 +117,8 @@ class BlockTables:
         a repeated, swapped-out or finished sequence."""
         c = self.seqs.column
         num_new, widest = loops.count_append(rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"),
-                                             c("last_block"), refcount, self.block_size, self._scratch, c("mark"))
+                                             c("last_block"), refcount, self.block_size, self._scratch, c("mark"),
+                                             False)
         if num_new < 0:
             raise_for_status(num_new, seq_ids, widest)
         self._fit(widest)
@@ -131,7 +132,7 @@ class BlockTables:
         copies = np.empty((new_blocks.shape[0], 2), dtype=np.int32)
         num_copies, copied_slots, grown = loops.apply_append(rows, c("length"), c("num_blocks"), c("last_block"),
                                                              self._table, refcount, self.block_size, new_blocks, slots,
-                                                             copies)
+                                                             copies, False)
         return slots, copies[:num_copies], copied_slots, grown
 
     def append_from(self, seq_ids: list[int], rows: np.ndarray, refcount: np.ndarray, stack: BlockStack):
@@ -143,7 +144,7 @@ class BlockTables:
         def append(length, final_len, num_blocks, swapped, last_block, table, scratch, mark):
             free_ids, free_size = stack.compiled_view()
             return loops.decode_append(rows, length, final_len, num_blocks, swapped, last_block, table, refcount,
-                                       self.block_size, scratch, mark, free_ids, free_size, slots, copies)
+                                       self.block_size, scratch, mark, free_ids, free_size, slots, copies, False)
 
         done = self.append_compiled(seq_ids, append)
         if done is None:

@@ -31,7 +31,7 @@ def append_evicting(rows, token_ids, length, final_len, num_blocks, swapped, las
     x blocks taken. The per-block arrays of the index must cover every block id, and its table have room for
     one new key per row (the caller sees to both)."""
     num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size,
-                                   scratch, row_mark)
+                                   scratch, row_mark, False)
     if num_new < 0:
         return num_new, widest, 0, 0, 0, 0, 0, 0
     if num_new > free_size + ends[lru_list.LENGTH]:
@@ -48,7 +48,7 @@ def append_evicting(rows, token_ids, length, final_len, num_blocks, swapped, las
         lru_list.pop_victims(prev, nxt, queued, last_use, ends, victims)
         lost = key_table.remove(slot_key, slot_block, next_copy, registered, key_of, victims)
     num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, last_block, table, refcount, block_size,
-                                                   taken, slots, copies)
+                                                   taken, slots, copies, False)
     # the blocks this step filled, registered under their chain keys (`_register_filled`)
     filled_rows = np.empty(rows.shape[0], dtype=np.int64)
     filled_parents = np.empty(rows.shape[0], dtype=np.uint64)

@@ -93,7 +93,8 @@ def _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, li
     n, written = loops.release_row(row, length, num_blocks, table, refcount, C[BLOCK_SIZE], released)
     pool_counts.released(counts, written, length[row], num_blocks[row])
     S[FREE_TOP] = push_blocks(free_ids, S[FREE_TOP], released, n)
-    data[:, row] = 0
+    for c in range(data.shape[0]):  # a loop, not a 2-D slice: no view to count references of
+        data[c, row] = 0
     live[row] = False
     free_rows[S[FREE_ROWS_TOP]] = row
     S[FREE_ROWS_TOP] += 1
@@ -222,9 +223,12 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
     wcap = wait.shape[0]
     while S[NBATCH] > 0:
         rows = batch[:S[NBATCH]]
+        # every held block is a table entry of a sequence here (no cache, state or host pool: the plain case), so
+        # as many entries as held blocks means each has one holder
+        sole_holders = counts[ENTRIES] == refcount.shape[0] - S[FREE_TOP]
         status, x, _, copied_slots, grown = loops.decode_append(
             rows, length, final_len, num_blocks, swapped, last_block, table, refcount, C[BLOCK_SIZE], scratch, mark,
-            free_ids, S[FREE_TOP], slots, copies)
+            free_ids, S[FREE_TOP], slots, copies, sole_holders)
         if status == loops.APPENDED:
             S[FREE_TOP] -= x
             pool_counts.appended(counts, rows.shape[0], copied_slots, grown)
