@@ -1,6 +1,6 @@
 """The check every strategy's decode append makes first: no sequence of the batch repeats, is swapped
-out, or is already at its final length. Compiled, and called from the strategies' compiled append
-loops (Numba inlines the call), so the check costs one pass over the batch.
+out, or is already at its final length. Compiled: `check_batch` is one pass over the batch, and a
+compiled append that already passes over the batch calls `row_status` for each row instead.
 
 Arrays: `rows` int64 [num_seqs] rows of the batch; `length`, `final_len`, `swapped` int64
 [capacity_rows]; `row_mark` int64 [capacity_rows], all zero between calls.
