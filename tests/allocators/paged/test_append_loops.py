@@ -1,7 +1,8 @@
 """The compiled decode append (`paged.loops.count_append`, `apply_append`) against a plain Python statement of
 its rules, over random tables: the batch check first (the first offending row), a new block where a row's last
 block is full, a copy where a shared last block still has another holder when this writer comes (the k-th writer
-copies iff k < refcount), and `sole_holders` changing nothing where no held block has two holders."""
+copies iff k < refcount), and `sole_holders` or an empty slot mapping changing nothing else where no held block
+has two holders."""
 
 from __future__ import annotations
 
@@ -84,10 +85,11 @@ def test_count_and_apply_follow_the_rules(shared, block_size):
         if expected[0] < 0 or expected[1] > table.shape[1]:
             continue
         results = []
-        for sole in sole_options:
+        for sole, want_slots in [(s, w) for s in sole_options for w in (True, False)]:
             state = [a.copy() for a in (length, num_blocks, last_block, table, refcount)]
             new_blocks = np.flatnonzero(state[4] == 0)[:expected[0]].astype(np.int32)
-            slots, copies = np.zeros(rows.shape[0], np.int64), np.zeros((rows.shape[0], 2), np.int32)
+            slots = np.zeros(rows.shape[0] if want_slots else 0, np.int64)
+            copies = np.zeros((rows.shape[0], 2), np.int32)
             out = loops.apply_append(rows, *state[:2], state[2], state[3], state[4], block_size, new_blocks, slots,
                                      copies, sole)
             assert (state[0][rows] == length[rows] + 1).all()
@@ -95,9 +97,35 @@ def test_count_and_apply_follow_the_rules(shared, block_size):
             holders = np.bincount(np.concatenate([state[3][r, :state[1][r]] for r in range(CAP_ROWS)]),
                                   minlength=NUM_BLOCKS)
             assert (holders == state[4]).all()
-            assert (slots // block_size == state[2][rows]).all() and (slots % block_size == length[rows] % block_size
-                                                                      ).all()
-            results.append((out, slots.tolist(), copies[:out[0]].tolist(), [a.tolist() for a in state]))
+            if want_slots:  # each row's slot is its written position in its (now private) last block
+                assert (slots // block_size == state[2][rows]).all()
+                assert (slots % block_size == length[rows] % block_size).all()
+            results.append((out, copies[:out[0]].tolist(), [a.tolist() for a in state]))
         assert results[0][0][0] == (expected[0] - int(np.sum(length[rows] % block_size == 0)))  # copies
-        if len(results) == 2:
-            assert results[0] == results[1]
+        assert all(result == results[0] for result in results)  # with or without slots, and sole_holders
+
+
+@pytest.mark.parametrize("block_size", [1, 16, 13])
+def test_reserved_slots_with_sole_holders_are_the_general_count(block_size):
+    """`reserved_slots`: a row's reserved slots are its last block's unwritten slots up to its final length,
+    a shared last block counted once at its furthest-reaching holder; `sole_holders` skips only the lookups."""
+    rng = np.random.default_rng(block_size)
+    for shared in (False, True):
+        for _ in range(100):
+            length, final_len, num_blocks, last_block, table, refcount, swapped = _pool(rng, shared, block_size)
+            live = rng.random(CAP_ROWS) < 0.9
+            if shared:  # only live, on-device holders count
+                refcount[:] = np.bincount(np.concatenate([table[r, :num_blocks[r]] for r in range(CAP_ROWS)
+                                                          if live[r] and not swapped[r]] or [np.zeros(0, np.int32)]),
+                                          minlength=NUM_BLOCKS)
+            scratch = np.zeros(NUM_BLOCKS, np.int64)
+            furthest: dict[int, int] = {}
+            for r in np.flatnonzero(live & (swapped == 0)).tolist():
+                start = (num_blocks[r] - 1) * block_size
+                gap = min(final_len[r] - start, block_size) - (length[r] - start)
+                furthest[int(last_block[r])] = max(furthest.get(int(last_block[r]), 0), gap)
+            expected = sum(furthest.values())
+            for sole in ([False] if shared else [False, True]):
+                assert loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount,
+                                            block_size, scratch, sole) == expected
+                assert not scratch.any()

@@ -75,13 +75,15 @@ def count_append(rows, length, final_len, num_blocks, swapped, last_block, refco
 @njit(cache=True)
 def apply_append(rows, length, num_blocks, last_block, table, refcount, block_size, new_blocks, slots, copies,
                  sole_holders):
-    """Mutates table, length, num_blocks, last_block, refcount, and fills slots int64 [num_seqs] and the first
-    rows of copies int32 [>= num_copies, 2]. `new_blocks` must hold exactly what count_append counted (with the
-    same `sole_holders`), in the order they are used. Returns (number of copies, slots copied, tables grown)."""
+    """Mutates table, length, num_blocks, last_block, refcount, and fills slots int64 [num_seqs] (unless it is
+    empty: a caller without a kernel) and the first rows of copies int32 [>= num_copies, 2]. `new_blocks` must
+    hold exactly what count_append counted (with the same `sole_holders`), in the order they are used. Returns
+    (number of copies, slots copied, tables grown)."""
     used = 0
     num_copies = 0
     copied_slots = 0
     grown = 0
+    want_slots = slots.shape[0] > 0
     for i in range(rows.shape[0]):
         r = rows[i]
         pos = length[r]
@@ -95,6 +97,9 @@ def apply_append(rows, length, num_blocks, last_block, table, refcount, block_si
             refcount[b] = 1
             num_blocks[r] = nb + 1
             grown += 1
+        elif sole_holders and not want_slots:  # the row writes into its own last block; nothing else to do
+            length[r] = pos + 1
+            continue
         else:
             offset = pos - (nb - 1) * block_size
             b = last_block[r]  # = table[r, nb - 1]
@@ -110,7 +115,8 @@ def apply_append(rows, length, num_blocks, last_block, table, refcount, block_si
                 num_copies += 1
                 copied_slots += offset
                 b = dst
-        slots[i] = np.int64(b) * block_size + offset
+        if want_slots:
+            slots[i] = np.int64(b) * block_size + offset
         length[r] = pos + 1
     return num_copies, copied_slots, grown
 
@@ -155,10 +161,11 @@ def release_row(row, length, num_blocks, table, refcount, block_size, released):
 
 
 @njit(cache=True)
-def reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, block_size, scratch):
+def reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, block_size, scratch,
+                   sole_holders):
     """Pure (scratch is restored). Unwritten slots of held blocks that some holder will write, over the
     on-device rows (`live` bool [capacity_rows] and not `swapped`): only last blocks can be partial; a
-    shared one counts once, with its furthest-reaching holder."""
+    shared one counts once, with its furthest-reaching holder. `sole_holders`: `count_append`'s."""
     total = 0
     shared = False  # a last block with other holders was seen: tallied in scratch, added in a second pass
     for r in range(live.shape[0]):
@@ -166,6 +173,9 @@ def reserved_slots(live, swapped, length, final_len, num_blocks, last_block, ref
             continue
         start = (num_blocks[r] - 1) * block_size
         gap = min(final_len[r] - start, block_size) - (length[r] - start)
+        if sole_holders:
+            total += gap
+            continue
         b = last_block[r]
         if refcount[b] == 1:
             total += gap

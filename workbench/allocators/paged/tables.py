@@ -198,7 +198,7 @@ class BlockTables:
         """Unwritten slots of held blocks that a holder will write (module rule of `paged`)."""
         c = self.seqs.columns
         return int(loops.reserved_slots(self.seqs.live, c["swapped"], c["length"], c["final_len"], c["num_blocks"],
-                                        c["last_block"], refcount, self.block_size, self._scratch))
+                                        c["last_block"], refcount, self.block_size, self._scratch, False))
 
     def _flat_index(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Flat positions in `_table` of the rows' entries, int64 [nnz], and the CSR indptr [num_rows + 1]."""

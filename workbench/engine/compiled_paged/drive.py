@@ -84,9 +84,9 @@ class _Run:
         self.g_row = np.full(ring, -1, dtype=np.int64)
         self.wait = np.zeros(ring, dtype=np.int64)
         # per pool row (they grow with the pool's rows): its request, the decode batch, this step's admitted
-        # rows, and decode_append's outputs
-        self.row_req, self.batch, self.prefilled, self.slots = (np.zeros(pool.capacity_rows, dtype=np.int64)
-                                                                for _ in range(4))
+        # rows, and decode_append's copies; no slot mapping (empty: no kernel reads one)
+        self.row_req, self.batch, self.prefilled = (np.zeros(pool.capacity_rows, dtype=np.int64) for _ in range(3))
+        self.slots = np.zeros(0, dtype=np.int64)
         self.copies = np.zeros((pool.capacity_rows, 2), dtype=np.int32)
         self.events = np.zeros((FIRST_EVENTS, 4), dtype=np.int64)
         self.rows_f = np.zeros((ROWS_PER_CALL, 3))
@@ -110,7 +110,7 @@ class _Run:
         pool = self.pool
         pool.grow_rows(int(self.S[L.FREE_ROWS_TOP]))
         self.S[L.FREE_ROWS_TOP] = pool.free_rows_top
-        for name in ("row_req", "batch", "prefilled", "slots"):
+        for name in ("row_req", "batch", "prefilled"):
             old = getattr(self, name)
             new = np.zeros(pool.capacity_rows, dtype=np.int64)
             new[:old.shape[0]] = old

@@ -101,6 +101,14 @@ def _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, li
 
 
 @njit(cache=True)
+def _sole_holders(S, counts, refcount):
+    """Whether no held block has two holders (`loops.count_append`'s `sole_holders`). Every held block of the
+    plain pool is a table entry of a sequence (no prefix cache, recurrent state or host pool), so as many table
+    entries as held blocks means one holder each; a shared block makes them differ."""
+    return counts[ENTRIES] == refcount.shape[0] - S[FREE_TOP]
+
+
+@njit(cache=True)
 def _leave_batch(S, batch, row):
     """The sequence in `row` leaves the decode batch; the others keep their order."""
     n = S[NBATCH]
@@ -122,8 +130,8 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
     ring of request indices (head S[WAIT_HEAD]); per pool row: its request (`row_req`); `batch` the decoding
     rows in join order; `prefilled` this step's admitted rows; `free_rows` the free rows (top S[FREE_ROWS_TOP]);
     `data` .. `counts` the pool's arrays (CompiledPool; `data` holds the per-row columns `length` .. `mark`);
-    `released`, `slots`, `copies` scratch buffers of `release_row` and `decode_append`; the `log_*` arrays are
-    the RequestLog window (row i - S[LOG_BASE])."""
+    `released`, `copies` scratch buffers of `release_row` and `decode_append`, `slots` empty (no kernel reads a
+    slot mapping); the `log_*` arrays are the RequestLog window (row i - S[LOG_BASE])."""
     while True:
         if S[PHASE] == START:
             if S[ROWS] == rows_f.shape[0]:
@@ -223,12 +231,9 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
     wcap = wait.shape[0]
     while S[NBATCH] > 0:
         rows = batch[:S[NBATCH]]
-        # every held block is a table entry of a sequence here (no cache, state or host pool: the plain case), so
-        # as many entries as held blocks means each has one holder
-        sole_holders = counts[ENTRIES] == refcount.shape[0] - S[FREE_TOP]
         status, x, _, copied_slots, grown = loops.decode_append(
             rows, length, final_len, num_blocks, swapped, last_block, table, refcount, C[BLOCK_SIZE], scratch, mark,
-            free_ids, S[FREE_TOP], slots, copies, sole_holders)
+            free_ids, S[FREE_TOP], slots, copies, _sole_holders(S, counts, refcount))
         if status == loops.APPENDED:
             S[FREE_TOP] -= x
             pool_counts.appended(counts, rows.shape[0], copied_slots, grown)
@@ -335,7 +340,8 @@ def _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcou
         num_prefill += tokens
         attn_ctx_prefill += rules.query_keys(0, tokens)
         prefill_blocks += num_blocks[prefilled[k]]
-    reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs, scratch)
+    reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs, scratch,
+                                    _sole_holders(S, counts, refcount))
     S[P_NUM_DECODE], S[P_NUM_PREFILL] = num_decode, num_prefill
     S[P_KV_READ], S[P_ATTN_CTX] = decode_ctx + num_prefill, decode_ctx + attn_ctx_prefill
     S[P_DECODE_CTX], S[P_DECODE_BLOCKS] = decode_ctx, decode_blocks
