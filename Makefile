@@ -72,6 +72,7 @@ bench: $(STAMP_DEV)
 	$(BIN)/python benchmarks/bench_allocators.py
 	$(BIN)/python benchmarks/bench_kernels.py --clock cpu
 	$(BIN)/python benchmarks/bench_engine.py
+	$(BIN)/python benchmarks/bench_compiled_loop.py
 
 # Offline on purpose (a GPU machine may have no network): the interpreter that has cupy runs the
 # source tree directly; GPU_PYTHON=.venv/bin/python after `pip install -e '.[gpu,dev]'` also works.
