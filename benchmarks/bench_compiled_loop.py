@@ -62,9 +62,12 @@ def package_runs(package_root: Path, num_requests: int, runs: int) -> tuple[int,
     """(steps of a run, the loop's seconds in each run) of the package at `package_root`, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(package_root)}
     with tempfile.TemporaryDirectory() as cwd:  # `python -c` puts the working directory first on sys.path
-        out = subprocess.run([sys.executable, "-c", _RUNS, str(num_requests), str(runs), str(package_root)],
-                             env=env, cwd=cwd, check=True, capture_output=True, text=True).stdout
-    result = json.loads(out.splitlines()[-1])
+        done = subprocess.run([sys.executable, "-c", _RUNS, str(num_requests), str(runs), str(package_root)],
+                              env=env, cwd=cwd, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise SystemExit(f"bench_compiled_loop: the runs of the package at {package_root} failed: {last}")
+    result = json.loads(done.stdout.splitlines()[-1])
     return result["steps"], result["loop_s"]
 
 
