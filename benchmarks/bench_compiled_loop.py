@@ -1,13 +1,14 @@
 """CPU of the compiled step loop itself (docs/performance.md), steadier than a whole process's.
 
-Plain `paged`, Llama-3-8B on an H100, 40 GiB of KV, `sharegpt-like` at 40 req/s, `--kernel none`: the run the
-compiled loop serves. In a fresh process per package, `--runs` runs of `--requests` requests each, every
-call into the loop (`compiled_paged.drive`'s `_Run.call`: building its arguments, the dispatch and the steps)
-timed; the first run, which loads the compiled code, is left out and the least of the others printed, as CPU
-µs per simulated step. The whole process's figure (`bench_engine.py --requests`) adds the workload, the tables
-written and the clock's Python, and on a shared machine its runs spread by a third; the least of several runs
-of the loop alone moves by a few percent. `--baseline PATH` runs another checkout the same way, alternating,
-`--sittings` times, and prints the ratio of each sitting and their median.
+Plain `paged` at `bench_engine.py`'s scale point (Llama-3-8B on an H100, 40 GiB of KV, `sharegpt-like` at
+40 req/s, `--kernel none`): the run the compiled loop serves. In a fresh process per package, `--runs` runs
+of `--requests` requests each, every call into the loop (`compiled_paged.drive`'s `_Run.call`: building its
+arguments, the dispatch and the steps) timed; the first run, which loads the compiled code, is left out and
+the least of the others printed, as CPU µs per simulated step. The whole process's figure (`bench_engine.py
+--requests`) adds the workload, the tables written and the clock's Python, and on a shared machine its runs
+spread by a third; the least of several runs of the loop alone moves by a few percent. `--baseline PATH` runs
+another checkout the same way, alternating, `--sittings` times, and prints the ratio of each sitting and
+their median.
 
     python benchmarks/bench_compiled_loop.py --requests 20000 --baseline ../old --sittings 3
 """
@@ -16,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from bench_engine import SCALE_POINT, run_in_package
 
 # one package's runs, in a fresh interpreter: prints {"steps": .., "loop_s": [..]}
 _RUNS = """
@@ -43,8 +43,7 @@ def timed_call(self):
     finally:
         spent[0] += time.perf_counter() - start
 drive._Run.call = timed_call
-cfg = RunConfig(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
-                workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none")
+cfg = RunConfig(**{**json.loads(sys.argv[4]), "strategy": "paged", "num_requests": int(sys.argv[1])})
 loop_s = []
 for _ in range(int(sys.argv[2])):
     spent[0] = 0.0
@@ -60,10 +59,8 @@ print(json.dumps({"steps": steps, "loop_s": loop_s}))
 
 def package_runs(package_root: Path, num_requests: int, runs: int) -> tuple[int, list[float]]:
     """(steps of a run, the loop's seconds in each run) of the package at `package_root`, in a fresh process."""
-    env = {**os.environ, "PYTHONPATH": str(package_root)}
-    with tempfile.TemporaryDirectory() as cwd:  # `python -c` puts the working directory first on sys.path
-        done = subprocess.run([sys.executable, "-c", _RUNS, str(num_requests), str(runs), str(package_root)],
-                              env=env, cwd=cwd, capture_output=True, text=True)
+    done = run_in_package(package_root, _RUNS, str(num_requests), str(runs), str(package_root),
+                          json.dumps(SCALE_POINT))
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise SystemExit(f"bench_compiled_loop: the runs of the package at {package_root} failed: {last}")

@@ -95,6 +95,10 @@ def replay(cfg: RunConfig, *, split: bool) -> tuple[dict, float, float, StepTime
     return result.summary, time.perf_counter() - wall0, time.process_time() - cpu0, timers
 
 
+# the scale rows' operating point (num_requests and --set changes go on top)
+SCALE_POINT = dict(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
+                   workload="sharegpt-like", rate=40.0, kernel="none")
+
 # one scale row, run in a fresh interpreter: prints "steps cpu_s peak_rss_bytes"
 _SCALE_ROW = """
 import json, resource, sys, tempfile, time
@@ -107,9 +111,7 @@ njit(lambda: 0)()  # Numba's one-time set-up (its first compile or cache load): 
 if sys.argv[4] == "general":
     from workbench.engine.compiled_paged import eligible
     eligible.ENABLED = False  # every run takes the general loop
-cfg = RunConfig(**{**dict(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
-                          workload="sharegpt-like", rate=40.0, num_requests=int(sys.argv[1]), kernel="none"),
-                   **json.loads(sys.argv[3])})
+cfg = RunConfig(**{**json.loads(sys.argv[5]), "num_requests": int(sys.argv[1]), **json.loads(sys.argv[3])})
 with tempfile.TemporaryDirectory() as tmp:
     cpu0 = time.process_time()
     run(cfg, Path(tmp) / "out")
@@ -129,12 +131,19 @@ def scale_row(num_requests: int, package_root: Path, changes: dict,
     """(steps, mean batch, CPU s of the run, peak RSS bytes, CPU s of the whole process) of one scale run with
     the package at `package_root`, its config fields changed by `changes`; `general`: with the compiled step
     loop switched off."""
+    done = run_in_package(package_root, _SCALE_ROW, str(num_requests), str(package_root), json.dumps(changes),
+                          "general" if general else "any", json.dumps(SCALE_POINT))
+    done.check_returncode()
+    out = done.stdout.split()
+    return int(out[0]), float(out[1]), float(out[2]), int(out[3]), float(out[4])
+
+
+def run_in_package(package_root: Path, code: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -c code args` in a fresh interpreter that imports the package at `package_root` (its stdout and
+    stderr captured, not checked)."""
     env = {**os.environ, "PYTHONPATH": str(package_root)}
     with tempfile.TemporaryDirectory() as cwd:  # `python -c` puts the working directory first on sys.path
-        out = subprocess.run([sys.executable, "-c", _SCALE_ROW, str(num_requests), str(package_root),
-                              json.dumps(changes), "general" if general else "any"], env=env, cwd=cwd, check=True,
-                             capture_output=True, text=True).stdout.split()
-    return int(out[0]), float(out[1]), float(out[2]), int(out[3]), float(out[4])
+        return subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True)
 
 
 def scale_table(counts: list[int], strategies: list[str], baseline: Path | None, changes: dict,

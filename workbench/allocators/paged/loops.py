@@ -52,16 +52,15 @@ def count_append(rows, length, final_len, num_blocks, swapped, last_block, refco
         if length[r] == nb * block_size:  # the last block is full (a table holds ceil(length / block_size))
             num_new += 1
             widest = max(widest, nb + 1)
-        elif not sole_holders:
-            b = last_block[r]
-            if refcount[b] > 1:  # this writer is the scratch[b]-th into block b; a sole holder never copies
-                scratch[b] += 1
-                shared = True
-                if scratch[b] < refcount[b]:
-                    num_new += 1  # a copy: some other holder is still there
-            widest = max(widest, nb)
         else:
             widest = max(widest, nb)
+            if not sole_holders:
+                b = last_block[r]
+                if refcount[b] > 1:  # this writer is the scratch[b]-th into block b; a sole holder never copies
+                    scratch[b] += 1
+                    shared = True
+                    if scratch[b] < refcount[b]:
+                        num_new += 1  # a copy: some other holder is still there
     for i in range(seen):
         r = rows[i]
         row_mark[r] = 0
