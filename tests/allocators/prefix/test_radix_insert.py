@@ -1,11 +1,11 @@
 """`RadixPrefixIndex.insert` of a batch decides it as if its entries were inserted one at a time, in order.
 
-The index registers a prompt's chain of new blocks a run at a time and any other batch entry by entry; a faster
-batch path must keep to the same decisions. Random batches over random trees (chains of shared heads, so that
-nodes split and hang children), with entries that continue a node's tail, share a parent, start below the root,
-repeat a key under one parent, hold an evicted or unregistered parent, repeat a block or name another entry's
-block as their parent, and chains of a prompt's new blocks, must leave the tree exactly as the entries inserted
-one by one do."""
+The index registers a prompt's chain of new blocks a run at a time, and any other batch entry by entry with what
+the decisions read about the parents gathered once; both must keep to the decisions of one entry at a time.
+Random batches over random trees (chains of shared heads, so that nodes split and hang children), with entries
+that continue a node's tail, share a parent, start below the root, repeat a key under one parent, hold an evicted
+or unregistered parent, repeat a block or name another entry's block as their parent, and chains of a prompt's
+new blocks, must leave the tree exactly as the entries inserted one by one do, each block in one place."""
 
 from __future__ import annotations
 
@@ -99,3 +99,5 @@ def test_a_batch_inserts_as_its_entries_one_at_a_time(eviction, shape):
         for i in range(blocks.shape[0]):
             one_by_one.insert(parent_keys[i:i + 1], keys[i:i + 1], blocks[i:i + 1], parent_blocks[i:i + 1])
         assert _state(index) == _state(one_by_one)
+        in_nodes = [b for node in index._nodes.values() for b in node.blocks[:node.n].tolist()]
+        assert sorted(in_nodes) == np.flatnonzero(index._node_of >= 0).tolist(), "a block registered twice"

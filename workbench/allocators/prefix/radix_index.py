@@ -40,6 +40,16 @@ from workbench.allocators.prefix.radix_node import RadixNode
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
 
 
+def _holds(parent_key: int, before: int, node_id: int, registered_key: int) -> bool:
+    """Pure. Whether the block registered under `parent_key` (-1: the root, for key 0) is `before`, the block its
+    sequence holds there (`node_id`, `registered_key`: its node, -1 when unregistered, and its key): else no path
+    from the root reaches the block after it (its parent prefix was evicted, or the sequence holds an
+    unregistered copy of it)."""
+    if parent_key == 0:
+        return before == -1
+    return before >= 0 and node_id >= 0 and registered_key == parent_key
+
+
 class RadixPrefixIndex:
     def __init__(self, eviction: str = "lru") -> None:
         self._stats = make_block_stats(eviction)
@@ -116,19 +126,41 @@ class RadixPrefixIndex:
                 np.array_equal(parent_blocks[1:], blocks[:-1]):
             self._insert_chain(parent_keys, keys, blocks, parent_blocks)
             return
-        for parent_key, key, block, before in zip(parent_keys.tolist(), keys.tolist(), blocks.tolist(),
-                                                  parent_blocks.tolist(), strict=True):
-            if self._node_of[block] < 0 and self._holds_parent(parent_key, before) and \
-                    self._child(before, key) < 0:
+        self._insert_entries(parent_keys, keys, blocks, parent_blocks)
+
+    def _insert_entries(self, parent_keys: np.ndarray, keys: np.ndarray, blocks: np.ndarray,
+                        parent_blocks: np.ndarray) -> None:
+        """`insert` entry by entry, in order (a decode step's filled blocks, each below its own sequence's last
+        block), with what the decisions read about the parents gathered once. An earlier entry changes what a
+        later one read only where it registers the later one's parent (so a parent found unheld is looked at
+        again) or changes the later one's parent node: it splits it (the blocks past the split leave, and it
+        gains a child), continues it or hangs a child under it. After any of these the later entry's recorded
+        place is no longer a childless tail, so the fast case (continue the parent's node, as `_attach_one`
+        would) applies only where nothing changed, and every other entry takes `_child` and `_attach_one`."""
+        safe = np.maximum(parent_blocks, 0)
+        node_ids, positions = self._node_of[safe].tolist(), self._pos[safe].tolist()
+        registered_keys = self._key_of[safe].tolist()
+        nodes = self._nodes
+        for i, (parent_key, key, block, before) in enumerate(zip(parent_keys.tolist(), keys.tolist(),
+                                                                 blocks.tolist(), parent_blocks.tolist(), strict=True)):
+            if self._node_of[block] >= 0:
+                continue  # registered already: its key is cached, or an earlier entry named the same block
+            if not (_holds(parent_key, before, node_ids[i], registered_keys[i])
+                    or self._holds_parent(parent_key, before)):
+                continue
+            if before >= 0 and node_ids[i] >= 0:
+                parent = nodes[node_ids[i]]
+                if positions[i] == parent.n - 1 and not parent.children:  # no split, and no child to find
+                    self._continue(parent, key, block)
+                    continue
+            if self._child(before, key) < 0:
                 self._attach_one(before, key, block)
 
     def _holds_parent(self, parent_key: int, before: int) -> bool:
-        """Pure. The block registered under `parent_key` (-1: the root, for key 0) is `before`, the block its
-        sequence holds there; else no path from the root reaches the block after it (its parent prefix was
-        evicted, or the sequence holds an unregistered copy of it)."""
-        if parent_key == 0:
-            return before == -1
-        return before >= 0 and self._node_of[before] >= 0 and int(self._key_of[before]) == parent_key
+        """Pure. `_holds` with the parent block's registration read now."""
+        if before < 0:
+            return _holds(parent_key, before, -1, 0)
+        return _holds(parent_key, before, int(self._node_of[before]), int(self._key_of[before]))
 
     def _child(self, parent_block: int, key: int) -> int:
         """Pure. The registered block under `parent_block` (-1: the root) keyed `key`, -1 when none: the key
@@ -184,14 +216,19 @@ class RadixPrefixIndex:
     def _attach_one(self, parent_block: int, key: int, block: int) -> None:
         """`_attach` of one block (a decode step fills one per sequence), continuing the parent's node in scalar
         stores; a new node takes `_attach` itself."""
-        parent, depth = self._parent_below(parent_block)
+        parent, _ = self._parent_below(parent_block)
         if parent is self._root or parent.children:
             self._attach(parent_block, np.array([key], dtype=np.uint64), np.array([block], dtype=np.int32))
             return
+        self._continue(parent, key, block)
+
+    def _continue(self, parent: RadixNode, key: int, block: int) -> None:
+        """Mutates. `block`, new and held by the sequence that filled it, continues `parent` (a node whose tail that
+        sequence holds and which has no child node) in scalar stores."""
         self._key_of[block] = key
         self._held[block] = True
         self._num_registered += 1
-        self._stats.set_depth(block, depth)
+        self._stats.set_depth(block, parent.depth + parent.n)
         self._node_of[block] = parent.node_id
         self._pos[block] = parent.n
         parent.append_one(block, key)
