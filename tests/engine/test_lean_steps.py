@@ -3,10 +3,11 @@
 Fast: decode-only steps skip the admission machinery (`Scheduler._decode_only`), `paged` appends, counts
 its reserved slots in one compiled call and hands that count to the step's snapshot
 (`loops.decode_append`), and `paged-prefix` appends, evicts and registers the blocks it filled in one compiled
-call (`prefix.decode_append`). Plain: every step through `Scheduler.schedule`'s general path and every append
-through the protocol's `can_append` + `append` (the separate count and apply loops, reserved slots counted
-by each snapshot). Randomized over strategies, pool sizes, fan-out, preemption, chunked prefill and
-admission; the strategy's integrity is checked at every step of both runs."""
+call (`prefix.decode_append`) and takes and releases blocks in one compiled call each (`prefix.take_release`).
+Plain: every step through `Scheduler.schedule`'s general path, every append through the protocol's
+`can_append` + `append` (the separate count and apply loops, reserved slots counted by each snapshot), and
+every take and release through the index's own calls. Randomized over strategies, pool sizes, fan-out,
+preemption, chunked prefill and admission; the strategy's integrity is checked at every step of both runs."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from tests.engine.conftest import simulate_checked, small_config, summaries_equa
 from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.allocators.paged.strategy import PagedStrategy
-from workbench.allocators.prefix import decode_append
+from workbench.allocators.prefix import decode_append, take_release
+from workbench.allocators.prefix.hash_index import HashPrefixIndex
 from workbench.allocators.prefix.prefix_cache import PrefixCacheStrategy
 from workbench.engine.scheduler import Scheduler
 
@@ -68,12 +70,14 @@ def check_fast_against_plain(monkeypatch, strategy, block_size, kv_slots, fanout
 
 
 def _plain_run(monkeypatch, cfg, lean_steps: bool = False):
-    """`cfg` run with every append through the protocol's `can_append` + `append` (and, unless `lean_steps`,
-    every step through `schedule`'s general path)."""
+    """`cfg` run with every append through the protocol's `can_append` + `append`, every take and release of a
+    prefix cache through its index's calls (no compiled view of the index) and, unless `lean_steps`, every step
+    through `schedule`'s general path."""
     if not lean_steps:
         monkeypatch.setattr(Scheduler, "lean_decode_steps", False)
     monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
     monkeypatch.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
+    monkeypatch.setattr(HashPrefixIndex, "one_call_view", lambda self, num_blocks, more_keys: None)
     return simulate_checked(cfg)
 
 
@@ -112,5 +116,32 @@ def test_prefix_cache_appends_in_one_call_under_eviction(monkeypatch):
     fast = simulate_checked(cfg)
     assert sum(evicted) > 0, "no one-call append evicted: the case is not exercised"
     plain = _plain_run(monkeypatch, cfg, lean_steps=True)
+    _assert_same_tables(fast, plain)
+    assert summaries_equal(fast.summary, plain.summary)
+
+
+def test_prefix_cache_takes_and_releases_in_one_call_under_eviction(monkeypatch):
+    """`paged-prefix` in a pool whose admissions evict cached blocks: the compiled take (evicting) and release run,
+    and give the tables of the index's own calls."""
+    cfg = small_config(strategy="paged-prefix", block_size=4, kv_slots=700, workload="system-prompt:k=3,system=30,"
+                       "lengths=alpaca", seed=5, kernel="none", num_requests=40, rate=60.0)
+    calls = {"evicted": 0, "released": 0, "cached": 0}
+    take, release = take_release.take_evicting, take_release.release_to_cache
+
+    def counted_take(taken, free_ids, free_size, *rest):
+        from_free, lost = take(taken, free_ids, free_size, *rest)
+        calls["evicted"] += taken.shape[0] - from_free
+        return from_free, lost
+
+    def counted_release(blocks, registered, *rest):
+        calls["released"] += 1
+        calls["cached"] += int(registered[blocks].sum())
+        return release(blocks, registered, *rest)
+
+    monkeypatch.setattr(take_release, "take_evicting", counted_take)
+    monkeypatch.setattr(take_release, "release_to_cache", counted_release)
+    fast = simulate_checked(cfg)
+    assert calls["evicted"] and calls["released"] and calls["cached"], f"a case is not exercised: {calls}"
+    plain = _plain_run(monkeypatch, cfg)
     _assert_same_tables(fast, plain)
     assert summaries_equal(fast.summary, plain.summary)

@@ -30,12 +30,17 @@ class BlockStack:
         return self._ids[:self.size].copy()
 
     def compiled_view(self) -> tuple[np.ndarray, int]:
-        """(the id array, top last; the stack size) for a compiled pop, which must then call `popped`."""
+        """(the id array, top last; the stack size) for a compiled pop or push, which must then call `popped` or
+        `pushed`. The array holds every block id, so a push of released blocks always has room."""
         return self._ids, self.size
 
     def popped(self, k: int) -> None:
         """Mutates. A compiled caller took the top k ids of `compiled_view`."""
         self.size -= k
+
+    def pushed(self, size: int) -> None:
+        """Mutates. A compiled caller pushed ids onto `compiled_view` (`push_blocks`), which returned `size`."""
+        self.size = size
 
 
 # The stack's order, compiled: the class above and the compiled loops (paged.loops, the compiled step loop)

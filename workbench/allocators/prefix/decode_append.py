@@ -1,13 +1,13 @@
 """A hash-chain prefix cache's decode append in one compiled call.
 
 `PrefixCacheStrategy.append_if_room` takes a decode batch through five steps, each its own call: count the
-blocks (`paged.loops.count_append`), take them (the free stack first, then the least recently used cached
-blocks, whose keys leave the table), write the batch (`paged.loops.apply_append`), advance each sequence's
-chain (`prefix.loops.append_terms`) and register the blocks it filled (`prefix.key_table.insert`). Here the
+blocks (`paged.loops.count_append`), take them (`prefix.take_release.take_evicting`: the free stack first,
+then the least recently used cached blocks, whose keys leave the table), write the batch
+(`paged.loops.apply_append`), advance each sequence's chain (`prefix.loops.append_terms`) and register the
+blocks it filled (`prefix.key_table.insert`). Here the
 same functions run in that order inside one call, for the case whose every step is one of them: the hash
 index under LRU eviction, with neither a host or shared tier nor recurrent state (`PrefixCacheStrategy`'s
-`_one_call_append`). Any
-other case keeps the step-by-step path.
+`_one_call`). Any other case keeps the step-by-step path.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from workbench.allocators.paged.block_stack import pop_blocks
 from workbench.allocators.paged.loops import APPENDED, NO_ROOM, WIDEN, apply_append, count_append, last_two_blocks
 from workbench.allocators.prefix import key_table, lru_list
 from workbench.allocators.prefix.loops import append_terms
+from workbench.allocators.prefix.take_release import take_evicting
 
 
 @njit(cache=True)
@@ -39,14 +39,9 @@ def append_evicting(rows, token_ids, length, final_len, num_blocks, swapped, las
     if widest > table.shape[1]:
         return WIDEN, widest, 0, 0, 0, 0, 0, 0
     # never-cached free blocks first, then cached ones evicted least recently used first (`_take`)
-    from_free = min(num_new, free_size)
     taken = np.empty(num_new, dtype=np.int32)
-    taken[:from_free] = pop_blocks(free_ids, free_size, from_free)
-    lost = 0
-    if num_new > from_free:
-        victims = taken[from_free:]
-        lru_list.pop_victims(prev, nxt, queued, last_use, ends, victims)
-        lost = key_table.remove(slot_key, slot_block, next_copy, registered, key_of, victims)
+    from_free, lost = take_evicting(taken, free_ids, free_size, prev, nxt, queued, last_use, ends, slot_key,
+                                    slot_block, next_copy, registered, key_of)
     num_copies, copied_slots, grown = apply_append(rows, length, num_blocks, last_block, table, refcount, block_size,
                                                    taken, slots, copies, False)
     # the blocks this step filled, registered under their chain keys (`_register_filled`)

@@ -193,7 +193,7 @@ class LRUPolicy:
     def set_depth(self, block: int, depth: int) -> None:
         del block, depth
 
-    def _fit(self, num_blocks: int) -> None:
+    def fit(self, num_blocks: int) -> None:
         """Mutates. Room for block ids below `num_blocks` (grown by doubling)."""
         size = self._queued.shape[0]
         if num_blocks > size:
@@ -209,7 +209,7 @@ class LRUPolicy:
     def add_many(self, blocks) -> None:
         blocks = np.asarray(blocks, dtype=np.int32)
         if blocks.shape[0]:
-            self._fit(id_bound(blocks))
+            self.fit(id_bound(blocks))
             lru_list.add_many(self._prev, self._next, self._queued, self._last, self._ends, blocks)
 
     def restore(self, block: int) -> None:
@@ -220,12 +220,12 @@ class LRUPolicy:
             lru_list.remove(self._prev, self._next, self._queued, self._ends, block)
 
     def touch(self, block: int) -> None:
-        self._fit(block + 1)
+        self.fit(block + 1)
         lru_list.touch(self._prev, self._next, self._queued, self._last, self._ends, block)
 
     def claim_many(self, blocks: np.ndarray) -> None:
         if blocks.shape[0]:
-            self._fit(id_bound(blocks))
+            self.fit(id_bound(blocks))
             lru_list.claim_many(self._prev, self._next, self._queued, self._last, self._ends, blocks)
 
     def pop_victim(self) -> int:

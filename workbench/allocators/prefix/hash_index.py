@@ -104,13 +104,14 @@ class HashPrefixIndex:
         return evicted, keys
 
     def one_call_view(self, num_blocks: int, more_keys: int):
-        """For `prefix.decode_append`: (slot keys, slot blocks, next copies, registered, key of each block, the
-        LRU order's arrays), with the per-block arrays covering block ids below `num_blocks`; None when the
-        table would have to grow to take `more_keys` keys (`insert` grows it then, at the same moment as ever)
-        or the eviction order is not LRU's."""
+        """For `prefix.decode_append` and `prefix.take_release`: (slot keys, slot blocks, next copies, registered,
+        key of each block, the LRU order's arrays), with the per-block arrays, the LRU order's too, covering block
+        ids below `num_blocks`; None when the table would have to grow to take `more_keys` keys (`insert` grows it
+        then, at the same moment as ever) or the eviction order is not LRU's."""
         if type(self._policy) is not LRUPolicy or 2 * (self._num_keys + more_keys) > self._slot_key.shape[0]:
             return None
         self._fit(num_blocks)
+        self._policy.fit(num_blocks)
         return (self._slot_key, self._slot_block, self._next_copy, self._registered, self._key_of,
                 self._policy.compiled_view())
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from workbench.allocators.paged import pool_counts
 from workbench.allocators.paged.strategy import PagedStrategy
-from workbench.allocators.prefix import decode_append
+from workbench.allocators.prefix import decode_append, take_release
 from workbench.allocators.prefix.chains import SeqChains
 from workbench.allocators.prefix.eviction import make_policy
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
@@ -71,10 +71,11 @@ class PrefixCacheStrategy(PagedStrategy):
         self.shared_link_gb_s = shared_link_gb_s  # the clock's: a shared-tier promote crosses this link
         self.prefix_hit_tokens_host = 0  # host-tier hits (promoted)
         self.prefix_hit_tokens_shared = 0  # shared-tier hits (copied in)
-        # A decode append may run as one compiled call (`prefix.decode_append`) only where every step of the
-        # step-by-step path is one of its functions. Exact types, so a subclass, another index or another
-        # option (a tier, recurrent state) keeps the step-by-step path until someone decides otherwise.
-        self._one_call_append = (type(self) is PrefixCacheStrategy and type(index) is HashPrefixIndex
+        # A decode append (`prefix.decode_append`), a take and a release (`prefix.take_release`) may each run as
+        # one compiled call only where every step of the step-by-step path is one of its functions. Exact types,
+        # so a subclass, another index or another option (a tier, recurrent state) keeps the step-by-step path
+        # until someone decides otherwise.
+        self._one_call = (type(self) is PrefixCacheStrategy and type(index) is HashPrefixIndex
                                  and self.host_tier is None and self.shared_tier is None and self.state is None)
 
     # -- optional capabilities (allocators.base) ------------------------------------------------
@@ -243,10 +244,10 @@ class PrefixCacheStrategy(PagedStrategy):
                                    self.tables.blocks_at(filled, index - 1))
 
     def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
-        """`PagedStrategy.append_if_room`; where eligible (`_one_call_append`, token ids given, the index's
+        """`PagedStrategy.append_if_room`; where eligible (`_one_call`, token ids given, the index's
         table has room) in one compiled call of the same steps (`prefix.decode_append`)."""
         view = None
-        if self._one_call_append and token_ids is not None:
+        if self._one_call and token_ids is not None:
             rows = self.tables.seqs.rows(seq_ids)
             view = self.prefix.one_call_view(self.num_blocks, rows.shape[0])
         if view is None:
@@ -291,6 +292,9 @@ class PrefixCacheStrategy(PagedStrategy):
             self._free.push(self.state.evict_blocks(short))
             if k <= self._free.size:
                 return self._free.pop(k)
+        view = self.prefix.one_call_view(self.num_blocks, 0) if self._one_call else None
+        if view is not None:
+            return self._take_evicting(k, view)
         taken = self._free.pop(self._free.size)
         self.prefix_evicted_blocks += k - taken.shape[0]
         if self._tiers is None and self.state is None:
@@ -302,8 +306,27 @@ class PrefixCacheStrategy(PagedStrategy):
             self._free.push(self.state.drop(keys))
         return np.concatenate([taken, evicted])
 
+    def _take_evicting(self, k: int, view: tuple) -> np.ndarray:
+        """Mutates. `_take` of k blocks, more than are free, in one compiled call (`prefix.take_release`)."""
+        slot_key, slot_block, next_copy, registered, key_of, lru = view
+        free_ids, free_size = self._free.compiled_view()
+        taken = np.empty(k, dtype=np.int32)
+        from_free, lost = take_release.take_evicting(taken, free_ids, free_size, *lru, slot_key, slot_block,
+                                                     next_copy, registered, key_of)
+        self._free.popped(from_free)
+        self.prefix.keys_changed(-lost)
+        self.prefix_evicted_blocks += k - from_free
+        return taken
+
     def _release(self, blocks: np.ndarray) -> None:
-        self._free.push(self.prefix.release(blocks))
+        view = self.prefix.one_call_view(self.num_blocks, 0) if self._one_call else None
+        if view is None:
+            self._free.push(self.prefix.release(blocks))
+            return
+        _, _, _, registered, _, lru = view
+        free_ids, free_size = self._free.compiled_view()
+        self._free.pushed(take_release.release_to_cache(blocks, registered, *lru, free_ids, free_size,
+                                                        np.empty(blocks.shape[0], dtype=np.int32)))
 
     def check_integrity(self) -> None:
         super().check_integrity()
