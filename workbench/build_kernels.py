@@ -78,6 +78,7 @@ def compile_allocators() -> None:
 def compile_prefix_index() -> None:
     """The hash index's and LRU order's compiled loops that a tiny run does not reach (eviction, a grown
     table, the integrity walk, a tree's restore): one pass through each on a tiny index."""
+    from workbench.allocators.prefix import take_release
     from workbench.allocators.prefix.eviction import LRUPolicy
     from workbench.allocators.prefix.hash_index import MIN_SLOTS, HashPrefixIndex
 
@@ -97,6 +98,14 @@ def compile_prefix_index() -> None:
     policy.remove(2)
     policy.restore(2)
     policy.pop_victim()
+    # a compiled take that evicts, and a release (prefix.take_release): a fresh index holding two registered blocks
+    fresh = HashPrefixIndex()
+    fresh.insert(np.zeros(2, dtype=np.uint64), keys[:2], blocks[:2], np.array([-1, 0], dtype=np.int32))
+    slot_key, slot_block, next_copy, registered, key_of, lru = fresh.one_call_view(4, 0)
+    free_ids = np.zeros(4, dtype=np.int32)
+    size = take_release.release_to_cache(blocks[:4], registered, *lru, free_ids, 0, np.empty(4, dtype=np.int32))
+    take_release.take_evicting(np.empty(size + 1, dtype=np.int32), free_ids, size, *lru, slot_key, slot_block,
+                               next_copy, registered, key_of)
 
 
 PARTS = ("numba", "shim")
