@@ -76,7 +76,7 @@ class PrefixCacheStrategy(PagedStrategy):
         # so a subclass, another index or another option (a tier, recurrent state) keeps the step-by-step path
         # until someone decides otherwise.
         self._one_call = (type(self) is PrefixCacheStrategy and type(index) is HashPrefixIndex
-                                 and self.host_tier is None and self.shared_tier is None and self.state is None)
+                          and self.host_tier is None and self.shared_tier is None and self.state is None)
 
     # -- optional capabilities (allocators.base) ------------------------------------------------
 
