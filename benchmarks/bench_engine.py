@@ -27,7 +27,8 @@
    reference that the other strategies' cost per step is read against (docs/performance.md). With a baseline,
    the last column is the baseline's cost over this package's.
    `--repeat K` runs every row K times (this package's and the baseline's alternating each time) and adds a
-   line with the medians.
+   line with the medians. `--runs R` has each row's process run its config R times and report the least CPU
+   of them: a busy machine's noise mostly adds time, so the least is steadier than one run.
 
 Wall times are noisy on a shared machine: compare rows of one run.
 
@@ -112,12 +113,14 @@ if sys.argv[4] == "general":
     from workbench.engine.compiled_paged import eligible
     eligible.ENABLED = False  # every run takes the general loop
 cfg = RunConfig(**{**json.loads(sys.argv[5]), "num_requests": int(sys.argv[1]), **json.loads(sys.argv[3])})
-with tempfile.TemporaryDirectory() as tmp:
-    cpu0 = time.process_time()
-    run(cfg, Path(tmp) / "out")
-    cpu_s = time.process_time() - cpu0
-    steps = pq.ParquetFile(Path(tmp) / "out" / "steps.parquet").metadata.num_rows
-    batch = json.loads((Path(tmp) / "out" / "summary.json").read_text())["mean_batch_size"]
+cpu_s = None
+for _ in range(int(sys.argv[6])):  # the least CPU of these runs
+    with tempfile.TemporaryDirectory() as tmp:
+        cpu0 = time.process_time()
+        run(cfg, Path(tmp) / "out")
+        cpu_s = min(time.process_time() - cpu0, cpu_s if cpu_s is not None else float("inf"))
+        steps = pq.ParquetFile(Path(tmp) / "out" / "steps.parquet").metadata.num_rows
+        batch = json.loads((Path(tmp) / "out" / "summary.json").read_text())["mean_batch_size"]
 import workbench
 if Path(workbench.__file__).resolve().parent.parent != Path(sys.argv[2]).resolve():
     sys.exit(f"imported {workbench.__file__}, not the package at {sys.argv[2]}")
@@ -127,12 +130,12 @@ print(steps, batch, cpu_s, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_sti
 
 
 def scale_row(num_requests: int, package_root: Path, changes: dict,
-              general: bool) -> tuple[int, float, float, int, float]:
+              general: bool, runs: int = 1) -> tuple[int, float, float, int, float]:
     """(steps, mean batch, CPU s of the run, peak RSS bytes, CPU s of the whole process) of one scale run with
     the package at `package_root`, its config fields changed by `changes`; `general`: with the compiled step
-    loop switched off."""
+    loop switched off; `runs` > 1: the run repeated in the same process, the CPU s of the run the least."""
     done = run_in_package(package_root, _SCALE_ROW, str(num_requests), str(package_root), json.dumps(changes),
-                          "general" if general else "any", json.dumps(SCALE_POINT))
+                          "general" if general else "any", json.dumps(SCALE_POINT), str(runs))
     done.check_returncode()
     out = done.stdout.split()
     return int(out[0]), float(out[1]), float(out[2]), int(out[3]), float(out[4])
@@ -147,11 +150,12 @@ def run_in_package(package_root: Path, code: str, *args: str) -> subprocess.Comp
 
 
 def scale_table(counts: list[int], strategies: list[str], baseline: Path | None, changes: dict,
-                baseline_changes: dict, general: bool, repeat: int = 1) -> None:
+                baseline_changes: dict, general: bool, repeat: int = 1, runs: int = 1) -> None:
     here = Path(__file__).resolve().parent.parent
     roots = [("this", here, changes)] + ([("baseline", baseline, baseline_changes)] if baseline is not None else [])
     print("llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none (unless --set says otherwise)"
-          + (", every run through the general loop" if general else ""))
+          + (", every run through the general loop" if general else "")
+          + (f"; cpu_s and us/step: the least of {runs} runs in each process" if runs > 1 else ""))
     for label, _, fields in roots:
         if fields:
             print(f"{label}: " + ", ".join(f"{k}={v}" for k, v in fields.items()))
@@ -164,7 +168,7 @@ def scale_table(counts: list[int], strategies: list[str], baseline: Path | None,
                 this_us = None
                 for label, root, fields in roots:  # alternating: the same load on both
                     steps, batch, cpu_s, rss, process_s = scale_row(n, root, {"strategy": strategy, **fields},
-                                                                    general)
+                                                                    general, runs)
                     us = cpu_s / steps * 1e6
                     per_step_us[label].append(us)
                     this_us = us if this_us is None else this_us
@@ -219,12 +223,17 @@ def main() -> int:
                         help="with --requests: a config field of this package's runs (repeatable)")
     parser.add_argument("--baseline-set", action="append", metavar="KEY=VALUE",
                         help="with --requests: a config field of the baseline's runs (repeatable)")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="with --requests: each process runs its row this many times and reports the least "
+                        "CPU of them (steadier than one run on a busy machine; leaves out the first run's one-time "
+                        "costs once a later run is cheaper)")
     args = parser.parse_args()
-    if args.repeat < 1:
-        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    for name in ("repeat", "runs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.requests:
         scale_table(args.requests, args.strategy or ["paged"], args.baseline, config_changes(args.set),
-                    config_changes(args.baseline_set), args.general_loop, args.repeat)
+                    config_changes(args.baseline_set), args.general_loop, args.repeat, args.runs)
         return 0
     try:
         path = resolve("azure-llm-2023-conv")  # cache, shared folder, else a verified download
