@@ -113,14 +113,14 @@ if sys.argv[4] == "general":
     from workbench.engine.compiled_paged import eligible
     eligible.ENABLED = False  # every run takes the general loop
 cfg = RunConfig(**{**json.loads(sys.argv[5]), "num_requests": int(sys.argv[1]), **json.loads(sys.argv[3])})
-cpu_s = None
-for _ in range(int(sys.argv[6])):  # the least CPU of these runs
-    with tempfile.TemporaryDirectory() as tmp:
+cpu_s = float("inf")
+with tempfile.TemporaryDirectory() as tmp:
+    for i in range(int(sys.argv[6])):  # the least CPU of these runs (the same config and seed: the same outputs)
         cpu0 = time.process_time()
-        run(cfg, Path(tmp) / "out")
-        cpu_s = min(time.process_time() - cpu0, cpu_s if cpu_s is not None else float("inf"))
-        steps = pq.ParquetFile(Path(tmp) / "out" / "steps.parquet").metadata.num_rows
-        batch = json.loads((Path(tmp) / "out" / "summary.json").read_text())["mean_batch_size"]
+        run(cfg, Path(tmp) / f"out{i}")
+        cpu_s = min(cpu_s, time.process_time() - cpu0)
+    steps = pq.ParquetFile(Path(tmp) / "out0" / "steps.parquet").metadata.num_rows
+    batch = json.loads((Path(tmp) / "out0" / "summary.json").read_text())["mean_batch_size"]
 import workbench
 if Path(workbench.__file__).resolve().parent.parent != Path(sys.argv[2]).resolve():
     sys.exit(f"imported {workbench.__file__}, not the package at {sys.argv[2]}")

@@ -11,11 +11,10 @@ KV from its logical tokens.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, uint64
 
 from workbench.allocators.base import Strategy
 from workbench.engine import rules
-from workbench.workload.request import Request, output_key_of, segment_token
+from workbench.workload.request import Request, output_key_of, segment_tokens_at
 
 
 class TokenStore:
@@ -85,7 +84,7 @@ class TokenStore:
         if self._unkeyed:
             self._compute_keys()
         tokens = np.empty(seq_ids.shape[0], dtype=np.int32)
-        _generated_tokens(self._key, np.asarray(seq_ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64), tokens)
+        segment_tokens_at(self._key, np.asarray(seq_ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64), tokens)
         if self._beam:
             for i, seq_id in enumerate(seq_ids.tolist()):
                 beam = self._beam.get(seq_id)
@@ -116,10 +115,3 @@ class TokenStore:
             grow = max(seq_id + 1, 2 * self._key.shape[0]) - self._key.shape[0]
             self._key = np.concatenate([self._key, np.zeros(grow, dtype=np.uint64)])
 
-
-# the batch's sequences' keys gathered and hashed in one pass: a decode step calls it once (`generated`)
-@njit(cache=True)
-def _generated_tokens(key_of_seq, seq_ids, offsets, tokens):
-    """`tokens[i]` = token `offsets[i]` of the segment that sequence `seq_ids[i]` generates (`segment_token`)."""
-    for i in range(seq_ids.shape[0]):
-        tokens[i] = segment_token(key_of_seq[seq_ids[i]], uint64(offsets[i]))

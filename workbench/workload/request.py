@@ -109,12 +109,19 @@ def segment_token(key, offset):
     return int32(mix(offset ^ (key * uint64(0x100000001B3))) % uint64(VOCAB_SIZE))
 
 
+@njit(cache=True)
+def _segment_tokens(keys, offsets, tokens):
+    segment_tokens_at(keys, np.arange(keys.shape[0]), offsets, tokens)
+
+
 # a compiled loop, not a Numba ufunc: loading a ufunc from the cache rebuilds its wrapper (~0.1 s in every
 # process), and a decode step's call would pay its dispatch (~1.5 µs, more than the hashing of the batch)
 @njit(cache=True)
-def _segment_tokens(keys, offsets, tokens):
-    for i in range(keys.shape[0]):
-        tokens[i] = segment_token(keys[i], uint64(offsets[i]))
+def segment_tokens_at(keys, index, offsets, tokens):
+    """`tokens[i]` = `segment_token(keys[index[i]], offsets[i])`: the keys gathered in the same pass (a decode
+    step's batch reads its sequences' keys from a table, `TokenStore.generated`)."""
+    for i in range(index.shape[0]):
+        tokens[i] = segment_token(keys[index[i]], uint64(offsets[i]))
 
 
 def token_ids_for(key: int, start: int, stop: int) -> np.ndarray:
