@@ -173,3 +173,46 @@ def test_tables_grow_past_their_initial_rows_and_columns():
     model.verify()
     s.check_integrity()
     assert s.describe(ids).kv_indptr[-1] == sum(-(-len(model.tokens[i]) // 2) for i in ids)
+
+
+def _healthy():
+    """Shared, swapped and private blocks, and blocks on both free stacks: every part check_integrity reads."""
+    s = paged(swap_slots=16)
+    s.admit([1, 2], spec(6, 20))  # blocks 0, 1 shared
+    s.admit([3], spec(5, 20))  # blocks 2, 3
+    s.swap_out([1, 2])
+    s.admit([4], spec(9, 20))
+    s.check_integrity()
+    return s
+
+
+def _row(s, seq_id):
+    return int(s.tables.seqs.rows([seq_id])[0])
+
+
+def _repeat_first_block(s):
+    row = _row(s, 4)  # three blocks: the middle one becomes the first again
+    s.tables._table[row, 1] = s.tables._table[row, 0]
+
+
+CORRUPTIONS = {
+    "a row's last_block is not its last table entry":
+        lambda s: s.tables.seqs.columns["last_block"].__setitem__(_row(s, 3), 99),
+    "holds a block twice": _repeat_first_block,
+    "a table entry is outside its pool": lambda s: s.tables._table.__setitem__((_row(s, 4), 0), s.num_blocks),
+    "device refcounts differ": lambda s: s._refcount.__setitem__(int(s.describe([3]).kv_indices[0]), 2),
+    "host refcounts differ": lambda s: s._host_refcount.__setitem__(0, 1 + int(s._host_refcount[0])),
+    "token_slots counter differs": lambda s: s.counts.__setitem__(0, s.counts[0] + 1),
+    "a table length is not ceil": lambda s: s.tables.seqs.columns["length"].__setitem__(_row(s, 4), 13),
+    "not a partition of the pool": lambda s: s._free.push(np.array([int(s.describe([3]).kv_indices[0])], np.int32)),
+    "not a partition of the host pool": lambda s: s._host_free.pop(1),
+}
+
+
+@pytest.mark.parametrize("what", CORRUPTIONS)
+def test_check_integrity_names_each_broken_invariant(what):
+    """The check every walk and engine test leans on catches each corruption, and says which invariant broke."""
+    s = _healthy()
+    CORRUPTIONS[what](s)
+    with pytest.raises(AssertionError, match=what):
+        s.check_integrity()

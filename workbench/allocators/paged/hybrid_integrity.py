@@ -14,6 +14,7 @@ def check_hybrid(pool) -> None:
     """Raise AssertionError naming the first broken invariant of `pool` (a `HybridPaged`). Pure."""
     holders = np.zeros(pool.num_blocks, dtype=np.int64)  # [num_blocks]
     owner = np.full(pool.num_blocks, -1, dtype=np.int64)  # [num_blocks]: the group holding each block
+    tables: list[tuple[int, int, np.ndarray]] = []  # (group, sequence, the blocks it holds) of every table
     for gi, g in enumerate(pool.groups):
         assert set(pool.seqs.ids()) == g.entries.keys(), f"group {gi}: tables of other sequences than the rows'"
         for seq_id, table in g.entries.items():
@@ -27,11 +28,12 @@ def check_hybrid(pool) -> None:
             assert g.last[row] == int(table[-1][0]), f"group {gi} seq {seq_id}: its last block recorded wrong"
             held = g.held_blocks(seq_id)
             assert held.shape[0] == (len(table) - first) * g.units, f"group {gi} seq {seq_id}: entry shape"
-            assert np.unique(held).shape[0] == held.shape[0], f"group {gi} seq {seq_id}: a block twice"
+            tables.append((gi, seq_id, held))
             holders[held] += 1
             assert np.all((owner[held] == -1) | (owner[held] == gi)), "a block in two groups' tables"
             owner[held] = gi
             assert length <= pool.final_len(seq_id) <= pool.max_model_len, f"seq {seq_id}: length bounds"
+    _check_no_block_twice(tables, pool.num_blocks)
     assert np.array_equal(holders, pool.refcount), "refcounts differ from the tables"
     held = owner >= 0
     assert np.array_equal(pool.group_of_block()[held], owner[held]), "a held block's group is recorded wrong"
@@ -39,12 +41,25 @@ def check_hybrid(pool) -> None:
     assert pool.held_blocks() == held_per_group, f"held blocks per group {pool.held_blocks()}, not {held_per_group}"
     _check_shared_fills(pool)
     free = pool.free_block_ids()
-    assert np.unique(free).shape[0] == free.shape[0], "a block twice on the free stack"
+    assert not free.shape[0] or np.bincount(free).max() <= 1, "a block twice on the free stack"
     assert not np.any(pool.refcount[free]), "a held block is on the free stack"
     cached = 0 if pool.prefix is None else pool.prefix.cached_blocks
     assert free.shape[0] + np.count_nonzero(pool.refcount) + cached == pool.num_blocks, "a block is lost"
     if pool.prefix is not None:
         pool.prefix.check_integrity(pool.refcount, free, owner)
+
+
+def _check_no_block_twice(tables: list[tuple[int, int, np.ndarray]], num_blocks: int) -> None:
+    """No table holds a block twice: one sort over every table's blocks, each tagged with its table."""
+    if not tables:
+        return
+    sizes = np.array([held.shape[0] for _, _, held in tables])
+    tagged = np.sort(np.repeat(np.arange(len(tables), dtype=np.int64), sizes) * num_blocks
+                     + np.concatenate([held for _, _, held in tables]))
+    twice = np.flatnonzero(tagged[1:] == tagged[:-1])
+    if twice.shape[0]:
+        gi, seq_id, _ = tables[int(tagged[twice[0]] // num_blocks)]
+        raise AssertionError(f"group {gi} seq {seq_id}: a block twice")
 
 
 def _check_shared_fills(pool) -> None:

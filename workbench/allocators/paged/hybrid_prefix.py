@@ -220,15 +220,25 @@ class HybridPrefixCache:
         grouped = np.flatnonzero(self._group_of >= 0)
         assert sorted(registered.tolist()) == sorted(self.entry_of) == grouped.tolist(), \
             "registered heads differ from the entry map"
-        for head, group in zip(grouped.tolist(), self._group_of[grouped].tolist(), strict=True):
-            assert owner[head] in (-1, group), f"block {head} registered in group {group}, held in {owner[head]}"
+        groups, owners = self._group_of[grouped], owner[grouped]
+        wrong = np.flatnonzero((owners != -1) & (owners != groups))
+        assert not wrong.shape[0], \
+            f"block {grouped[wrong[0]]} registered in group {groups[wrong[0]]}, held in {owners[wrong[0]]}"
         cached = self.evictable_entries()
         assert sum(e.shape[0] for e in cached) == self.cached_blocks, "cached block count drifted"
-        for entry in cached:
-            assert not np.any(refcount[entry]), f"a unit of cached entry {entry.tolist()} is held"
-        for head, entry in self.entry_of.items():
-            assert int(entry[0]) == head and np.all(refcount[entry] == refcount[head]), \
-                f"entry {entry.tolist()}: units held unevenly"
+        if cached and refcount[np.concatenate(cached)].any():
+            held = next(entry for entry in cached if np.any(refcount[entry]))
+            raise AssertionError(f"a unit of cached entry {held.tolist()} is held")
+        # every entry at once (the tests check after every operation): its head first, its units held alike
+        if self.entry_of:
+            heads = np.fromiter(self.entry_of, dtype=np.int64, count=len(self.entry_of))
+            entries = list(self.entry_of.values())
+            sizes = np.array([entry.shape[0] for entry in entries])
+            units = np.concatenate(entries)
+            starts = np.cumsum(sizes) - sizes
+            uneven = (units[starts] != heads) | np.logical_or.reduceat(
+                refcount[units] != np.repeat(refcount[heads], sizes), starts)
+            assert not uneven.any(), f"entry {entries[int(np.argmax(uneven))].tolist()}: units held unevenly"
 
 
 # one compiled loop (not a Numba ufunc, whose wrapper is rebuilt in every process that loads it from the cache):

@@ -1,6 +1,8 @@
 """`check_integrity` of the paged strategies: every invariant recomputed from scratch (O(pool)).
 
-It takes the strategy's parts, not the strategy, so that `paged` can import it (no import cycle).
+It takes the strategy's parts, not the strategy, so that `paged` can import it (no import cycle). Each
+invariant is one array pass over every row or block, not a loop over the rows: the tests run it after every
+operation of their walks and every engine step.
 """
 
 from __future__ import annotations
@@ -14,6 +16,21 @@ from workbench.intmath import cdiv
 def _require(ok: bool, what: str) -> None:
     if not ok:
         raise AssertionError(what)
+
+
+def _counts(ids: np.ndarray, size: int, what: str) -> np.ndarray:
+    """How often each block id occurs in `ids` (`what`, of a pool of `size` blocks), int64 [size]."""
+    _require(not ids.shape[0] or (int(ids.min()) >= 0 and int(ids.max()) < size),
+             f"{what}: a block id outside the pool")
+    return np.bincount(ids, minlength=size).astype(np.int64, copy=False)
+
+
+def _row_repeating_a_block(rows: np.ndarray, entries: np.ndarray, indptr: np.ndarray, pool: int) -> int | None:
+    """The first row whose table (its slice of `entries`, laid out by `indptr`) holds a block twice, else None."""
+    owner = np.repeat(np.arange(rows.shape[0], dtype=np.int64), np.diff(indptr))  # each entry's position in rows
+    keys = np.sort(owner * pool + entries)
+    repeated = np.flatnonzero(keys[1:] == keys[:-1])
+    return None if not repeated.shape[0] else int(rows[keys[repeated[0]] // pool])
 
 
 def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, host_refcount: np.ndarray,
@@ -36,49 +53,44 @@ def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, hos
     _require(bool(np.all(lengths <= finals)) and bool(np.all(finals <= max_model_len)),
              "length <= final_len <= max_model_len broken")
     _require(bool(np.all(table_lengths == cdiv(lengths, bs))), "a table length is not ceil(length / block_size)")
-    _require(all(int(seqs.column("last_block")[r]) == int(t.blocks_of(r)[-1]) for r in live.tolist()),
+    live_entries, _, live_indptr = t.entries_of(live)  # each live row has an entry (checked above)
+    _require(bool(np.array_equal(seqs.column("last_block")[live], live_entries[live_indptr[1:] - 1])),
              "a row's last_block is not its last table entry")
 
-    device_rows = t.on_device_rows()
-    host_rows = live[seqs.column("swapped")[live] == 1]
-    for rows, pool in ((device_rows, num_blocks), (host_rows, num_host_blocks)):
-        entries, _ = t.entries_of(rows)
-        _require(bool(np.all((entries >= 0) & (entries < pool))), "a table entry is outside its pool")
-        for r in rows.tolist():
-            blocks = t.blocks_of(r)
-            _require(np.unique(blocks).shape[0] == blocks.shape[0], f"row {r} holds a block twice")
+    swapped = seqs.column("swapped")[live] == 1
+    device_rows, host_rows = t.on_device_rows(), live[swapped]
+    entries, fills, indptr = t.entries_of(device_rows)
+    host_entries, _, host_indptr = t.entries_of(host_rows)
+    for rows, table, starts, pool in ((device_rows, entries, indptr, num_blocks),
+                                      (host_rows, host_entries, host_indptr, num_host_blocks)):
+        _require(bool(np.all((table >= 0) & (table < pool))), "a table entry is outside its pool")
+        row = _row_repeating_a_block(rows, table, starts, pool)
+        _require(row is None, f"row {row} holds a block twice")
 
-    entries, fills = t.entries_of(device_rows)
-    holders = np.bincount(entries, minlength=num_blocks)
+    holders = _counts(entries, num_blocks, "the device tables")
     _require(bool(np.array_equal(holders, refcount)), "device refcounts differ from the holders' count")
-    host_entries, _ = t.entries_of(host_rows)
-    host_holders = np.bincount(host_entries, minlength=num_host_blocks)
+    host_holders = _counts(host_entries, num_host_blocks, "the host tables")
     _require(bool(np.array_equal(host_holders, host_refcount)), "host refcounts differ from the holders' count")
 
-    fill_min = np.full(num_blocks, bs + 1, dtype=np.int64)
-    fill_max = np.full(num_blocks, -1, dtype=np.int64)
-    np.minimum.at(fill_min, entries, fills)
-    np.maximum.at(fill_max, entries, fills)
+    # one fill per block: any holder's (the last one written), which every holder must agree with
+    fill = np.full(num_blocks, -1, dtype=np.int64)
+    fill[entries] = fills
     held = holders > 0
-    _require(bool(np.array_equal(fill_min[held], fill_max[held])), "holders of a block disagree on its fill")
-    _require(bool(np.all(fill_max[registered_ids][held[registered_ids]] == bs)),
-             "a registered prefix block is not full")
-    _require(int(fill_max[held].sum()) == written_slots, "token_slots counter differs from recomputation")
-    _require(int(lengths[seqs.column("swapped")[live] == 0].sum()) == logical_slots,
-             "logical_token_slots counter differs from recomputation")
+    _require(bool(np.array_equal(fill[entries], fills)), "holders of a block disagree on its fill")
+    _require(bool(np.all(fill[registered_ids][held[registered_ids]] == bs)), "a registered prefix block is not full")
+    _require(int(fill[held].sum()) == written_slots, "token_slots counter differs from recomputation")
+    _require(int(lengths[~swapped].sum()) == logical_slots, "logical_token_slots counter differs from recomputation")
     _require(entries.shape[0] == table_entries, "block-table entry counter differs from recomputation")
 
-    _require(np.unique(free_ids).shape[0] == free_ids.shape[0], "a block is on the free stack twice")
-    state = np.zeros(num_blocks, dtype=np.int64)
-    np.add.at(state, free_ids, 1)
-    np.add.at(state, cached_ids, 1)
+    state = _counts(free_ids, num_blocks, "the free stack")
+    _require(bool(np.all(state <= 1)), "a block is on the free stack twice")
+    state += _counts(cached_ids, num_blocks, "the cached blocks")
     if state_ids is not None:
         _require(not bool(np.any(held[state_ids])), "a recurrent state's block is in a block table")
-        np.add.at(state, state_ids, 1)
+        state += _counts(state_ids, num_blocks, "the state blocks")
     state += held
     _require(bool(np.all(state == 1)), "held, free, cached and state blocks are not a partition of the pool")
 
-    host_state = np.zeros(num_host_blocks, dtype=np.int64)
-    np.add.at(host_state, host_free_ids, 1)
+    host_state = _counts(host_free_ids, num_host_blocks, "the host free stack")
     host_state += host_holders > 0
     _require(bool(np.all(host_state == 1)), "held and free host blocks are not a partition of the host pool")

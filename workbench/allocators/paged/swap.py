@@ -27,7 +27,7 @@ class PagedSwap:
         t = self.tables
         rows = t.seqs.rows(seq_ids)
         self._check_on_device(rows)
-        entries, fills = t.entries_of(rows)
+        entries, fills, _ = t.entries_of(rows)
         blocks, first, inverse, counts = _distinct_in_order(entries)
         host = self._host_free.pop(blocks.shape[0])
         self._host_refcount[host] += counts
@@ -51,7 +51,7 @@ class PagedSwap:
         t = self.tables
         rows = t.seqs.rows(seq_ids)
         self._check_swapped(rows)
-        entries, fills = t.entries_of(rows)
+        entries, fills, _ = t.entries_of(rows)
         host, first, inverse, counts = _distinct_in_order(entries)
         if host.shape[0] > self.num_allocatable_blocks():
             raise RuntimeError(f"cannot swap in: needs {host.shape[0]} blocks, {self.num_allocatable_blocks()} "

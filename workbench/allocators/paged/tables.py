@@ -86,15 +86,15 @@ class BlockTables:
         loops.last_two_blocks(rows, self._table, self.seqs.column("num_blocks"), last, before)
         return last, before
 
-    def entries_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All table entries of these rows, concatenated in order, int32 [nnz], and the written slots
-        of each entry's block as seen by its row, int64 [nnz]."""
+    def entries_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All table entries of these rows, concatenated in order, int32 [nnz]; the written slots of each
+        entry's block as seen by its row, int64 [nnz]; and where each row's entries start, int64 [len(rows) + 1]."""
         flat, indptr = self._flat_index(rows)
         entries = self._table.ravel()[flat]
         fills = np.full(flat.shape[0], self.block_size, dtype=np.int64)
         lengths = self.seqs.column("length")[rows]
         fills[indptr[1:] - 1] = lengths - (indptr[1:] - indptr[:-1] - 1) * self.block_size
-        return entries, fills
+        return entries, fills, indptr
 
     def replace_entries(self, rows: np.ndarray, entries: np.ndarray) -> None:
         """Mutates. Overwrite the tables of these rows with `entries` (laid out as `entries_of`)."""

@@ -164,18 +164,26 @@ class HashPrefixIndex:
         if wrong.any():
             raise AssertionError(f"hash index: key {int(keys[wrong][0]):#x} -> block {int(blocks[wrong][0])}, which "
                                  "is not registered under it")
-        if np.unique(blocks).shape[0] != listed:
+        num_blocks = self._registered.shape[0]
+        if listed and np.bincount(blocks, minlength=num_blocks).max() > 1:
             raise AssertionError("hash index: a block is listed twice")
         heads = self._slot_block != key_table.EMPTY
-        if int(heads.sum()) != self._num_keys or np.unique(self._slot_key[heads]).shape[0] != self._num_keys:
+        if int(heads.sum()) != self._num_keys or not _distinct(self._slot_key[heads]):
             raise AssertionError(f"hash index: {int(heads.sum())} slots held, {self._num_keys} keys counted")
         lost = key_table.unreachable(self._slot_key, self._slot_block)  # every key is found from its home slot
         if lost >= 0:
             raise AssertionError(f"hash index: key {int(self._slot_key[lost]):#x} is not reached by a probe")
-        if np.intersect1d(registered, free_block_ids).shape[0]:
+        # the registration flags cover the blocks seen so far (`_fit`): a block past them is not registered
+        if self._registered[free_block_ids[free_block_ids < num_blocks]].any():
             raise AssertionError("hash index: a registered block is on the free stack")
         evictable = self._policy.ids()
-        if np.unique(evictable).shape[0] != evictable.shape[0]:
+        if evictable.shape[0] and np.bincount(evictable, minlength=num_blocks).max() > 1:
             raise AssertionError("hash index: a block is evictable twice")
         if evictable.shape[0] and (~self._registered[evictable] | (refcount[evictable] != 0)).any():
             raise AssertionError("hash index: a cached block is unregistered or still held")
+
+
+def _distinct(values: np.ndarray) -> bool:
+    """Whether no value occurs twice (one sort: the integrity check runs after every operation of a walk)."""
+    ordered = np.sort(values)
+    return not bool(np.any(ordered[1:] == ordered[:-1]))
