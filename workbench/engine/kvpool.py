@@ -11,10 +11,11 @@ vectorize and keeps values in [-1, 1].
 from __future__ import annotations
 
 import numpy as np
+from numba import njit, uint64
 
 from workbench import kernels
 from workbench.kernels import fp8
-from workbench.splitmix import mix64
+from workbench.splitmix import mix, mix64
 
 _TABLE_ROWS = 4096  # entries per content table; a row picks two of them (4096^2 combinations)
 _TABLE_SEED = 0x5EED_C0DE  # content is a property of tokens, not of a run: one fixed seed
@@ -78,16 +79,29 @@ class KVContent:
 
     def model_rows(self, prefix_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(K, V) in the dtype the cache write receives (MODEL_DTYPES), each [T, num_kv_heads, head_dim]."""
-        heads = np.arange(self.num_kv_heads, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            h = mix64(prefix_hashes[:, None] ^ (heads[None, :] * _HEAD_MUL))  # [T, H] uint64
-        mask = np.uint64(_TABLE_ROWS - 1)
-        idx = [((h >> np.uint64(12 * i)) & mask).astype(np.intp) for i in range(4)]  # 4 × [T, H]
-        t = self.tables
-        k = t[0][idx[0]] + t[1][idx[1]]  # [T, H, head_dim]
-        v = t[2][idx[2]] + t[3][idx[3]]
+        shape = (prefix_hashes.shape[0], self.num_kv_heads, self.tables.shape[2])
+        k, v = np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32)
+        _content_rows(np.ascontiguousarray(prefix_hashes, dtype=np.uint64), self.tables, k, v)
         model_dtype = MODEL_DTYPES[self.kv_dtype]
+        if model_dtype == "fp32":
+            return k, v
         return to_storage(k, model_dtype), to_storage(v, model_dtype)
+
+
+@njit(cache=True)
+def _content_rows(prefix_hashes, tables, k, v):
+    """K and V rows, float32 [T, H, head_dim] each, for uint64 prefix hashes [T]: per head, splitmix64 of the
+    hash xor the head's salt picks four table rows by 12-bit fields; K is the sum of the first two, V of the
+    last two. One compiled pass: the engine calls it for every step's writes and every verified sequence."""
+    mask = uint64(_TABLE_ROWS - 1)
+    for t in range(k.shape[0]):
+        for h in range(k.shape[1]):
+            x = mix(prefix_hashes[t] ^ (uint64(h) * _HEAD_MUL))
+            k_lo, k_hi = x & mask, (x >> uint64(12)) & mask
+            v_lo, v_hi = (x >> uint64(24)) & mask, (x >> uint64(36)) & mask
+            for d in range(k.shape[2]):
+                k[t, h, d] = tables[0, k_lo, d] + tables[1, k_hi, d]
+                v[t, h, d] = tables[2, v_lo, d] + tables[3, v_hi, d]
 
 
 def shared_tier_arrays(num_slots: int, num_kv_heads: int, head_dim: int, kv_dtype: str
