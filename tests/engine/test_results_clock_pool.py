@@ -18,10 +18,12 @@ from workbench.clock.roofline import (
     RooflineClock,
     gemm_shape_frac,
 )
+from workbench.engine import kvpool
 from workbench.engine.kvpool import KVContent, content_terms, prefix_sums, to_storage
 from workbench.kernels import reference
 from workbench.presets import GPUS, MODELS
 from workbench.results import FLOAT_STEP_COLUMNS, INT_STEP_COLUMNS, StepLog, summarize
+from workbench.splitmix import mix64
 from workbench.workload.request import output_key, segment_token_ids, token_ids_for
 
 EXTRA = {"prefix_query_tokens": 100, "prefix_hit_tokens": 25, "prefix_evicted_blocks": 3, "kernel_backend": "none",
@@ -136,6 +138,26 @@ def test_page_mapping_adds_to_the_step_or_hides_behind_its_compute():
 
 def _rows_of(tokens: np.ndarray, content: KVContent):
     return content.rows(prefix_sums(content_terms(tokens, np.arange(len(tokens)))))
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp32", "fp16", "bf16", "fp8"])
+def test_kv_rows_are_the_table_sums_their_hash_bits_pick(kv_dtype):
+    """The compiled content rows, bit for bit, against the formula in array operations: per head, splitmix64
+    of the prefix hash xor the head's salt; K = table0[bits 0-11] + table1[bits 12-23], V from tables 2 and 3
+    by bits 24-35 and 36-47."""
+    content = KVContent(num_kv_heads=3, head_dim=8, kv_dtype=kv_dtype)
+    hashes = np.random.default_rng(7).integers(0, 2**63, 50, dtype=np.uint64) * np.uint64(3)  # high bits too
+    with np.errstate(over="ignore"):
+        bits = mix64(hashes[:, None] ^ (np.arange(3, dtype=np.uint64)[None, :] * kvpool._HEAD_MUL))  # [T, H]
+    pick = [((bits >> np.uint64(12 * i)) & np.uint64(4095)).astype(np.intp) for i in range(4)]
+    t = content.tables
+    want_k, want_v = t[0][pick[0]] + t[1][pick[1]], t[2][pick[2]] + t[3][pick[3]]
+    k, v = content.model_rows(hashes)
+    model_dtype = kvpool.MODEL_DTYPES[kv_dtype]
+    for got, want in ((k, want_k), (v, want_v)):
+        want = to_storage(want, model_dtype)
+        assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert content.model_rows(hashes[:0])[0].shape == (0, 3, 8)
 
 
 @given(st.lists(st.integers(0, 50_000), min_size=2, max_size=40), st.integers(1, 39))
