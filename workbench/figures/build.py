@@ -18,10 +18,9 @@ from matplotlib.figure import Figure
 import workbench
 from workbench.figures import style
 from workbench.figures.caption import add_caption, caption_line
-from workbench.figures.registry import caption_note, check_name, experiment_path, is_timed, plotter
+from workbench.figures.registry import caption_note, experiment_path, is_timed, plotter
 from workbench.paths import IN_CHECKOUT, REPO_ROOT
 from workbench.sweep.executors import Executor, LocalExecutor
-from workbench.sweep.hooks import FigureHooks
 from workbench.sweep.runner import run_sweep
 from workbench.sweep.spec import SweepSpec, load_spec
 from workbench.sweep.summary import read_summary
@@ -44,10 +43,6 @@ def draw_table(name: str, summary: pd.DataFrame, sweep_dir: Path) -> Figure:
         add_caption(fig, "\n".join(filter(None, [caption_line(summary), caption_note(name, summary)])))
     return fig
 
-
-def sweep_hooks() -> FigureHooks:
-    """The sweep CLI's way to check and draw a spec's figure (into the sweep's own directory)."""
-    return FigureHooks(check=check_name, draw=lambda name, sweep_dir: draw_into(name, sweep_dir, sweep_dir))
 
 
 def draw_into(name: str, sweep_dir: Path, out_dir: Path) -> list[Path]:
