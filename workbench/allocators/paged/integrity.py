@@ -53,19 +53,19 @@ def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, hos
     _require(bool(np.all(lengths <= finals)) and bool(np.all(finals <= max_model_len)),
              "length <= final_len <= max_model_len broken")
     _require(bool(np.all(table_lengths == cdiv(lengths, bs))), "a table length is not ceil(length / block_size)")
-    live_entries, _, live_indptr = t.entries_of(live)  # each live row has an entry (checked above)
+    live_entries, live_fills, live_indptr = t.entries_of(live)  # each live row has an entry (checked above)
     _require(bool(np.array_equal(seqs.column("last_block")[live], live_entries[live_indptr[1:] - 1])),
              "a row's last_block is not its last table entry")
 
+    # a swapped-out row's entries are host blocks, the others' device blocks
     swapped = seqs.column("swapped")[live] == 1
-    device_rows, host_rows = t.on_device_rows(), live[swapped]
-    entries, fills, indptr = t.entries_of(device_rows)
-    host_entries, _, host_indptr = t.entries_of(host_rows)
-    for rows, table, starts, pool in ((device_rows, entries, indptr, num_blocks),
-                                      (host_rows, host_entries, host_indptr, num_host_blocks)):
-        _require(bool(np.all((table >= 0) & (table < pool))), "a table entry is outside its pool")
-        row = _row_repeating_a_block(rows, table, starts, pool)
-        _require(row is None, f"row {row} holds a block twice")
+    on_host = np.repeat(swapped, table_lengths)
+    entries, fills, host_entries = live_entries[~on_host], live_fills[~on_host], live_entries[on_host]
+    _require(bool(np.all((entries >= 0) & (entries < num_blocks)))
+             and bool(np.all((host_entries >= 0) & (host_entries < num_host_blocks))),
+             "a table entry is outside its pool")
+    row = _row_repeating_a_block(live, live_entries, live_indptr, max(num_blocks, num_host_blocks))
+    _require(row is None, f"row {row} holds a block twice")
 
     holders = _counts(entries, num_blocks, "the device tables")
     _require(bool(np.array_equal(holders, refcount)), "device refcounts differ from the holders' count")
