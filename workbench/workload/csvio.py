@@ -5,7 +5,9 @@ first line) and the column."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -19,6 +21,10 @@ MAX_TOKENS = 2**31 - 1  # token counts beyond this are not lengths but garbage
 
 
 CHUNK_ROWS = 200_000  # rows parsed at a time: a column of millions of rows is never held as strings
+# numeric columns kept per process, by file content: a sweep's or the paper's points that read one trace parse
+# each of its columns once (8 bytes a row each; the oldest goes first)
+PARSED_COLUMNS_KEPT = 8
+_parsed: OrderedDict[tuple[bytes, str, bool], np.ndarray] = OrderedDict()
 
 
 class CsvTable:
@@ -32,6 +38,14 @@ class CsvTable:
         self.columns = columns
         self.num_rows = num_rows
         self.lines = _record_lines(data, num_rows)
+        self._digest: bytes | None = None
+
+    @property
+    def digest(self) -> bytes:
+        """A digest of the file's bytes, computed once."""
+        if self._digest is None:
+            self._digest = hashlib.blake2b(self._data, digest_size=20).digest()
+        return self._digest
 
     def column_chunks(self, column: str) -> Iterator[pd.Series]:
         """The column's fields as strings, CHUNK_ROWS rows at a time, in order (rows < num_rows)."""
@@ -122,7 +136,11 @@ def require_columns(path: Path, table: CsvTable, columns: tuple[str, ...]) -> No
 
 
 def numbers(path: Path, table: CsvTable, column: str, *, integer: bool) -> np.ndarray:
-    """The column as finite, non-negative numbers: int64 when `integer`, else float64, [rows]."""
+    """The column as finite, non-negative numbers: int64 when `integer`, else float64, [rows] (a new array)."""
+    key = (table.digest, column, integer)
+    if key in _parsed:
+        _parsed.move_to_end(key)
+        return _parsed[key].copy()
     parts = []
     for at, raw in with_offsets(table.column_chunks(column)):
         values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)  # [rows], NaN where unparsable
@@ -134,7 +152,11 @@ def numbers(path: Path, table: CsvTable, column: str, *, integer: bool) -> np.nd
             kind = "a non-negative integer" if integer else "a finite non-negative number"
             raise WorkloadError(path, int(table.lines[at + i]), column, kind, raw.iloc[i])
         parts.append(values.astype(np.int64) if integer else values)
-    return np.concatenate(parts)
+    column_values = np.concatenate(parts)
+    _parsed[key] = column_values.copy()
+    while len(_parsed) > PARSED_COLUMNS_KEPT:
+        _parsed.popitem(last=False)
+    return column_values
 
 
 def check_non_decreasing(path: Path, table: CsvTable, column: str, times: np.ndarray) -> None:
