@@ -224,12 +224,11 @@ class PoolModel:
     def verify(self) -> None:
         """Every on-device sequence reads back its own tokens, through slot_mapping and describe."""
         ids = self.on_device()
-        for seq_id in ids:
-            slots = self.s.slot_mapping(seq_id, 0, len(self.tokens[seq_id]))
+        mappings = [self.s.slot_mapping(seq_id, 0, len(self.tokens[seq_id])) for seq_id in ids]
+        for seq_id, slots in zip(ids, mappings, strict=True):
             assert np.array_equal(self.device[slots], self.tokens[seq_id]), f"sequence {seq_id} reads wrong KV"
         if ids:
-            assert np.array_equal(descriptor_slots(self.s.describe(ids)),
-                                  np.concatenate([self.s.slot_mapping(i, 0, len(self.tokens[i])) for i in ids]))
+            assert np.array_equal(descriptor_slots(self.s.describe(ids)), np.concatenate(mappings))
 
     def reference_partition(self) -> tuple[int, int, int]:
         """(token, reserved, internal) slots recomputed from slot mappings and final lengths."""

@@ -65,21 +65,22 @@ class HybridPoolModel:
         a window group still holds every position its last query (at length − 1) reads."""
         ids = list(self.tokens)
         for g, tables in enumerate(self.s.groups):
+            mappings = []
             for seq_id in ids:
                 length, start = len(self.tokens[seq_id]), self.live_start(g, seq_id)
                 if tables.window_tokens is not None:
                     assert start <= max(0, length - tables.window_tokens), "a readable position was released"
                 slots = self.s.group_slot_mapping(g, seq_id, start, length)
                 assert np.array_equal(self.device[slots], self.tokens[seq_id][start:]), f"seq {seq_id} reads wrong KV"
+                mappings.append(slots)
             if ids:
                 d = self.s.describe_group(g, ids)
-                for k, seq_id in enumerate(ids):
+                for k, (seq_id, slots) in enumerate(zip(ids, mappings, strict=True)):
                     table = d.kv_indices[d.kv_indptr[k]:d.kv_indptr[k + 1]]
                     length, start = len(self.tokens[seq_id]), self.live_start(g, seq_id)
                     pos = np.arange(start, length)
                     assert table.shape[0] == -(-length // self.bs)
-                    assert np.array_equal(table[pos // self.bs].astype(np.int64) * self.bs + pos % self.bs,
-                                          self.s.group_slot_mapping(g, seq_id, start, length))
+                    assert np.array_equal(table[pos // self.bs].astype(np.int64) * self.bs + pos % self.bs, slots)
 
     def reference_partition(self) -> list[tuple[int, int, int, int]]:
         """Per group (token, reserved, internal, held) slots from the slot mappings and final lengths."""
