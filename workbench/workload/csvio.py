@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ CHUNK_ROWS = 200_000  # rows parsed at a time: a column of millions of rows is n
 # each of its columns once (8 bytes a row each; the oldest goes first)
 PARSED_COLUMNS_KEPT = 8
 _parsed: OrderedDict[tuple[bytes, str, bool], np.ndarray] = OrderedDict()
+_parsed_lock = threading.Lock()  # a Dask worker runs points on several threads
 
 
 class CsvTable:
@@ -138,9 +140,11 @@ def require_columns(path: Path, table: CsvTable, columns: tuple[str, ...]) -> No
 def numbers(path: Path, table: CsvTable, column: str, *, integer: bool) -> np.ndarray:
     """The column as finite, non-negative numbers: int64 when `integer`, else float64, [rows] (a new array)."""
     key = (table.digest, column, integer)
-    if key in _parsed:
-        _parsed.move_to_end(key)
-        return _parsed[key].copy()
+    with _parsed_lock:
+        kept = _parsed.get(key)
+        if kept is not None:
+            _parsed.move_to_end(key)
+            return kept.copy()
     parts = []
     for at, raw in with_offsets(table.column_chunks(column)):
         values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)  # [rows], NaN where unparsable
@@ -153,9 +157,10 @@ def numbers(path: Path, table: CsvTable, column: str, *, integer: bool) -> np.nd
             raise WorkloadError(path, int(table.lines[at + i]), column, kind, raw.iloc[i])
         parts.append(values.astype(np.int64) if integer else values)
     column_values = np.concatenate(parts)
-    _parsed[key] = column_values.copy()
-    while len(_parsed) > PARSED_COLUMNS_KEPT:
-        _parsed.popitem(last=False)
+    with _parsed_lock:
+        _parsed[key] = column_values.copy()
+        while len(_parsed) > PARSED_COLUMNS_KEPT:
+            _parsed.popitem(last=False)
     return column_values
 
 
