@@ -114,4 +114,3 @@ class TokenStore:
         if seq_id >= self._key.shape[0]:
             grow = max(seq_id + 1, 2 * self._key.shape[0]) - self._key.shape[0]
             self._key = np.concatenate([self._key, np.zeros(grow, dtype=np.uint64)])
-

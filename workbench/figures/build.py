@@ -44,7 +44,6 @@ def draw_table(name: str, summary: pd.DataFrame, sweep_dir: Path) -> Figure:
     return fig
 
 
-
 def draw_into(name: str, sweep_dir: Path, out_dir: Path) -> list[Path]:
     """Plot figure `name` from the finished sweep in `sweep_dir`; writes out_dir/NAME.{png,pdf}."""
     return style.save(draw(name, sweep_dir), Path(out_dir), name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators.paged.integrity import first_repeating_segment
 from workbench.intmath import cdiv
 
 
@@ -33,7 +34,10 @@ def check_hybrid(pool) -> None:
             assert np.all((owner[held] == -1) | (owner[held] == gi)), "a block in two groups' tables"
             owner[held] = gi
             assert length <= pool.final_len(seq_id) <= pool.max_model_len, f"seq {seq_id}: length bounds"
-    _check_no_block_twice(tables, pool.num_blocks)
+    if tables:
+        twice = first_repeating_segment(np.concatenate([held for _, _, held in tables]),
+                                        np.array([held.shape[0] for _, _, held in tables]), pool.num_blocks)
+        assert twice is None, f"group {tables[twice][0]} seq {tables[twice][1]}: a block twice"
     assert np.array_equal(holders, pool.refcount), "refcounts differ from the tables"
     held = owner >= 0
     assert np.array_equal(pool.group_of_block()[held], owner[held]), "a held block's group is recorded wrong"
@@ -47,19 +51,6 @@ def check_hybrid(pool) -> None:
     assert free.shape[0] + np.count_nonzero(pool.refcount) + cached == pool.num_blocks, "a block is lost"
     if pool.prefix is not None:
         pool.prefix.check_integrity(pool.refcount, free, owner)
-
-
-def _check_no_block_twice(tables: list[tuple[int, int, np.ndarray]], num_blocks: int) -> None:
-    """No table holds a block twice: one sort over every table's blocks, each tagged with its table."""
-    if not tables:
-        return
-    sizes = np.array([held.shape[0] for _, _, held in tables])
-    tagged = np.sort(np.repeat(np.arange(len(tables), dtype=np.int64), sizes) * num_blocks
-                     + np.concatenate([held for _, _, held in tables]))
-    twice = np.flatnonzero(tagged[1:] == tagged[:-1])
-    if twice.shape[0]:
-        gi, seq_id, _ = tables[int(tagged[twice[0]] // num_blocks)]
-        raise AssertionError(f"group {gi} seq {seq_id}: a block twice")
 
 
 def _check_shared_fills(pool) -> None:

@@ -25,12 +25,13 @@ def _counts(ids: np.ndarray, size: int, what: str) -> np.ndarray:
     return np.bincount(ids, minlength=size).astype(np.int64, copy=False)
 
 
-def _row_repeating_a_block(rows: np.ndarray, entries: np.ndarray, indptr: np.ndarray, pool: int) -> int | None:
-    """The first row whose table (its slice of `entries`, laid out by `indptr`) holds a block twice, else None."""
-    owner = np.repeat(np.arange(rows.shape[0], dtype=np.int64), np.diff(indptr))  # each entry's position in rows
-    keys = np.sort(owner * pool + entries)
-    repeated = np.flatnonzero(keys[1:] == keys[:-1])
-    return None if not repeated.shape[0] else int(rows[keys[repeated[0]] // pool])
+def first_repeating_segment(values: np.ndarray, sizes: np.ndarray, bound: int) -> int | None:
+    """The first segment that holds a value twice, else None: `values` int [sum(sizes)] are segments laid end
+    to end, `sizes` their lengths, every value in [0, bound). One sort over every segment's values, each
+    tagged with its segment (a row's block table, a sequence's blocks in a layer group)."""
+    tagged = np.sort(np.repeat(np.arange(sizes.shape[0], dtype=np.int64), sizes) * bound + values)
+    repeated = np.flatnonzero(tagged[1:] == tagged[:-1])
+    return None if not repeated.shape[0] else int(tagged[repeated[0]] // bound)
 
 
 def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, host_refcount: np.ndarray,
@@ -64,8 +65,8 @@ def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, hos
     _require(bool(np.all((entries >= 0) & (entries < num_blocks)))
              and bool(np.all((host_entries >= 0) & (host_entries < num_host_blocks))),
              "a table entry is outside its pool")
-    row = _row_repeating_a_block(live, live_entries, live_indptr, max(num_blocks, num_host_blocks))
-    _require(row is None, f"row {row} holds a block twice")
+    twice = first_repeating_segment(live_entries, table_lengths, max(num_blocks, num_host_blocks))
+    _require(twice is None, f"row {None if twice is None else live[twice]} holds a block twice")
 
     holders = _counts(entries, num_blocks, "the device tables")
     _require(bool(np.array_equal(holders, refcount)), "device refcounts differ from the holders' count")
