@@ -12,7 +12,7 @@ from tests.allocators.test_random_walks import random_walk
 from workbench import presets
 from workbench.allocators.values import SeqSpec
 from workbench.allocators.virtual.contiguous import VirtualContiguous
-from workbench.allocators.virtual.pages import KVGeometry
+from workbench.allocators.virtual.pages import KVGeometry, PagePool
 from workbench.config import RunConfig
 
 LLAMA3 = KVGeometry.of("llama-3-8b", "fp16")  # 32 layers, 8 kv heads × 128 × 2 bytes = 2 KiB per row
@@ -113,6 +113,20 @@ def test_reuse_cache_keeps_pages_mapped_for_the_next_request():
     s.admit([2], _spec(64 * 2, 130))  # 1 free page + the cached one, reclaimed
     assert s.mapped_pages == mapped + 2 and s.snapshot().cached_slots == 0
     s.check_integrity()
+
+
+def test_pick_takes_released_extents_with_the_most_mapped_pages_lowest_index_first():
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        n = int(rng.integers(1, 24))
+        pool = PagePool(num_pages=64, num_extents=n, reuse=True)
+        pool.held[:] = rng.random(n) < rng.random()
+        pool.mapped[:] = rng.integers(0, 3, n)
+        count = int(rng.integers(0, n + 2))
+        # the order as a sort: most mapped pages first, then the lowest index
+        released = sorted((-int(pool.mapped[e]), e) for e in range(n) if not pool.held[e])
+        want = [e for _, e in released[:count]] if len(released) >= count else None
+        assert pool.pick(count) == want
 
 
 @pytest.mark.parametrize("page_reuse", ["off", "on"])

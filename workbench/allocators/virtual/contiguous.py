@@ -31,6 +31,7 @@ from workbench.allocators.base import Strategy
 from workbench.allocators.batch_check import check_batch, raise_for_status
 from workbench.allocators.contiguous.extents import RunPlacer
 from workbench.allocators.contiguous.strategy import _copy_pairs, _fits, _place_all
+from workbench.allocators.seq_rows import SeqRows
 from workbench.allocators.values import (
     AdmitResult,
     AppendResult,
@@ -91,7 +92,9 @@ class VirtualContiguous(Strategy):
         self.prefix_evicted_blocks = 0  # no prefix cache: reused pages are not prefix blocks
         self._pages = PagePool(num_pages, max_batch, reuse=page_reuse == "on")
         self._host = RunPlacer(swap_slots, best=False) if swap_slots else None
-        self._extent: dict[int, int] = {}  # on-device sequence -> its extent
+        # on-device sequences, each row holding its extent: a decode batch's extents are one cached lookup of its
+        # rows (`SeqRows.rows`) and one gather, not a dictionary read per sequence
+        self._seqs = SeqRows(("extent",))
         self._swapped: dict[int, tuple[int, int, int]] = {}  # sequence -> (host_start, length, final_len)
         self._length = np.zeros(max_batch, dtype=np.int64)  # [max_batch] tokens written, per extent
         self._final = np.zeros(max_batch, dtype=np.int64)  # [max_batch] final length, per extent
@@ -141,7 +144,7 @@ class VirtualContiguous(Strategy):
         if extents is None:
             return AdmitResult(False, reason=reason)
         for seq_id, extent in zip(seq_ids, extents, strict=True):
-            self._extent[seq_id] = extent
+            self._hold(seq_id, extent)
         first = self._base(extents[0])
         copies = [_copy_pairs(first, self._base(e), held) for e in extents[1:]]
         return AdmitResult(True, copies=np.concatenate(copies) if copies else None)
@@ -177,7 +180,7 @@ class VirtualContiguous(Strategy):
         extents, reason = self._place([length], [final_len])
         if extents is None:
             return AdmitResult(False, reason=reason)
-        self._extent[child_id] = extents[0]
+        self._hold(child_id, extents[0])
         return AdmitResult(True, copies=_copy_pairs(self._base(parent), self._base(extents[0]), length))
 
     def can_append(self, seq_ids: list[int]) -> bool:
@@ -243,7 +246,7 @@ class VirtualContiguous(Strategy):
             self._host.release(host_start, length)
             return
         self._pages.release(self._device_extent(seq_id))
-        del self._extent[seq_id]
+        self._seqs.remove(seq_id)
 
     # ---- kernel view ---------------------------------------------------------------------------
     def slot_mapping(self, seq_id: int, start: int, stop: int) -> np.ndarray:
@@ -253,7 +256,7 @@ class VirtualContiguous(Strategy):
         return self._base(extent) + np.arange(start, stop, dtype=np.int64)
 
     def describe(self, seq_ids: list[int]) -> ContiguousDescriptor:
-        extents = np.array([self._device_extent(s) for s in seq_ids], dtype=np.int64)
+        extents = self._extents_of(seq_ids)
         return ContiguousDescriptor(kv_start=(extents * self.extent_slots).astype(np.int32),
                                     kv_len=self._length[extents].astype(np.int32))
 
@@ -273,7 +276,7 @@ class VirtualContiguous(Strategy):
             capacity_slots=self.capacity_slots, token_slots=token, reserved_slots=reserved,
             internal_frag_slots=internal, cached_slots=cached, external_frag_slots=0,
             free_slots=pool.free_pages * p, logical_token_slots=token,
-            block_table_bytes=PTE_BYTES * page_entries + _EXTENT_DESCRIPTOR_BYTES * len(self._extent),
+            block_table_bytes=PTE_BYTES * page_entries + _EXTENT_DESCRIPTOR_BYTES * len(self._seqs),
             largest_free_extent_slots=pool.free_pages * p, num_free_blocks=self.num_allocatable_blocks())
 
     # ---- swapping ------------------------------------------------------------------------------
@@ -293,7 +296,7 @@ class VirtualContiguous(Strategy):
             moves.append(_copy_pairs(self._base(extent), host_start, length))
             self._swapped[seq_id] = (host_start, length, int(self._final[extent]))
             self._pages.release(extent)
-            del self._extent[seq_id]
+            self._seqs.remove(seq_id)
         return SwapResult(moves=np.concatenate(moves))
 
     def can_swap_in(self, seq_ids: list[int]) -> bool:
@@ -311,7 +314,7 @@ class VirtualContiguous(Strategy):
             host_start, length, _ = self._swapped.pop(seq_id)
             moves.append(_copy_pairs(host_start, self._base(extent), length))
             self._host.release(host_start, length)
-            self._extent[seq_id] = extent
+            self._hold(seq_id, extent)
         return SwapResult(moves=np.concatenate(moves))
 
     def check_integrity(self) -> None:
@@ -319,7 +322,7 @@ class VirtualContiguous(Strategy):
         1 <= length <= final_len <= max_model_len and the pages its length needs, never past its final one."""
         pool, p = self._pages, self.page_tokens
         pool.check()
-        extents = np.array(sorted(self._extent.values()), dtype=np.int64)
+        extents = np.sort(self._seqs.column("extent")[self._seqs.live])
         if np.unique(extents).shape[0] != extents.shape[0] or not np.array_equal(np.flatnonzero(pool.held), extents):
             raise AssertionError("held extents differ from the sequences' extents")
         length, final = self._length[extents], self._final[extents]
@@ -341,7 +344,7 @@ class VirtualContiguous(Strategy):
                           f"{self.max_batch}")
         extents = self._pages.pick(len(lengths))
         if extents is None:
-            free = self.max_batch - len(self._extent)
+            free = self.max_batch - len(self._seqs)
             return None, (f"{free} free virtual extents for {len(lengths)} sequences (--max-batch "
                           f"{self.max_batch} all in use)")
         needed = [cdiv(n, self.page_tokens) for n in lengths]
@@ -363,9 +366,10 @@ class VirtualContiguous(Strategy):
     def _extents_of(self, seq_ids: list[int]) -> np.ndarray:
         """int64 [k]: the extents of on-device sequences; ValueError for a sequence that is not."""
         try:
-            return np.fromiter(map(self._extent.__getitem__, seq_ids), dtype=np.int64, count=len(seq_ids))
+            rows = self._seqs.rows(seq_ids)
         except KeyError:  # which one, and why
             return np.array([self._device_extent(s) for s in seq_ids], dtype=np.int64)
+        return self._seqs.column("extent")[rows]
 
     def _group_extents(self, seq_ids: list[int]) -> np.ndarray:
         """int64 [k]: the extents of distinct on-device sequences (each holds its own); ValueError otherwise."""
@@ -388,13 +392,18 @@ class VirtualContiguous(Strategy):
         return [self._swapped[s][1] for s in seq_ids], [self._swapped[s][2] for s in seq_ids]
 
     def _device_extent(self, seq_id: int) -> int:
-        if seq_id not in self._extent:
+        if seq_id not in self._seqs:
             state = "swapped out" if seq_id in self._swapped else "not live"
             raise ValueError(f"sequence {seq_id} is {state}")
-        return self._extent[seq_id]
+        return int(self._seqs.column("extent")[self._seqs.row(seq_id)])
+
+    def _hold(self, seq_id: int, extent: int) -> None:
+        """Mutates. The sequence (not live) is on the device in `extent`."""
+        row = self._seqs.add(seq_id)
+        self._seqs.column("extent")[row] = extent  # after `add`: a grown table replaces the column
 
     def _known(self, seq_id: int) -> bool:
-        return seq_id in self._extent or seq_id in self._swapped
+        return seq_id in self._seqs or seq_id in self._swapped
 
     def _base(self, extent: int) -> int:
         return extent * self.extent_slots

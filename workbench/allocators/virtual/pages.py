@@ -82,9 +82,8 @@ class PagePool:
     def pick(self, count: int) -> list[int] | None:
         """Pure. The extents `take` would hand out for `count` sequences, in order: released extents
         with the most mapped pages first, lowest index among equals; None when too few are free."""
-        order = np.lexsort((np.arange(self.held.shape[0]), -self.mapped))
-        free = order[~self.held[order]]
-        return free[:count].tolist() if free.shape[0] >= count else None
+        picked = np.empty(count, dtype=np.int64)
+        return picked.tolist() if loops.pick_extents(self.held, self.mapped, picked) == count else None
 
     def can_take(self, extents: list[int], pages_needed: list[int]) -> bool:
         """Pure. Whether `take(extents, pages_needed)` would succeed."""
@@ -103,7 +102,9 @@ class PagePool:
             self.used[extent] = reused
             self.cached_pages -= reused
         for extent, needed in zip(extents, pages_needed, strict=True):
-            self._map(np.full(needed - int(self.used[extent]), extent, dtype=np.int64))
+            new = needed - int(self.used[extent])
+            self._count_mappings(new)
+            self.mapped[extent] += new
             self.used[extent] = needed
 
     def can_grow(self, extents: np.ndarray) -> bool:
@@ -171,10 +172,14 @@ class PagePool:
     def _map(self, extents: np.ndarray) -> None:
         """Map one page into the end of each of these extents, int64 [k] (repeats allowed). The caller
         checked the availability and counts the new pages as used: they are not cached."""
-        count = extents.shape[0]
+        self._count_mappings(extents.shape[0])
+        np.add.at(self.mapped, extents, 1)
+
+    def _count_mappings(self, count: int) -> None:
+        """`count` pages are about to be mapped (the caller adds them to `mapped`): free ones, reclaiming cached
+        ones first where too few are free."""
         self._reclaim(count - self.free_pages)
         self.free_pages -= count
-        np.add.at(self.mapped, extents, 1)
         self.mapped_total += count
 
     def _reclaim(self, count: int) -> None:
