@@ -136,6 +136,11 @@ class ContiguousStrategy(Strategy):
         del token_ids
         return AppendResult(slots=self._append(seq_ids, apply=True), copies=_NO_COPIES)
 
+    def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
+        """`append`: an extent covers its final length from placement on, so there is always room. One checked
+        pass over the batch, not `can_append`'s and then `append`'s."""
+        return self.append(seq_ids, token_ids)
+
     supports_drafts = True
 
     def _drop_tail(self, seq_ids: list[int], num_slots: np.ndarray) -> None:
