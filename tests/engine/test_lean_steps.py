@@ -1,6 +1,7 @@
 """The engine's fast paths give the tables of the plain path, bit for bit, under every strategy.
 
-Fast: decode-only steps skip the admission machinery (`Scheduler._decode_only`), `paged` appends, counts
+Fast: decode-only steps skip the admission machinery (`Scheduler._decode_only`), the contiguous strategies
+append in one checked pass, `paged` appends, counts
 its reserved slots in one compiled call and hands that count to the step's snapshot
 (`loops.decode_append`), and `paged-prefix` appends, evicts and registers the blocks it filled in one compiled
 call (`prefix.decode_append`) and takes and releases blocks in one compiled call each (`prefix.take_release`).
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from tests.engine.conftest import simulate_checked, small_config, summaries_equal
 from workbench.allocators import registry
 from workbench.allocators.base import Strategy
+from workbench.allocators.contiguous.strategy import ContiguousStrategy
 from workbench.allocators.paged.strategy import PagedStrategy
 from workbench.allocators.prefix import decode_append, take_release
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
@@ -77,6 +79,7 @@ def _plain_run(monkeypatch, cfg, lean_steps: bool = False):
         monkeypatch.setattr(Scheduler, "lean_decode_steps", False)
     monkeypatch.setattr(PagedStrategy, "append_if_room", Strategy.append_if_room)
     monkeypatch.setattr(PrefixCacheStrategy, "append_if_room", Strategy.append_if_room)
+    monkeypatch.setattr(ContiguousStrategy, "append_if_room", Strategy.append_if_room)
     monkeypatch.setattr(HashPrefixIndex, "one_call_view", lambda self, num_blocks, more_keys: None)
     return simulate_checked(cfg)
 
