@@ -35,8 +35,9 @@ def check_hybrid(pool) -> None:
             owner[held] = gi
             assert length <= pool.final_len(seq_id) <= pool.max_model_len, f"seq {seq_id}: length bounds"
     if tables:
-        twice = first_repeating_segment(np.concatenate([held for _, _, held in tables]),
-                                        np.array([held.shape[0] for _, _, held in tables]), pool.num_blocks)
+        held_lists = [held for _, _, held in tables]
+        twice = first_repeating_segment(np.concatenate(held_lists), np.array([h.shape[0] for h in held_lists]),
+                                        pool.num_blocks)
         assert twice is None, f"group {tables[twice][0]} seq {tables[twice][1]}: a block twice"
     assert np.array_equal(holders, pool.refcount), "refcounts differ from the tables"
     held = owner >= 0

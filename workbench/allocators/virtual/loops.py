@@ -83,20 +83,17 @@ def held_totals(held, used, length, final, page_tokens):
 @njit(cache=True)
 def pick_extents(held, mapped, out):
     """Pure but for `out`. `PagePool.pick`'s order: writes into `out` (int64 [count]) the released extents with
-    the most mapped pages, the lowest index among equals, each once; returns how many there were (fewer than
-    `count` when too few are released). A selection pass per extent picked: `count` is one group's size."""
-    count = out.shape[0]
-    for c in range(count):
+    the most mapped pages, the lowest index among equals; returns how many there were (fewer than `count` when
+    too few are released). Each pass takes the first released extent after the previous pick in that order."""
+    for c in range(out.shape[0]):
         best = -1
         for e in range(held.shape[0]):
             if held[e] or (best >= 0 and mapped[e] <= mapped[best]):
                 continue
-            picked = False
-            for j in range(c):
-                picked = picked or out[j] == e
-            if not picked:
-                best = e
+            if c > 0 and (mapped[e] > mapped[out[c - 1]] or (mapped[e] == mapped[out[c - 1]] and e <= out[c - 1])):
+                continue  # picked already: at or before the previous pick
+            best = e
         if best < 0:
             return c
         out[c] = best
-    return count
+    return out.shape[0]
