@@ -110,6 +110,24 @@ def test_a_partial_prefill_is_preempted_by_recompute(strategy, preemption, monke
     assert result.steps["swapped_blocks"].sum() == 0
 
 
+@pytest.mark.parametrize("strategy", [r.name for r in registry.registrations() if r.kernel_mode == "paged"])
+def test_a_partial_prefill_continues_in_a_step_that_preempted(strategy):
+    """Under `lof` the short prompt G (200 tokens out) is admitted before A (300-token prompt, 4 out), whose
+    prompt is then prefilled in 39-token chunks beside G's decodes. A's last 36 tokens do not fit, so A waits
+    while G grows into the rest of the pool; when G cannot grow, G, the latest arrival, is preempted and the
+    batch is empty. A is running: its last chunk is computed in that same step, as vLLM schedules a running
+    request's chunk after a preemption (a step with nothing computing and nothing rejected means stuck)."""
+    cfg = small_config(strategy=strategy, chunked_prefill=True, max_num_batched_tokens=40, max_num_seqs=16,
+                       schedule="lof", kv_slots=312, num_requests=2,
+                       model="custom:layers=2,kv_heads=2,heads=4,head_dim=16,params_b=0.1,max_model_len=312")
+    result = simulate(cfg, [_request(0, 0.0, 300, 4), _request(1, 0.0, 10, 200)], checked_strategy(cfg))
+    check_run(result, cfg)
+    steps = result.steps
+    preempted = steps[steps["preemptions"] > 0]
+    assert preempted[["preemptions", "num_prefill_tokens", "num_decode_tokens"]].values.tolist() == [[1, 36, 0]]
+    assert result.requests["num_preemptions"].tolist() == [0, 1]
+
+
 @pytest.mark.parametrize("strategy", registry.names())
 def test_chunking_delays_a_long_prompt_and_smooths_the_decodes(strategy):
     """Eight sequences decode when a 3000-token prompt arrives. Unchunked, one step computes the whole

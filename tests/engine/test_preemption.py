@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.conftest import simulate_checked, small_config
+from tests.engine.conftest import checked_strategy, simulate_checked, small_config
 from workbench import columns as C
 from workbench.allocators import registry
+from workbench.engine import reasons, simulate
+from workbench.workload.request import Request, Segment
 
 PAGED = [reg.name for reg in registry.registrations() if reg.kernel_mode == "paged"]
 CONTIGUOUS = [reg.name for reg in registry.registrations() if reg.family == "contiguous"]  # reserve final lengths
@@ -31,6 +33,24 @@ def test_tiny_pool_preempts_and_still_verifies(strategy, mode, n):
         assert steps["swapped_blocks"].sum() > 0
     else:
         assert steps["swapped_blocks"].sum() == 0
+
+
+@pytest.mark.parametrize("strategy", PAGED)
+def test_a_swap_out_in_a_step_that_runs_nothing_is_made(strategy):
+    """Three blocks of 8 slots. A (two samples of a 5-token prompt) and B (one sequence) decode until all three
+    cross into their ninth token: A's samples need a block each and B one, with none free. B, the latest, is
+    swapped out, which frees one block; A alone still needs two, so A is rejected as outgrowing the pool. The
+    step computes nothing, but B's swap-out must still copy its block to the host: B is swapped back in and
+    decodes, and the kernel reads the KV it had."""
+    cfg = small_config(strategy=strategy, preemption="swap", swap_gib=0.001, kv_slots=24, num_requests=2,
+                       kv_dtype="fp32", model="custom:layers=2,kv_heads=2,heads=4,head_dim=16,params_b=0.1,"
+                       "max_model_len=24")
+    requests = [Request(0, 0.0, 5, 12, (Segment(1000, 5),), n=2), Request(1, 0.0, 5, 12, (Segment(1001, 5),))]
+    result = simulate(cfg, requests, checked_strategy(cfg))  # raises VerificationError if B's KV was lost
+    assert result.requests["status"].tolist() == [f"rejected: {reasons.OUTGROWS_POOL}", "finished"]
+    assert result.requests["num_preemptions"].tolist() == [0, 1]
+    assert result.steps["swapped_blocks"].sum() == 1  # the swap-in; the swap-out's step computed nothing
+    assert 0 <= result.summary["verify_max_rel_err"] <= 1e-5
 
 
 @pytest.mark.parametrize("strategy", CONTIGUOUS)

@@ -98,6 +98,8 @@ class Replica:
         plan = sched.schedule(self.now_s)
         verdict = rules.step_verdict(plan.cost.num_running, len(plan.started), sched.log.num_rejected - rejected)
         if verdict != rules.RUN:
+            if self.runner is not None:  # a preemption's swap-out and the tier moves happen all the same
+                self.runner.move(plan)
             if verdict == rules.STUCK and sched.device.held_seqs:  # held blocks will come free: wait for them
                 self.blocked = True
                 return 0

@@ -78,8 +78,9 @@ def retires_victim(num_holders):
 
 
 def admits_after(preemptions):
-    """Whether a step admits, given the groups its decode batch preempted to grow: a step that preempted admits
-    nothing, so what the preemption freed goes to the running groups."""
+    """Whether a step admits (swaps groups back in, admits waiting ones), given the groups its decode batch
+    preempted to grow: a step that preempted admits nothing, so what the preemption freed goes to the running
+    groups (the decode batch and a partial prefill, which continues)."""
     return preemptions == 0
 
 

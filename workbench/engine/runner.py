@@ -86,28 +86,8 @@ class KernelRunner:
     # ---- one step ----------------------------------------------------------------------------
     def run(self, plan: StepPlan) -> float | None:
         """Mutates the pool. Returns the attention wall time of this step (None when it ran none)."""
-        pool, bs, kernel, effects = self.pool, self.block_size, plan.kernel, plan.effects
-        for parent, child in plan.forks:
-            self._ensure(child)
-            self.acc[child] = self.acc[parent]
-        if len(plan.swap_out):
-            pool.swap_out(plan.swap_out, bs)
-        if len(effects.unmapped):  # after the swap-outs read them, before anything maps pages again
-            pool.release(effects.unmapped)
-        if len(effects.shared_spill):  # host-tier drops, before the demotes below overwrite their host blocks
-            pool.spill_shared(effects.shared_spill, bs)
-        if len(effects.demote):  # before anything of the step writes the device blocks it reads
-            pool.demote(effects.demote, bs)
-        if len(effects.shared_demote):
-            pool.demote_shared(effects.shared_demote, bs)
-        if len(effects.promote):
-            pool.promote(effects.promote, bs)
-        if len(effects.shared_promote):
-            pool.promote_shared(effects.shared_promote, bs)
-        if len(plan.swap_in):
-            pool.swap_in(plan.swap_in, bs)
-        if len(plan.copies):
-            pool.copy_blocks(plan.copies, bs)
+        self.move(plan)
+        kernel = plan.kernel
         extend = self._write_prefills(kernel.writes, [g.write_slots for g in kernel.groups])
         dec_ids = kernel.decode_seq_ids
         if len(dec_ids):
@@ -130,6 +110,33 @@ class KernelRunner:
             if self.verify_every and plan.step % self.verify_every == 0:
                 self._verify(plan.step, dec_ids, kernel.decode_positions, dec_out, extend, ext_out, window)
         return weighted_s
+
+    def move(self, plan: StepPlan) -> None:
+        """Mutates the pool. The plan's block movements: beam forks, swaps, tier moves and copy-on-write copies.
+        A step that does not run (`rules.step_verdict`: nothing computes) makes them too: what it swapped out
+        or evicted to a tier must be there when it comes back."""
+        pool, bs, effects = self.pool, self.block_size, plan.effects
+        for parent, child in plan.forks:
+            self._ensure(child)
+            self.acc[child] = self.acc[parent]
+        if len(plan.swap_out):
+            pool.swap_out(plan.swap_out, bs)
+        if len(effects.unmapped):  # after the swap-outs read them, before anything maps pages again
+            pool.release(effects.unmapped)
+        if len(effects.shared_spill):  # host-tier drops, before the demotes below overwrite their host blocks
+            pool.spill_shared(effects.shared_spill, bs)
+        if len(effects.demote):  # before anything of the step writes the device blocks it reads
+            pool.demote(effects.demote, bs)
+        if len(effects.shared_demote):
+            pool.demote_shared(effects.shared_demote, bs)
+        if len(effects.promote):
+            pool.promote(effects.promote, bs)
+        if len(effects.shared_promote):
+            pool.promote_shared(effects.shared_promote, bs)
+        if len(plan.swap_in):
+            pool.swap_in(plan.swap_in, bs)
+        if len(plan.copies):
+            pool.copy_blocks(plan.copies, bs)
 
     def _write_prefills(self, writes: tuple[SeqWrite, ...], group_write_slots: list[tuple[np.ndarray, ...]]
                         ) -> list[SeqWrite]:

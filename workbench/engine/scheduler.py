@@ -7,9 +7,9 @@ Per step (`schedule`): running groups get one slot per sequence (preempting the 
 group, all or nothing, while that is impossible), then — only if nothing was preempted — swapped
 groups come back and waiting groups are admitted (workbench.engine.admission), in arrival order or the
 order of `--schedule` (workbench.engine.admission_order). With chunked prefill the
-budget covers decodes and prefill chunks alike, and a partially prefilled group continues before
-anything new is admitted (workbench.engine.prefill_chunks). The result is a `StepPlan` of plain data
-(workbench.engine.plan); `complete` then advances the tokens and retires finished groups. Only the
+budget covers decodes and prefill chunks alike, and a partially prefilled group (a running one) continues
+first, in a step that preempted too (workbench.engine.prefill_chunks). The result is a `StepPlan` of plain
+data (workbench.engine.plan); `complete` then advances the tokens and retires finished groups. Only the
 strategy's integers change here; the kernel runner executes the plan's copies, moves and writes on
 the KV pool.
 """
@@ -137,8 +137,7 @@ class Scheduler:
         decode_tokens = len(grown.ids) if self.spec is None else self.spec.decode_tokens(len(grown.ids))
         budget = self.config.max_num_batched_tokens - (decode_tokens if self.chunks is not None else 0)
         admitted = Admitted()
-        if rules.admits_after(grown.preemptions):
-            self._admit(now_s, budget, copies, admitted)
+        self._admit(now_s, budget, copies, admitted, grown.preemptions)
         return self._plan(grown.ids, admitted, concat_pairs(copies), concat_pairs(swap_out), grown.preemptions,
                           tuple(forks), grown)
 
@@ -191,13 +190,15 @@ class Scheduler:
         """Speculative decoding's summary counters and rates (empty when it is off)."""
         return {} if self.spec is None else self.spec.counters()
 
-    def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted) -> None:
-        """Mutates. Nothing was preempted: the partial prefill continues, swapped groups come back, then (with
-        neither left) waiting groups are admitted under the budget; under static batching only into an empty batch."""
+    def _admit(self, now_s: float, budget: int, copies: list[np.ndarray], admitted: Admitted, preemptions: int) -> None:
+        """Mutates. The partial prefill continues (it is running); then, unless the step preempted, swapped groups
+        come back, then (with neither left) waiting groups are admitted under the budget; static: an empty batch."""
         if not rules.admits_now(self.static_batching, len(self.batch.groups)):
             return
         if self._partial() is not None:
             budget = self._continue_prefill(admitted.prefills, copies, budget)
+        if not rules.admits_after(preemptions):
+            return
         swap_in: list[np.ndarray] = []
         self.device.swap_in(admitted.started, swap_in)
         admitted.swap_in = concat_pairs(swap_in)
@@ -222,11 +223,10 @@ class Scheduler:
             cost = cost._replace(loaded_blocks=len(effects.promote), shared_loaded_blocks=len(effects.shared_promote))
         if effects.state_copies:
             cost = cost._replace(state_copies=effects.state_copies)
-        kernel = None
-        if self.config.kernel_every is not None:
-            kernel = kernel_inputs(strategy, self.step % self.config.kernel_every == 0, ids, grown.seq_ids,
-                                   grown.positions, grown.token_ids, admitted.prefills, grown.appended,
-                                   admitted.landed, None if self.spec is None else self.spec.verify)
+        every = self.config.kernel_every
+        kernel = None if every is None else kernel_inputs(
+            strategy, self.step % every == 0, ids, grown.seq_ids, grown.positions, grown.token_ids, admitted.prefills,
+            grown.appended, admitted.landed, None if self.spec is None else self.spec.verify)
         refused = admitted.refused_extent
         columns = ()
         if self.spec is not None:
