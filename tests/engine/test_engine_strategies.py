@@ -27,6 +27,7 @@ def check_run(result, cfg):
     # every request finished, none vanished
     assert list(requests["status"].unique()) == ["finished"]
     assert summary["num_finished"] == cfg.num_requests
+    assert requests["num_preemptions"].sum() == summary["num_preemptions"]  # the step rows count every one
     assert (requests["first_token_s"] >= requests["arrival_s"]).all()
     assert (requests["finish_s"] >= requests["first_token_s"]).all()
     # the kernels ran and were checked against the reference

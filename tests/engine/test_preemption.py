@@ -41,7 +41,8 @@ def test_a_swap_out_in_a_step_that_runs_nothing_is_made(strategy):
     cross into their ninth token: A's samples need a block each and B one, with none free. B, the latest, is
     swapped out, which frees one block; A alone still needs two, so A is rejected as outgrowing the pool. The
     step computes nothing, but B's swap-out must still copy its block to the host: B is swapped back in and
-    decodes, and the kernel reads the KV it had."""
+    decodes, and the kernel reads the KV it had. The next step's row counts the preemption and the swap-out
+    (and its duration pays the transfer), so the step table adds up to what the requests went through."""
     cfg = small_config(strategy=strategy, preemption="swap", swap_gib=0.001, kv_slots=24, num_requests=2,
                        kv_dtype="fp32", model="custom:layers=2,kv_heads=2,heads=4,head_dim=16,params_b=0.1,"
                        "max_model_len=24")
@@ -49,7 +50,12 @@ def test_a_swap_out_in_a_step_that_runs_nothing_is_made(strategy):
     result = simulate(cfg, requests, checked_strategy(cfg))  # raises VerificationError if B's KV was lost
     assert result.requests["status"].tolist() == [f"rejected: {reasons.OUTGROWS_POOL}", "finished"]
     assert result.requests["num_preemptions"].tolist() == [0, 1]
-    assert result.steps["swapped_blocks"].sum() == 1  # the swap-in; the swap-out's step computed nothing
+    steps = result.steps
+    assert steps["preemptions"].tolist().count(1) == 1 and steps["preemptions"].sum() == 1
+    # B comes back (it decodes from the next step on), with its swap-out carried from the step before
+    (swap_in,) = steps.index[steps["swapped_blocks"] > 0]
+    assert steps.loc[swap_in, ["preemptions", "swapped_blocks", "num_running"]].tolist() == [1, 2, 0]
+    assert result.summary["num_preemptions"] == 1
     assert 0 <= result.summary["verify_max_rel_err"] <= 1e-5
 
 

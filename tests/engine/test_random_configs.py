@@ -50,6 +50,8 @@ def check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit,
     assert len(requests) == 15
     assert requests["status"].map(lambda s: s == "finished" or s.startswith("rejected: ")).all()
     assert summary["num_finished"] + summary["num_rejected"] == 15
+    # every preemption is in a step row, those of a step that did not run in the next one's
+    assert requests["num_preemptions"].sum() == steps["preemptions"].sum() == summary["num_preemptions"]
     allocated = steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]
     if reg.kernel_mode == "contiguous":
         assert (steps["cached_slots"] == 0).all()

@@ -56,6 +56,10 @@ class Replica:
         # its waiting work found no room while finished requests held blocks that a link is still reading: no
         # step can run before one of them is released (`release`) or another request arrives
         self.blocked = False
+        # preemptions and swapped-out blocks of planned steps that did not run (nothing computed): the next step
+        # that runs counts them in its row and pays the swap-outs' transfer
+        self.carried_preemptions = 0
+        self.carried_swapped_blocks = 0
 
     def close(self) -> None:
         """Mutates. Give the kernel pool's memory back now (a GPU run's virtual memory), not at process exit."""
@@ -100,12 +104,16 @@ class Replica:
         if verdict != rules.RUN:
             if self.runner is not None:  # a preemption's swap-out and the tier moves happen all the same
                 self.runner.move(plan)
+            self.carried_preemptions += plan.preemptions
+            self.carried_swapped_blocks += plan.cost.swapped_blocks
             if verdict == rules.STUCK and sched.device.held_seqs:  # held blocks will come free: wait for them
                 self.blocked = True
                 return 0
             if verdict == rules.STUCK:
                 raise RuntimeError(reasons.stuck(self.now_s, len(sched.waiting), len(sched.device.swapped)))
             return 0
+        if self.carried_preemptions:
+            plan = self._with_carried(plan)
         if timers:
             a1, t1 = timers.allocator_s, perf()
         attention_s = self.runner.run(plan) if self.runner is not None else None
@@ -124,6 +132,13 @@ class Replica:
             timers.bookkeeping_s += (t3 - t2) - (a3 - a2)
             timers.steps += 1
         return finished
+
+    def _with_carried(self, plan: StepPlan) -> StepPlan:
+        """Mutates the carry. The plan with the preemptions and swap-outs of the steps before it that did not run."""
+        cost = plan.cost._replace(swapped_blocks=plan.cost.swapped_blocks + self.carried_swapped_blocks)
+        plan = plan._replace(preemptions=plan.preemptions + self.carried_preemptions, cost=cost)
+        self.carried_preemptions = self.carried_swapped_blocks = 0
+        return plan
 
     def _record(self, plan: StepPlan, dt_s: float, attention_s: float | None) -> None:
         snap, cost, log = plan.snapshot, plan.cost, self.steps
