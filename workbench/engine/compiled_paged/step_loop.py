@@ -49,9 +49,7 @@ DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK, GROW_ROWS, WIDEN = 0, 1, 
  BUDGET,
  # the step being planned: its cost and its snapshot
  P_NUM_DECODE, P_NPF, P_NUM_PREFILL, P_KV_READ, P_ATTN_CTX, P_DECODE_CTX, P_DECODE_BLOCKS, P_UNSHARED_SLOTS,
- P_PREEMPTIONS, P_TOKEN_SLOTS, P_LOGICAL_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES,
- # preemptions of planned steps that did not run, counted in the row of the next step that runs (`Replica`'s carry)
- CARRIED_PREEMPTIONS, NUM_STATE) = range(35)
+ P_PREEMPTIONS, P_TOKEN_SLOTS, P_LOGICAL_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES, NUM_STATE) = range(34)
 
 # S[PHASE]: where the step stands, so that a stop inside it resumes there
 START, APPEND, ADMIT, DECIDE, PLANNED = 0, 1, 2, 3, 4
@@ -166,10 +164,11 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
             S[PHASE] = DECIDE
         if S[PHASE] == DECIDE:
             verdict = rules.step_verdict(S[NBATCH] + S[P_NPF], 0, S[NUM_REJECTED] - S[REJECTED_BEFORE])
+            # a step that preempted always runs here (one sequence a group, no partial prefill: each preemption
+            # frees a block for the batch left), so no preemption waits for a later row (`Replica`'s carry)
             if verdict != rules.RUN:
                 if verdict == rules.STUCK:
                     return STUCK
-                S[CARRIED_PREEMPTIONS] += S[P_PREEMPTIONS]
                 S[PHASE] = START
                 continue
             _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch,
@@ -411,7 +410,5 @@ def _record(S, C, now_s, dt_s, rows_f, rows_i):
     row[7] = pool_counts.internal_frag_slots(C[CAPACITY_SLOTS] - free, written, reserved, 0)
     row[8], row[9] = 0, 0
     row[10], row[11], row[12] = free, S[P_LOGICAL_SLOTS], _TABLE_ENTRY_BYTES * S[P_TABLE_ENTRIES]
-    row[13], row[14], row[15], row[16], row[17] = 0, S[P_PREEMPTIONS] + S[CARRIED_PREEMPTIONS], 0, free, \
-        S[P_UNSHARED_SLOTS]
-    S[CARRIED_PREEMPTIONS] = 0
+    row[13], row[14], row[15], row[16], row[17] = 0, S[P_PREEMPTIONS], 0, free, S[P_UNSHARED_SLOTS]
     S[ROWS] = r + 1
