@@ -122,6 +122,7 @@ def test_every_way_a_request_ends_is_drawn(monkeypatch):
     assert status.str.contains("max_model_len").any()
     assert status.str.contains("above the watermark").any()
     assert compiled.steps["preemptions"].sum() > 0
+    assert compiled.steps["preemptions"].sum() == compiled.requests["num_preemptions"].sum()  # each in a step row
     cfg = small_config(strategy="paged", block_size=100, kv_slots=520, watermark_frac=0.0, kernel="none")
     compiled, general = run_both(cfg, hand_workload(6, 200, burst=False), monkeypatch)
     assert_same(compiled, general)
