@@ -116,7 +116,8 @@ def test_a_partial_prefill_continues_in_a_step_that_preempted(strategy):
     prompt is then prefilled in 39-token chunks beside G's decodes. A's last 36 tokens do not fit, so A waits
     while G grows into the rest of the pool; when G cannot grow, G, the latest arrival, is preempted and the
     batch is empty. A is running: its last chunk is computed in that same step, as vLLM schedules a running
-    request's chunk after a preemption (a step with nothing computing and nothing rejected means stuck)."""
+    request's chunk after a preemption (a step with nothing computing and nothing rejected means stuck). The
+    blocks A holds while it waits count in each step's unshared slots."""
     cfg = small_config(strategy=strategy, chunked_prefill=True, max_num_batched_tokens=40, max_num_seqs=16,
                        schedule="lof", kv_slots=312, num_requests=2,
                        model="custom:layers=2,kv_heads=2,heads=4,head_dim=16,params_b=0.1,max_model_len=312")
@@ -126,6 +127,13 @@ def test_a_partial_prefill_continues_in_a_step_that_preempted(strategy):
     preempted = steps[steps["preemptions"] > 0]
     assert preempted[["preemptions", "num_prefill_tokens", "num_decode_tokens"]].values.tolist() == [[1, 36, 0]]
     assert result.requests["num_preemptions"].tolist() == [0, 1]
+    # while A waits for room it computes nothing and holds its first 264 tokens' blocks: nothing is shared, so
+    # the unshared count is what is allocated at every step, those steps included
+    waiting = steps.index[(steps["num_prefill_tokens"] == 0) & (steps["num_decode_tokens"] == 1)
+                          & (steps["token_slots"] > 264)]
+    assert len(waiting) > 20
+    allocated = steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]
+    assert (steps["unshared_block_slots"] == allocated).all()
 
 
 @pytest.mark.parametrize("strategy", registry.names())

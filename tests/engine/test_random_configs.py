@@ -1,5 +1,6 @@
-"""Randomized runs (hypothesis): under any strategy, pool size, fan-out (or speculation) and preemption mode, the
-strategy's integrity holds after every step, the six-way partition is exact, and no request vanishes."""
+"""Randomized runs (hypothesis): under any strategy, pool size, fan-out (or speculation), preemption mode and
+chunked prefill or not, the strategy's integrity holds after every step, the six-way partition is exact, no
+request vanishes and every preemption is counted."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ CONFIGS = dict(
     # fan-out, or speculative decoding (one sequence a request, K drafts a step)
     fanout=st.sampled_from([("n", 1), ("n", 2), ("n", 4), ("beam_width", 2), ("spec_tokens", 3), ("spec_tokens", 7)]),
     preemption=st.sampled_from(["recompute", "swap"]), fit=st.sampled_from(["first", "best", "buddy"]),
+    chunked_prefill=st.booleans(),
     workload=st.sampled_from(["alpaca-like", "sharegpt-like", "system-prompt:k=3,system=30,lengths=alpaca",
                               "multi-turn:turns=3,think=0.2,lengths=alpaca"]),
     seed=st.integers(0, 2**16))
@@ -25,24 +27,25 @@ CONFIGS = dict(
 # The quick run draws 12 configurations, the full run 30 more (the same checks over more of the space)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**CONFIGS)
-def test_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, workload,
-                                             seed):
-    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, workload, seed)
+def test_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, chunked_prefill,
+                                             workload, seed):
+    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, chunked_prefill, workload, seed)
 
 
 @pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**CONFIGS)
-def test_more_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, workload,
-                                                  seed):
-    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, workload, seed)
+def test_more_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit,
+                                                  chunked_prefill, workload, seed):
+    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, chunked_prefill, workload, seed)
 
 
-def check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, workload, seed):
+def check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, chunked_prefill, workload, seed):
     reg = registry.get(strategy)
     options = {"fit": fit} if "fit" in reg.options else {}  # a run may set only the options its strategy takes
     cfg = small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption,
-                       workload=workload, seed=seed, kernel="none", num_requests=15, rate=50.0,
+                       chunked_prefill=chunked_prefill, workload=workload, seed=seed, kernel="none", num_requests=15,
+                       rate=50.0,
                        swap_gib=1 / 4096, **options, **{fanout[0]: fanout[1]})
     result = simulate_checked(cfg)  # check_integrity runs before every step's snapshot
     steps, requests, summary = result.steps, result.requests, result.summary

@@ -109,7 +109,8 @@ class CostMeter:
              swapped_blocks: int, mapped_pages: int = 0) -> StepCost:
         """The step's totals: the decode batch (already counted by `decoded`), then each group's
         prefill work of this step (`workbench.engine.plan.Prefill`: a whole prompt or one chunk) and each group
-        swapped back in."""
+        in `started` (num_seqs, kv_len): swapped back in, or a partial prefill that holds its chunks so far and
+        computes none this step."""
         bs = self.block_size
         kv_read = attn_ctx = self._decode_ctx
         unshared = self._unshared_blocks * bs
@@ -124,7 +125,7 @@ class CostMeter:
             unshared += n * cdiv(p.stop, bs) * bs
             num_running += n
             attn_ctx += query_keys(p.start, p.stop)
-        for g in started:  # swapped back in: holding blocks, computing from the next step
+        for g in started:  # swapped back in (or a partial prefill without a chunk): holding blocks, not computing
             unshared += g.num_seqs * cdiv(g.kv_len, bs) * bs
         if self._windows:
             return self._windowed(num_prefill, num_decode, prefills, unshared, num_running, copied_blocks,

@@ -83,6 +83,12 @@ class PrefillChunks:
         prefill = self._close(g, 0, start, written, budget, copies)
         return prefill if prefill.write_tokens else None
 
+    def idle(self, prefills: list[Prefill]) -> tuple[Group, ...]:
+        """Pure. The partial group when it computes no chunk this step (`prefills`: the step's), though it holds
+        the blocks of those before: a step's unshared block count includes them."""
+        g = self.group
+        return () if g is None or any(p.request_index == g.index for p in prefills) else (g,)
+
     def _close(self, g: Group, cached: int, start: int, written: int, budget: int,
                copies: list[np.ndarray]) -> Prefill:
         """Mutates. Once the shared part is complete, a group of several recomputed sequences appends

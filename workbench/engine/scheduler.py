@@ -217,7 +217,8 @@ class Scheduler:
         inputs (a step with a kernel) and the snapshot."""
         strategy = self.strategy
         effects = strategy.end_step()
-        cost = self.batch.meter.cost(len(ids), admitted.prefills, admitted.started, len(copies),
+        holding = admitted.started if self.chunks is None else [*admitted.started, *self.chunks.idle(admitted.prefills)]
+        cost = self.batch.meter.cost(len(ids), admitted.prefills, holding, len(copies),
                                      len(swap_out) + len(admitted.swap_in), effects.mapped_pages)
         if len(effects.promote) or len(effects.shared_promote):
             cost = cost._replace(loaded_blocks=len(effects.promote), shared_loaded_blocks=len(effects.shared_promote))
@@ -228,9 +229,8 @@ class Scheduler:
             strategy, self.step % every == 0, ids, grown.seq_ids, grown.positions, grown.token_ids, admitted.prefills,
             grown.appended, admitted.landed, None if self.spec is None else self.spec.verify)
         refused = admitted.refused_extent
-        columns = ()
-        if self.spec is not None:
-            cost, columns = self.spec.step_parts(cost, self.block_size, grown is not None)
+        spec = self.spec
+        cost, columns = (cost, ()) if spec is None else spec.step_parts(cost, self.block_size, grown is not None)
         return StepPlan(self.step, self.batch.requests(), tuple(admitted.started), tuple(admitted.prefills), swap_out,
                         admitted.swap_in, copies, forks, preemptions, refused, strategy.snapshot(refused), cost, kernel,
                         effects, tuple(admitted.landed), columns)
