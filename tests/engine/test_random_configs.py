@@ -18,35 +18,58 @@ CONFIGS = dict(
     # fan-out, or speculative decoding (one sequence a request, K drafts a step)
     fanout=st.sampled_from([("n", 1), ("n", 2), ("n", 4), ("beam_width", 2), ("spec_tokens", 3), ("spec_tokens", 7)]),
     preemption=st.sampled_from(["recompute", "swap"]), fit=st.sampled_from(["first", "best", "buddy"]),
-    chunked_prefill=st.booleans(),
+    # how a step fills its batch: chunked prefill or not, admission past a refused head, the queue's order (lpm
+    # and dfs-weight where the strategy has the index they read) and the free-block watermark
+    scheduling=st.fixed_dictionaries(dict(
+        chunked_prefill=st.booleans(), admission=st.sampled_from(["fcfs", "skip"]),
+        schedule=st.sampled_from(["fcfs", "lof", "random", "lpm", "dfs-weight"]),
+        watermark_frac=st.sampled_from([0.0, 0.01, 0.1]))),
     workload=st.sampled_from(["alpaca-like", "sharegpt-like", "system-prompt:k=3,system=30,lengths=alpaca",
                               "multi-turn:turns=3,think=0.2,lengths=alpaca"]),
     seed=st.integers(0, 2**16))
 
 
+# the registration's flag saying a strategy has the index a cache-aware order reads (docs/engine.md)
+INDEX_READ = {"lpm": "prefix_cache", "dfs-weight": "prefix_tree"}
+
+
 # The quick run draws 12 configurations, the full run 30 more (the same checks over more of the space)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**CONFIGS)
-def test_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, chunked_prefill,
+def test_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling,
                                              workload, seed):
-    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, chunked_prefill, workload, seed)
+    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed)
 
 
 @pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**CONFIGS)
 def test_more_random_configs_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit,
-                                                  chunked_prefill, workload, seed):
-    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, chunked_prefill, workload, seed)
+                                                  scheduling, workload, seed):
+    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed)
 
 
-def check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, chunked_prefill, workload, seed):
+# The kernels too: every step's K/V written into the slots the strategy chose, attention over its tables or extents
+# verified against the reference recomputed from the logical tokens (after swaps, copies, tier moves and
+# preemptions). Full run only: a run with kernels costs several times one without.
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**CONFIGS)
+def test_random_configs_with_verified_kernels(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling,
+                                              workload, seed):
+    check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed,
+                        kernel="numba")
+
+
+def check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed,
+                        kernel="none"):
     reg = registry.get(strategy)
     options = {"fit": fit} if "fit" in reg.options else {}  # a run may set only the options its strategy takes
+    if not getattr(reg, INDEX_READ.get(scheduling["schedule"], "name")):
+        scheduling = {**scheduling, "schedule": "fcfs"}  # the order reads an index this strategy lacks
     cfg = small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption,
-                       chunked_prefill=chunked_prefill, workload=workload, seed=seed, kernel="none", num_requests=15,
-                       rate=50.0,
-                       swap_gib=1 / 4096, **options, **{fanout[0]: fanout[1]})
+                       workload=workload, seed=seed, kernel=kernel, num_requests=15, rate=50.0, swap_gib=1 / 4096,
+                       **scheduling, **options, **{fanout[0]: fanout[1]})
     result = simulate_checked(cfg)  # check_integrity runs before every step's snapshot
     steps, requests, summary = result.steps, result.requests, result.summary
     assert (steps[list(C.SLOT_COLUMNS)].sum(axis=1) == summary["kv_slots"]).all()

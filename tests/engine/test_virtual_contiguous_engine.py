@@ -8,6 +8,7 @@ import pytest
 from tests.engine.conftest import checked_strategy, simulate_checked, small_config
 from workbench import columns as C
 from workbench.engine import simulate
+from workbench.engine.admission import Admission
 from workbench.engine.runner import KernelRunner
 from workbench.workload import build_workload
 
@@ -63,6 +64,33 @@ def test_a_tiny_pool_preempts_and_still_verifies(mode):
     assert (steps[list(C.SLOT_COLUMNS)].sum(axis=1) == summary["kv_slots"]).all()
     assert (steps["swapped_blocks"].sum() > 0) == (mode == "swap")
     assert summary["verify_max_rel_err"] <= 1e-5
+
+
+def test_a_readmission_undone_for_want_of_pages_copies_nothing(monkeypatch):
+    """Two samples readmitted after a recompute preemption take their extents and the prompt's copies, then
+    their own generated tokens need pages the pool lacks: the admission is undone. Its copies must go with it:
+    their destination slots may be the next admitted group's in the same step (the kernel refuses two copies
+    into one slot, and a copy would overwrite that group's prompt)."""
+    undone = []
+    place = Admission._place_whole
+
+    def recorded(self, g, *args):
+        freed = []
+        free = self.strategy.free
+        monkeypatch.setattr(self.strategy, "free", lambda seq_id: (freed.append(seq_id), free(seq_id))[1])
+        try:
+            return place(self, g, *args)
+        finally:
+            monkeypatch.delattr(self.strategy, "free")
+            if freed:
+                undone.append(g.index)
+
+    monkeypatch.setattr(Admission, "_place_whole", recorded)
+    cfg = small_config(strategy="virtual-contiguous", block_size=1, kv_slots=512, preemption="recompute", n=2,
+                       admission="skip", workload="alpaca-like", seed=0, num_requests=15, rate=50.0)
+    result = simulate_checked(cfg)  # the kernels verified at every step
+    assert undone
+    assert result.summary["verify_max_rel_err"] <= 1e-5
 
 
 def test_mapping_pages_costs_time_unless_overlapped():

@@ -218,6 +218,7 @@ class Admission:
             needed = cdiv(req.prompt_tokens, bs) + num_seqs * (cdiv(recomputed, bs) + 1)
             if strategy.num_allocatable_blocks() < needed:
                 return Refused(0)
+        copies_before = len(copies)
         result = strategy.admit(g.seq_ids, spec)
         if not result.admitted:
             return Refused(result.needed_extent_slots, result.reason)
@@ -233,6 +234,7 @@ class Admission:
                     # undo the admission (nothing is written yet, no prefix cache holds these slots)
                     for seq_id in g.seq_ids:
                         strategy.free(seq_id)
+                    del copies[copies_before:]  # nor are its copies made: their slots may be another group's now
                     return Refused(0)
                 self.tokens.append_own(strategy, g.seq_ids, j, copies)
             g.kv_len += recomputed
