@@ -9,6 +9,7 @@ from tests.engine.conftest import checked_strategy, simulate_checked, small_conf
 from workbench import columns as C
 from workbench.engine import simulate
 from workbench.engine.admission import Admission
+from workbench.engine.beam_forks import BeamForks
 from workbench.engine.runner import KernelRunner
 from workbench.workload import build_workload
 
@@ -90,6 +91,37 @@ def test_a_readmission_undone_for_want_of_pages_copies_nothing(monkeypatch):
                        admission="skip", workload="alpaca-like", seed=0, num_requests=15, rate=50.0)
     result = simulate_checked(cfg)  # the kernels verified at every step
     assert undone
+    assert result.summary["verify_max_rel_err"] <= 1e-5
+
+
+@pytest.mark.parametrize("mode", ["swap", "recompute"])
+def test_a_beam_group_preempted_in_the_step_it_forked_keeps_its_kv(mode, monkeypatch):
+    """A fork copies the parent's slots into the child's extent; the group is then preempted in the same step.
+    Swapped out, the child's host copy must hold the parent's KV (the runner reads the swap-out before it would
+    make the fork's copies); either way no copy may write into the extents it released."""
+    withdrawn = []
+    withdraw = BeamForks.withdraw
+
+    def recorded(self, seq_ids, swap_out):
+        children, copies = self._taken
+        withdrawn.extend(c for k, c in enumerate(children) if c in seq_ids and len(copies[k]))
+        return withdraw(self, seq_ids, swap_out)
+
+    monkeypatch.setattr(BeamForks, "withdraw", recorded)
+    cfg = small_config(strategy="virtual-contiguous", block_size=1, kv_slots=512, preemption=mode, beam_width=2,
+                       swap_gib=1 / 4096, workload="alpaca-like", seed=0, num_requests=15, rate=50.0)
+    strategy = checked_strategy(cfg)
+    run = KernelRunner.run
+
+    def run_then_compare(runner, plan):
+        attention_s = run(runner, plan)
+        np.testing.assert_array_equal(runner.pool.vmm.mapped_pages(), strategy.mapped_virtual_pages(),
+                                      err_msg=f"step {plan.step}")
+        return attention_s
+
+    monkeypatch.setattr(KernelRunner, "run", run_then_compare)
+    result = simulate(cfg, build_workload(cfg), strategy)  # the kernels verified at every step
+    assert withdrawn
     assert result.summary["verify_max_rel_err"] <= 1e-5
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from workbench.allocators.base import Strategy
+from workbench.allocators.values import NO_PAIRS
 from workbench.engine.groups import Group
 from workbench.engine.tokens import TokenStore
 from workbench.workload.beam import beam_step
@@ -28,6 +29,8 @@ class BeamForks:
         self.new_seq_id = new_seq_id
         self._forks: list[tuple[int, int]] = []  # (parent, child) since the last `take`
         self._copies: list[np.ndarray] = []  # int32 [k, 2] copy-on-write pairs of those forks
+        self._copy_children: list[int] = []  # the child of each of them
+        self._taken: tuple[list[int], list[np.ndarray]] = ([], [])  # what the last `take` gave: children, copies
 
     def advance(self, g: Group) -> bool:
         """Mutates the strategy, the token store and `g.seq_ids`. The group just produced token
@@ -63,6 +66,7 @@ class BeamForks:
                                    f"{len(beams.freed)} beams: {result.reason}")
             if result.copies is not None and len(result.copies):
                 self._copies.append(result.copies)
+                self._copy_children.append(child_id)
             self._forks.append((parent_id, child_id))
             self.tokens.fork(parent_id, child_id, beam_tokens)
             new_ids.append(child_id)
@@ -72,5 +76,28 @@ class BeamForks:
     def take(self) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
         """Mutates. The forks made since the last call and their copy-on-write pairs."""
         forks, copies = self._forks, self._copies
-        self._forks, self._copies = [], []
+        self._taken = (self._copy_children, copies)
+        self._forks, self._copies, self._copy_children = [], [], []
         return forks, copies
+
+    def withdraw(self, seq_ids: list[int], swap_out: list[np.ndarray] | None) -> None:
+        """Mutates the lists the last `take` gave and, for a group just swapped out, its moves (the last of
+        `swap_out`). The group of `seq_ids` leaves the device in the step it forked in: the kernel runner would
+        read its slots for the swap-out before the forks' copies write them, and then write them into slots
+        the strategy has released. So its forks' copies are not made, and its swap-out reads each forked
+        beam's slots where the copies would have taken them from: the parent's."""
+        children, copies = self._taken
+        mine = [k for k, child in enumerate(children) if child in seq_ids and len(copies[k])]
+        if not mine:
+            return
+        pairs = np.concatenate([copies[k] for k in mine])  # (source, destination) slots
+        for k in mine:
+            copies[k] = NO_PAIRS
+        if swap_out is not None:
+            moves = swap_out[-1].copy()
+            order = np.argsort(pairs[:, 1], kind="stable")
+            dst, src = pairs[order, 1], pairs[order, 0]
+            at = np.minimum(np.searchsorted(dst, moves[:, 0]), dst.shape[0] - 1)
+            forked = dst[at] == moves[:, 0]
+            moves[forked, 0] = src[at[forked]]
+            swap_out[-1] = moves

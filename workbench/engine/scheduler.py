@@ -142,9 +142,8 @@ class Scheduler:
                           tuple(forks), grown)
 
     def _decode_only(self) -> StepPlan | None:
-        """The plan of a step whose work is the decode batch alone (nothing waits, is swapped out or part-prefilled,
-        no beam forks): `schedule`'s strategy calls, in its order, without the admission machinery that has nothing
-        to do; None, with nothing changed, when the batch does not fit (then `schedule` preempts)."""
+        """The plan of a step whose work is the decode batch alone (nothing waits, is swapped out or part-prefilled, no
+        beam forks): `schedule`'s strategy calls, in order; None, with nothing changed, when the batch does not fit."""
         grown = GrownBatch(self.batch.ids())
         if not self._append(grown):
             return None
@@ -167,9 +166,8 @@ class Scheduler:
         return True
 
     def _grow_batch(self, swap_out: list[np.ndarray]) -> GrownBatch:
-        """Mutates. Every decoding sequence gets one slot, all or nothing: while the pool cannot supply them the
-        latest-arrived holder is preempted (swapped out into `swap_out`, or freed for recompute), or rejected
-        when it is the only one."""
+        """Mutates. Every decoding sequence gets one slot, all or nothing: while the pool cannot supply them the latest
+        holder is preempted (swapped out into `swap_out`, or freed for recompute), or rejected if the only one."""
         batch = self.batch
         grown = GrownBatch(batch.ids())
         while grown.ids:
@@ -183,6 +181,8 @@ class Scheduler:
             else:
                 self.device.preempt(victim, swap_out, self.step)
                 grown.preemptions += 1
+            if self.has_beams:  # a victim that forked this step: its forks' copies are not made
+                self.beams.withdraw(victim.seq_ids, swap_out if victim.state == GroupState.SWAPPED else None)
             grown.ids = batch.ids()
         return GrownBatch(grown.ids, preemptions=grown.preemptions)  # nobody decodes: no positions, no tokens
 
