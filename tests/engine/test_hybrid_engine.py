@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.engine.conftest import simulate_checked, small_config
 from workbench.allocators import registry
 from workbench.allocators.paged.hybrid import HybridPaged
 from workbench.config import RunConfig
@@ -132,3 +133,38 @@ def test_a_window_hit_missing_its_first_block_fails_verification(monkeypatch):
     monkeypatch.setattr(HybridPrefixCache, "find_hit", short_window)
     with pytest.raises(VerificationError):
         engine.run(_prefix_config(verify_every=1))
+
+
+def test_a_readmitted_beam_group_is_bounded_in_pool_blocks():
+    """Beams recomputed after a preemption are readmitted only when the pool holds an upper bound of what the
+    prompt and each beam's own tokens take, counted in pool blocks: one block of a sequence is a block in each
+    of gpt-oss's two groups. Counted in blocks of a sequence, the bound let a readmission through whose appends
+    then ran out of blocks."""
+    cfg = small_config(strategy="paged", model="gpt-oss-20b", max_model_len=512, kernel_heads=1, block_size=1,
+                       kv_slots=512, beam_width=2, workload="alpaca-like", seed=0, kernel="none", num_requests=15,
+                       rate=50.0)
+    result = simulate_checked(cfg)
+    assert result.summary["num_preemptions"] > 0
+    assert result.summary["num_finished"] + result.summary["num_rejected"] == 15
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_the_unshared_slots_count_every_group_in_pool_units(n):
+    """A step row's unshared slots are the held blocks counted once per holding sequence, over both groups in
+    pool slots: with one sequence a request nothing is shared and they are the allocated slots at every step
+    (block_sharing_saving_frac 0, not the negative figure of one group's blocks against both groups' slots);
+    samples sharing their prompt save blocks."""
+    cfg = small_config(strategy="paged", model="gpt-oss-20b", max_model_len=512, kernel_heads=1, block_size=4,
+                       kv_slots=4000, n=n, workload="alpaca-like", seed=0, kernel="none", num_requests=12, rate=50.0)
+    result = simulate_checked(cfg)
+    steps = result.steps
+    allocated = steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]
+    held = steps["group0_held_slots"] + steps["group1_held_slots"]
+    assert (held == allocated).all()
+    if n == 1:
+        assert (steps["unshared_block_slots"] == allocated).all()
+        assert result.summary["block_sharing_saving_frac"] == 0.0
+    else:
+        assert (steps["unshared_block_slots"] >= allocated).all() and (steps["unshared_block_slots"] > allocated).any()
+        assert 0.0 < result.summary["block_sharing_saving_frac"] < 1.0
+

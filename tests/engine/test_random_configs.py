@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tests.engine.conftest import simulate_checked, small_config
 from workbench import columns as C
 from workbench.allocators import registry
+from workbench.config import RunConfig
 
 CONFIGS = dict(
     strategy=st.sampled_from(registry.names()), block_size=st.sampled_from([1, 3, 8, 16]),
@@ -61,18 +62,27 @@ def test_random_configs_with_verified_kernels(strategy, block_size, kv_slots, fa
                         kernel="numba")
 
 
-def check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed,
-                        kernel="none"):
+def random_config(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed,
+                  kernel="none", **model) -> RunConfig:
+    """The drawn run's config; `model`: the model's config fields (the small dense model by default)."""
     reg = registry.get(strategy)
     options = {"fit": fit} if "fit" in reg.options else {}  # a run may set only the options its strategy takes
     if not getattr(reg, INDEX_READ.get(scheduling["schedule"], "name")):
         scheduling = {**scheduling, "schedule": "fcfs"}  # the order reads an index this strategy lacks
-    cfg = small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption,
-                       workload=workload, seed=seed, kernel=kernel, num_requests=15, rate=50.0, swap_gib=1 / 4096,
-                       **scheduling, **options, **{fanout[0]: fanout[1]})
+    return small_config(strategy=strategy, block_size=block_size, kv_slots=kv_slots, preemption=preemption,
+                        workload=workload, seed=seed, kernel=kernel, num_requests=15, rate=50.0, swap_gib=1 / 4096,
+                        **scheduling, **options, **model, **{fanout[0]: fanout[1]})
+
+
+def check_random_config(*drawn, **fields):
+    """The run of `random_config(*drawn, **fields)` and its invariants."""
+    cfg = random_config(*drawn, **fields)
+    reg = registry.get(cfg.strategy)
     result = simulate_checked(cfg)  # check_integrity runs before every step's snapshot
     steps, requests, summary = result.steps, result.requests, result.summary
-    assert (steps[list(C.SLOT_COLUMNS)].sum(axis=1) == summary["kv_slots"]).all()
+    # the six parts, and a recurrent model's states beside them, are the pool (docs/memory.md, docs/recurrent.md)
+    parts = list(C.SLOT_COLUMNS) + [c for c in C.STATE_STEP_COLUMNS if c in steps]
+    assert (steps[parts].sum(axis=1) == summary["kv_slots"]).all()
     assert len(requests) == 15
     assert requests["status"].map(lambda s: s == "finished" or s.startswith("rejected: ")).all()
     assert summary["num_finished"] + summary["num_rejected"] == 15
@@ -86,7 +96,7 @@ def check_random_config(strategy, block_size, kv_slots, fanout, preemption, fit,
         assert (steps["external_frag_slots"] == 0).all()
         # sharing only ever saves whole blocks; with nothing to share the two counts agree exactly
         assert (steps["unshared_block_slots"] >= allocated).all()
-        if not reg.prefix_cache and fanout == ("n", 1):
+        if not reg.prefix_cache and cfg.n == 1 and cfg.beam_width == 1:
             assert (steps["unshared_block_slots"] == allocated).all()
     finished = requests[requests["status"] == "finished"]
     assert (finished["finish_s"] >= finished["first_token_s"]).all()

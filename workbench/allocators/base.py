@@ -57,6 +57,9 @@ class Strategy(ABC):
     # watermark of free blocks for the running ones, bounds a readmitted group's appends before admitting it,
     # and a step row's unshared slots are whole blocks; False: a sequence's memory is its own extent
     grows_by_blocks: bool = False
+    # pool blocks one block of a sequence takes: a pool of layer groups (docs/hybrid.md) holds it in every group,
+    # `units` blocks in each
+    pool_blocks_per_block: int = 1
     wants_token_ids: bool = False  # True: `append` uses the new tokens' ids (prefix caching of decode-filled blocks)
     needs_prompt_ids: bool = True  # False: `admit` reads only the count of `SeqSpec.token_ids` (may be given None)
     prefix_query_tokens: int = 0  # prompt tokens looked up in the prefix cache by this instance (0 without one)

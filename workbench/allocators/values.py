@@ -119,11 +119,17 @@ class GroupSnapshot:
     internal_frag_slots: int
     held_slots: int
     logical_token_slots: int  # units × the on-device sequences' lengths (as if no window and no sharing)
+    # the held blocks counted once per sequence holding them (as if no sharing; a window's released ones are
+    # not held): the step row's `unshared_block_slots` is the groups' sum
+    unshared_slots: int
 
     def __post_init__(self) -> None:
         parts = (self.token_slots, self.reserved_slots, self.internal_frag_slots)
         if min(parts) < 0 or sum(parts) != self.held_slots:
             raise AssertionError(f"group accounting broken: {parts} do not sum to held {self.held_slots}")
+        if self.unshared_slots < self.held_slots:
+            raise AssertionError(f"group accounting broken: {self.unshared_slots} unshared slots, fewer than the "
+                                 f"{self.held_slots} held")
 
 
 GROUP_PARTS = ("token_slots", "reserved_slots", "internal_frag_slots", "held_slots")  # per-group step columns

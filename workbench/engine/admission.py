@@ -216,7 +216,7 @@ class Admission:
             # An empty pool always has room: the group held these blocks before it was preempted.
             bs = strategy.block_size
             needed = cdiv(req.prompt_tokens, bs) + num_seqs * (cdiv(recomputed, bs) + 1)
-            if strategy.num_allocatable_blocks() < needed:
+            if strategy.num_allocatable_blocks() < needed * strategy.pool_blocks_per_block:
                 return Refused(0)
         copies_before = len(copies)
         result = strategy.admit(g.seq_ids, spec)

@@ -143,6 +143,10 @@ class Replica:
     def _record(self, plan: StepPlan, dt_s: float, attention_s: float | None) -> None:
         snap, cost, log = plan.snapshot, plan.cost, self.steps
         allocated = snap.token_slots + snap.reserved_slots + snap.internal_frag_slots
+        if snap.groups:  # a pool of layer groups counts each group's blocks in its own units
+            unshared = sum(g.unshared_slots for g in snap.groups)
+        else:
+            unshared = cost.unshared_block_slots if self.scheduler.grows_by_blocks else allocated
         # INT_STEP_COLUMNS order (workbench.results)
         log.record((self.now_s, dt_s, attention_s or 0.0), (
             self.num_steps, cost.num_running, self.scheduler.num_waiting(),
@@ -150,7 +154,7 @@ class Replica:
             snap.token_slots, snap.reserved_slots, snap.internal_frag_slots, snap.cached_slots,
             snap.external_frag_slots, snap.free_slots, snap.logical_token_slots, snap.block_table_bytes,
             cost.copied_blocks, plan.preemptions, cost.swapped_blocks,
-            snap.largest_free_extent_slots, cost.unshared_block_slots if self.scheduler.grows_by_blocks else allocated,
+            snap.largest_free_extent_slots, unshared,
         ))
         if plan.effects.columns:
             log.record_groups(dict(plan.effects.columns))

@@ -99,7 +99,7 @@ class HybridPaged(Strategy):
         # [num_blocks]: the group each block was last taken for (a held or cached block's group)
         self._group_of_block = np.zeros(self.num_blocks, dtype=np.int64)
         self._held_blocks = [0] * len(groups)  # per group: blocks some sequence holds
-        total_units = sum(g.units for g in self.groups)
+        total_units = self._units_per_block = sum(g.units for g in self.groups)
         self._uniform = len({g.units for g in self.groups}) == 1  # every entry has the same number of blocks
         self._layer_groups = tuple(LayerGroup(g.window_tokens or 0, g.units / total_units) for g in self.groups)
 
@@ -114,9 +114,10 @@ class HybridPaged(Strategy):
         """Free blocks plus evictable cached ones."""
         return self._free.size + (0 if self.prefix is None else self.prefix.cached_blocks)
 
-    def blocks_for_tokens(self, num_tokens: int) -> int:
-        """Pool blocks a new sequence of `num_tokens` takes at admission (every group holds the prompt)."""
-        return cdiv(num_tokens, self.block_size) * sum(g.units for g in self.groups)
+    @property
+    def pool_blocks_per_block(self) -> int:
+        """Every group holds a sequence's block, in `units` pool blocks."""
+        return self._units_per_block
 
     def admit(self, seq_ids: list[int], spec: SeqSpec) -> AdmitResult:
         """Mutates on success. Every group gets the prompt after the prefix hit (its extend kernel reads
@@ -473,8 +474,10 @@ class HybridPaged(Strategy):
             held = self._held_blocks[gi] // g.units * bs
             token = held - bs * fill.shape[0] + int(fill.sum())
             reserved = int((reach - fill).sum())
+            unshared = int((num_entries - g.first_live[rows]).sum()) * bs  # each sequence's held entries
             out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
-                                     (held - token - reserved) * g.units, held * g.units, g.units * logical))
+                                     (held - token - reserved) * g.units, held * g.units, g.units * logical,
+                                     unshared * g.units))
         return out, int(num_entries.sum())
 
     def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
