@@ -70,7 +70,12 @@ def check_random_fleet(strategy, block_size, kv_slots, router, layout, shared_ti
         rate=60.0, swap_gib=1 / 4096,
         # a shared tier serves colocated replicas of a prefix cache (docs/fleet.md)
         shared_tier_gib=1 / 1024 if shared_tier and reg.prefix_cache and not disaggregated else 0.0)
-    strategies = [checked_strategy(cfg) for _ in range(cfg.num_engines)]  # integrity before every snapshot
+    res = cfg.resolve()
+    tier = registry.create_shared_tier(cfg, res)  # one for the whole fleet (None without)
+    checked = type(checked_strategy(cfg))  # the strategy's class, checking its integrity before every snapshot
+    strategies = [registry.create_from_config(cfg, res, tier) for _ in range(cfg.num_engines)]
+    for strategy in strategies:
+        strategy.__class__ = checked
     result = simulate_fleet(cfg, build_workload(cfg), strategies)
     steps, requests, summary = result.steps, result.requests, result.summary
     assert (steps[list(C.SLOT_COLUMNS)].sum(axis=1) == summary["kv_slots"]).all()
