@@ -151,9 +151,10 @@ def test_a_readmitted_beam_group_is_bounded_in_pool_blocks():
 @pytest.mark.parametrize("n", [1, 2])
 def test_the_unshared_slots_count_every_group_in_pool_units(n):
     """A step row's unshared slots are the held blocks counted once per holding sequence, over both groups in
-    pool slots: with one sequence a request nothing is shared and they are the allocated slots at every step
-    (block_sharing_saving_frac 0, not the negative figure of one group's blocks against both groups' slots);
-    samples sharing their prompt save blocks."""
+    pool slots, and its logical slots their written slots so counted: with one sequence a request nothing is
+    shared, so they are the allocated and the written slots at every step (both sharing savings 0: not the
+    negative figure of one group's blocks against both groups' slots, nor the window's releases taken for
+    sharing); samples sharing their prompt save blocks."""
     cfg = small_config(strategy="paged", model="gpt-oss-20b", max_model_len=512, kernel_heads=1, block_size=4,
                        kv_slots=4000, n=n, workload="alpaca-like", seed=0, kernel="none", num_requests=12, rate=50.0)
     result = simulate_checked(cfg)
@@ -161,10 +162,13 @@ def test_the_unshared_slots_count_every_group_in_pool_units(n):
     allocated = steps["token_slots"] + steps["reserved_slots"] + steps["internal_frag_slots"]
     held = steps["group0_held_slots"] + steps["group1_held_slots"]
     assert (held == allocated).all()
+    summary = result.summary
     if n == 1:
         assert (steps["unshared_block_slots"] == allocated).all()
-        assert result.summary["block_sharing_saving_frac"] == 0.0
+        assert (steps["logical_token_slots"] == steps["token_slots"]).all()
+        assert summary["block_sharing_saving_frac"] == 0.0 and summary["sharing_saving_frac"] == 0.0
     else:
         assert (steps["unshared_block_slots"] >= allocated).all() and (steps["unshared_block_slots"] > allocated).any()
-        assert 0.0 < result.summary["block_sharing_saving_frac"] < 1.0
+        assert (steps["logical_token_slots"] >= steps["token_slots"]).all()
+        assert 0.0 < summary["block_sharing_saving_frac"] < 1.0 and 0.0 < summary["sharing_saving_frac"] < 1.0
 

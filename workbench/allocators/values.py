@@ -118,9 +118,10 @@ class GroupSnapshot:
     reserved_slots: int
     internal_frag_slots: int
     held_slots: int
-    logical_token_slots: int  # units × the on-device sequences' lengths (as if no window and no sharing)
-    # the held blocks counted once per sequence holding them (as if no sharing; a window's released ones are
-    # not held): the step row's `unshared_block_slots` is the groups' sum
+    # the written slots of the held blocks counted once per sequence holding them (as if no sharing; a window's
+    # released blocks are not held), and the held blocks so counted: the step row's `logical_token_slots` and
+    # `unshared_block_slots` are the groups' sums
+    logical_token_slots: int
     unshared_slots: int
 
     def __post_init__(self) -> None:

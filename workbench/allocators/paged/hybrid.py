@@ -453,7 +453,6 @@ class HybridPaged(Strategy):
         of a sequence, released ones included)."""
         bs, rows = self.block_size, np.flatnonzero(self.seqs.live)
         lengths = self.seqs.columns["length"][rows]
-        logical = int(lengths.sum())
         num_entries = cdiv(lengths, bs)  # [n] per sequence
         # per sequence: where its last block starts, the slots of that block written and the slots of it the
         # sequence will have written when it finishes
@@ -474,9 +473,11 @@ class HybridPaged(Strategy):
             held = self._held_blocks[gi] // g.units * bs
             token = held - bs * fill.shape[0] + int(fill.sum())
             reserved = int((reach - fill).sum())
-            unshared = int((num_entries - g.first_live[rows]).sum()) * bs  # each sequence's held entries
+            first_live = g.first_live[rows]
+            unshared = int((num_entries - first_live).sum()) * bs  # each sequence's held entries
+            logical = int((lengths - first_live * bs).sum())  # each sequence's written slots of those
             out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
-                                     (held - token - reserved) * g.units, held * g.units, g.units * logical,
+                                     (held - token - reserved) * g.units, held * g.units, logical * g.units,
                                      unshared * g.units))
         return out, int(num_entries.sum())
 
