@@ -18,7 +18,7 @@ MODELS = {
                                 "index_dim=128,index_topk=24,params_b=0.05,max_model_len=512"),
     "sliding-window": dict(model="gpt-oss-20b", max_model_len=512, kernel_heads=1),
 }
-MODEL_CONFIGS = {**CONFIGS, "layout": st.sampled_from(sorted(MODELS))}
+MODEL_CONFIGS = st.fixed_dictionaries({**CONFIGS, "layout": st.sampled_from(sorted(MODELS))})
 
 
 def _refused(cfg) -> bool:
@@ -31,30 +31,28 @@ def _refused(cfg) -> bool:
     return False
 
 
-def check(*drawn, layout, kernel="none"):
-    assume(not _refused(random_config(*drawn, kernel=kernel, **MODELS[layout])))
-    check_random_config(*drawn, kernel=kernel, **MODELS[layout])
+def check(drawn: dict, kernel: str = "none") -> None:
+    """`drawn`: test_random_configs' fields and the layout."""
+    fields = {**{k: v for k, v in drawn.items() if k != "layout"}, "kernel": kernel, **MODELS[drawn["layout"]]}
+    assume(not _refused(random_config(**fields)))
+    check_random_config(**fields)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(**MODEL_CONFIGS)
-def test_random_layouts_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling,
-                                             workload, seed, layout):
-    check(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed, layout=layout)
+@given(MODEL_CONFIGS)
+def test_random_layouts_keep_every_invariant(drawn):
+    check(drawn)
 
 
 @pytest.mark.slow
 @settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(**MODEL_CONFIGS)
-def test_more_random_layouts_keep_every_invariant(strategy, block_size, kv_slots, fanout, preemption, fit,
-                                                  scheduling, workload, seed, layout):
-    check(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed, layout=layout)
+@given(MODEL_CONFIGS)
+def test_more_random_layouts_keep_every_invariant(drawn):
+    check(drawn)
 
 
 @pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(**MODEL_CONFIGS)
-def test_random_layouts_with_verified_kernels(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling,
-                                              workload, seed, layout):
-    check(strategy, block_size, kv_slots, fanout, preemption, fit, scheduling, workload, seed, layout=layout,
-          kernel="numba")
+@given(MODEL_CONFIGS)
+def test_random_layouts_with_verified_kernels(drawn):
+    check(drawn, kernel="numba")

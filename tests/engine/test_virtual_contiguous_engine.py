@@ -103,23 +103,15 @@ def test_a_beam_group_preempted_in_the_step_it_forked_keeps_its_kv(mode, monkeyp
     withdraw = BeamForks.withdraw
 
     def recorded(self, seq_ids, swap_out):
-        children, copies = self._taken
-        withdrawn.extend(c for k, c in enumerate(children) if c in seq_ids and len(copies[k]))
+        forks, copies = self._taken
+        withdrawn.extend(child for k, (_, child) in enumerate(forks) if child in seq_ids and len(copies[k]))
         return withdraw(self, seq_ids, swap_out)
 
     monkeypatch.setattr(BeamForks, "withdraw", recorded)
     cfg = small_config(strategy="virtual-contiguous", block_size=1, kv_slots=512, preemption=mode, beam_width=2,
                        swap_gib=1 / 4096, workload="alpaca-like", seed=0, num_requests=15, rate=50.0)
     strategy = checked_strategy(cfg)
-    run = KernelRunner.run
-
-    def run_then_compare(runner, plan):
-        attention_s = run(runner, plan)
-        np.testing.assert_array_equal(runner.pool.vmm.mapped_pages(), strategy.mapped_virtual_pages(),
-                                      err_msg=f"step {plan.step}")
-        return attention_s
-
-    monkeypatch.setattr(KernelRunner, "run", run_then_compare)
+    compare_mapped_pages_after_each_step(monkeypatch, strategy)
     result = simulate(cfg, build_workload(cfg), strategy)  # the kernels verified at every step
     assert withdrawn
     assert result.summary["verify_max_rel_err"] <= 1e-5
@@ -151,6 +143,15 @@ def test_the_pools_mapped_pages_are_the_strategys_after_every_step(monkeypatch, 
                        page_reuse=page_reuse, workload="fixed:prompt=60,output=120", num_requests=10, rate=100.0,
                        max_num_batched_tokens=512)
     strategy = checked_strategy(cfg)
+    released = compare_mapped_pages_after_each_step(monkeypatch, strategy)
+    result = simulate(cfg, build_workload(cfg), strategy)
+    assert result.summary["num_finished"] == 10 and result.summary["num_preemptions"] > 0
+    assert sum(released) > 0 and result.summary["verify_max_rel_err"] <= 1e-5
+
+
+def compare_mapped_pages_after_each_step(monkeypatch, strategy) -> list[int]:
+    """After every step the kernel runner runs, the KV pool's mapped pages must be the strategy's. Returns the list
+    the slots each step's plan released are appended to."""
     released = []
     run = KernelRunner.run
 
@@ -162,6 +163,5 @@ def test_the_pools_mapped_pages_are_the_strategys_after_every_step(monkeypatch, 
         return attention_s
 
     monkeypatch.setattr(KernelRunner, "run", run_then_compare)
-    result = simulate(cfg, build_workload(cfg), strategy)
-    assert result.summary["num_finished"] == 10 and result.summary["num_preemptions"] > 0
-    assert sum(released) > 0 and result.summary["verify_max_rel_err"] <= 1e-5
+    return released
+

@@ -18,7 +18,7 @@ from workbench.workload import build_workload
 
 NUM_REQUESTS = 16
 
-FLEETS = dict(
+FLEETS = st.fixed_dictionaries(dict(
     strategy=st.sampled_from(registry.names()), block_size=st.sampled_from([1, 8, 16]),
     kv_slots=st.integers(768, 3000), router=st.sampled_from(ROUTER_NAMES),
     # (replicas, prefill replicas, decode replicas): colocated, or disaggregated (replicas = their sum)
@@ -27,35 +27,29 @@ FLEETS = dict(
     chunked_prefill=st.booleans(),
     workload=st.sampled_from(["sharegpt-like", "system-prompt:k=3,system=30,lengths=alpaca",
                               "multi-turn:turns=3,think=0.2,lengths=alpaca"]),
-    seed=st.integers(0, 2**16))
+    seed=st.integers(0, 2**16)))
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(**FLEETS)
-def test_random_fleets_keep_every_invariant(strategy, block_size, kv_slots, router, layout, shared_tier, n,
-                                            preemption, chunked_prefill, workload, seed):
-    check_random_fleet(strategy, block_size, kv_slots, router, layout, shared_tier, n, preemption, chunked_prefill,
-                       workload, seed)
+@given(FLEETS)
+def test_random_fleets_keep_every_invariant(fleet):
+    check_random_fleet(**fleet)
 
 
 @pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(**FLEETS)
-def test_more_random_fleets_keep_every_invariant(strategy, block_size, kv_slots, router, layout, shared_tier, n,
-                                                 preemption, chunked_prefill, workload, seed):
-    check_random_fleet(strategy, block_size, kv_slots, router, layout, shared_tier, n, preemption, chunked_prefill,
-                       workload, seed)
+@given(FLEETS)
+def test_more_random_fleets_keep_every_invariant(fleet):
+    check_random_fleet(**fleet)
 
 
 # With the kernels: every replica's attention verified against the reference at every step (after shipped KV,
 # shared-tier loads, swaps and copies). Full run only.
 @pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(**FLEETS)
-def test_random_fleets_with_verified_kernels(strategy, block_size, kv_slots, router, layout, shared_tier, n,
-                                             preemption, chunked_prefill, workload, seed):
-    check_random_fleet(strategy, block_size, kv_slots, router, layout, shared_tier, n, preemption, chunked_prefill,
-                       workload, seed, kernel="numba")
+@given(FLEETS)
+def test_random_fleets_with_verified_kernels(fleet):
+    check_random_fleet(**fleet, kernel="numba")
 
 
 def check_random_fleet(strategy, block_size, kv_slots, router, layout, shared_tier, n, preemption, chunked_prefill,

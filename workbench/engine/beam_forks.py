@@ -28,9 +28,8 @@ class BeamForks:
         self.branch_frac = branch_frac  # share of decode steps that re-rank the beams (workbench.workload.beam)
         self.new_seq_id = new_seq_id
         self._forks: list[tuple[int, int]] = []  # (parent, child) since the last `take`
-        self._copies: list[np.ndarray] = []  # int32 [k, 2] copy-on-write pairs of those forks
-        self._copy_children: list[int] = []  # the child of each of them
-        self._taken: tuple[list[int], list[np.ndarray]] = ([], [])  # what the last `take` gave: children, copies
+        self._copies: list[np.ndarray] = []  # int32 [k, 2] each fork's copy pairs (NO_PAIRS: none), in fork order
+        self._taken: tuple[list[tuple[int, int]], list[np.ndarray]] = ([], [])  # what the last `take` gave
 
     def advance(self, g: Group) -> bool:
         """Mutates the strategy, the token store and `g.seq_ids`. The group just produced token
@@ -64,9 +63,7 @@ class BeamForks:
             if not result.admitted:  # a fork replaces a freed beam of the same size
                 raise RuntimeError(f"request {g.request.request_id}: beam fork refused after freeing "
                                    f"{len(beams.freed)} beams: {result.reason}")
-            if result.copies is not None and len(result.copies):
-                self._copies.append(result.copies)
-                self._copy_children.append(child_id)
+            self._copies.append(NO_PAIRS if result.copies is None else result.copies)
             self._forks.append((parent_id, child_id))
             self.tokens.fork(parent_id, child_id, beam_tokens)
             new_ids.append(child_id)
@@ -76,8 +73,8 @@ class BeamForks:
     def take(self) -> tuple[list[tuple[int, int]], list[np.ndarray]]:
         """Mutates. The forks made since the last call and their copy-on-write pairs."""
         forks, copies = self._forks, self._copies
-        self._taken = (self._copy_children, copies)
-        self._forks, self._copies, self._copy_children = [], [], []
+        self._taken = (forks, copies)
+        self._forks, self._copies = [], []
         return forks, copies
 
     def withdraw(self, seq_ids: list[int], swap_out: list[np.ndarray] | None) -> None:
@@ -86,8 +83,8 @@ class BeamForks:
         read its slots for the swap-out before the forks' copies write them, and then write them into slots
         the strategy has released. So its forks' copies are not made, and its swap-out reads each forked
         beam's slots where the copies would have taken them from: the parent's."""
-        children, copies = self._taken
-        mine = [k for k, child in enumerate(children) if child in seq_ids and len(copies[k])]
+        forks, copies = self._taken
+        mine = [k for k, (_, child) in enumerate(forks) if child in seq_ids and len(copies[k])]
         if not mine:
             return
         pairs = np.concatenate([copies[k] for k in mine])  # (source, destination) slots
