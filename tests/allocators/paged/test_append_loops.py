@@ -79,9 +79,14 @@ def test_count_and_apply_follow_the_rules(shared, block_size):
         sole_options = [False] if shared else [False, True]
         for sole in sole_options:
             got = loops.count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size,
-                                     scratch, mark, sole)
+                                     scratch, mark, sole, True)
             assert got == expected
             assert not scratch.any() and not mark.any()
+            if expected[0] >= 0:  # a valid batch counts the same unchecked
+                unchecked = loops.count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount,
+                                               block_size, scratch, mark, sole, False)
+                assert unchecked == expected
+                assert not scratch.any() and not mark.any()
         if expected[0] < 0 or expected[1] > table.shape[1]:
             continue
         results = []

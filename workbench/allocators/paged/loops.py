@@ -30,12 +30,13 @@ APPENDED, NO_ROOM, WIDEN = 0, 1, 2
 
 @njit(cache=True)
 def count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size, scratch, row_mark,
-                 sole_holders):
+                 sole_holders, check_rows):
     """Pure (scratch and row_mark are restored). (blocks the append takes, widest table after it),
-    or `batch_check`'s (negative status, index of the offending sequence in the batch). Each row is checked
-    (`row_status`) in the pass that counts it. The per-block tallies of shared last blocks are skipped while no
-    block of the batch is shared; `sole_holders` True says no held block has two holders (the caller knows it
-    exactly), and no last block's holders are looked up."""
+    or `batch_check`'s (negative status, index of the offending sequence in the batch). With `check_rows`, each
+    row is checked (`row_status`) in the pass that counts it; a caller whose batch is its own rows, each joined
+    once, never swapped out and gone at its final length (the compiled step loop), passes False. The per-block
+    tallies of shared last blocks are skipped while no block of the batch is shared; `sole_holders` True says no
+    held block has two holders (the caller knows it exactly), and no last block's holders are looked up."""
     num_new = 0
     widest = 0
     shared = False  # a writer into a shared last block was tallied in scratch
@@ -43,11 +44,12 @@ def count_append(rows, length, final_len, num_blocks, swapped, last_block, refco
     seen = rows.shape[0]  # rows [0, seen) were checked and marked
     for i in range(rows.shape[0]):
         r = rows[i]
-        status = row_status(row_mark[r], swapped[r], length[r], final_len[r])
-        if status != 0:
-            seen = i
-            break
-        row_mark[r] = 1
+        if check_rows:
+            status = row_status(row_mark[r], swapped[r], length[r], final_len[r])
+            if status != 0:
+                seen = i
+                break
+            row_mark[r] = 1
         nb = num_blocks[r]
         if length[r] == nb * block_size:  # the last block is full (a table holds ceil(length / block_size))
             num_new += 1
@@ -61,11 +63,12 @@ def count_append(rows, length, final_len, num_blocks, swapped, last_block, refco
                     shared = True
                     if scratch[b] < refcount[b]:
                         num_new += 1  # a copy: some other holder is still there
-    for i in range(seen):
-        r = rows[i]
-        row_mark[r] = 0
-        if shared:
-            scratch[last_block[r]] = 0
+    if check_rows or shared:
+        for i in range(seen):
+            r = rows[i]
+            row_mark[r] = 0
+            if shared:
+                scratch[last_block[r]] = 0
     if status != 0:
         return status, seen
     return num_new, widest
@@ -195,15 +198,15 @@ def reserved_slots(live, swapped, length, final_len, num_blocks, last_block, ref
 
 @njit(cache=True)
 def decode_append(rows, length, final_len, num_blocks, swapped, last_block, table, refcount, block_size, scratch,
-                  row_mark, free_ids, free_size, slots, copies, sole_holders):
+                  row_mark, free_ids, free_size, slots, copies, sole_holders, check_rows):
     """A decode step's append in one call: `count_append`, then, when the free stack (`free_ids[:free_size]`,
     top last) holds the blocks and the table is wide enough, `apply_append` with them in the stack's pop
-    order (`sole_holders`: `count_append`'s). Returns (status, x, y, z, grown): status < 0: `check_batch`'s
-    error, x the offending index; NO_ROOM: x blocks needed, fewer free; WIDEN: the table needs x columns (nothing
-    changed in those three); APPENDED: appended, taking x blocks, making y copies of z slots in all, the tables
-    `grown` entries longer."""
+    order (`sole_holders`, `check_rows`: `count_append`'s). Returns (status, x, y, z, grown): status < 0:
+    `check_batch`'s error, x the offending index; NO_ROOM: x blocks needed, fewer free; WIDEN: the table needs x
+    columns (nothing changed in those three); APPENDED: appended, taking x blocks, making y copies of z slots in
+    all, the tables `grown` entries longer."""
     num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size,
-                                   scratch, row_mark, sole_holders)
+                                   scratch, row_mark, sole_holders, check_rows)
     if num_new < 0:
         return num_new, widest, 0, 0, 0
     if num_new > free_size:

@@ -118,7 +118,7 @@ class BlockTables:
         c = self.seqs.column
         num_new, widest = loops.count_append(rows, c("length"), c("final_len"), c("num_blocks"), c("swapped"),
                                              c("last_block"), refcount, self.block_size, self._scratch, c("mark"),
-                                             False)
+                                             False, True)
         if num_new < 0:
             raise_for_status(num_new, seq_ids, widest)
         self._fit(widest)
@@ -144,7 +144,8 @@ class BlockTables:
         def append(length, final_len, num_blocks, swapped, last_block, table, scratch, mark):
             free_ids, free_size = stack.compiled_view()
             return loops.decode_append(rows, length, final_len, num_blocks, swapped, last_block, table, refcount,
-                                       self.block_size, scratch, mark, free_ids, free_size, slots, copies, False)
+                                       self.block_size, scratch, mark, free_ids, free_size, slots, copies, False,
+                                       True)
 
         done = self.append_compiled(seq_ids, append)
         if done is None:

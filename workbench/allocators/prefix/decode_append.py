@@ -31,7 +31,7 @@ def append_evicting(rows, token_ids, length, final_len, num_blocks, swapped, las
     x blocks taken. The per-block arrays of the index must cover every block id, and its table have room for
     one new key per row (the caller sees to both)."""
     num_new, widest = count_append(rows, length, final_len, num_blocks, swapped, last_block, refcount, block_size,
-                                   scratch, row_mark, False)
+                                   scratch, row_mark, False, True)
     if num_new < 0:
         return num_new, widest, 0, 0, 0, 0, 0, 0
     if num_new > free_size + ends[lru_list.LENGTH]:

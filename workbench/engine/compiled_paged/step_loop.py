@@ -228,14 +228,16 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
     `decode_append`); while the free blocks cannot supply it, the latest-arrived group is preempted for
     recompute (first in line again), or rejected when it is the only one (`Scheduler._grow_batch`), counted in
     S[P_PREEMPTIONS]. Returns WIDEN when a table needs more columns (nothing changed since the last
-    preemption), else -1."""
+    preemption), else -1. The batch is this loop's own rows: each joins once with its first token, leaves with its
+    last (or preempted) and is never swapped out, so `batch_check` holds by construction and is not made (the
+    tests compare every step with the general loop's, whose strategy checks it)."""
     gmask = g_row.shape[0] - 1
     wcap = wait.shape[0]
     while S[NBATCH] > 0:
         rows = batch[:S[NBATCH]]
         status, x, _, copied_slots, grown = loops.decode_append(
             rows, length, final_len, num_blocks, swapped, last_block, table, refcount, C[BLOCK_SIZE], scratch, mark,
-            free_ids, S[FREE_TOP], slots, copies, _sole_holders(S, counts, refcount))
+            free_ids, S[FREE_TOP], slots, copies, _sole_holders(S, counts, refcount), False)
         if status == loops.APPENDED:
             S[FREE_TOP] -= x
             pool_counts.appended(counts, rows.shape[0], copied_slots, grown)
