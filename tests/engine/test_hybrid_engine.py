@@ -172,3 +172,24 @@ def test_the_unshared_slots_count_every_group_in_pool_units(n):
         assert (steps["logical_token_slots"] >= steps["token_slots"]).all()
         assert 0.0 < summary["block_sharing_saving_frac"] < 1.0 and 0.0 < summary["sharing_saving_frac"] < 1.0
 
+
+
+@pytest.mark.parametrize("strategy", ["paged", "paged-prefix"])
+def test_the_watermark_counts_an_admission_in_pool_blocks(strategy):
+    """Admission keeps the watermark's blocks back counted as the pool counts them: a prompt's block is a block in
+    each of gpt-oss's two groups, so every step that admitted leaves at least the watermark's pool blocks
+    allocatable (an admission takes at most the bound it was held to). Counted in blocks of a sequence, the
+    bound let admissions through that left fewer (208 of the 225 here)."""
+    cfg = small_config(strategy=strategy, model="gpt-oss-20b", max_model_len=512, kernel_heads=1, block_size=4,
+                       kv_slots=1500, watermark_frac=0.3, workload="alpaca-like", seed=0, kernel="none",
+                       num_requests=60, rate=2000.0)
+    steps = simulate_checked(cfg).steps
+    pool_slots = steps[["token_slots", "reserved_slots", "internal_frag_slots", "cached_slots", "free_slots",
+                        "external_frag_slots"]].sum(axis=1)
+    assert pool_slots.nunique() == 1  # the partition of the pool, in its own (unit) slots
+    watermark_blocks = int(cfg.watermark_frac * (int(pool_slots.iloc[0]) // cfg.block_size))
+    allocatable_blocks = (steps["free_slots"] + steps["cached_slots"]) // cfg.block_size
+    admitted = steps["num_prefill_tokens"] > 0
+    assert admitted.sum() > 5 and (steps["num_waiting"] > 0).sum() > 100
+    assert (allocatable_blocks[admitted] >= watermark_blocks).all()
+    assert allocatable_blocks[admitted].min() < watermark_blocks + 8  # the watermark binds

@@ -116,7 +116,7 @@ class Admission:
             # held sequences are on the device too: their blocks will come free, so a refusal is not final
             pool_empty = rules.refusal_is_final(running_seqs + held_seqs)
             needed_blocks = rules.blocks_needed(tokens, self.strategy.block_size, num_seqs,
-                                                self.strategy.state_blocks_per_seq)
+                                                self.strategy.state_blocks_per_seq, self.strategy.pool_blocks_per_block)
             # the free blocks are asked for only where a watermark reads them (a call into the strategy)
             allocatable = self.strategy.num_allocatable_blocks() if self.watermark_blocks else 0
             verdict = rules.admission_verdict(tokens, budget, not g.transferred, running_seqs, num_seqs,

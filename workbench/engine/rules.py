@@ -39,11 +39,12 @@ def recompute_tokens(prompt_tokens, generated_tokens):
     return prompt_tokens + generated_tokens
 
 
-def blocks_needed(tokens, block_size, num_seqs, state_blocks=0):
-    """Blocks a group of `num_seqs` sequences needs for `tokens` shared tokens: the tokens' blocks, one more
-    per further sequence for its copy of a shared partial last block (an upper bound for paged pools), and each
-    sequence's recurrent state of `state_blocks` blocks (docs/recurrent.md)."""
-    return (tokens + block_size - 1) // block_size + num_seqs - 1 + num_seqs * state_blocks
+def blocks_needed(tokens, block_size, num_seqs, state_blocks=0, pool_blocks_per_block=1):
+    """Pool blocks a group of `num_seqs` sequences needs for `tokens` shared tokens: the tokens' blocks, one more
+    per further sequence for its copy of a shared partial last block (an upper bound for paged pools), each
+    taking `pool_blocks_per_block` blocks of the pool (a pool of layer groups holds one in each group: docs/
+    hybrid.md), and each sequence's recurrent state of `state_blocks` blocks (docs/recurrent.md)."""
+    return ((tokens + block_size - 1) // block_size + num_seqs - 1) * pool_blocks_per_block + num_seqs * state_blocks
 
 
 def admission_verdict(tokens, budget, spends_budget, running_seqs, num_seqs, max_num_seqs, needed_blocks,
