@@ -59,6 +59,23 @@ def test_a_swap_out_in_a_step_that_runs_nothing_is_made(strategy):
     assert 0 <= result.summary["verify_max_rel_err"] <= 1e-5
 
 
+@pytest.mark.parametrize("strategy", PAGED)
+def test_beams_recomputed_beyond_the_whole_pool_are_rejected(strategy):
+    """Two beams shared what they generated until their group was preempted by recompute; readmitted, each holds
+    its own copy of it, which the 512-slot pool cannot hold even when empty (request 16: prompt 101, 302 tokens
+    out). The group is held to the upper bound of its blocks in the empty pool too and rejected as outgrowing it;
+    admitted on the word that an empty pool has room, its appends ran out of blocks half way."""
+    cfg = small_config(strategy=strategy, block_size=1, kv_slots=512, beam_width=2, preemption="recompute",
+                       workload="sharegpt-like", kernel="none", seed=1, schedule="lof", num_requests=24,
+                       watermark_frac=0.0)
+    requests = simulate_checked(cfg).requests
+    ended = requests[requests["status"] != "finished"]
+    assert ended["status"].tolist() == [f"rejected: {reasons.OUTGROWS_POOL}"]
+    (one,) = ended.itertuples()
+    assert one.num_preemptions > 0  # it ran before it was preempted
+    assert one.prompt_tokens + 2 * one.output_tokens > cfg.kv_slots
+
+
 @pytest.mark.parametrize("strategy", CONTIGUOUS)
 def test_contiguous_strategies_never_preempt(strategy):
     # they reserve the final length at admission, so a decode append always has its slot (and they cannot swap)

@@ -136,7 +136,7 @@ class Admission:
                 fewest_blocks = min(fewest_blocks, needed_blocks)
                 passed += 1
                 continue
-            outcome = self.place(g, num_seqs, budget, copies, pool_empty)
+            outcome = self.place(g, num_seqs, budget, copies)
             if isinstance(outcome, Refused):
                 if pool_empty:  # nothing will ever come free for it: the strategy's reason, when it gave one
                     self.reject(self._take(passed), outcome.reason or reasons.OUTGROWS_POOL)
@@ -170,8 +170,7 @@ class Admission:
         return g
 
     # ---- placing one group -------------------------------------------------------------------
-    def place(self, g: Group, num_seqs: int, budget: int, copies: list[np.ndarray], pool_empty: bool
-              ) -> Prefill | Landed | Refused:
+    def place(self, g: Group, num_seqs: int, budget: int, copies: list[np.ndarray]) -> Prefill | Landed | Refused:
         """Mutates on success: the group's sequences (ids and tokens at its first admission) get the
         KV of its prompt, plus what it generated before a recompute; with chunked prefill only the
         first chunk of at most `budget` tokens. Block copies go to `copies`. On refusal the strategy
@@ -185,7 +184,7 @@ class Admission:
         if self.admit_chunk is not None:
             outcome = self.admit_chunk(g, budget, copies)
             return outcome if isinstance(outcome, Prefill) else Refused(outcome.needed_extent_slots, outcome.reason)
-        return self._place_whole(g, num_seqs, copies, pool_empty)
+        return self._place_whole(g, num_seqs, copies)
 
     def _land(self, g: Group, copies: list[np.ndarray]) -> Landed | Refused:
         """A shipped prompt takes its blocks whole (never in chunks: its KV exists already); a prefix cache
@@ -200,7 +199,7 @@ class Admission:
         g.state = GroupState.STARTING
         return Landed(g.index, g.seq_ids[0], result.cached_tokens, g.kv_len)
 
-    def _place_whole(self, g: Group, num_seqs: int, copies: list[np.ndarray], pool_empty: bool) -> Prefill | Refused:
+    def _place_whole(self, g: Group, num_seqs: int, copies: list[np.ndarray]) -> Prefill | Refused:
         strategy = self.strategy
         req = g.request
         recomputed = g.generated
@@ -209,11 +208,12 @@ class Admission:
             spec = SeqSpec(self.tokens.held_in_common(req, g.seq_ids, recomputed), g.final_len)
         else:  # the count is all it reads (`held_in_common`'s length)
             spec = SeqSpec(None, g.final_len, num_tokens=req.prompt_tokens + (recomputed if g.num_seqs == 1 else 0))
-        if num_seqs > 1 and recomputed and by_blocks and not pool_empty:
+        if num_seqs > 1 and recomputed and by_blocks:
             # the appends below must not fail once the prompt is admitted (its blocks may be registered
             # in a prefix cache before their KV is written): check an upper bound of the blocks first —
             # the shared prompt, then per sequence its own tokens plus a copy of the shared last block.
-            # An empty pool always has room: the group held these blocks before it was preempted.
+            # An empty pool too: beams that shared what they generated before the preemption each hold
+            # their own copy of it now, which may be more than the whole pool (the group is then rejected).
             bs = strategy.block_size
             needed = cdiv(req.prompt_tokens, bs) + num_seqs * (cdiv(recomputed, bs) + 1)
             if strategy.num_allocatable_blocks() < needed * strategy.pool_blocks_per_block:
