@@ -193,3 +193,17 @@ def test_the_watermark_counts_an_admission_in_pool_blocks(strategy):
     assert admitted.sum() > 5 and (steps["num_waiting"] > 0).sum() > 100
     assert (allocatable_blocks[admitted] >= watermark_blocks).all()
     assert allocatable_blocks[admitted].min() < watermark_blocks + 8  # the watermark binds
+
+
+@pytest.mark.slow  # 5 s of verified kernels; the quick run takes this path in the readmitted beam test above
+def test_readmitted_beams_keep_the_window_their_step_computes():
+    """A beam group readmitted after a recompute appends each beam's own tokens in the step that recomputes its
+    prompt; the window group releases none of the prompt's blocks before that step's kernel has written and read
+    them (`append_recomputed`), and the kernels verify at every step. Released as a decode step releases, the
+    step's prompt write found its first positions gone (`left the window and were released`)."""
+    cfg = small_config(strategy="paged", model="gpt-oss-20b", max_model_len=512, kernel_heads=1, block_size=1,
+                       kv_slots=512, beam_width=2, preemption="recompute", workload="sharegpt-like", seed=0,
+                       schedule="fcfs", watermark_frac=0.0, num_requests=8)
+    summary = simulate_checked(cfg).summary
+    assert summary["num_preemptions"] > 0 and summary["verify_max_rel_err"] <= 1e-2
+    assert summary["num_finished"] + summary["num_rejected"] == cfg.num_requests

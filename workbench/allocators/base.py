@@ -103,6 +103,12 @@ class Strategy(ABC):
         may pass None, and then such a strategy stops caching these sequences' later blocks."""
         ...
 
+    def append_recomputed(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
+        """Mutates. `append` of a token the step computes together with its group's prompt (a group readmitted
+        after a recompute appends each sequence's own generated tokens so): as `append`, except that a pool of
+        window groups releases nothing for it yet, since the step's kernel writes and reads the whole prompt."""
+        return self.append(seq_ids, token_ids)
+
     def append_if_room(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult | None:
         """Mutates when it returns a result: `append` if `can_append`, else None and nothing changes (the
         scheduler's one call per decode step; a strategy that counts the step's blocks once overrides it)."""

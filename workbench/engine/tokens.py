@@ -39,9 +39,9 @@ class TokenStore:
         a preemption), one slot each; copy-on-write pairs go to `copies`."""
         if strategy.wants_token_ids:
             ids = np.asarray(seq_ids, dtype=np.int64)
-            result = strategy.append(seq_ids, self.generated(ids, np.full(ids.shape[0], offset)))
+            result = strategy.append_recomputed(seq_ids, self.generated(ids, np.full(ids.shape[0], offset)))
         else:
-            result = strategy.append(seq_ids)
+            result = strategy.append_recomputed(seq_ids)
         if len(result.copies):
             copies.append(result.copies)
 

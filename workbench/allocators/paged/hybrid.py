@@ -178,11 +178,12 @@ class HybridPaged(Strategy):
             return None
         return self._append_counted(seq_ids, counted, token_ids)
 
-    def _count_append(self, seq_ids: list[int]) -> _Counted:
+    def _count_append(self, seq_ids: list[int], release: bool = True) -> _Counted:
         """Pure. What `append` takes in each group and what its windows release first (`_Counted`). An entry's
-        units share their holders, so unit 0 stands for the entry. Only a window group releases, and a
-        sequence only when its window passed a block boundary since its last step; a group copies only when
-        some sequence's last block is shared, and only then is it counted sequence by sequence."""
+        units share their holders, so unit 0 stands for the entry. Only a window group releases (unless not
+        `release`), and a sequence only when its window passed a block boundary since its last step; a group
+        copies only when some sequence's last block is shared, and only then is it counted sequence by
+        sequence."""
         self._check_batch(seq_ids)
         refcount, bs = self._refcount, self.block_size
         rows = self.seqs.rows(seq_ids)
@@ -191,7 +192,7 @@ class HybridPaged(Strategy):
         leaving: dict[int, int] = {}  # unit-0 block -> holders leaving it along the batch
         need, freed, passed, shared = [], 0, [], []
         for g in self.groups:
-            passed.append(self._passed(g, rows, lengths) if g.window_tokens is not None else [])
+            passed.append(self._passed(g, rows, lengths) if release and g.window_tokens is not None else [])
             first_live = g.first_live
             for k, dead in passed[-1]:
                 table = g.entries[seq_ids[k]]
@@ -221,7 +222,15 @@ class HybridPaged(Strategy):
         it is its last holder). Raises RuntimeError, changing nothing, when the pool cannot. With a prefix
         cache, a block this fills is registered in every group (`token_ids` int32 [num_seqs]; None: the
         sequences register nothing more)."""
-        counted = self._count_append(seq_ids)
+        return self._append_released(seq_ids, token_ids, True)
+
+    def append_recomputed(self, seq_ids: list[int], token_ids: np.ndarray | None = None) -> AppendResult:
+        """Mutates. `append` with nothing released: the windows pass these blocks from the sequences' next step on,
+        after the kernel of this one computed the prompt over them (as after any admission)."""
+        return self._append_released(seq_ids, token_ids, False)
+
+    def _append_released(self, seq_ids: list[int], token_ids: np.ndarray | None, release: bool) -> AppendResult:
+        counted = self._count_append(seq_ids, release)
         allocatable = self.num_allocatable_blocks() + counted.freed
         if sum(counted.need) > allocatable:
             raise RuntimeError(f"out of blocks: append needs {sum(counted.need)}, {allocatable} allocatable")
