@@ -8,6 +8,7 @@ from tests.engine.conftest import checked_strategy, simulate_checked, small_conf
 from workbench import columns as C
 from workbench.allocators import registry
 from workbench.engine import reasons, simulate
+from workbench.engine.request_log import rejected_status
 from workbench.workload.request import Request, Segment
 
 PAGED = [reg.name for reg in registry.registrations() if reg.kernel_mode == "paged"]
@@ -70,7 +71,7 @@ def test_beams_recomputed_beyond_the_whole_pool_are_rejected(strategy):
                        watermark_frac=0.0)
     requests = simulate_checked(cfg).requests
     ended = requests[requests["status"] != "finished"]
-    assert ended["status"].tolist() == [f"rejected: {reasons.OUTGROWS_POOL}"]
+    assert ended["status"].tolist() == [rejected_status(reasons.OUTGROWS_POOL)]
     (one,) = ended.itertuples()
     assert one.num_preemptions > 0  # it ran before it was preempted
     assert one.prompt_tokens + 2 * one.output_tokens > cfg.kv_slots
