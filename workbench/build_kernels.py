@@ -73,6 +73,8 @@ def compile_allocators() -> None:
     # without a kernel, plain `paged` takes the compiled step loop (workbench.engine.compiled_paged): compiled
     # here once, not by every process that first runs it
     run(RunConfig(strategy="paged", model=TINY_MODEL, kv_slots=32768, kernel="none", num_requests=4))
+    # the integrity pass the tests run after every step (a run itself never checks)
+    registry.create("paged", capacity_slots=64, block_size=16, max_model_len=64).check_integrity()
 
 
 def compile_prefix_index() -> None:

@@ -1,28 +1,18 @@
 """`check_integrity` of the paged strategies: every invariant recomputed from scratch (O(pool)).
 
-It takes the strategy's parts, not the strategy, so that `paged` can import it (no import cycle). Each
-invariant is one array pass over every row or block, not a loop over the rows: the tests run it after every
-operation of their walks and every engine step.
+It takes the strategy's parts, not the strategy, so that `paged` can import it (no import cycle). The
+invariants are recounted in one compiled pass (`integrity_pass`): the tests run it after every operation of
+their walks and every engine step.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from workbench.allocators.paged import integrity_pass as P
 from workbench.allocators.paged.tables import BlockTables
-from workbench.intmath import cdiv
 
-
-def _require(ok: bool, what: str) -> None:
-    if not ok:
-        raise AssertionError(what)
-
-
-def _counts(ids: np.ndarray, size: int, what: str) -> np.ndarray:
-    """How often each block id occurs in `ids` (`what`, of a pool of `size` blocks), int64 [size]."""
-    _require(not ids.shape[0] or (int(ids.min()) >= 0 and int(ids.max()) < size),
-             f"{what}: a block id outside the pool")
-    return np.bincount(ids, minlength=size).astype(np.int64, copy=False)
+NO_IDS = np.zeros(0, dtype=np.int64)
 
 
 def first_repeating_segment(values: np.ndarray, sizes: np.ndarray, bound: int) -> int | None:
@@ -34,6 +24,32 @@ def first_repeating_segment(values: np.ndarray, sizes: np.ndarray, bound: int) -
     return None if not repeated.shape[0] else int(tagged[repeated[0]] // bound)
 
 
+_WORDS = {
+    P.NO_TOKEN: "a live sequence has no token",
+    P.LENGTH_ORDER: "length <= final_len <= max_model_len broken",
+    P.TABLE_LENGTH: "a table length is not ceil(length / block_size)",
+    P.TABLE_WIDTH: "a row has more table entries than the tables hold",
+    P.LAST_BLOCK: "a row's last_block is not its last table entry",
+    P.OUTSIDE: "a table entry is outside its pool",
+    P.DEVICE_REFCOUNT: "device refcounts differ from the holders' count",
+    P.HOST_REFCOUNT: "host refcounts differ from the holders' count",
+    P.FILL_DISAGREE: "holders of a block disagree on its fill",
+    P.REGISTERED_OUTSIDE: "the registered prefix blocks: a block id outside the pool",
+    P.REGISTERED_NOT_FULL: "a registered prefix block is not full",
+    P.WRITTEN: "token_slots counter differs from recomputation",
+    P.LOGICAL: "logical_token_slots counter differs from recomputation",
+    P.ENTRIES: "block-table entry counter differs from recomputation",
+    P.FREE_OUTSIDE: "the free stack: a block id outside the pool",
+    P.FREE_TWICE: "a block is on the free stack twice",
+    P.CACHED_OUTSIDE: "the cached blocks: a block id outside the pool",
+    P.STATE_OUTSIDE: "the state blocks: a block id outside the pool",
+    P.STATE_IN_TABLE: "a recurrent state's block is in a block table",
+    P.PARTITION: "held, free, cached and state blocks are not a partition of the pool",
+    P.HOST_FREE_OUTSIDE: "the host free stack: a block id outside the pool",
+    P.HOST_PARTITION: "held and free host blocks are not a partition of the host pool",
+}
+
+
 def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, host_refcount: np.ndarray,
                 free_ids: np.ndarray, host_free_ids: np.ndarray, cached_ids: np.ndarray, registered_ids: np.ndarray,
                 written_slots: int, logical_slots: int, table_entries: int,
@@ -42,56 +58,21 @@ def check_paged(t: BlockTables, *, max_model_len: int, refcount: np.ndarray, hos
     `host_refcount` int32 [num_host_blocks] are the holder counts; the id arrays are int32 block ids
     (free stack, host free stack, cached = evictable prefix blocks, registered prefix blocks); the
     counters are the strategy's running token_slots, logical_token_slots and table-entry counts; `state_ids` the
-    blocks recurrent states and their checkpoints hold (docs/recurrent.md)."""
-    bs = t.block_size
-    num_blocks, num_host_blocks = refcount.shape[0], host_refcount.shape[0]
-    seqs = t.seqs
-    live = np.flatnonzero(seqs.live)
-    lengths = seqs.column("length")[live]
-    finals = seqs.column("final_len")[live]
-    table_lengths = seqs.column("num_blocks")[live]
-    _require(bool(np.all(lengths >= 1)), "a live sequence has no token")
-    _require(bool(np.all(lengths <= finals)) and bool(np.all(finals <= max_model_len)),
-             "length <= final_len <= max_model_len broken")
-    _require(bool(np.all(table_lengths == cdiv(lengths, bs))), "a table length is not ceil(length / block_size)")
-    live_entries, live_fills, live_indptr = t.entries_of(live)  # each live row has an entry (checked above)
-    _require(bool(np.array_equal(seqs.column("last_block")[live], live_entries[live_indptr[1:] - 1])),
-             "a row's last_block is not its last table entry")
-
-    # a swapped-out row's entries are host blocks, the others' device blocks
-    swapped = seqs.column("swapped")[live] == 1
-    on_host = np.repeat(swapped, table_lengths)
-    entries, fills, host_entries = live_entries[~on_host], live_fills[~on_host], live_entries[on_host]
-    _require(bool(np.all((entries >= 0) & (entries < num_blocks)))
-             and bool(np.all((host_entries >= 0) & (host_entries < num_host_blocks))),
-             "a table entry is outside its pool")
-    twice = first_repeating_segment(live_entries, table_lengths, max(num_blocks, num_host_blocks))
-    _require(twice is None, f"row {None if twice is None else live[twice]} holds a block twice")
-
-    holders = _counts(entries, num_blocks, "the device tables")
-    _require(bool(np.array_equal(holders, refcount)), "device refcounts differ from the holders' count")
-    host_holders = _counts(host_entries, num_host_blocks, "the host tables")
-    _require(bool(np.array_equal(host_holders, host_refcount)), "host refcounts differ from the holders' count")
-
-    # one fill per block: any holder's (the last one written), which every holder must agree with
-    fill = np.full(num_blocks, -1, dtype=np.int64)
-    fill[entries] = fills
-    held = holders > 0
-    _require(bool(np.array_equal(fill[entries], fills)), "holders of a block disagree on its fill")
-    _require(bool(np.all(fill[registered_ids][held[registered_ids]] == bs)), "a registered prefix block is not full")
-    _require(int(fill[held].sum()) == written_slots, "token_slots counter differs from recomputation")
-    _require(int(lengths[~swapped].sum()) == logical_slots, "logical_token_slots counter differs from recomputation")
-    _require(entries.shape[0] == table_entries, "block-table entry counter differs from recomputation")
-
-    state = _counts(free_ids, num_blocks, "the free stack")
-    _require(bool(np.all(state <= 1)), "a block is on the free stack twice")
-    state += _counts(cached_ids, num_blocks, "the cached blocks")
-    if state_ids is not None:
-        _require(not bool(np.any(held[state_ids])), "a recurrent state's block is in a block table")
-        state += _counts(state_ids, num_blocks, "the state blocks")
-    state += held
-    _require(bool(np.all(state == 1)), "held, free, cached and state blocks are not a partition of the pool")
-
-    host_state = _counts(host_free_ids, num_host_blocks, "the host free stack")
-    host_state += host_holders > 0
-    _require(bool(np.all(host_state == 1)), "held and free host blocks are not a partition of the host pool")
+    blocks recurrent states and their checkpoints hold (docs/recurrent.md). The invariants, in the order they
+    are checked: every live row has 1 <= length <= final_len <= max_model_len, ceil(length / block_size) table
+    entries and its last entry as last_block; entries lie in their pool (a swapped-out row's in the host pool)
+    and no row holds a block twice; the refcounts are the holders' counts; a block's holders agree on its fill
+    (block_size, or a row's length past its full blocks) and a held registered block is full; the counters are
+    the recounted written slots, logical slots of rows on the device and device entries; held, free, cached and
+    state blocks partition the pool, and held and free host blocks the host pool."""
+    c = t.seqs.columns
+    ids = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # one compiled signature whatever the list's dtype
+    code, row = P.check_pool(t.seqs.live, c["length"], c["final_len"], c["num_blocks"], c["last_block"],
+                             c["swapped"], t._table, t.block_size, max_model_len, refcount, host_refcount,
+                             ids(free_ids), ids(host_free_ids), ids(cached_ids), ids(registered_ids),
+                             ids(NO_IDS if state_ids is None else state_ids), written_slots, logical_slots,
+                             table_entries)
+    if code == P.TWICE:
+        raise AssertionError(f"row {row} holds a block twice")
+    if code != P.OK:
+        raise AssertionError(_WORDS[code])
