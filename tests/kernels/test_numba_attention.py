@@ -147,10 +147,13 @@ def test_unowned_slots_are_poisoned(kv_dtype):
     assert np.isfinite(values[owned]).all() and np.isnan(values[~owned]).all()
 
 
-def test_results_do_not_depend_on_thread_count():
+def test_results_do_not_depend_on_thread_count(monkeypatch):
     """The work split depends on shapes only, so one thread and many give the same bits."""
     import numba
 
+    from workbench.kernels import numba_backend
+
+    monkeypatch.setattr(numba_backend, "MIN_MACS_PER_THREAD", 1)  # this small case on every thread too
     rng = np.random.default_rng(9)
     case = make_case(rng, [700, 5, 64], 8, 2, 64, 16, "fp32")
     qo_indptr = np.array([0, 30, 31, 40], dtype=np.int32)

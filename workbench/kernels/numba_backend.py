@@ -24,6 +24,9 @@ from workbench.kernels.numba_convert import KV_CODE
 QUERY_ROWS_PER_ITEM = 64  # extend: queries × heads sharing one pass over K/V (accumulators stay in L1/L2)
 MIN_WORK_ITEMS = 64  # split KV into partitions when fewer query chunks than this
 MIN_PART_TOKENS = 512  # never split finer than this: the merge costs a partial output per partition
+# a thread is handed at least this many multiply-adds (query rows x KV tokens x head_dim): a hand-off to the
+# pool costs ~0.1-0.2 ms, as much as ~1M of them, so smaller calls (a small model's decode step) run inline
+MIN_MACS_PER_THREAD = 4_000_000
 _EMPTY_I32 = np.zeros(1, dtype=np.int32)
 _NO_BITS = np.zeros((1, 1, 1), dtype=np.uint16)
 
@@ -89,7 +92,8 @@ def _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, 
     args = (q, qo_indptr, _kernel_pools(k_pool, v_pool, kv_dtype), num_kv_heads, KV_CODE[kv_dtype], paged,
             (kv_indptr, kv_indices, kv_start, kv_len), block_size, np.float32(scale), np.int64(window))
     parts = (part_out, part_m, part_l)
-    _attend_in_threads(args, (chunk_seq, chunk_q_begin, chunk_q_end), part_tokens, parts)
+    macs = int(np.diff(qo_indptr).astype(np.int64) @ kv_len.astype(np.int64)) * q.shape[1] * q.shape[2]
+    _attend_in_threads(args, (chunk_seq, chunk_q_begin, chunk_q_end), part_tokens, parts, macs)
     if num_parts == 1:
         return part_out[0]
     out = np.full(q.shape, np.nan, dtype=np.float32)  # [total_q, num_heads, head_dim]
@@ -97,12 +101,12 @@ def _attention_unit(q, qo_indptr, k_pool, v_pool, paged, kv_indptr, kv_indices, 
     return out
 
 
-def _attend_in_threads(args, chunks, part_tokens, parts) -> None:
-    """Every work item, on numba.get_num_threads() threads: thread i runs items i, i + threads, ... (so
-    long and short sequences spread evenly). Each item writes only its own outputs, so the bits do not
-    depend on the thread count or on which thread ran what."""
+def _attend_in_threads(args, chunks, part_tokens, parts, macs: int) -> None:
+    """Every work item, on up to numba.get_num_threads() threads (one per MIN_MACS_PER_THREAD of the call's
+    `macs`): thread i runs items i, i + threads, ... (so long and short sequences spread evenly). Each item
+    writes only its own outputs, so the bits do not depend on the thread count or on which thread ran what."""
     num_items = len(chunks[0]) * parts[0].shape[0]
-    threads = min(numba.get_num_threads(), num_items)
+    threads = min(numba.get_num_threads(), num_items, max(1, macs // MIN_MACS_PER_THREAD))
     if threads <= 1:
         attend_items(*args, chunks, part_tokens, parts, 0, 1)
         return

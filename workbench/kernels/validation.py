@@ -26,14 +26,17 @@ def check_array(fn, name, a, dtype, shape):
     """`shape` entries are ints or None (any size). Returns the array unchanged."""
     if not (hasattr(a, "shape") and hasattr(a, "dtype") and hasattr(a, "flags")):
         _fail(fn, f"{name} must be an array, got {type(a).__name__}")
-    want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
     if a.ndim != len(shape) or any(s is not None and s != got for s, got in zip(shape, a.shape, strict=False)):
-        _fail(fn, f"{name} must have shape {want}, got {tuple(a.shape)}")
-    if dtype is not None and np.dtype(a.dtype) != np.dtype(dtype):
-        _fail(fn, f"{name} must be {np.dtype(dtype)} {want}, got {np.dtype(a.dtype)}")
+        _fail(fn, f"{name} must have shape {_shape_words(shape)}, got {tuple(a.shape)}")
+    if dtype is not None and a.dtype != dtype:
+        _fail(fn, f"{name} must be {np.dtype(dtype)} {_shape_words(shape)}, got {np.dtype(a.dtype)}")
     if not a.flags.c_contiguous:
         _fail(fn, f"{name} must be C-contiguous")
     return a
+
+
+def _shape_words(shape) -> str:
+    return "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
 
 
 def check_pools(fn, k_pool, v_pool, kv_dtype):
