@@ -133,7 +133,8 @@ def test_nvcc_builds_the_same_machine_code_from_the_same_options(monkeypatch):
     assert without_ftz[fp8_write] != nvrtc_text[fp8_write]
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+# sm_90 in every run (the machine the latent presets are served on); sm_80 in the full run, as for attention
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.slow), "sm_90"])
 def test_every_latent_attention_variant_compiles_without_spills(arch):
     """2 addressings × 4 KV dtypes × dense/sparse at every latent preset's 512 + 64, within the 48 KB of static
     shared memory a block may hold."""

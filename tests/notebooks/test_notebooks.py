@@ -111,10 +111,15 @@ REPORT_FIGURES = "import json; print(json.dumps(_figure_problems))"
 
 
 # Small as it is, the paper notebook reruns every experiment of the paper table (tests/paper runs them
-# too, on a reduced table): it executes in the full run only. So do the two costliest of the others at their
-# small size, the prefix-caching policies and the fleet (8-9 s of CPU each), whose runs tests/engine,
-# tests/allocators/prefix and tests/fleet cover in the quick run.
-SLOW_NOTEBOOKS = {"06-reproducing-the-paper", "07-prefix-caching-policies", "09-fleet"}
+# too, on a reduced table): it executes in the full run only. So do the costliest of the others at their small
+# size (6-11 s of CPU each, 3 of them a kernel's start and imports): the prefix-caching policies and the fleet,
+# whose runs tests/engine, tests/allocators/prefix and tests/fleet cover in the quick run, and the block
+# sizes, hybrid models, speculation and recurrent state, whose figures tests/figures builds from tiny sweeps
+# through the same API (fig_block_size, fig_hybrid, fig_spec_decode, fig_admission_order, fig_recurrent_state)
+# and whose runs tests/engine covers. The quick run executes the other six.
+SLOW_NOTEBOOKS = {"03-block-size-tradeoff", "05-hybrid-models", "06-reproducing-the-paper",
+                  "07-prefix-caching-policies", "09-fleet", "11-speculation-and-admission-order",
+                  "12-recurrent-state"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_NOTEBOOKS else p

@@ -23,7 +23,7 @@ from workbench.sweep import LocalExecutor, parse_spec, run_sweep
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find processes")
 
-SIGNAL_EXAMPLES = 3  # each starts two or three sweeps of spawned workers: ~5 s apiece on a shared core
+SIGNAL_EXAMPLES = 2  # each starts two or three sweeps of spawned workers: ~5 s apiece on a shared core
 SLOW_SIGNAL_EXAMPLES = 20  # deselect with -m "not slow"
 HERE = Path(__file__).resolve().parent
 NEW = {"name": "signalled", "axes": {"seed": list(range(6))}}
