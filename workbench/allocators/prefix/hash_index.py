@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from workbench.allocators.id_bound import id_bound
+from workbench.allocators.prefix import hash_index_check as C
 from workbench.allocators.prefix import key_table
 from workbench.allocators.prefix.eviction import EvictionPolicy, LRUPolicy
 
@@ -153,37 +154,24 @@ class HashPrefixIndex:
         return np.flatnonzero(self._registered).astype(np.int32)
 
     def check_integrity(self, refcount: np.ndarray, free_block_ids: np.ndarray) -> None:
-        registered = self.registered_block_ids()
-        keys = np.empty(registered.shape[0] + 1, dtype=np.uint64)
-        blocks = np.empty(registered.shape[0] + 1, dtype=np.int32)
-        listed = key_table.entries(self._slot_key, self._slot_block, self._next_copy, keys, blocks)
-        if listed != registered.shape[0]:
-            raise AssertionError(f"hash index: the table lists {listed} blocks, {registered.shape[0]} are registered")
-        keys, blocks = keys[:listed], blocks[:listed]
-        wrong = ~self._registered[blocks] | (self._key_of[blocks] != keys)
-        if wrong.any():
-            raise AssertionError(f"hash index: key {int(keys[wrong][0]):#x} -> block {int(blocks[wrong][0])}, which "
-                                 "is not registered under it")
-        num_blocks = self._registered.shape[0]
-        if listed and np.bincount(blocks, minlength=num_blocks).max() > 1:
-            raise AssertionError("hash index: a block is listed twice")
-        heads = self._slot_block != key_table.EMPTY
-        if int(heads.sum()) != self._num_keys or not _distinct(self._slot_key[heads]):
-            raise AssertionError(f"hash index: {int(heads.sum())} slots held, {self._num_keys} keys counted")
-        lost = key_table.unreachable(self._slot_key, self._slot_block)  # every key is found from its home slot
-        if lost >= 0:
-            raise AssertionError(f"hash index: key {int(self._slot_key[lost]):#x} is not reached by a probe")
-        # the registration flags cover the blocks seen so far (`_fit`): a block past them is not registered
-        if self._registered[free_block_ids[free_block_ids < num_blocks]].any():
-            raise AssertionError("hash index: a registered block is on the free stack")
-        evictable = self._policy.ids()
-        if evictable.shape[0] and np.bincount(evictable, minlength=num_blocks).max() > 1:
-            raise AssertionError("hash index: a block is evictable twice")
-        if evictable.shape[0] and (~self._registered[evictable] | (refcount[evictable] != 0)).any():
-            raise AssertionError("hash index: a cached block is unregistered or still held")
+        """Raise AssertionError naming the first broken invariant (`hash_index_check.check_index`)."""
+        ids = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # one compiled signature
+        code, a, b = C.check_index(self._slot_key, self._slot_block, self._next_copy,
+                                   self._registered, self._key_of, self._num_keys, refcount, ids(free_block_ids),
+                                   ids(self._policy.ids()))
+        if code != C.OK:
+            raise AssertionError("hash index: " + _words(code, a, b))
 
 
-def _distinct(values: np.ndarray) -> bool:
-    """Whether no value occurs twice (one sort: the integrity check runs after every operation of a walk)."""
-    ordered = np.sort(values)
-    return not bool(np.any(ordered[1:] == ordered[:-1]))
+def _words(code: int, a: int, b: int) -> str:
+    if code == C.LISTED:
+        return f"the table lists {a} blocks, {b} are registered"
+    if code == C.NOT_REGISTERED_UNDER:
+        return f"key {a & (2 ** 64 - 1):#x} -> block {b}, which is not registered under it"
+    if code == C.SLOTS_HELD:
+        return f"{a} slots held, {b} keys counted"
+    if code == C.UNREACHED:
+        return f"key {a & (2 ** 64 - 1):#x} is not reached by a probe"
+    return {C.LISTED_TWICE: "a block is listed twice", C.FREE_REGISTERED: "a registered block is on the free stack",
+            C.EVICTABLE_TWICE: "a block is evictable twice",
+            C.EVICTABLE_NOT_CACHED: "a cached block is unregistered or still held"}[code]
