@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.allocators.block_partition import block_partition
 from workbench.allocators.values import ContiguousDescriptor, PagedDescriptor, SeqSpec
 
 _DEMOTED, _PROMOTED = -2, -3  # what a block holds once its content moved to the other tier
@@ -236,18 +237,11 @@ class PoolModel:
         unit = self.bs if self.s.kernel_mode == "paged" else self.s.page_tokens
         if not unit:
             return self._contiguous_reference()
-        written: dict[int, set[int]] = {}
-        reach: dict[int, int] = {}
-        for seq_id in self.on_device():
-            length, final = len(self.tokens[seq_id]), self.final[seq_id]
-            slots = self.s.slot_mapping(seq_id, 0, length)
-            for i in range(0, length, unit):
-                block = int(slots[i]) // unit
-                written.setdefault(block, set()).update(slots[i:i + unit].tolist())
-                reach[block] = max(reach.get(block, 0), min(final - i, unit))
-        token = sum(len(w) for w in written.values())
-        reserved = sum(max(0, reach[b] - len(written[b])) for b in written)
-        return token, reserved, len(written) * unit - token - reserved
+        written, reach = block_partition(((self.s.slot_mapping(i, 0, len(self.tokens[i])), 0, self.final[i])
+                                          for i in self.on_device()), unit)
+        token = int(written.sum())
+        reserved = int(np.maximum(reach - written, 0).sum())
+        return token, reserved, written.shape[0] * unit - token - reserved
 
     def reference_reservation(self, seq_id: int) -> int:
         """The extent a contiguous strategy reserves for this sequence, before a buddy round-up."""

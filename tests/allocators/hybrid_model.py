@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.allocators.block_partition import block_partition
 from workbench.allocators.values import SeqSpec
 
 
@@ -86,19 +87,13 @@ class HybridPoolModel:
         """Per group (token, reserved, internal, held) slots from the slot mappings and final lengths."""
         out = []
         for g, tables in enumerate(self.s.groups):
-            written: dict[int, set[int]] = {}
-            reach: dict[int, int] = {}
-            for seq_id in self.tokens:
-                length, final = len(self.tokens[seq_id]), self.final[seq_id]
-                start = self.live_start(g, seq_id)
-                slots = self.s.group_slot_mapping(g, seq_id, start, length)
-                for i in range(start, length, self.bs):
-                    block = int(slots[i - start]) // self.bs
-                    written.setdefault(block, set()).update(slots[i - start:i - start + self.bs].tolist())
-                    reach[block] = max(reach.get(block, 0), min(final - i, self.bs))
-            token = sum(len(w) for w in written.values())
-            reserved = sum(reach[b] - len(written[b]) for b in written)
-            held = len(written) * self.bs
+            starts = {seq_id: self.live_start(g, seq_id) for seq_id in self.tokens}
+            written, reach = block_partition(
+                ((self.s.group_slot_mapping(g, i, starts[i], len(self.tokens[i])), starts[i], self.final[i])
+                 for i in self.tokens), self.bs)
+            token = int(written.sum())
+            reserved = int((reach - written).sum())
+            held = written.shape[0] * self.bs
             u = tables.units
             out.append((token * u, reserved * u, (held - token - reserved) * u, held * u))
         return out
