@@ -44,6 +44,21 @@ def _outside(ids, size) -> bool:
 
 
 @njit(cache=True)
+def _entry_fill(j, nb, length, bs):
+    """The slots a row of `length` tokens in `nb` blocks has written into its entry j."""
+    return bs if j < nb - 1 else length - (nb - 1) * bs
+
+
+@njit(cache=True)
+def _not_a_partition(listed, holders) -> bool:
+    """Whether some block is not in exactly one place: held (`holders` > 0) or listed (`listed` times)."""
+    for b in range(listed.shape[0]):
+        if listed[b] + (holders[b] > 0) != 1:
+            return True
+    return False
+
+
+@njit(cache=True)
 def check_pool(live, length, final_len, num_blocks, last_block, swapped, table, bs, max_model_len, refcount,
                host_refcount, free_ids, host_free_ids, cached_ids, registered_ids, state_ids, written_slots,
                logical_slots, table_entries):
@@ -92,7 +107,7 @@ def check_pool(live, length, final_len, num_blocks, last_block, swapped, table, 
         for j in range(nb):
             b = table[row, j]
             holders[b] += 1
-            fill[b] = bs if j < nb - 1 else length[row] - (nb - 1) * bs
+            fill[b] = _entry_fill(j, nb, length[row], bs)
     for b in range(num_dev):
         if holders[b] != refcount[b]:
             return DEVICE_REFCOUNT, -1
@@ -104,7 +119,7 @@ def check_pool(live, length, final_len, num_blocks, last_block, swapped, table, 
         if swapped[row] == 1:
             continue
         for j in range(nb):
-            if fill[table[row, j]] != (bs if j < nb - 1 else length[row] - (nb - 1) * bs):
+            if fill[table[row, j]] != _entry_fill(j, nb, length[row], bs):
                 return FILL_DISAGREE, row
     if _outside(registered_ids, num_dev):
         return REGISTERED_OUTSIDE, -1
@@ -139,15 +154,13 @@ def check_pool(live, length, final_len, num_blocks, last_block, swapped, table, 
         if holders[b] > 0:
             return STATE_IN_TABLE, -1
         state[b] += 1
-    for b in range(num_dev):
-        if state[b] + (holders[b] > 0) != 1:
-            return PARTITION, -1
+    if _not_a_partition(state, holders):
+        return PARTITION, -1
     if _outside(host_free_ids, num_host):
         return HOST_FREE_OUTSIDE, -1
     host_state = np.zeros(num_host, dtype=np.int64)
     for b in host_free_ids:
         host_state[b] += 1
-    for b in range(num_host):
-        if host_state[b] + (host_holders[b] > 0) != 1:
-            return HOST_PARTITION, -1
+    if _not_a_partition(host_state, host_holders):
+        return HOST_PARTITION, -1
     return OK, -1
