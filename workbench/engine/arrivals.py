@@ -8,7 +8,7 @@ blocks stay allocated until released).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from workbench.engine import rules
 from workbench.engine.groups import Group
@@ -36,8 +36,13 @@ class Arrivals:
         if holds_kv:
             self._holding.add(len(self.requests) - 1)
 
-    def arrived(self, now_s: float) -> Iterator[Group]:
-        """Mutates. The groups of the requests that arrived by `now_s`, in order."""
+    def arrived(self, now_s: float) -> Iterable[Group]:
+        """Mutates (as they are taken). The groups of the requests that arrived by `now_s`, in order (none at most
+        steps: then no generator is made)."""
+        req = self._next if self._next is not None else self._peek()
+        return () if req is None or req.arrival_s > now_s else self._arriving(now_s)
+
+    def _arriving(self, now_s: float) -> Iterator[Group]:
         while (req := self._peek()) is not None and req.arrival_s <= now_s:
             i = self.next_index
             self.next_index += 1
