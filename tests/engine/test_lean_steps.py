@@ -4,7 +4,9 @@ Fast: decode-only steps skip the admission machinery (`Scheduler._decode_only`),
 append in one checked pass, `paged` appends, counts
 its reserved slots in one compiled call and hands that count to the step's snapshot
 (`loops.decode_append`), and `paged-prefix` appends, evicts and registers the blocks it filled in one compiled
-call (`prefix.decode_append`) and takes and releases blocks in one compiled call each (`prefix.take_release`).
+call (`prefix.decode_append`), places an admitted prompt (claiming its hits, taking blocks, evicting, filling the
+rows, registering its blocks) in one compiled call (`prefix.admit_one_call`) and releases blocks in one
+(`prefix.take_release`).
 Plain: every step through `Scheduler.schedule`'s general path, every append through the protocol's
 `can_append` + `append` (the separate count and apply loops, reserved slots counted by each snapshot), and
 every take and release through the index's own calls. Randomized over strategies, pool sizes, fan-out,
@@ -22,7 +24,7 @@ from workbench.allocators import registry
 from workbench.allocators.base import Strategy
 from workbench.allocators.contiguous.strategy import ContiguousStrategy
 from workbench.allocators.paged.strategy import PagedStrategy
-from workbench.allocators.prefix import decode_append, take_release
+from workbench.allocators.prefix import admit_one_call, decode_append, take_release
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
 from workbench.allocators.prefix.prefix_cache import PrefixCacheStrategy
 from workbench.engine.scheduler import Scheduler
@@ -124,27 +126,28 @@ def test_prefix_cache_appends_in_one_call_under_eviction(monkeypatch):
 
 
 def test_prefix_cache_takes_and_releases_in_one_call_under_eviction(monkeypatch):
-    """`paged-prefix` in a pool whose admissions evict cached blocks: the compiled take (evicting) and release run,
-    and give the tables of the index's own calls."""
+    """`paged-prefix` in a pool whose admissions evict cached blocks: the one-call admission (which takes,
+    evicting) and the compiled release run, and give the tables of the index's own calls."""
     cfg = small_config(strategy="paged-prefix", block_size=4, kv_slots=700, workload="system-prompt:k=3,system=30,"
                        "lengths=alpaca", seed=5, kernel="none", num_requests=40, rate=60.0)
-    calls = {"evicted": 0, "released": 0, "cached": 0}
-    take, release = take_release.take_evicting, take_release.release_to_cache
+    calls = {"evicted": 0, "hit": 0, "released": 0, "cached": 0}
+    place, release = admit_one_call.place_prompt, take_release.release_to_cache
 
-    def counted_take(taken, free_ids, free_size, *rest):
-        from_free, lost = take(taken, free_ids, free_size, *rest)
-        calls["evicted"] += taken.shape[0] - from_free
-        return from_free, lost
+    def counted_place(rows, hits, fresh, *rest):
+        from_free, keys_delta = place(rows, hits, fresh, *rest)
+        calls["evicted"] += fresh.shape[0] - from_free
+        calls["hit"] += hits.shape[0]
+        return from_free, keys_delta
 
     def counted_release(blocks, registered, *rest):
         calls["released"] += 1
         calls["cached"] += int(registered[blocks].sum())
         return release(blocks, registered, *rest)
 
-    monkeypatch.setattr(take_release, "take_evicting", counted_take)
+    monkeypatch.setattr(admit_one_call, "place_prompt", counted_place)
     monkeypatch.setattr(take_release, "release_to_cache", counted_release)
     fast = simulate_checked(cfg)
-    assert calls["evicted"] and calls["released"] and calls["cached"], f"a case is not exercised: {calls}"
+    assert all(calls.values()), f"a case is not exercised: {calls}"
     plain = _plain_run(monkeypatch, cfg)
     _assert_same_tables(fast, plain)
     assert summaries_equal(fast.summary, plain.summary)

@@ -30,6 +30,8 @@ counted twice and a block that no holder will fill is internal fragmentation.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from workbench.allocators.base import Strategy
@@ -48,6 +50,18 @@ from workbench.intmath import cdiv
 NO_BLOCKS = np.zeros(0, dtype=np.int32)
 _NO_KEYS = np.zeros(0, dtype=np.uint64)
 _BLOCK_TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry, as in kv_indices
+
+
+class Counted(NamedTuple):
+    """An admission as `PagedStrategy._count_admission` counted it."""
+
+    hits: np.ndarray  # int32 [num_hit]: device blocks holding the prompt's leading full blocks
+    keys: np.ndarray  # uint64 [num_full_blocks]: the prompt's block keys
+    below: TierHits  # blocks the tiers below hold after the hits, copied into the first fresh blocks
+    num_tokens: int  # tokens the sequences hold after the admission
+    num_blocks: int  # blocks each sequence's table holds
+    revived: int  # hits sitting in the cache (refcount 0)
+    need: int  # fresh blocks taken
 
 
 class PagedStrategy(PagedSwap, Strategy):
@@ -155,20 +169,33 @@ class PagedStrategy(PagedSwap, Strategy):
         """Mutates on success. The group's sequences share every block of the prompt (of the tokens
         they hold: the hit and the first chunk, with `spec.num_new_tokens`)."""
         self._check_new(seq_ids, spec)
+        counted = self._count_admission(len(seq_ids), spec)
+        if isinstance(counted, str):
+            return AdmitResult(False, reason=counted)
+        return self._place_admission(seq_ids, spec, counted)
+
+    def _count_admission(self, n: int, spec: SeqSpec) -> Counted | str:
+        """Pure. What admitting a group of `n` sequences holding `spec` takes, or why the pool refuses it."""
         bs = self.block_size
         hits, keys, below = self._lookup(spec)  # `below`: copied into the first fresh blocks
         num_hit = hits.shape[0]
         num_tokens = spec.num_held((num_hit + below.num_host + below.num_shared) * bs)
         num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
-        n = len(seq_ids)
         need = num_blocks - num_hit
         state_need = n * self.state_blocks_per_seq  # each sequence's recurrent state (0 without one)
         allocatable = self.num_allocatable_blocks() - revived
         if self.state is not None and num_hit:  # the hit's checkpoint is copied from, not evicted
             allocatable -= self.state_blocks_per_seq
         if need + state_need > allocatable:
-            return AdmitResult(False, reason=blocks_refused(need + state_need, allocatable))
+            return blocks_refused(need + state_need, allocatable)
+        return Counted(hits, keys, below, num_tokens, num_blocks, revived, need)
+
+    def _place_admission(self, seq_ids: list[int], spec: SeqSpec, counted: Counted) -> AdmitResult:
+        """Mutates. The admission `_count_admission` counted, which the pool can supply."""
+        bs = self.block_size
+        hits, keys, below, num_tokens, num_blocks, revived, need = counted
+        num_hit, n = hits.shape[0], len(seq_ids)
         if self.state is not None:
             branch = self._branch_point(keys, spec)
             if num_hit:
@@ -185,7 +212,7 @@ class PagedStrategy(PagedSwap, Strategy):
         pool_counts.added(self.counts, num_tokens, n, num_blocks, (num_hit - revived) * bs)
         if self.state is not None:
             rows = self.tables.seqs.rows(seq_ids).tolist()
-            self.state.attach(rows, self._take(state_need), spec.num_tokens, branch)
+            self.state.attach(rows, self._take(n * self.state_blocks_per_seq), spec.num_tokens, branch)
         self._on_admitted(seq_ids, spec, keys, blocks, num_hit, num_tokens, below)
         if self.state is not None:
             self.state.land()

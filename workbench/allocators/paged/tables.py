@@ -43,6 +43,15 @@ class BlockTables:
                        c["last_block"])
         return row
 
+    def add_compiled(self, seq_ids: list[int], num_cols: int, place):
+        """Mutates. New sequences whose rows a compiled call fills (`loops.fill_row`): their rows are added and the
+        tables made at least `num_cols` wide, then `place(rows, table, length, final_len, num_blocks, last_block)`
+        runs (rows int64 [n], in the order of `seq_ids`); returns what it returns."""
+        rows = np.fromiter(map(self.seqs.add, seq_ids), dtype=np.int64, count=len(seq_ids))
+        self._fit(num_cols)
+        c = self.seqs.columns  # after the adds: a grown table replaces the columns
+        return place(rows, self._table, c["length"], c["final_len"], c["num_blocks"], c["last_block"])
+
     def extend_row(self, row: int, blocks: np.ndarray, length: int) -> None:
         """Mutates. The row's table gains `blocks` (int32 [k]) at its end and holds `length` tokens."""
         num_blocks = int(self.seqs.columns["num_blocks"][row])

@@ -39,13 +39,13 @@ class SeqChains:
 
     def start(self, rows: np.ndarray, token_ids: np.ndarray, keys: np.ndarray, capacity_rows: int) -> None:
         """Mutates. These rows now hold `token_ids` (int32 [n], whose full blocks' keys are `keys`)."""
-        self._fit(capacity_rows)
+        self.fit(capacity_rows)
         last_key = keys[-1] if keys.shape[0] else np.uint64(0)
         start_rows(rows, token_ids, self._salt, last_key, self._chain_key, self._tail_sum, self._known)
 
     def fork(self, parent: int, child: int, capacity_rows: int) -> None:
         """Mutates. The child row continues the parent row's chain (same tokens)."""
-        self._fit(capacity_rows)
+        self.fit(capacity_rows)
         self._chain_key[child] = self._chain_key[parent]
         self._tail_sum[child] = self._tail_sum[parent]
         self._known[child] = self._known[parent]
@@ -89,7 +89,8 @@ class SeqChains:
         """(position salt, chain key, tail sum, known): what `advance` hands `append_terms`, changed in place."""
         return self._salt, self._chain_key, self._tail_sum, self._known
 
-    def _fit(self, capacity_rows: int) -> None:
+    def fit(self, capacity_rows: int) -> None:
+        """Mutates. State for rows below `capacity_rows` (new rows start empty)."""
         grow = capacity_rows - self._known.shape[0]
         if grow > 0:
             self._chain_key = np.concatenate([self._chain_key, np.zeros(grow, dtype=np.uint64)])

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from workbench.allocators.paged import pool_counts
-from workbench.allocators.paged.strategy import PagedStrategy
-from workbench.allocators.prefix import decode_append, take_release
+from workbench.allocators.paged.strategy import Counted, PagedStrategy
+from workbench.allocators.prefix import admit_one_call, decode_append, take_release
 from workbench.allocators.prefix.chains import SeqChains
 from workbench.allocators.prefix.eviction import make_policy
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
@@ -40,9 +40,12 @@ from workbench.allocators.prefix.radix_index import RadixPrefixIndex
 from workbench.allocators.prefix.shared_tier import SharedTier, shared_tier_for
 from workbench.allocators.prefix.tier_walk import NO_TIER_HITS, TierHits, TierWalk
 from workbench.allocators.state.book import StateSpec
-from workbench.allocators.values import NO_EFFECTS, AppendResult, PrefixMatch, SeqSpec, StepEffects
+from workbench.allocators.values import NO_EFFECTS, AdmitResult, AppendResult, PrefixMatch, SeqSpec, StepEffects
 from workbench.allocators.virtual.pages import KVGeometry
 from workbench.presets import DEFAULT_SHARED_LINK_GB_S
+
+_NO_KEY = np.zeros(1, dtype=np.uint64)  # the parent key of a prompt's first block
+_NO_BLOCK = np.full(1, -1, dtype=np.int32)  # its parent block
 
 
 class PrefixCacheStrategy(PagedStrategy):
@@ -183,20 +186,58 @@ class PrefixCacheStrategy(PagedStrategy):
         """Only the `num_held` tokens held (a chunked admission's first chunk) fill blocks now. The tiers'
         blocks after the `num_hit` device hits were copied in: they are registered like new ones."""
         keys = keys[:num_held // self.block_size]
-        parents = np.zeros_like(keys)  # [num_full]: each block's predecessor's key, 0 before the first
-        parents[1:] = keys[:-1]
-        before = np.full(keys.shape[0], -1, dtype=np.int32)  # [num_full]: each block's predecessor, -1: none
-        before[1:] = blocks[:keys.shape[0] - 1]
+        num_full = keys.shape[0]
         # a hit's key is registered already; a recomputed copy of a registered key is the index's to keep or not
-        self.prefix.insert(parents[num_hit:], keys[num_hit:], blocks[num_hit:keys.shape[0]], before[num_hit:])
+        if num_full > num_hit:
+            # each new block's predecessor's key and block: the ones before it (key 0, block -1 before the first)
+            if num_hit:
+                parents, before = keys[num_hit - 1:num_full - 1], blocks[num_hit - 1:num_full - 1]
+            else:
+                parents = np.concatenate((_NO_KEY, keys[:-1]))
+                before = np.concatenate((_NO_BLOCK, blocks[:num_full - 1]))
+            self.prefix.insert(parents, keys[num_hit:], blocks[num_hit:num_full], before)
         rows = self.tables.seqs.rows(seq_ids)
         self._chains.start(rows, spec.token_ids[:num_held], keys, self.tables.seqs.capacity_rows)
         if self.state is not None and self.state.checkpoints_taken:  # one serves the group: they share the prompt
             self._save_states(int(rows[0]), num_hit * self.block_size, num_held, keys, 0, from_root=True)
+        self._count_hits(spec, num_hit, below)
+
+    def _count_hits(self, spec: SeqSpec, num_hit: int, below: TierHits) -> None:
+        """Mutates the hit counters: a prompt admitted, `num_hit` blocks of it on the device, `below` in the tiers."""
         self.prefix_query_tokens += spec.num_tokens
         self.prefix_hit_tokens += num_hit * self.block_size
         self.prefix_hit_tokens_host += below.num_host * self.block_size
         self.prefix_hit_tokens_shared += below.num_shared * self.block_size
+
+    def _place_admission(self, seq_ids: list[int], spec: SeqSpec, counted: Counted) -> AdmitResult:
+        """`PagedStrategy._place_admission`; where eligible (`_one_call`, the index's table has room for the new
+        keys) in one compiled call of the same steps (`prefix.admit_one_call`)."""
+        bs = self.block_size
+        hits, keys, below, num_tokens, num_blocks, revived, need = counted
+        num_hit, num_full, n = hits.shape[0], num_tokens // bs, len(seq_ids)
+        view = self.prefix.one_call_view(self.num_blocks, num_full - num_hit) if self._one_call else None
+        if view is None:
+            return super()._place_admission(seq_ids, spec, counted)
+        slot_key, slot_block, next_copy, registered, key_of, lru = view
+        free_ids, free_size = self._free.compiled_view()
+        fresh = np.empty(need, dtype=np.int32)
+        token_ids = np.ascontiguousarray(spec.token_ids, dtype=np.int32)
+
+        def place(rows, table, length, final_len, num_blocks_of, last_block):
+            self._chains.fit(self.tables.seqs.capacity_rows)  # the rows just added may have grown the tables
+            salt, chain_key, tail_sum, known = self._chains.compiled_view()
+            return admit_one_call.place_prompt(rows, hits, fresh, keys, num_full, num_tokens, spec.final_len, token_ids,
+                                               self._refcount, free_ids, free_size, table, length, final_len,
+                                               num_blocks_of, last_block, *lru, slot_key, slot_block, next_copy,
+                                               registered, key_of, salt, chain_key, tail_sum, known)
+
+        from_free, keys_delta = self.tables.add_compiled(seq_ids, num_blocks, place)
+        self._free.popped(from_free)
+        self.prefix.keys_changed(keys_delta)
+        self.prefix_evicted_blocks += need - from_free
+        pool_counts.added(self.counts, num_tokens, n, num_blocks, (num_hit - revived) * bs)
+        self._count_hits(spec, num_hit, below)
+        return AdmitResult(True, cached_tokens=num_hit * bs)
 
     def _on_extended(self, rows: np.ndarray, length: int, token_ids: np.ndarray, table: np.ndarray) -> None:
         parents, keys = self._chains.extend(rows, length, token_ids)
