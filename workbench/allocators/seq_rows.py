@@ -121,8 +121,11 @@ class SeqRows:
             return
         del cached[i]  # the list is this object's own copy (`rows`)
         self._cached_rows = np.concatenate([self._cached_rows[:i], self._cached_rows[i + 1:]])
-        if seq_id in cached:  # a repeated id (a caller's error, refused later): look it up anew
+        try:  # a repeated id (a caller's error, refused later), after the first: look the batch up anew
+            cached.index(seq_id, i)
             self._cached_ids = None
+        except ValueError:
+            pass
 
     def _grow(self) -> None:
         old = self.capacity_rows

@@ -17,7 +17,7 @@ class BlockStack:
         """Mutates. Take k block ids, int32 [k]; raises if fewer are free."""
         if k > self.size:
             raise RuntimeError(f"out of blocks: need {k}, {self.size} free")
-        taken = pop_blocks(self._ids, self.size, k).copy()
+        taken = top_first(self._ids, self.size, k).copy()  # numpy's slicing here: a compiled call's view costs more
         self.size -= k
         return taken
 
@@ -43,13 +43,15 @@ class BlockStack:
         self.size = size
 
 
-# The stack's order, compiled: the class above and the compiled loops (paged.loops, the compiled step loop)
-# pop and push through these.
-@njit(cache=True)
-def pop_blocks(free_ids, free_size, k):
+# The stack's order: the class above and the compiled loops (paged.loops, the compiled step loop) pop and push
+# through these.
+def top_first(free_ids, free_size, k):
     """`BlockStack.pop`'s order: the top k ids of the stack `free_ids[:free_size]` (top last), top first, as a
     view (the caller copies it or uses it before the next push). The caller checks k <= free_size."""
     return free_ids[free_size - k:free_size][::-1]
+
+
+pop_blocks = njit(cache=True)(top_first)  # the same order, for compiled callers
 
 
 @njit(cache=True)

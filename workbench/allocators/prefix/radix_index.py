@@ -208,7 +208,7 @@ class RadixPrefixIndex:
             parent.append(blocks, keys)
             parent.locked = parent.n  # the new tail is held
             return
-        node = self._new_node(blocks.copy(), keys.copy(), depth, parent)
+        node = self._new_node(blocks, keys, depth, parent)
         node.locked = node.n
         parent.children[node.first_key()] = node
         parent.locked_children += 1  # the parent's tail is held: locked already, and no leaf of the order
@@ -255,7 +255,7 @@ class RadixPrefixIndex:
 
     def _split(self, node: RadixNode, at: int) -> None:
         """Mutates. Blocks [at, n) of `node` move to a new node, its only child; nothing else changes."""
-        below = self._new_node(node.blocks[at:node.n].copy(), node.keys[at:node.n].copy(), node.depth + at, node)
+        below = self._new_node(node.blocks[at:node.n], node.keys[at:node.n], node.depth + at, node)
         below.children, below.locked_children = node.children, node.locked_children
         for child in below.children.values():
             child.parent = below

@@ -17,10 +17,14 @@ class RadixNode:
 
     def __init__(self, node_id: int, blocks: np.ndarray, keys: np.ndarray, depth: int,
                  parent: RadixNode | None) -> None:
+        """`blocks` (int32 [n]) and `keys` (uint64 [n]) are copied."""
         self.node_id = node_id
-        self.blocks = blocks  # int32 [capacity]: the run's blocks, head first; the first n are live
-        self.keys = keys  # uint64 [capacity]: their chain keys
-        self.n = blocks.shape[0]
+        self.n = n = blocks.shape[0]
+        # copies of the run with as much room again: a decode step continues a node by a block at a time
+        self.blocks = np.empty(2 * n, dtype=np.int32)  # [capacity]: the run's blocks, head first; the first n are live
+        self.blocks[:n] = blocks
+        self.keys = np.empty(2 * n, dtype=np.uint64)  # [capacity]: their chain keys
+        self.keys[:n] = keys
         self.depth = depth  # prefix depth of the first block (0: a prompt's first block)
         self.parent = parent  # None: the root (which holds no block)
         self.children: dict[int, RadixNode] = {}  # first key -> child node
