@@ -44,6 +44,16 @@ def _outside(ids, size) -> bool:
 
 
 @njit(cache=True)
+def _tally(ids, listed) -> bool:
+    """Mutates `listed`: one more for each id of `ids`, unless some id lies outside it (then False, unchanged)."""
+    if _outside(ids, listed.shape[0]):
+        return False
+    for b in ids:
+        listed[b] += 1
+    return True
+
+
+@njit(cache=True)
 def _entry_fill(j, nb, length, bs):
     """The slots a row of `length` tokens in `nb` blocks has written into its entry j."""
     return bs if j < nb - 1 else length - (nb - 1) * bs
@@ -137,30 +147,25 @@ def check_pool(live, length, final_len, num_blocks, last_block, swapped, table, 
     if entries != table_entries:
         return ENTRIES, -1
     # held, free, cached and state blocks: each block of the pool in exactly one
-    if _outside(free_ids, num_dev):
-        return FREE_OUTSIDE, -1
     state = np.zeros(num_dev, dtype=np.int64)
+    if not _tally(free_ids, state):
+        return FREE_OUTSIDE, -1
     for b in free_ids:
-        state[b] += 1
         if state[b] > 1:
             return FREE_TWICE, -1
-    if _outside(cached_ids, num_dev):
+    if not _tally(cached_ids, state):
         return CACHED_OUTSIDE, -1
-    for b in cached_ids:
-        state[b] += 1
     if _outside(state_ids, num_dev):
         return STATE_OUTSIDE, -1
     for b in state_ids:
         if holders[b] > 0:
             return STATE_IN_TABLE, -1
-        state[b] += 1
+    _tally(state_ids, state)
     if _not_a_partition(state, holders):
         return PARTITION, -1
-    if _outside(host_free_ids, num_host):
-        return HOST_FREE_OUTSIDE, -1
     host_state = np.zeros(num_host, dtype=np.int64)
-    for b in host_free_ids:
-        host_state[b] += 1
+    if not _tally(host_free_ids, host_state):
+        return HOST_FREE_OUTSIDE, -1
     if _not_a_partition(host_state, host_holders):
         return HOST_PARTITION, -1
     return OK, -1
