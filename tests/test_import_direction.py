@@ -31,7 +31,7 @@ FORBIDDEN = [
     *[(m, f) for m in _SCHEDULING for f in ("workbench.engine.runner", "workbench.engine.kvpool", "workbench.kernels",
                                              "workbench.engine.simulation", "workbench.engine.replica")],
     # the engine knows strategies through their protocol (allocators.base) and the registry, never a concrete one;
-    # the compiled loop of plain `paged` runs alone is that strategy's, over its arrays with its compiled verbs
+    # the compiled loop (engine.compiled_paged) is its strategies', over their arrays with their compiled verbs
     *[(m, f"workbench.allocators.{kind}") for m in ENGINE_GENERAL
       for kind in ("paged", "prefix", "contiguous", "virtual")],
     # a fleet is replicas of the engine: it imports the engine's modules; of the engine, only the run's entry

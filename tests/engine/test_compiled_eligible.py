@@ -83,13 +83,14 @@ def test_each_neutral_scheduler_field_at_another_value_sends_the_run_to_the_gene
 GOLDEN = load()
 
 
+@pytest.mark.parametrize("strategy", ["paged", "paged-prefix"])
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
-def test_golden_cases_give_their_recorded_tables_through_both_loops(workload, monkeypatch):
+def test_golden_cases_give_their_recorded_tables_through_both_loops(workload, strategy, monkeypatch):
     """The golden runs verify the kernel, which the compiled loop does not run; without it the tables are the
     recorded ones (the kernel changes no scheduling), through the compiled loop where it applies and through
     the general loop always."""
-    cfg = small_config(strategy="paged", **{**WORKLOADS[workload], "kernel": "none", "verify_every": 0})
-    expected = GOLDEN["paged"][workload]
+    cfg = small_config(strategy=strategy, **{**WORKLOADS[workload], "kernel": "none", "verify_every": 0})
+    expected = GOLDEN[strategy][workload]
     taken = []
     drive = compiled_drive.drive
     monkeypatch.setattr(compiled_drive, "drive", lambda *a: taken.append(1) or drive(*a))

@@ -75,13 +75,14 @@ class CompiledPool:
         """Mutates. Tables at least `num_cols` wide (`BlockTables._fit`)."""
         self.strategy.tables._fit(num_cols)
 
-    def finish(self, free_size: int, free_rows_top: int) -> None:
+    def finish(self, free_size: int, free_rows_top: int, cached: int = 0) -> None:
         """Mutates the strategy: the loop's run is over and every sequence gone; what only Python holds is
-        written back. Raises AssertionError when a block is still held or a counter is not back at zero."""
+        written back. Raises AssertionError when a block is still held (neither free nor among the `cached`
+        blocks a prefix cache keeps) or a counter is not back at zero."""
         s = self.strategy
-        if free_size != s.num_blocks or self.counts.any():
-            raise AssertionError(f"the compiled loop ended holding {s.num_blocks - free_size} of {s.num_blocks} blocks "
-                                 f"(written, logical, table entries: {self.counts.tolist()})")
+        if free_size + cached != s.num_blocks or self.counts.any():
+            raise AssertionError(f"the compiled loop ended holding {s.num_blocks - free_size - cached} of "
+                                 f"{s.num_blocks} blocks (written, logical, table entries: {self.counts.tolist()})")
         seqs = s.tables.seqs
         s._free.size = free_size
         seqs._free_rows = self.free_rows[:free_rows_top].tolist()

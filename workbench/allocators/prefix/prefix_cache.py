@@ -31,6 +31,7 @@ from workbench.allocators.paged import pool_counts
 from workbench.allocators.paged.strategy import Counted, PagedStrategy
 from workbench.allocators.prefix import admit_one_call, decode_append, take_release
 from workbench.allocators.prefix.chains import SeqChains
+from workbench.allocators.prefix.compiled_cache import CompiledPrefixPool
 from workbench.allocators.prefix.eviction import make_policy
 from workbench.allocators.prefix.hash_index import HashPrefixIndex
 from workbench.allocators.prefix.host_tier import host_tier_for
@@ -82,6 +83,15 @@ class PrefixCacheStrategy(PagedStrategy):
                           and self.host_tier is None and self.shared_tier is None and self.state is None)
 
     # -- optional capabilities (allocators.base) ------------------------------------------------
+
+    def compiled_pool(self) -> CompiledPrefixPool | None:
+        """For this class itself (a subclass may change a verb), in the one-call case (`_one_call`: the hash
+        index, no tier or state) under LRU, holding no sequence: its arrays lent to the compiled loop
+        (`prefix.compiled_cache`); any other case takes the general loop."""
+        if type(self) is not PrefixCacheStrategy or not self._one_call or len(self.tables.seqs) \
+                or self.prefix.one_call_view(self.num_blocks, 0) is None:
+            return None
+        return CompiledPrefixPool(self)
 
     @property
     def host_tier_blocks(self) -> int:

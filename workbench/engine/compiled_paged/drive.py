@@ -4,7 +4,8 @@
 request rows to the sink in chunks, shows finished requests on a progress bar — with `step_loop.run_steps`
 making the steps. Between its calls, Python does what only Python has: the clock's per-row times (into
 the replica's own `RooflineClock`'s tables, which the loop's step formula reads as the general loop's does),
-the request log's words and its window, and the buffers' growth.
+the request log's words and its window, and the buffers' growth. A prefix cache's pool
+(`CompiledPrefixPool`) adds the workload's prompt segments and the index's arrays (`prefix_verbs`' `X`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from workbench import table_sink
+from workbench.allocators.prefix.compiled_cache import CompiledPrefixPool
 from workbench.allocators.values import blocks_refused
 from workbench.engine import reasons
 from workbench.engine.compiled_paged import step_loop as L
+from workbench.engine.compiled_paged.prompts import prompt_segments
 from workbench.engine.request_log import rejected_status
 from workbench.results import REQUESTS_TABLE
 from workbench.table_sink import TableSink
@@ -46,6 +49,8 @@ def drive(replica, progress: bool, sink: TableSink) -> None:
                 run.grow_rows()
             elif status == L.WIDEN:
                 run.pool.widen(int(run.S[L.NEED_COLS]))
+            elif status == L.GROW_KEYS:
+                run.pool.grow_keys(int(run.S[L.NEED_KEYS]))
             else:  # EVENTS_FULL, GROW
                 run.grow(status)
             bar.update(run.take_events())
@@ -78,7 +83,16 @@ class _Run:
             cfg.max_num_seqs
         C[L.MAX_BATCHED], C[L.WATERMARK] = cfg.max_num_batched_tokens, sched.admission.watermark_blocks
         C[L.CAPACITY_SLOTS] = strategy.capacity_slots
+        self.prefix = isinstance(pool, CompiledPrefixPool)
         self.C = C
+        if self.prefix:
+            self.segments = tuple(prompt_segments(sched.arrivals.requests))
+            self.S[L.NUM_KEYS] = pool.num_keys
+            most_blocks = cfg.max_model_len // strategy.block_size + 1
+            # a prompt's token ids, keys and hits; per row, its cached tokens when admitted this step
+            self.prompt_scratch = (np.zeros(cfg.max_model_len + 1, dtype=np.int32),
+                                   np.zeros(most_blocks, dtype=np.uint64), np.zeros(most_blocks, dtype=np.int32))
+            self.prefill_cached = np.zeros(pool.capacity_rows, dtype=np.int64)
         ring = _pow2(max(1024, self.log.done.shape[0]))
         self.g_generated = np.zeros(ring, dtype=np.int64)
         self.g_row = np.full(ring, -1, dtype=np.int64)
@@ -97,19 +111,36 @@ class _Run:
         log, clock, pool = self.log, self.clock, self.pool  # their arrays grow between calls: read them at each
         c = pool.column
         released = np.empty(pool.table.shape[1], dtype=np.int32)  # a row's blocks, as release_row gives them
-        return L.run_steps(self.S, self.F, self.C, clock.K, self.arrival_s, self.prompt, self.output,
+        status = L.run_steps(self.S, self.F, self.C, clock.K, self.arrival_s, self.prompt, self.output,
                            clock.rows_s_table, clock.flops_per_s_table, clock.output_s_table, clock.need,
                            self.g_generated, self.g_row, self.wait, self.row_req, self.batch, self.prefilled,
                            pool.free_rows, pool.data, c("length"), c("final_len"), c("num_blocks"), c("last_block"),
                            c("swapped"), c("mark"), pool.live, pool.table, pool.refcount, pool.scratch, pool.free_ids,
                            pool.counts, released, self.slots, self.copies, log.admitted_s, log.first_token_s,
-                           log.finish_s, log.num_preemptions, log.done, self.events, self.rows_f, self.rows_i)
+                           log.finish_s, log.num_preemptions, log.prefix_hit_tokens, log.done, self.events,
+                           self.rows_f, self.rows_i, self._prefix_arrays(released.shape[0]))
+        if self.prefix:
+            pool.keys_changed(int(self.S[L.NUM_KEYS]))
+        return status
+
+    def _prefix_arrays(self, num_cols: int) -> tuple | None:
+        """`prefix_verbs`' X: the index's arrays, the workload's segments, scratch; None without a prefix cache
+        (the loop's other specialization)."""
+        if not self.prefix:
+            return None
+        rows = self.pool.capacity_rows
+        return (*self.pool.views(), *self.segments, *self.prompt_scratch, np.zeros(rows, dtype=np.int32),
+                self.prefill_cached, np.zeros(num_cols, dtype=np.int32))
 
     def grow_rows(self) -> None:
         """Twice the pool's rows, and the per-row arrays with them (their values kept)."""
         pool = self.pool
         pool.grow_rows(int(self.S[L.FREE_ROWS_TOP]))
         self.S[L.FREE_ROWS_TOP] = pool.free_rows_top
+        if self.prefix:
+            self.prefill_cached = np.concatenate([self.prefill_cached,
+                                                  np.zeros(pool.capacity_rows - self.prefill_cached.shape[0],
+                                                           dtype=np.int64)])
         for name in ("row_req", "batch", "prefilled"):
             old = getattr(self, name)
             new = np.zeros(pool.capacity_rows, dtype=np.int64)
@@ -182,7 +213,10 @@ class _Run:
         """Every request is done: the replica's counters as the general loop leaves them, and the strategy's
         (every block back on its free stack, checked in O(1); the tests check its whole integrity, O(pool))."""
         S, replica = self.S, self.replica
-        self.pool.finish(int(S[L.FREE_TOP]), int(S[L.FREE_ROWS_TOP]))
+        if self.prefix:
+            self.pool.finish(int(S[L.FREE_TOP]), int(S[L.FREE_ROWS_TOP]), S[[L.QUERIED, L.HIT, L.EVICTED]])
+        else:
+            self.pool.finish(int(S[L.FREE_TOP]), int(S[L.FREE_ROWS_TOP]))
         replica.now_s = float(self.F[0])
         replica.num_steps = self.sched.step = int(S[L.STEP])
         self.sched.arrivals.skip_to(int(S[L.NEXT_ARRIVAL]))

@@ -31,6 +31,7 @@ _ORDER = "read by a cache-aware admission order only; the loop admits in arrival
 _SPEC = "read by speculative decoding only; the loop decodes one token per step (spec_tokens 0)"
 
 RUN_HANDLED = {
+    "strategy": _STRATEGY,
     "block_size": _CAPACITY, "model": _CAPACITY, "kv_dtype": _CAPACITY, "gpu": _CAPACITY, "tp": _CAPACITY,
     "weight_dtype": "capacity (the weights' bytes) and the per-row operator times the formula reads",
     "gpu_memory_utilization": _CAPACITY, "kv_gib": _CAPACITY, "kv_slots": _CAPACITY,
@@ -50,7 +51,7 @@ RUN_HANDLED = {
     "router": _FLEET, "kv_overlap_weight": _FLEET, "kv_link_gb_s": _FLEET,
 }
 RUN_NEUTRAL = {
-    "strategy": "paged", "host_cache_gib": 0.0, "overlap_load": False, "shared_tier_gib": 0.0,
+    "host_cache_gib": 0.0, "overlap_load": False, "shared_tier_gib": 0.0,
     "page_kib": 2048, "max_batch": 256, "page_reuse": "off", "map_us_per_page": None, "overlap_map": "off",
     "clock": "roofline", "kernel": "none", "preemption": "recompute", "chunked_prefill": False, "admission": "fcfs",
     "batching": "continuous", "schedule": "fcfs", "spec_tokens": 0, "n": 1, "beam_width": 1, "replicas": 1,
@@ -123,7 +124,7 @@ def applies(replica, cfg: RunConfig | None = None) -> bool:
             and replica.runner is None and not replica.measured
             and replica.timers is None and replica.num_steps == 0 and replica.now_s == 0.0
             and not replica.steps.num_rows and not replica.steps.group_columns
-            and not sched.device.swap and not sched.needs_token_ids
+            and not sched.device.swap and sched.needs_token_ids == strategy.wants_token_ids
             and not sched.arrivals.any_transferred() and sched.arrivals.next_index == 0
             and sched.step == 0 and not sched.live
             and _one_sequence_each(sched.arrivals.requests))

@@ -7,6 +7,10 @@ preempted — waiting groups are admitted first come first served, the clock pri
 produce their first token and join the batch, finished groups give their blocks back, and one step row is
 written. The pool is the strategy's own (workbench.allocators.paged.compiled_pool): a sequence is a row of its
 tables, and blocks are taken, appended and given back by the functions of `paged.loops` that its verbs call.
+Where the pool holds a hash-chain prefix cache (workbench.allocators.prefix.compiled_cache), the prompt's keys,
+hits, placement, the decode append and the release are that strategy's one-call verbs (`prefix_verbs`, over the
+arrays of the tuple `X`); without one `X` is None, and Numba compiles the loop without those branches (its
+branch pruning of `X is None`), so a plain pool's loop carries none of the cache's code.
 
 The loop stops and returns to the caller (`run_steps`' status) whenever it needs something only Python has
 or an output buffer is full; every state it stops in is one it can resume from:
@@ -21,6 +25,8 @@ or an output buffer is full; every state it stops in is one it can resume from:
   NEED_CLOCK   the step is planned and the clock's per-row tables lack the entries `need` names
                (workbench.clock.step_formula; the caller fills them from the clock)
   STUCK        work is left that can never run (the caller raises, as `Replica.step` does)
+  GROW_KEYS    the prefix cache's key table needs room for S[NEED_KEYS] more keys (the caller grows it, as
+               `HashPrefixIndex.insert` would; nothing of the verb that asked is done yet)
 
 The verdicts (arrival, admission, the victim, finishing, a step that cannot run) are workbench.engine.rules'
 (compiled: workbench.engine.compiled_rules) and the step's duration is workbench.clock.step_formula's, the same
@@ -39,9 +45,10 @@ from workbench.allocators.paged.block_stack import pop_blocks, push_blocks
 from workbench.allocators.paged.pool_counts import ENTRIES, LOGICAL, WRITTEN
 from workbench.clock import step_formula
 from workbench.engine import compiled_rules as rules
+from workbench.engine.compiled_paged import prefix_verbs as prefix
 
 # statuses
-DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK, GROW_ROWS, WIDEN = 0, 1, 2, 3, 4, 5, 6, 7
+DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK, GROW_ROWS, WIDEN, GROW_KEYS = 0, 1, 2, 3, 4, 5, 6, 7, 8
 
 # S: the loop's integer state, int64 [NUM_STATE]
 (NEXT_ARRIVAL, STEP, NBATCH, WAIT_HEAD, NWAIT, RUNNING_SEQS, FREE_TOP, FREE_ROWS_TOP, PHASE, ROWS, EVENTS,
@@ -49,7 +56,10 @@ DONE, ROWS_FULL, EVENTS_FULL, GROW, NEED_CLOCK, STUCK, GROW_ROWS, WIDEN = 0, 1, 
  BUDGET,
  # the step being planned: its cost and its snapshot
  P_NUM_DECODE, P_NPF, P_NUM_PREFILL, P_KV_READ, P_ATTN_CTX, P_DECODE_CTX, P_DECODE_BLOCKS, P_UNSHARED_SLOTS,
- P_PREEMPTIONS, P_TOKEN_SLOTS, P_LOGICAL_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES, NUM_STATE) = range(34)
+ P_PREEMPTIONS, P_TOKEN_SLOTS, P_LOGICAL_SLOTS, P_RESERVED, P_FREE_SLOTS, P_TABLE_ENTRIES,
+ # a prefix cache's: keys in its table, keys a verb waits room for, the strategy's counters (prompt tokens
+ # queried, tokens hit, blocks evicted), the step's copies and cached slots
+ NUM_KEYS, NEED_KEYS, QUERIED, HIT, EVICTED, P_COPIES, P_CACHED_SLOTS, NUM_STATE) = range(41)
 
 # S[PHASE]: where the step stands, so that a stop inside it resumes there
 START, APPEND, ADMIT, DECIDE, PLANNED = 0, 1, 2, 3, 4
@@ -86,13 +96,16 @@ def _event(S, events, i, code, a, b):
 
 
 @njit(cache=True)
-def _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts, released):
+def _free_row(S, C, X, row, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts, released):
     """The sequence in `row` gives its blocks back (`PagedStrategy.free`: `release_row`, the counters, then the
-    released blocks pushed so that its first one is popped first) and its row (`SeqRows.remove`: zeroed, not
-    live, pushed on the free rows)."""
+    released blocks pushed so that its first one is popped first, or handed to the prefix cache) and its row
+    (`SeqRows.remove`: zeroed, not live, pushed on the free rows)."""
     n, written = loops.release_row(row, length, num_blocks, table, refcount, C[BLOCK_SIZE], released)
     pool_counts.released(counts, written, length[row], num_blocks[row])
-    S[FREE_TOP] = push_blocks(free_ids, S[FREE_TOP], released, n)
+    if X is not None:
+        S[FREE_TOP] = prefix.release(X, released[:n], free_ids, S[FREE_TOP])
+    else:
+        S[FREE_TOP] = push_blocks(free_ids, S[FREE_TOP], released, n)
     for c in range(data.shape[0]):  # a loop, not a 2-D slice: no view to count references of
         data[c, row] = 0
     live[row] = False
@@ -101,11 +114,19 @@ def _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, li
 
 
 @njit(cache=True)
-def _sole_holders(S, counts, refcount):
-    """Whether no held block has two holders (`loops.count_append`'s `sole_holders`). Every held block of the
-    plain pool is a table entry of a sequence (no prefix cache, recurrent state or host pool), so as many table
-    entries as held blocks means one holder each; a shared block makes them differ."""
-    return counts[ENTRIES] == refcount.shape[0] - S[FREE_TOP]
+def _sole_holders(S, counts, refcount, cached):
+    """Whether no held block has two holders (`loops.count_append`'s `sole_holders`). Every held block is a
+    table entry of a sequence (no recurrent state or host pool; `cached` blocks are held by none), so as many
+    table entries as held blocks means one holder each; a shared block makes them differ."""
+    return counts[ENTRIES] == refcount.shape[0] - S[FREE_TOP] - cached
+
+
+@njit(cache=True)
+def _cached(X):
+    """Blocks the prefix cache keeps (none without one)."""
+    if X is None:
+        return 0
+    return prefix.cached_blocks(X)
 
 
 @njit(cache=True)
@@ -124,14 +145,15 @@ def _leave_batch(S, batch, row):
 def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output_s, need, g_generated, g_row, wait,
               row_req, batch, prefilled, free_rows, data, length, final_len, num_blocks, last_block, swapped, mark,
               live, table, refcount, scratch, free_ids, counts, released, slots, copies, log_admitted, log_first,
-              log_finish, log_preempt, log_done, events, rows_f, rows_i):
+              log_finish, log_preempt, log_hit, log_done, events, rows_f, rows_i, X):
     """Step until a status (module docstring) says to stop. `F[0]` is the replica's clock (s). Per request
     i (ring position i & (len - 1) of `g_generated` and `g_row`): tokens generated, pool row or -1; `wait` a
     ring of request indices (head S[WAIT_HEAD]); per pool row: its request (`row_req`); `batch` the decoding
     rows in join order; `prefilled` this step's admitted rows; `free_rows` the free rows (top S[FREE_ROWS_TOP]);
     `data` .. `counts` the pool's arrays (CompiledPool; `data` holds the per-row columns `length` .. `mark`);
     `released`, `copies` scratch buffers of `release_row` and `decode_append`, `slots` empty (no kernel reads a
-    slot mapping); the `log_*` arrays are the RequestLog window (row i - S[LOG_BASE])."""
+    slot mapping); the `log_*` arrays are the RequestLog window (row i - S[LOG_BASE]); `X` a prefix cache's arrays
+    (`prefix_verbs`), None without a prefix cache."""
     while True:
         if S[PHASE] == START:
             if S[ROWS] == rows_f.shape[0]:
@@ -145,20 +167,21 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
             # running one (finished, or the one retired)
             if S[EVENTS] + S[NWAIT] + S[RUNNING_SEQS] + 1 > events.shape[0]:
                 return EVENTS_FULL
-            S[REJECTED_BEFORE], S[P_PREEMPTIONS], S[P_NPF] = S[NUM_REJECTED], 0, 0
+            S[REJECTED_BEFORE], S[P_PREEMPTIONS], S[P_NPF], S[P_COPIES] = S[NUM_REJECTED], 0, 0, 0
             S[PHASE] = APPEND
         if S[PHASE] == APPEND:
-            status = _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, length, final_len,
-                                        num_blocks, last_block, swapped, mark, live, table, refcount, scratch,
-                                        free_ids, counts, released, slots, copies, log_preempt, log_done, events)
+            status = _append_or_preempt(S, C, X, prompt, g_row, wait, row_req, batch, free_rows, data, length,
+                                        final_len, num_blocks, last_block, swapped, mark, live, table, refcount,
+                                        scratch, free_ids, counts, released, slots, copies, log_preempt, log_done,
+                                        events)
             if status >= 0:
                 return status
             S[BUDGET] = C[MAX_BATCHED]
             S[PHASE] = ADMIT if rules.admits_after(S[P_PREEMPTIONS]) else DECIDE
         if S[PHASE] == ADMIT:
-            status = _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled, free_rows, length,
-                            final_len, num_blocks, last_block, live, table, refcount, free_ids, counts, log_admitted,
-                            log_done, events)
+            status = _admit(S, F, C, X, prompt, output, g_generated, g_row, wait, row_req, prefilled, free_rows,
+                            length, final_len, num_blocks, last_block, live, table, refcount, free_ids, counts,
+                            log_admitted, log_hit, log_done, events)
             if status >= 0:
                 return status
             S[PHASE] = DECIDE
@@ -171,17 +194,17 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
                     return STUCK
                 S[PHASE] = START
                 continue
-            _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch,
+            _plan(S, C, X, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch,
                   prefilled)
             S[PHASE] = PLANNED
         dt_s = step_formula.compute_s(K, rows_s, output_s, flops_per_s, need, S[P_NUM_PREFILL], S[P_NUM_DECODE],
-                                      S[P_KV_READ], S[P_ATTN_CTX], S[P_DECODE_CTX], 0, 0, math.nan, 0,
+                                      S[P_KV_READ], S[P_ATTN_CTX], S[P_DECODE_CTX], S[P_COPIES], 0, math.nan, 0,
                                       S[P_DECODE_BLOCKS], S[P_NUM_DECODE] + S[P_NPF])
         if math.isnan(dt_s):
             return NEED_CLOCK
         F[0] += dt_s
         S[STEP] += 1
-        _complete(S, C, F[0], output, g_generated, g_row, row_req, batch, prefilled, free_rows, data, length,
+        _complete(S, C, X, F[0], output, g_generated, g_row, row_req, batch, prefilled, free_rows, data, length,
                   num_blocks, table, refcount, free_ids, live, counts, released, log_first, log_finish, log_done,
                   events)
         _record(S, C, F[0], dt_s, rows_f, rows_i)
@@ -221,25 +244,42 @@ def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_row, wait, log_do
 
 
 @njit(cache=True)
-def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, length, final_len, num_blocks, last_block,
-                       swapped, mark, live, table, refcount, scratch, free_ids, counts, released, slots, copies,
-                       log_preempt, log_done, events):
+def _append_or_preempt(S, C, X, prompt, g_row, wait, row_req, batch, free_rows, data, length, final_len, num_blocks,
+                       last_block, swapped, mark, live, table, refcount, scratch, free_ids, counts, released, slots,
+                       copies, log_preempt, log_done, events):
     """The decode batch appends one slot per sequence, all or nothing (`PagedStrategy.append_if_room`'s
     `decode_append`); while the free blocks cannot supply it, the latest-arrived group is preempted for
     recompute (first in line again), or rejected when it is the only one (`Scheduler._grow_batch`), counted in
     S[P_PREEMPTIONS]. Returns WIDEN when a table needs more columns (nothing changed since the last
-    preemption), else -1. The batch is this loop's own rows: each joins once with its first token, leaves with its
-    last (or preempted) and is never swapped out, so `batch_check` holds by construction and is not made (the
-    tests compare every step with the general loop's, whose strategy checks it)."""
+    preemption) or GROW_KEYS when a prefix cache's table lacks room for a key per sequence, else -1. With a
+    prefix cache the batch appends its generated tokens and registers the blocks they fill (the one-call
+    `append_if_room`). The batch is this loop's own rows: each joins once with its first token, leaves with its
+    last (or preempted) and is never swapped out, so `batch_check` holds by construction and is not made in the
+    plain pool's append (the tests compare every step with the general loop's, whose strategy checks it)."""
     gmask = g_row.shape[0] - 1
     wcap = wait.shape[0]
     while S[NBATCH] > 0:
         rows = batch[:S[NBATCH]]
-        status, x, _, copied_slots, grown = loops.decode_append(
-            rows, length, final_len, num_blocks, swapped, last_block, table, refcount, C[BLOCK_SIZE], scratch, mark,
-            free_ids, S[FREE_TOP], slots, copies, _sole_holders(S, counts, refcount), False)
+        if X is not None:
+            if not prefix.has_room(X, S[NUM_KEYS], rows.shape[0]):
+                S[NEED_KEYS] = rows.shape[0]
+                return GROW_KEYS
+            status, x, from_free, evicted, num_copies, copied_slots, grown, keys_delta = prefix.append(
+                X, rows, row_req, prompt, length, final_len, num_blocks, swapped, last_block, table, refcount,
+                C[BLOCK_SIZE], scratch, mark, free_ids, S[FREE_TOP], slots, copies)
+            if status == loops.APPENDED:
+                S[FREE_TOP] -= from_free
+                S[EVICTED] += evicted
+                S[NUM_KEYS] += keys_delta
+                S[P_COPIES] += num_copies
+        else:
+            status, x, num_copies, copied_slots, grown = loops.decode_append(
+                rows, length, final_len, num_blocks, swapped, last_block, table, refcount, C[BLOCK_SIZE], scratch,
+                mark, free_ids, S[FREE_TOP], slots, copies, _sole_holders(S, counts, refcount, 0), False)
+            if status == loops.APPENDED:
+                S[FREE_TOP] -= x
+                S[P_COPIES] += num_copies
         if status == loops.APPENDED:
-            S[FREE_TOP] -= x
             pool_counts.appended(counts, rows.shape[0], copied_slots, grown)
             return -1
         if status == loops.WIDEN:
@@ -250,7 +290,7 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
         last_one = rules.retires_victim(S[NBATCH])
         _leave_batch(S, batch, victim)
         S[RUNNING_SEQS] -= 1
-        _free_row(S, C, victim, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts,
+        _free_row(S, C, X, victim, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts,
                   released)
         g_row[i & gmask] = -1
         if last_one:  # the only holder of the pool cannot grow
@@ -267,14 +307,16 @@ def _append_or_preempt(S, C, g_row, wait, row_req, batch, free_rows, data, lengt
 
 
 @njit(cache=True)
-def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled, free_rows, length, final_len,
-           num_blocks, last_block, live, table, refcount, free_ids, counts, log_admitted, log_done, events):
+def _admit(S, F, C, X, prompt, output, g_generated, g_row, wait, row_req, prefilled, free_rows, length, final_len,
+           num_blocks, last_block, live, table, refcount, free_ids, counts, log_admitted, log_hit, log_done, events):
     """Waiting groups are admitted first come first served under the token budget, max_num_seqs and the
     watermark, each taking the blocks of its prompt and what it generated before a preemption
     (`Admission.admit`; `PagedStrategy.admit`: blocks in the stack's pop order, one holder each, a new row of the
-    tables); a group the empty pool cannot place is rejected. The admitted ones' rows go to `prefilled`
-    (S[P_NPF] of them), the budget left stays in S[BUDGET]. Returns GROW_ROWS or WIDEN when the next admission
-    needs a row or table columns the pool lacks (nothing of it done yet), else -1."""
+    tables; with a prefix cache its hits first, `_count_admission` and the one-call `_place_admission`); a group
+    the empty pool cannot place is rejected. The admitted ones' rows go to `prefilled` (S[P_NPF] of them, their
+    cached tokens in the prefix arrays' PREFILL_CACHED), the budget left stays in S[BUDGET]. Returns GROW_ROWS,
+    WIDEN or GROW_KEYS when the next admission needs a row, table columns or key slots the pool lacks (nothing
+    of it done yet), else -1."""
     bs = C[BLOCK_SIZE]
     gmask = g_row.shape[0] - 1
     wcap = wait.shape[0]
@@ -283,15 +325,21 @@ def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled
         i = wait[S[WAIT_HEAD]]
         tokens = rules.recompute_tokens(np.int64(prompt[i]), g_generated[i & gmask])
         need = rules.blocks_needed(tokens, bs, 1)
+        cached = _cached(X)
         verdict = rules.admission_verdict(tokens, budget, True, S[RUNNING_SEQS], 1, C[MAX_NUM_SEQS], need,
-                                          S[FREE_TOP], C[WATERMARK])
+                                          S[FREE_TOP] + cached, C[WATERMARK])
         if verdict == rules.STOP:
             break
         refusal = -1
+        fresh, allocatable, num_full, num_hit, revived = need, S[FREE_TOP], 0, 0, 0
         if verdict == rules.BELOW_WATERMARK:
             refusal = REJECT_WATERMARK
-        elif need > S[FREE_TOP]:  # PagedStrategy.admit's refusal (`blocks_refused`)
-            refusal = REJECT_BLOCKS
+        else:
+            if X is not None:  # `_count_admission`: the hits need no fresh block; revived ones leave the cache
+                num_full, num_hit, revived = prefix.count_prompt(X, i, tokens, np.int64(prompt[i]), bs, refcount)
+                fresh, allocatable = need - num_hit, S[FREE_TOP] + cached - revived
+            if fresh > allocatable:  # PagedStrategy._count_admission's refusal (`blocks_refused`)
+                refusal = REJECT_BLOCKS
         if refusal >= 0 and not rules.refusal_is_final(S[RUNNING_SEQS]):  # blocks will come free: it waits
             break
         if refusal < 0 and S[FREE_ROWS_TOP] == 0:  # `SeqRows.add` grows the rows
@@ -299,64 +347,88 @@ def _admit(S, F, C, prompt, output, g_generated, g_row, wait, row_req, prefilled
         if refusal < 0 and need > table.shape[1]:  # `BlockTables.add` widens the tables
             S[NEED_COLS] = need
             return WIDEN
+        if X is not None:
+            if refusal < 0 and not prefix.has_room(X, S[NUM_KEYS], num_full - num_hit):
+                S[NEED_KEYS] = num_full - num_hit
+                return GROW_KEYS
         S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
         S[NWAIT] -= 1
         if refusal >= 0:  # the empty pool cannot place it: nothing ever will
             S[NUM_REJECTED] += 1
-            _event(S, events, i, refusal, need, S[FREE_TOP])
+            _event(S, events, i, refusal, fresh, allocatable)
             _log_done(S, log_done, i)
             continue
         S[FREE_ROWS_TOP] -= 1
         row = free_rows[S[FREE_ROWS_TOP]]
-        blocks = pop_blocks(free_ids, S[FREE_TOP], need)
-        for j in range(need):
-            refcount[blocks[j]] = 1
-        loops.fill_row(row, blocks, tokens, rules.final_kv_len(np.int64(prompt[i]), np.int64(output[i])), table,
-                       length, final_len, num_blocks, last_block)
-        S[FREE_TOP] -= need
+        final = rules.final_kv_len(np.int64(prompt[i]), np.int64(output[i]))
+        if X is not None:
+            from_free, keys_delta = prefix.place(X, row, num_full, num_hit, fresh, tokens, final, refcount, free_ids,
+                                                 S[FREE_TOP], table, length, final_len, num_blocks, last_block)
+            S[FREE_TOP] -= from_free
+            S[NUM_KEYS] += keys_delta
+            S[EVICTED] += fresh - from_free
+            S[QUERIED] += tokens
+            S[HIT] += num_hit * bs
+        else:
+            blocks = pop_blocks(free_ids, S[FREE_TOP], need)
+            for j in range(need):
+                refcount[blocks[j]] = 1
+            loops.fill_row(row, blocks, tokens, final, table, length, final_len, num_blocks, last_block)
+            S[FREE_TOP] -= need
+        cached_tokens = num_hit * bs
         live[row] = True
-        pool_counts.added(counts, tokens, 1, need, 0)
+        pool_counts.added(counts, tokens, 1, need, (num_hit - revived) * bs)  # hits in use were written before
         row_req[row] = i
         g_row[i & gmask] = row
         j = i - S[LOG_BASE]
         log_admitted[j] = rules.first_time(log_admitted[j], F[0])
+        log_hit[j] += cached_tokens
         S[RUNNING_SEQS] += 1
-        S[BUDGET] = budget - tokens
+        S[BUDGET] = budget - (tokens - cached_tokens)  # the tokens it computes (`Prefill.write_tokens`)
+        if X is not None:
+            X[prefix.PREFILL_CACHED][S[P_NPF]] = cached_tokens
         prefilled[S[P_NPF]] = row
         S[P_NPF] += 1
     return -1
 
 
 @njit(cache=True)
-def _plan(S, C, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch, prefilled):
-    """The planned step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`: the counters and the
-    reserved slots), into S. An admitted sequence's length is its whole prompt (and recomputed tokens), all of
-    it written this step."""
+def _plan(S, C, X, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch,
+          prefilled):
+    """The planned step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`: the counters, the
+    reserved slots and the cached ones), into S. An admitted sequence's length is its whole prompt (and
+    recomputed tokens), written this step past its prefix-cache hit."""
     bs = C[BLOCK_SIZE]
     num_decode, npf = S[NBATCH], S[P_NPF]
     decode_ctx = decode_blocks = 0
     for k in range(num_decode):
         decode_ctx += length[batch[k]]
         decode_blocks += num_blocks[batch[k]]
-    num_prefill = attn_ctx_prefill = prefill_blocks = 0
+    num_prefill = prefill_ctx = attn_ctx_prefill = prefill_blocks = 0
     for k in range(npf):
         tokens = length[prefilled[k]]
-        num_prefill += tokens
-        attn_ctx_prefill += rules.query_keys(0, tokens)
+        cached_tokens = 0
+        if X is not None:
+            cached_tokens = X[prefix.PREFILL_CACHED][k]
+        num_prefill += tokens - cached_tokens
+        prefill_ctx += tokens
+        attn_ctx_prefill += rules.query_keys(cached_tokens, tokens)
         prefill_blocks += num_blocks[prefilled[k]]
+    cached = _cached(X)
     reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs, scratch,
-                                    _sole_holders(S, counts, refcount))
+                                    _sole_holders(S, counts, refcount, cached))
     S[P_NUM_DECODE], S[P_NUM_PREFILL] = num_decode, num_prefill
-    S[P_KV_READ], S[P_ATTN_CTX] = decode_ctx + num_prefill, decode_ctx + attn_ctx_prefill
+    S[P_KV_READ], S[P_ATTN_CTX] = decode_ctx + prefill_ctx, decode_ctx + attn_ctx_prefill
     S[P_DECODE_CTX], S[P_DECODE_BLOCKS] = decode_ctx, decode_blocks
     S[P_UNSHARED_SLOTS] = (decode_blocks + prefill_blocks) * bs
     S[P_TOKEN_SLOTS], S[P_RESERVED] = counts[WRITTEN], reserved
     S[P_LOGICAL_SLOTS], S[P_FREE_SLOTS], S[P_TABLE_ENTRIES] = counts[LOGICAL], S[FREE_TOP] * bs, counts[ENTRIES]
+    S[P_CACHED_SLOTS] = cached * bs
 
 
 @njit(cache=True)
-def _complete(S, C, now_s, output, g_generated, g_row, row_req, batch, prefilled, free_rows, data, length, num_blocks,
-              table, refcount, free_ids, live, counts, released, log_first, log_finish, log_done, events):
+def _complete(S, C, X, now_s, output, g_generated, g_row, row_req, batch, prefilled, free_rows, data, length,
+              num_blocks, table, refcount, free_ids, live, counts, released, log_first, log_finish, log_done, events):
     """The step ended at `now_s` (`Scheduler.complete`): every decoding sequence produced a token, every
     prefilled one its first and joins the batch, and the groups with all their tokens are freed."""
     gmask = g_row.shape[0] - 1
@@ -367,7 +439,7 @@ def _complete(S, C, now_s, output, g_generated, g_row, row_req, batch, prefilled
         g_generated[i & gmask] += 1
         if rules.tokens_left(np.int64(output[i]), g_generated[i & gmask]) == 0:
             _leave_batch(S, batch, row)
-            _finish(S, C, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount,
+            _finish(S, C, X, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount,
                     free_ids, live, counts, released, log_finish, log_done, events)
         else:
             k += 1
@@ -378,7 +450,7 @@ def _complete(S, C, now_s, output, g_generated, g_row, row_req, batch, prefilled
         j = i - S[LOG_BASE]
         log_first[j] = rules.first_time(log_first[j], now_s)
         if rules.tokens_left(np.int64(output[i]), g_generated[i & gmask]) == 0:  # one output token: done
-            _finish(S, C, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount,
+            _finish(S, C, X, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount,
                     free_ids, live, counts, released, log_finish, log_done, events)
         else:
             batch[S[NBATCH]] = row
@@ -386,10 +458,10 @@ def _complete(S, C, now_s, output, g_generated, g_row, row_req, batch, prefilled
 
 
 @njit(cache=True)
-def _finish(S, C, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount, free_ids, live,
+def _finish(S, C, X, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount, free_ids, live,
             counts, released, log_finish, log_done, events):
     """Request i generated its last token: its blocks go back and its row is done (`RequestLog.finished`)."""
-    _free_row(S, C, row, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts, released)
+    _free_row(S, C, X, row, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts, released)
     S[RUNNING_SEQS] -= 1
     g_row[i & (g_row.shape[0] - 1)] = -1
     log_finish[i - S[LOG_BASE]] = now_s
@@ -404,13 +476,13 @@ def _record(S, C, now_s, dt_s, rows_f, rows_i):
     """The step's row (`Replica._record`): INT_STEP_COLUMNS of workbench.results, from the plan in S."""
     r = S[ROWS]
     rows_f[r, 0], rows_f[r, 1], rows_f[r, 2] = now_s, dt_s, 0.0
-    free = S[P_FREE_SLOTS]
+    free, cached = S[P_FREE_SLOTS], S[P_CACHED_SLOTS]
     written, reserved = S[P_TOKEN_SLOTS], S[P_RESERVED]
     row = rows_i[r]
     row[0], row[1], row[2] = S[STEP] - 1, S[P_NUM_DECODE] + S[P_NPF], S[NWAIT]
     row[3], row[4], row[5], row[6] = S[P_NUM_PREFILL], S[P_NUM_DECODE], written, reserved
-    row[7] = pool_counts.internal_frag_slots(C[CAPACITY_SLOTS] - free, written, reserved, 0)
-    row[8], row[9] = 0, 0
+    row[7] = pool_counts.internal_frag_slots(C[CAPACITY_SLOTS] - cached - free, written, reserved, 0)
+    row[8], row[9] = cached, 0
     row[10], row[11], row[12] = free, S[P_LOGICAL_SLOTS], _TABLE_ENTRY_BYTES * S[P_TABLE_ENTRIES]
-    row[13], row[14], row[15], row[16], row[17] = 0, S[P_PREEMPTIONS], 0, free, S[P_UNSHARED_SLOTS]
+    row[13], row[14], row[15], row[16], row[17] = S[P_COPIES], S[P_PREEMPTIONS], 0, free, S[P_UNSHARED_SLOTS]
     S[ROWS] = r + 1
