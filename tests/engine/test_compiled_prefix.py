@@ -48,17 +48,32 @@ def shared_workload(seed: int, num: int, burst: bool) -> list[Request]:
     return requests
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(block_size=st.sampled_from([1, 4, 16, 64]), kv_slots=st.integers(520, 8000),
-       max_num_seqs=st.sampled_from([1, 6, 64]), watermark_frac=st.sampled_from([0.0, 0.1]),
-       max_num_batched_tokens=st.sampled_from([None, 700]), burst=st.booleans(), seed=st.integers(0, 2**16))
-def test_compiled_prefix_loop_gives_the_general_tables(monkeypatch, block_size, kv_slots, max_num_seqs,
-                                                       watermark_frac, max_num_batched_tokens, burst, seed):
+CONFIGS = dict(block_size=st.sampled_from([1, 4, 16, 64]), kv_slots=st.integers(520, 8000),
+               max_num_seqs=st.sampled_from([1, 6, 64]), watermark_frac=st.sampled_from([0.0, 0.1]),
+               max_num_batched_tokens=st.sampled_from([None, 700]), burst=st.booleans(), seed=st.integers(0, 2**16))
+
+
+def _both_loops(monkeypatch, block_size, kv_slots, max_num_seqs, watermark_frac, max_num_batched_tokens, burst,
+                seed) -> None:
     cfg = small_config(strategy="paged-prefix", block_size=block_size, kv_slots=kv_slots, max_num_seqs=max_num_seqs,
                        watermark_frac=watermark_frac, max_num_batched_tokens=max_num_batched_tokens, kernel="none",
                        seed=seed)
     assert_same(*run_both(cfg, shared_workload(seed, 80, burst), monkeypatch))
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(**CONFIGS)
+def test_compiled_prefix_loop_gives_the_general_tables(monkeypatch, **draw):
+    _both_loops(monkeypatch, **draw)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(**CONFIGS)
+def test_compiled_prefix_loop_gives_the_general_tables_long(monkeypatch, **draw):
+    _both_loops(monkeypatch, **draw)
 
 
 def test_the_draws_hit_evict_and_preempt(monkeypatch):
