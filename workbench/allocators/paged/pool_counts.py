@@ -22,6 +22,18 @@ def new_counts() -> np.ndarray:
     return np.zeros(NUM_COUNTS, dtype=np.int64)
 
 
+def admission_blocks(num_blocks, num_hit, allocatable, revived):
+    """An admission of a prompt held in `num_blocks` blocks, the first `num_hit` of them prefix hits (`revived` of
+    those cached, held by no sequence), in a pool with `allocatable` blocks it may take (free or evictable):
+    (the fresh blocks it takes, the blocks it may take them from: all but the revived hits, which it holds
+    itself). The pool refuses it when the first is the larger. Plain Python, for the strategy's admission;
+    `admission_blocks_compiled` is the same function for the compiled step loop."""
+    return num_blocks - num_hit, allocatable - revived
+
+
+admission_blocks_compiled = njit(cache=True)(admission_blocks)
+
+
 @njit(cache=True)
 def added(counts, tokens, num_seqs, num_blocks, written_before):
     """A group of `num_seqs` sequences now holds `tokens` more tokens each in `num_blocks` more table entries

@@ -182,9 +182,8 @@ class PagedStrategy(PagedSwap, Strategy):
         num_tokens = spec.num_held((num_hit + below.num_host + below.num_shared) * bs)
         num_blocks = cdiv(num_tokens, bs)
         revived = int(np.count_nonzero(self._refcount[hits] == 0)) if num_hit else 0  # hits sitting in the cache
-        need = num_blocks - num_hit
+        need, allocatable = pool_counts.admission_blocks(num_blocks, num_hit, self.num_allocatable_blocks(), revived)
         state_need = n * self.state_blocks_per_seq  # each sequence's recurrent state (0 without one)
-        allocatable = self.num_allocatable_blocks() - revived
         if self.state is not None and num_hit:  # the hit's checkpoint is copied from, not evicted
             allocatable -= self.state_blocks_per_seq
         if need + state_need > allocatable:

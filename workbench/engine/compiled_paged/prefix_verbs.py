@@ -27,15 +27,16 @@ from workbench.workload.request import segment_token
 
 
 @njit(cache=True)
-def cached_blocks(X):
-    """Blocks held only as cache (evictable)."""
-    return X[ENDS][lru_list.LENGTH]
+def cached_blocks(ends):
+    """Blocks held only as cache (evictable): the LRU order's length (`ends`: X[ENDS])."""
+    return ends[lru_list.LENGTH]
 
 
 @njit(cache=True)
-def has_room(X, num_keys, more):
-    """Whether the key table takes `more` keys beyond its `num_keys` without growing (`one_call_view`)."""
-    return 2 * (num_keys + more) <= X[SLOT_KEY].shape[0]
+def has_room(slot_key, num_keys, more):
+    """Whether the key table (`slot_key`: X[SLOT_KEY]) takes `more` keys beyond its `num_keys` without growing
+    (`one_call_view`)."""
+    return 2 * (num_keys + more) <= slot_key.shape[0]
 
 
 @njit(cache=True)

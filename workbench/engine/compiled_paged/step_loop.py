@@ -122,14 +122,6 @@ def _sole_holders(S, counts, refcount, cached):
 
 
 @njit(cache=True)
-def _cached(X):
-    """Blocks the prefix cache keeps (none without one)."""
-    if X is None:
-        return 0
-    return prefix.cached_blocks(X)
-
-
-@njit(cache=True)
 def _leave_batch(S, batch, row):
     """The sequence in `row` leaves the decode batch; the others keep their order."""
     n = S[NBATCH]
@@ -261,7 +253,7 @@ def _append_or_preempt(S, C, X, prompt, g_row, wait, row_req, batch, free_rows, 
     while S[NBATCH] > 0:
         rows = batch[:S[NBATCH]]
         if X is not None:
-            if not prefix.has_room(X, S[NUM_KEYS], rows.shape[0]):
+            if not prefix.has_room(X[prefix.SLOT_KEY], S[NUM_KEYS], rows.shape[0]):
                 S[NEED_KEYS] = rows.shape[0]
                 return GROW_KEYS
             status, x, from_free, evicted, num_copies, copied_slots, grown, keys_delta = prefix.append(
@@ -325,21 +317,22 @@ def _admit(S, F, C, X, prompt, output, g_generated, g_row, wait, row_req, prefil
         i = wait[S[WAIT_HEAD]]
         tokens = rules.recompute_tokens(np.int64(prompt[i]), g_generated[i & gmask])
         need = rules.blocks_needed(tokens, bs, 1)
-        cached = _cached(X)
+        cached = 0  # blocks the prefix cache keeps
+        if X is not None:
+            cached = prefix.cached_blocks(X[prefix.ENDS])
         verdict = rules.admission_verdict(tokens, budget, True, S[RUNNING_SEQS], 1, C[MAX_NUM_SEQS], need,
                                           S[FREE_TOP] + cached, C[WATERMARK])
         if verdict == rules.STOP:
             break
         refusal = -1
-        fresh, allocatable, num_full, num_hit, revived = need, S[FREE_TOP], 0, 0, 0
+        num_full = num_hit = revived = 0
         if verdict == rules.BELOW_WATERMARK:
             refusal = REJECT_WATERMARK
-        else:
-            if X is not None:  # `_count_admission`: the hits need no fresh block; revived ones leave the cache
-                num_full, num_hit, revived = prefix.count_prompt(X, i, tokens, np.int64(prompt[i]), bs, refcount)
-                fresh, allocatable = need - num_hit, S[FREE_TOP] + cached - revived
-            if fresh > allocatable:  # PagedStrategy._count_admission's refusal (`blocks_refused`)
-                refusal = REJECT_BLOCKS
+        elif X is not None:  # `_count_admission`: the prompt's keys and hits first
+            num_full, num_hit, revived = prefix.count_prompt(X, i, tokens, np.int64(prompt[i]), bs, refcount)
+        fresh, allocatable = pool_counts.admission_blocks_compiled(need, num_hit, S[FREE_TOP] + cached, revived)
+        if refusal < 0 and fresh > allocatable:  # PagedStrategy._count_admission's refusal (`blocks_refused`)
+            refusal = REJECT_BLOCKS
         if refusal >= 0 and not rules.refusal_is_final(S[RUNNING_SEQS]):  # blocks will come free: it waits
             break
         if refusal < 0 and S[FREE_ROWS_TOP] == 0:  # `SeqRows.add` grows the rows
@@ -348,7 +341,7 @@ def _admit(S, F, C, X, prompt, output, g_generated, g_row, wait, row_req, prefil
             S[NEED_COLS] = need
             return WIDEN
         if X is not None:
-            if refusal < 0 and not prefix.has_room(X, S[NUM_KEYS], num_full - num_hit):
+            if refusal < 0 and not prefix.has_room(X[prefix.SLOT_KEY], S[NUM_KEYS], num_full - num_hit):
                 S[NEED_KEYS] = num_full - num_hit
                 return GROW_KEYS
         S[WAIT_HEAD] = (S[WAIT_HEAD] + 1) % wcap
@@ -414,7 +407,9 @@ def _plan(S, C, X, length, final_len, num_blocks, last_block, swapped, live, ref
         prefill_ctx += tokens
         attn_ctx_prefill += rules.query_keys(cached_tokens, tokens)
         prefill_blocks += num_blocks[prefilled[k]]
-    cached = _cached(X)
+    cached = 0
+    if X is not None:
+        cached = prefix.cached_blocks(X[prefix.ENDS])
     reserved = loops.reserved_slots(live, swapped, length, final_len, num_blocks, last_block, refcount, bs, scratch,
                                     _sole_holders(S, counts, refcount, cached))
     S[P_NUM_DECODE], S[P_NUM_PREFILL] = num_decode, num_prefill
