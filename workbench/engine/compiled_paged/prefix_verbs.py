@@ -20,26 +20,29 @@ from workbench.allocators.prefix.loops import prompt_keys
 from workbench.engine.compiled_paged import prompts
 from workbench.workload.request import segment_token
 
+# called only from the compiled loop: no wrapper for Python callers is built (less to compile)
+_inner = njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
 # X: the index's arrays (CompiledPrefixPool.views), the workload's segments (prompts.PromptSegments), scratch
 (SLOT_KEY, SLOT_BLOCK, NEXT_COPY, REGISTERED, KEY_OF, PREV, NXT, QUEUED, LAST_USE, ENDS, SALT, CHAIN_KEY, TAIL_SUM,
  KNOWN, SEG_START, SEG_KEY, SEG_LEN, OUTPUT_KEY,
  TOKENS, KEYS, HITS, BATCH_TOKENS, PREFILL_CACHED, RELEASED_SCRATCH) = range(24)
 
 
-@njit(cache=True)
+@_inner
 def cached_blocks(ends):
     """Blocks held only as cache (evictable): the LRU order's length (`ends`: X[ENDS])."""
     return ends[lru_list.LENGTH]
 
 
-@njit(cache=True)
+@_inner
 def has_room(slot_key, num_keys, more):
     """Whether the key table (`slot_key`: X[SLOT_KEY]) takes `more` keys beyond its `num_keys` without growing
     (`one_call_view`)."""
     return 2 * (num_keys + more) <= slot_key.shape[0]
 
 
-@njit(cache=True)
+@_inner
 def count_prompt(X, i, tokens, prompt, block_size, refcount):
     """Request i's first `tokens` token ids (into X[TOKENS]), the chain keys of their full blocks (X[KEYS]) and
     the registered blocks a hit reuses (X[HITS]): a hit leaves the last token to compute. Returns (full blocks,
@@ -57,7 +60,7 @@ def count_prompt(X, i, tokens, prompt, block_size, refcount):
     return num_full, num_hit, revived
 
 
-@njit(cache=True)
+@_inner
 def place(X, row, num_full, num_hit, need, tokens, final, refcount, free_ids, free_size, table, length, final_len,
           num_blocks, last_block):
     """`row` (new, empty) holds what `count_prompt` counted last, with `need` fresh blocks. Returns (blocks
@@ -71,7 +74,7 @@ def place(X, row, num_full, num_hit, need, tokens, final, refcount, free_ids, fr
         X[KNOWN])
 
 
-@njit(cache=True)
+@_inner
 def append(X, rows, row_req, prompt, length, final_len, num_blocks, swapped, last_block, table, refcount, block_size,
            scratch, mark, free_ids, free_size, slots, copies):
     """The decode batch `rows` appends each sequence's next generated token. Returns `append_evicting`'s
@@ -88,7 +91,7 @@ def append(X, rows, row_req, prompt, length, final_len, num_blocks, swapped, las
         copies)
 
 
-@njit(cache=True)
+@_inner
 def release(X, released, free_ids, free_size):
     """A sequence's `released` blocks (head first) join the cache or the free stack. Returns the stack's size."""
     return take_release.release_to_cache(released, X[REGISTERED], X[PREV], X[NXT], X[QUEUED], X[LAST_USE], X[ENDS],

@@ -73,10 +73,13 @@ FINISHED, REJECT_TOO_LONG, REJECT_POOL, REJECT_WATERMARK, REJECT_BLOCKS = 0, 1, 
 # step-row columns (INT_STEP_COLUMNS order, workbench.results)
 NUM_INT_COLUMNS = 18
 
+# the loop's own steps, called only from compiled code: no wrapper for Python callers is built (less to compile)
+_inner = njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
 _TABLE_ENTRY_BYTES = 4  # one int32 block id per table entry (PagedStrategy.snapshot's block_table_bytes)
 
 
-@njit(cache=True)
+@_inner
 def _log_done(S, log_done, i):
     """Request i is finished or rejected: the done prefix of the request window grows past it."""
     base = S[LOG_BASE]
@@ -88,14 +91,14 @@ def _log_done(S, log_done, i):
         S[LOG_READY] = base + k
 
 
-@njit(cache=True)
+@_inner
 def _event(S, events, i, code, a, b):
     e = S[EVENTS]
     events[e, 0], events[e, 1], events[e, 2], events[e, 3] = i, code, a, b
     S[EVENTS] = e + 1
 
 
-@njit(cache=True)
+@_inner
 def _free_row(S, C, X, row, data, length, num_blocks, table, refcount, free_ids, live, free_rows, counts, released):
     """The sequence in `row` gives its blocks back (`PagedStrategy.free`: `release_row`, the counters, then the
     released blocks pushed so that its first one is popped first, or handed to the prefix cache) and its row
@@ -113,7 +116,7 @@ def _free_row(S, C, X, row, data, length, num_blocks, table, refcount, free_ids,
     S[FREE_ROWS_TOP] += 1
 
 
-@njit(cache=True)
+@_inner
 def _sole_holders(S, counts, refcount, cached):
     """Whether no held block has two holders (`loops.count_append`'s `sole_holders`). Every held block is a
     table entry of a sequence (no recurrent state or host pool; `cached` blocks are held by none), so as many
@@ -121,7 +124,7 @@ def _sole_holders(S, counts, refcount, cached):
     return counts[ENTRIES] == refcount.shape[0] - S[FREE_TOP] - cached
 
 
-@njit(cache=True)
+@_inner
 def _leave_batch(S, batch, row):
     """The sequence in `row` leaves the decode batch; the others keep their order."""
     n = S[NBATCH]
@@ -203,7 +206,7 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
         S[PHASE] = START
 
 
-@njit(cache=True)
+@_inner
 def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_row, wait, log_done, events):
     """The clock moves to the next event (now while there is work, else the next arrival:
     `Replica.next_event_s`) and the requests that arrived by then join the waiting queue or are rejected
@@ -235,7 +238,7 @@ def _arrive(S, F, C, arrival_s, prompt, output, g_generated, g_row, wait, log_do
     return -1
 
 
-@njit(cache=True)
+@_inner
 def _append_or_preempt(S, C, X, prompt, g_row, wait, row_req, batch, free_rows, data, length, final_len, num_blocks,
                        last_block, swapped, mark, live, table, refcount, scratch, free_ids, counts, released, slots,
                        copies, log_preempt, log_done, events):
@@ -298,7 +301,7 @@ def _append_or_preempt(S, C, X, prompt, g_row, wait, row_req, batch, free_rows, 
     return -1
 
 
-@njit(cache=True)
+@_inner
 def _admit(S, F, C, X, prompt, output, g_generated, g_row, wait, row_req, prefilled, free_rows, length, final_len,
            num_blocks, last_block, live, table, refcount, free_ids, counts, log_admitted, log_hit, log_done, events):
     """Waiting groups are admitted first come first served under the token budget, max_num_seqs and the
@@ -385,7 +388,7 @@ def _admit(S, F, C, X, prompt, output, g_generated, g_row, wait, row_req, prefil
     return -1
 
 
-@njit(cache=True)
+@_inner
 def _plan(S, C, X, length, final_len, num_blocks, last_block, swapped, live, refcount, scratch, counts, batch,
           prefilled):
     """The planned step's cost (`CostMeter.cost`) and snapshot (`PagedStrategy.snapshot`: the counters, the
@@ -421,7 +424,7 @@ def _plan(S, C, X, length, final_len, num_blocks, last_block, swapped, live, ref
     S[P_CACHED_SLOTS] = cached * bs
 
 
-@njit(cache=True)
+@_inner
 def _complete(S, C, X, now_s, output, g_generated, g_row, row_req, batch, prefilled, free_rows, data, length,
               num_blocks, table, refcount, free_ids, live, counts, released, log_first, log_finish, log_done, events):
     """The step ended at `now_s` (`Scheduler.complete`): every decoding sequence produced a token, every
@@ -452,7 +455,7 @@ def _complete(S, C, X, now_s, output, g_generated, g_row, row_req, batch, prefil
             S[NBATCH] += 1
 
 
-@njit(cache=True)
+@_inner
 def _finish(S, C, X, row, i, now_s, output, g_row, free_rows, data, length, num_blocks, table, refcount, free_ids, live,
             counts, released, log_finish, log_done, events):
     """Request i generated its last token: its blocks go back and its row is done (`RequestLog.finished`)."""
@@ -466,7 +469,7 @@ def _finish(S, C, X, row, i, now_s, output, g_row, free_rows, data, length, num_
     _log_done(S, log_done, i)
 
 
-@njit(cache=True)
+@_inner
 def _record(S, C, now_s, dt_s, rows_f, rows_i):
     """The step's row (`Replica._record`): INT_STEP_COLUMNS of workbench.results, from the plan in S."""
     r = S[ROWS]
