@@ -10,12 +10,12 @@ import pytest
 
 from tests.engine.conftest import small_config
 from tests.engine.golden import WORKLOADS, load, outputs_of
+from tests.engine.test_compiled_paged import count_drives
 from workbench import columns as C
 from workbench.allocators import registry
 from workbench.clock.roofline import FORMULA_CONSTANTS
 from workbench.config import RunConfig
 from workbench.engine import simulate
-from workbench.engine.compiled_paged import drive as compiled_drive
 from workbench.engine.compiled_paged import eligible
 from workbench.engine.scheduler_config import SchedulerConfig
 from workbench.engine.simulation import make_replica
@@ -91,9 +91,7 @@ def test_golden_cases_give_their_recorded_tables_through_both_loops(workload, st
     the general loop always."""
     cfg = small_config(strategy=strategy, **{**WORKLOADS[workload], "kernel": "none", "verify_every": 0})
     expected = GOLDEN[strategy][workload]
-    taken = []
-    drive = compiled_drive.drive
-    monkeypatch.setattr(compiled_drive, "drive", lambda *a: taken.append(1) or drive(*a))
+    taken = count_drives(monkeypatch)
     for enabled in (True, False):
         monkeypatch.setattr(eligible, "ENABLED", enabled)
         got = outputs_of(simulate(cfg, build_workload(cfg), registry.create_from_config(cfg, cfg.resolve())))

@@ -46,11 +46,17 @@ def hand_workload(seed: int, num: int, burst: bool) -> list[Request]:
             for i in range(num)]
 
 
-def run_both(cfg: RunConfig, requests, monkeypatch):
-    """(compiled, general) results of one run; the compiled one is checked to have taken the compiled loop."""
+def count_drives(monkeypatch) -> list:
+    """A list that each run taking the compiled loop appends to."""
     taken = []
     drive = compiled_drive.drive
     monkeypatch.setattr(compiled_drive, "drive", lambda *a: taken.append(1) or drive(*a))
+    return taken
+
+
+def run_both(cfg: RunConfig, requests, monkeypatch):
+    """(compiled, general) results of one run; the compiled one is checked to have taken the compiled loop."""
+    taken = count_drives(monkeypatch)
     compiled = simulate(cfg, requests, registry.create_from_config(cfg, cfg.resolve()))
     assert taken == [1]
     monkeypatch.setattr(eligible, "ENABLED", False)
@@ -88,24 +94,31 @@ def test_the_strategy_ends_as_a_general_run_leaves_it(monkeypatch, block_size, m
     first 64; block size 1 widens the tables)."""
     cfg = small_config(strategy="paged", block_size=block_size, kv_slots=40000, max_num_seqs=max_num_seqs,
                        max_num_batched_tokens=100000, kernel="none")
-    requests = hand_workload(3, 200, burst)
-    taken = []
-    drive = compiled_drive.drive
-    monkeypatch.setattr(compiled_drive, "drive", lambda *a: taken.append(1) or drive(*a))
+
+    def state_of(strategy):
+        seqs = strategy.tables.seqs
+        return (strategy._free.ids().tolist(), strategy._refcount.tolist(), seqs._free_rows, seqs.capacity_rows,
+                strategy.tables._table.shape, *strategy.counts.tolist(), strategy.snapshot())
+
+    states = states_after_both_loops(monkeypatch, cfg, hand_workload(3, 200, burst), state_of)
+    assert states[0] == states[1]
+    if burst and max_num_seqs > 64:
+        assert states[0][3] > 64
+
+
+def states_after_both_loops(monkeypatch, cfg: RunConfig, requests, state_of) -> list:
+    """[`state_of(strategy)` after a compiled run, after a general run] of `requests`, each strategy's integrity
+    checked; the first run is checked to have taken the compiled loop."""
+    taken = count_drives(monkeypatch)
     states = []
     for enabled in (True, False):
         monkeypatch.setattr(eligible, "ENABLED", enabled)
         strategy = registry.create_from_config(cfg, cfg.resolve())
         simulate(cfg, requests, strategy)
         strategy.check_integrity()
-        seqs = strategy.tables.seqs
-        states.append((strategy._free.ids().tolist(), strategy._refcount.tolist(), seqs._free_rows, seqs.capacity_rows,
-                       strategy.tables._table.shape, *strategy.counts.tolist(),
-                       strategy.snapshot()))
+        states.append(state_of(strategy))
     assert taken == [1]
-    assert states[0] == states[1]
-    if burst and max_num_seqs > 64:
-        assert states[0][3] > 64
+    return states
 
 
 def test_every_way_a_request_ends_is_drawn(monkeypatch):

@@ -14,12 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.engine.conftest import small_config
-from tests.engine.test_compiled_paged import MAX_MODEL_LEN, assert_same, run_both
+from tests.engine.test_compiled_paged import (
+    MAX_MODEL_LEN,
+    assert_same,
+    count_drives,
+    run_both,
+    states_after_both_loops,
+)
 from workbench.allocators import registry
 from workbench.config import RunConfig
 from workbench.engine import simulate
-from workbench.engine.compiled_paged import drive as compiled_drive
-from workbench.engine.compiled_paged import eligible
 from workbench.workload import build_workload
 from workbench.workload.request import Request, Segment, output_key
 
@@ -81,12 +85,11 @@ def test_the_draws_hit_evict_and_preempt(monkeypatch):
     cfg = small_config(strategy="paged-prefix", block_size=4, kv_slots=1200, max_num_seqs=64, kernel="none")
     compiled, general = run_both(cfg, shared_workload(7, 300, burst=False), monkeypatch)
     assert_same(compiled, general)
-    s = compiled.summary
     assert compiled.requests["prefix_hit_tokens"].sum() > 0
     assert compiled.steps["cached_slots"].max() > 0
     assert compiled.steps["preemptions"].sum() > 0
     assert compiled.requests["status"].str.contains("max_model_len").any()
-    assert s["prefix_evicted_blocks"] > 0 if "prefix_evicted_blocks" in s else True
+    assert compiled.summary["prefix_evicted_blocks"] > 0
 
 
 @pytest.mark.parametrize(("block_size", "burst"), [(1, True), (16, False)])
@@ -96,21 +99,13 @@ def test_the_cache_ends_as_a_general_run_leaves_it(monkeypatch, block_size, burs
     the rows and, past 512 keys, the index's table; block size 1 widens the block tables)."""
     cfg = small_config(strategy="paged-prefix", block_size=block_size, kv_slots=30000, max_num_seqs=256,
                        max_num_batched_tokens=100000, kernel="none")
-    requests = shared_workload(11, 300, burst)
-    taken = []
-    drive = compiled_drive.drive
-    monkeypatch.setattr(compiled_drive, "drive", lambda *a: taken.append(1) or drive(*a))
-    states = []
-    for enabled in (True, False):
-        monkeypatch.setattr(eligible, "ENABLED", enabled)
-        strategy = registry.create_from_config(cfg, cfg.resolve())
-        simulate(cfg, requests, strategy)
-        strategy.check_integrity()
-        index = strategy.prefix
-        states.append((strategy._free.ids().tolist(), strategy._refcount.tolist(), strategy.tables.seqs.capacity_rows,
-                       strategy.cached_block_ids().tolist(), strategy.registered_block_ids().tolist(),
-                       index._num_keys, strategy.counters(), *strategy.counts.tolist(), strategy.snapshot()))
-    assert taken == [1]
+
+    def state_of(strategy):
+        return (strategy._free.ids().tolist(), strategy._refcount.tolist(), strategy.tables.seqs.capacity_rows,
+                strategy.cached_block_ids().tolist(), strategy.registered_block_ids().tolist(),
+                strategy.prefix._num_keys, strategy.counters(), *strategy.counts.tolist(), strategy.snapshot())
+
+    states = states_after_both_loops(monkeypatch, cfg, shared_workload(11, 300, burst), state_of)
     assert states[0] == states[1]
     assert states[0][5] > 512  # the key table grew past its first 1024 slots
 
@@ -130,9 +125,7 @@ def test_built_in_workloads_as_columns(monkeypatch, workload):
                                      dict(n=2)])
 def test_other_prefix_cases_take_the_general_loop(monkeypatch, options):
     """Another eviction order, the radix tree, a host tier or several samples: the general loop runs them."""
-    taken = []
-    drive = compiled_drive.drive
-    monkeypatch.setattr(compiled_drive, "drive", lambda *a: taken.append(1) or drive(*a))
+    taken = count_drives(monkeypatch)
     cfg = small_config(**{"strategy": "paged-prefix", "kernel": "none", "num_requests": 6, **options})
     simulate(cfg, build_workload(cfg), registry.create_from_config(cfg, cfg.resolve()))
     assert taken == []

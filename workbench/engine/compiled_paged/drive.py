@@ -137,11 +137,7 @@ class _Run:
         pool = self.pool
         pool.grow_rows(int(self.S[L.FREE_ROWS_TOP]))
         self.S[L.FREE_ROWS_TOP] = pool.free_rows_top
-        if self.prefix:
-            self.prefill_cached = np.concatenate([self.prefill_cached,
-                                                  np.zeros(pool.capacity_rows - self.prefill_cached.shape[0],
-                                                           dtype=np.int64)])
-        for name in ("row_req", "batch", "prefilled"):
+        for name in ("row_req", "batch", "prefilled") + (("prefill_cached",) if self.prefix else ()):
             old = getattr(self, name)
             new = np.zeros(pool.capacity_rows, dtype=np.int64)
             new[:old.shape[0]] = old
