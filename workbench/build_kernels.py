@@ -70,9 +70,10 @@ def compile_allocators() -> None:
     for name in registry.names():
         run(RunConfig(strategy=name, model=TINY_MODEL, kv_slots=32768, kernel="numba", kv_dtype="fp16",
                       workload="system-prompt:k=2,system=40,lengths=alpaca", num_requests=4))
-    # without a kernel, plain `paged` and `paged-prefix` take the compiled step loop (workbench.engine.compiled_paged),
-    # one specialization each: compiled here once, not by every process that first runs it
-    for name in ("paged", "paged-prefix"):
+    # without a kernel, plain `paged`, `paged-prefix` and `virtual-contiguous` take the compiled step loop
+    # (workbench.engine.compiled_paged), one specialization each: compiled here once, not by every process that
+    # first runs it
+    for name in ("paged", "paged-prefix", "virtual-contiguous"):
         run(RunConfig(strategy=name, model=TINY_MODEL, kv_slots=32768, kernel="none", num_requests=4))
     # the integrity pass the tests run after every step (a run itself never checks)
     registry.create("paged", capacity_slots=64, block_size=16, max_model_len=64).check_integrity()

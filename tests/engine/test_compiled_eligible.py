@@ -83,7 +83,7 @@ def test_each_neutral_scheduler_field_at_another_value_sends_the_run_to_the_gene
 GOLDEN = load()
 
 
-@pytest.mark.parametrize("strategy", ["paged", "paged-prefix"])
+@pytest.mark.parametrize("strategy", ["paged", "paged-prefix", "virtual-contiguous"])
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_golden_cases_give_their_recorded_tables_through_both_loops(workload, strategy, monkeypatch):
     """The golden runs verify the kernel, which the compiled loop does not run; without it the tables are the

@@ -190,7 +190,12 @@ def test_the_hash_prefix_cache_applies():
     assert eligible.applies(replica_for(strategy="paged-prefix"))
 
 
-@pytest.mark.parametrize("name", [n for n in registry.names() if n not in ("paged", "paged-prefix")])
+def test_virtual_contiguous_applies():
+    assert eligible.applies(replica_for(strategy="virtual-contiguous", page_kib=64))
+
+
+@pytest.mark.parametrize("name", [n for n in registry.names()
+                                  if n not in ("paged", "paged-prefix", "virtual-contiguous")])
 def test_no_other_strategy_applies(name):
     assert not eligible.applies(replica_for(**small_config(strategy=name, kernel="none", num_requests=8).to_dict()))
 

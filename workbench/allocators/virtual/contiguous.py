@@ -42,13 +42,12 @@ from workbench.allocators.values import (
     SwapResult,
 )
 from workbench.allocators.virtual import loops
+from workbench.allocators.virtual.compiled_pool import CompiledExtentPool
 from workbench.allocators.virtual.pages import DEFAULT_GEOMETRY_MODEL, KVGeometry, PagePool
 from workbench.intmath import cdiv
 from workbench.presets import vmm_map_us_per_page
 
 _NO_COPIES = np.zeros((0, 2), dtype=np.int32)
-_EXTENT_DESCRIPTOR_BYTES = 8  # int32 kv_start + int32 kv_len per sequence
-PTE_BYTES = 8  # one GPU page-table entry per mapped page per buffer
 
 
 class VirtualContiguous(Strategy):
@@ -100,6 +99,11 @@ class VirtualContiguous(Strategy):
         self._final = np.zeros(max_batch, dtype=np.int64)  # [max_batch] final length, per extent
         self._not_swapped = np.zeros(max_batch, dtype=np.int64)  # a held extent's sequence is on the device
         self._mark = np.zeros(max_batch, dtype=np.int64)  # check_batch's scratch, all zero between calls
+
+    def compiled_pool(self) -> CompiledExtentPool | None:
+        """Without a host pool and holding no sequence (the compiled loop's case: no swap, recompute preemption)."""
+        plain = type(self) is VirtualContiguous and self._host is None and not len(self._seqs)
+        return CompiledExtentPool(self) if plain else None
 
     @property
     def virtual_slots(self) -> int:
@@ -271,12 +275,12 @@ class VirtualContiguous(Strategy):
         pool, p = self._pages, self.page_tokens
         token, reserved, internal = loops.held_totals(pool.held, pool.used, self._length, self._final, p)
         cached = pool.cached_pages * p
-        page_entries = (pool.num_pages - pool.free_pages) * self.geometry.num_buffers
+        table_bytes = loops.page_table_bytes(pool.num_pages, pool.free_pages, self.geometry.num_buffers,
+                                             len(self._seqs))
         return Snapshot(
             capacity_slots=self.capacity_slots, token_slots=token, reserved_slots=reserved,
             internal_frag_slots=internal, cached_slots=cached, external_frag_slots=0,
-            free_slots=pool.free_pages * p, logical_token_slots=token,
-            block_table_bytes=PTE_BYTES * page_entries + _EXTENT_DESCRIPTOR_BYTES * len(self._seqs),
+            free_slots=pool.free_pages * p, logical_token_slots=token, block_table_bytes=int(table_bytes),
             largest_free_extent_slots=pool.free_pages * p, num_free_blocks=self.num_allocatable_blocks())
 
     # ---- swapping ------------------------------------------------------------------------------
@@ -344,13 +348,10 @@ class VirtualContiguous(Strategy):
                           f"{self.max_batch}")
         extents = self._pages.pick(len(lengths))
         if extents is None:
-            free = self.max_batch - len(self._seqs)
-            return None, (f"{free} free virtual extents for {len(lengths)} sequences (--max-batch "
-                          f"{self.max_batch} all in use)")
+            return None, loops.extents_refused(self.max_batch - len(self._seqs), len(lengths), self.max_batch)
         needed = [cdiv(n, self.page_tokens) for n in lengths]
         if not self._pages.can_take(extents, needed):
-            return None, (f"needs {sum(needed)} pages of {self.page_tokens} tokens, "
-                          f"{self._pages.available()} can be mapped")
+            return None, loops.pages_refused(sum(needed), self.page_tokens, self._pages.available())
         return extents, ""
 
     def _place(self, lengths: list[int], finals: list[int]) -> tuple[list[int] | None, str]:

@@ -62,22 +62,37 @@ class PagePool:
 
     A held extent *uses* the pages its sequence's tokens occupy (`used`, pages 0..used-1) and may map
     more (`mapped` >= `used`): pages kept from the extent's previous owner (reuse cache). Those,
-    and every page of a released extent, are *cached*: mapped, holding nothing, evictable."""
+    and every page of a released extent, are *cached*: mapped, holding nothing, evictable. The counts and the
+    verbs that change them are `virtual.loops`' (compiled), which a compiled step loop calls on these arrays too."""
 
     def __init__(self, num_pages: int, num_extents: int, reuse: bool) -> None:
         self.num_pages = num_pages
         self.reuse = reuse
-        self.free_pages = num_pages  # unmapped
-        self.cached_pages = 0  # mapped and unused: sum of (mapped - used)
-        self.mapped_total = 0  # pages ever mapped (a reused page is not mapped again)
+        self.counts = np.zeros(loops.NUM_COUNTS, dtype=np.int64)  # free, cached, ever mapped (`loops.FREE` ..)
+        self.counts[loops.FREE] = num_pages
         self.mapped = np.zeros(num_extents, dtype=np.int64)  # [num_extents] pages mapped into each extent
         self.used = np.zeros(num_extents, dtype=np.int64)  # [num_extents] pages its sequence's tokens occupy
         self.held = np.zeros(num_extents, dtype=bool)  # [num_extents] extent owned by a sequence
         self.unmapped: list[tuple[int, int, int]] = []  # (extent, first page, pages) unmapped since the last drain
 
+    @property
+    def free_pages(self) -> int:
+        """Pages unmapped."""
+        return int(self.counts[loops.FREE])
+
+    @property
+    def cached_pages(self) -> int:
+        """Pages mapped and unused: the sum of (mapped - used)."""
+        return int(self.counts[loops.CACHED])
+
+    @property
+    def mapped_total(self) -> int:
+        """Pages ever mapped (a reused page is not mapped again)."""
+        return int(self.counts[loops.MAPPED_TOTAL])
+
     def available(self) -> int:
         """Pages a sequence can still get: free plus reclaimable cached ones."""
-        return self.free_pages + self.cached_pages
+        return int(loops.available(self.counts))
 
     def pick(self, count: int) -> list[int] | None:
         """Pure. The extents `take` would hand out for `count` sequences, in order: released extents
@@ -87,8 +102,8 @@ class PagePool:
 
     def can_take(self, extents: list[int], pages_needed: list[int]) -> bool:
         """Pure. Whether `take(extents, pages_needed)` would succeed."""
-        reused = [min(n, int(self.mapped[e])) for e, n in zip(extents, pages_needed, strict=True)]
-        return sum(pages_needed) - sum(reused) <= self.available() - sum(reused)
+        return bool(loops.can_take(self.counts, self.mapped, np.array(extents, dtype=np.int64),
+                                   np.array(pages_needed, dtype=np.int64)))
 
     def take(self, extents: list[int], pages_needed: list[int]) -> None:
         """Sequences get these distinct released extents, each using `pages_needed` pages: first the
@@ -96,16 +111,10 @@ class PagePool:
         out). Raises RuntimeError, changing nothing, when `can_take` is False."""
         if not self.can_take(extents, pages_needed):
             raise RuntimeError(f"out of pages for extents {extents}")
-        for extent, needed in zip(extents, pages_needed, strict=True):
-            reused = min(needed, int(self.mapped[extent]))
-            self.held[extent] = True
-            self.used[extent] = reused
-            self.cached_pages -= reused
-        for extent, needed in zip(extents, pages_needed, strict=True):
-            new = needed - int(self.used[extent])
-            self._count_mappings(new)
-            self.mapped[extent] += new
-            self.used[extent] = needed
+        log = self._log(len(extents))
+        n = loops.take(self.counts, self.mapped, self.used, self.held, np.array(extents, dtype=np.int64),
+                       np.array(pages_needed, dtype=np.int64), log, 0)
+        self._logged(log, n)
 
     def can_grow(self, extents: np.ndarray) -> bool:
         """Pure. Whether `grow(extents)` would succeed."""
@@ -120,7 +129,7 @@ class PagePool:
     def can_open(self, pages: int, reused: int) -> bool:
         """Pure. Whether held extents can use `pages` more pages, `reused` of them mapped in them already: the
         others are new mappings, of free pages or reclaimed cached ones other than those."""
-        return pages - reused <= self.available() - reused
+        return bool(loops.can_open(self.counts, pages, reused))
 
     def grow(self, extents: np.ndarray) -> None:
         """One more used page in each of these distinct held extents, int64 [k]: the next mapped one
@@ -134,21 +143,13 @@ class PagePool:
     def opened(self, reused: int, to_map: np.ndarray) -> None:
         """Held extents used more pages (`loops.open_page`): `reused` of their own mapped pages, and one new
         mapping for each extent of `to_map`."""
-        self.cached_pages -= reused
-        self._map(to_map)
+        log = self._log(1)
+        self._logged(log, loops.opened(self.counts, self.mapped, self.used, reused, to_map, log, 0))
 
     def release(self, extent: int) -> None:
         """The extent's sequence is gone: its pages stay mapped as cache (reuse on) or are unmapped."""
-        self.held[extent] = False
-        if self.reuse:
-            self.cached_pages += int(self.used[extent])
-        else:
-            self.cached_pages -= int(self.mapped[extent] - self.used[extent])
-            self.free_pages += int(self.mapped[extent])
-            if self.mapped[extent]:
-                self.unmapped.append((extent, 0, int(self.mapped[extent])))
-            self.mapped[extent] = 0
-        self.used[extent] = 0
+        log = self._log(0)
+        self._logged(log, loops.release(self.counts, self.mapped, self.used, self.held, extent, self.reuse, log, 0))
 
     def shrink(self, extent: int, used: int) -> None:
         """The extent's sequence gave back its tail (speculative decoding's rejected drafts) and uses `used`
@@ -158,10 +159,10 @@ class PagePool:
             return
         self.used[extent] = used
         if self.reuse:
-            self.cached_pages += drop
+            self.counts[loops.CACHED] += drop
             return
         self.mapped[extent] -= drop
-        self.free_pages += drop
+        self.counts[loops.FREE] += drop
         self.unmapped.append((extent, int(self.mapped[extent]), drop))
 
     def drain_unmapped(self) -> list[tuple[int, int, int]]:
@@ -169,32 +170,13 @@ class PagePool:
         unmapped, self.unmapped = self.unmapped, []
         return unmapped
 
-    def _map(self, extents: np.ndarray) -> None:
-        """Map one page into the end of each of these extents, int64 [k] (repeats allowed). The caller
-        checked the availability and counts the new pages as used: they are not cached."""
-        self._count_mappings(extents.shape[0])
-        np.add.at(self.mapped, extents, 1)
+    def _log(self, reclaims: int) -> np.ndarray:
+        """An unmapping log (`loops`) with room for `reclaims` reclaims (one row per extent each) and a release."""
+        return np.empty((reclaims * self.mapped.shape[0] + 1, 3), dtype=np.int64)
 
-    def _count_mappings(self, count: int) -> None:
-        """`count` pages are about to be mapped (the caller adds them to `mapped`): free ones, reclaiming cached
-        ones first where too few are free."""
-        self._reclaim(count - self.free_pages)
-        self.free_pages -= count
-        self.mapped_total += count
-
-    def _reclaim(self, count: int) -> None:
-        """Unmap `count` cached pages, from the tails of the highest-numbered extents first."""
-        if count <= 0:
-            return
-        for extent in np.flatnonzero(self.mapped > self.used)[::-1].tolist():
-            if count <= 0:
-                return
-            drop = min(count, int(self.mapped[extent] - self.used[extent]))
-            self.mapped[extent] -= drop
-            self.unmapped.append((extent, int(self.mapped[extent]), drop))
-            self.cached_pages -= drop
-            self.free_pages += drop
-            count -= drop
+    def _logged(self, log: np.ndarray, n: int) -> None:
+        if n:
+            self.unmapped += [tuple(row) for row in log[:n].tolist()]
 
     def check(self) -> None:
         if self.free_pages < 0 or np.any(self.used < 0) or np.any(self.mapped < self.used):

@@ -5,7 +5,9 @@ request rows to the sink in chunks, shows finished requests on a progress bar â€
 making the steps. Between its calls, Python does what only Python has: the clock's per-row times (into
 the replica's own `RooflineClock`'s tables, which the loop's step formula reads as the general loop's does),
 the request log's words and its window, and the buffers' growth. A prefix cache's pool
-(`CompiledPrefixPool`) adds the workload's prompt segments and the index's arrays (`prefix_verbs`' `X`).
+(`CompiledPrefixPool`) adds the workload's prompt segments and the index's arrays (`prefix_verbs`' `X`); a
+`virtual-contiguous` pool (`CompiledExtentPool`) lends its extents' and pages' arrays (`extent_verbs`' `V`) and
+the loop's block arrays are then empty stand-ins.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import numpy as np
 from workbench import table_sink
 from workbench.allocators.prefix.compiled_cache import CompiledPrefixPool
 from workbench.allocators.values import blocks_refused
+from workbench.allocators.virtual.compiled_pool import PAGE_TOKENS, CompiledExtentPool
+from workbench.allocators.virtual.loops import extents_refused, pages_refused
 from workbench.engine import reasons
 from workbench.engine.compiled_paged import step_loop as L
 from workbench.engine.compiled_paged.prompts import prompt_segments
@@ -27,6 +31,12 @@ ROWS_PER_CALL = 4096  # step rows the loop buffers before handing them to the st
 FIRST_EVENTS = 4096  # room for finished and rejected requests per call (doubled when a step needs more)
 
 _REASONS = {L.REJECT_POOL: reasons.OUTGROWS_POOL, L.REJECT_WATERMARK: reasons.ABOVE_WATERMARK}
+
+# a pool without blocks (`CompiledExtentPool`) passes these for the loop's block arrays, which it never reads:
+# (length, final_len, num_blocks, last_block, swapped, mark, table, refcount, scratch, free_ids, counts, released)
+_NO_BLOCKS = (*(np.zeros(1, dtype=np.int64) for _ in range(6)), np.zeros((1, 1), dtype=np.int32),
+              np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32),
+              np.zeros(3, dtype=np.int64), np.zeros(1, dtype=np.int32))
 
 
 def drive(replica, progress: bool, sink: TableSink) -> None:
@@ -76,7 +86,12 @@ class _Run:
         self.pool = pool = strategy.compiled_pool()
         self.arrival_s, self.prompt, self.output = _columns(sched.arrivals.requests)
         self.S = np.zeros(L.NUM_STATE, dtype=np.int64)
-        self.S[L.FREE_TOP], self.S[L.FREE_ROWS_TOP] = pool.free_size, pool.free_rows_top
+        self.extents = isinstance(pool, CompiledExtentPool)
+        self.S[L.FREE_ROWS_TOP] = pool.free_rows_top
+        if self.extents:
+            self.S[L.MAPPED_REPORTED] = pool.mapped_reported
+        else:
+            self.S[L.FREE_TOP] = pool.free_size
         self.F = np.zeros(1)
         C = np.zeros(L.NUM_CONSTS, dtype=np.int64)
         C[L.BLOCK_SIZE], C[L.MAX_MODEL_LEN], C[L.MAX_NUM_SEQS] = strategy.block_size, cfg.max_model_len, \
@@ -109,19 +124,30 @@ class _Run:
 
     def call(self) -> int:
         log, clock, pool = self.log, self.clock, self.pool  # their arrays grow between calls: read them at each
-        c = pool.column
-        released = np.empty(pool.table.shape[1], dtype=np.int32)  # a row's blocks, as release_row gives them
+        length, final_len, num_blocks, last_block, swapped, mark, table, refcount, scratch, free_ids, counts, \
+            released = self._block_arrays()
         status = L.run_steps(self.S, self.F, self.C, clock.K, self.arrival_s, self.prompt, self.output,
                            clock.rows_s_table, clock.flops_per_s_table, clock.output_s_table, clock.need,
                            self.g_generated, self.g_row, self.wait, self.row_req, self.batch, self.prefilled,
-                           pool.free_rows, pool.data, c("length"), c("final_len"), c("num_blocks"), c("last_block"),
-                           c("swapped"), c("mark"), pool.live, pool.table, pool.refcount, pool.scratch, pool.free_ids,
-                           pool.counts, released, self.slots, self.copies, log.admitted_s, log.first_token_s,
-                           log.finish_s, log.num_preemptions, log.prefix_hit_tokens, log.done, self.events,
-                           self.rows_f, self.rows_i, self._prefix_arrays(released.shape[0]))
+                           pool.free_rows, pool.data, length, final_len, num_blocks, last_block, swapped, mark,
+                           pool.live, table, refcount, scratch, free_ids, counts, released, self.slots, self.copies,
+                           log.admitted_s, log.first_token_s, log.finish_s, log.num_preemptions,
+                           log.prefix_hit_tokens, log.done, self.events, self.rows_f, self.rows_i,
+                           self._prefix_arrays(released.shape[0]), pool.views() if self.extents else None)
         if self.prefix:
             pool.keys_changed(int(self.S[L.NUM_KEYS]))
         return status
+
+    def _block_arrays(self) -> tuple:
+        """A block pool's per-row columns, tables, refcounts, free stack and counters, and a buffer for a row's
+        blocks (as release_row gives them); stand-ins for a pool of extents."""
+        if self.extents:
+            return _NO_BLOCKS
+        pool = self.pool
+        c = pool.column
+        return (c("length"), c("final_len"), c("num_blocks"), c("last_block"), c("swapped"), c("mark"), pool.table,
+                pool.refcount, pool.scratch, pool.free_ids, pool.counts,
+                np.empty(pool.table.shape[1], dtype=np.int32))
 
     def _prefix_arrays(self, num_cols: int) -> tuple | None:
         """`prefix_verbs`' X: the index's arrays, the workload's segments, scratch; None without a prefix cache
@@ -164,6 +190,10 @@ class _Run:
                 status[i - log.base] = rejected_status(reasons.too_long(a, b))
             elif code == L.REJECT_BLOCKS:
                 status[i - log.base] = rejected_status(blocks_refused(a, b))
+            elif code == L.REJECT_EXTENTS:
+                status[i - log.base] = rejected_status(extents_refused(a, 1, b))
+            elif code == L.REJECT_PAGES:
+                status[i - log.base] = rejected_status(pages_refused(a, int(self.pool.consts[PAGE_TOKENS]), b))
             else:
                 status[i - log.base] = rejected_status(_REASONS[code])
         S[L.EVENTS] = 0
@@ -209,7 +239,9 @@ class _Run:
         """Every request is done: the replica's counters as the general loop leaves them, and the strategy's
         (every block back on its free stack, checked in O(1); the tests check its whole integrity, O(pool))."""
         S, replica = self.S, self.replica
-        if self.prefix:
+        if self.extents:
+            self.pool.finish(int(S[L.FREE_ROWS_TOP]), int(S[L.MAPPED_REPORTED]))
+        elif self.prefix:
             self.pool.finish(int(S[L.FREE_TOP]), int(S[L.FREE_ROWS_TOP]), S[[L.QUERIED, L.HIT, L.EVICTED]])
         else:
             self.pool.finish(int(S[L.FREE_TOP]), int(S[L.FREE_ROWS_TOP]))

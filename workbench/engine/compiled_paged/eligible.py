@@ -21,6 +21,7 @@ from workbench.workload.request import RequestColumns
 ENABLED = True
 
 _STRATEGY = "the strategy object says whether the loop runs it (Strategy.compiled_pool)"
+_VIRTUAL = "virtual-contiguous only: its page pool and extents, which the loop reads (Strategy.compiled_pool)"
 _CAPACITY = "capacity and block size: the strategy's pool, which the loop reads"
 _CLOCK = "a constant of the clock's step formula (workbench.clock.step_formula), which the loop calls"
 _WORKLOAD = "the workload: its arrival and length columns are the loop's input; one sequence per request is checked"
@@ -38,6 +39,9 @@ RUN_HANDLED = {
     "max_model_len": "the arrival verdict (rules.too_long)",
     "fit": "contiguous strategies only: " + _STRATEGY, "eviction": "prefix caches only: " + _STRATEGY,
     "pow2_round": "contiguous-pow2 only: " + _STRATEGY,
+    "page_kib": _VIRTUAL, "max_batch": _VIRTUAL, "page_reuse": _VIRTUAL,
+    "map_us_per_page": "virtual-contiguous only: the clock's map time per page, a constant of its step formula",
+    "overlap_map": "virtual-contiguous only: whether the clock overlaps mapping, a constant of its step formula",
     "hybrid": "sliding-window layer groups only; the scheduler's attention_windows must be ()",
     "shared_link_gb_s": "prices shared-tier loads only; shared_tier_gib must be 0",
     "swap_gib": "the host pool of swap preemption only; preemption must be recompute",
@@ -52,7 +56,6 @@ RUN_HANDLED = {
 }
 RUN_NEUTRAL = {
     "host_cache_gib": 0.0, "overlap_load": False, "shared_tier_gib": 0.0,
-    "page_kib": 2048, "max_batch": 256, "page_reuse": "off", "map_us_per_page": None, "overlap_map": "off",
     "clock": "roofline", "kernel": "none", "preemption": "recompute", "chunked_prefill": False, "admission": "fcfs",
     "batching": "continuous", "schedule": "fcfs", "spec_tokens": 0, "n": 1, "beam_width": 1, "replicas": 1,
     "prefill_replicas": 0, "decode_replicas": 0,
