@@ -1,4 +1,5 @@
-"""The step loop of a plain `paged` run, compiled with Numba (workbench.engine.compiled_paged).
+"""The step loop of a plain `paged`, `paged-prefix` or `virtual-contiguous` run, compiled with Numba
+(workbench.engine.compiled_paged).
 
 It is `Replica.step` with the `Scheduler`, `Admission` and `CostMeter` calls of a plain run written out, in
 the same order, over arrays: arrivals join the waiting queue (or are rejected), the decode batch appends one
@@ -10,7 +11,10 @@ tables, and blocks are taken, appended and given back by the functions of `paged
 Where the pool holds a hash-chain prefix cache (workbench.allocators.prefix.compiled_cache), the prompt's keys,
 hits, placement, the decode append and the release are that strategy's one-call verbs (`prefix_verbs`, over the
 arrays of the tuple `X`); without one `X` is None, and Numba compiles the loop without those branches (its
-branch pruning of `X is None`), so a plain pool's loop carries none of the cache's code.
+branch pruning of `X is None`), so a plain pool's loop carries none of the cache's code. A `virtual-contiguous`
+pool (workbench.allocators.virtual.compiled_pool) is the tuple `V` instead: a row's sequence lives in an extent
+whose pages the strategy's page-pool functions take, open and release (`extent_verbs`), the block arrays are
+unused stand-ins, and the step's cost adds the pages mapped since the last step.
 
 The loop stops and returns to the caller (`run_steps`' status) whenever it needs something only Python has
 or an output buffer is full; every state it stops in is one it can resume from:
