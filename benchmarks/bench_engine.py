@@ -37,6 +37,8 @@ Wall times are noisy on a shared machine: compare rows of one run.
     python benchmarks/bench_engine.py --requests 20000 --strategy paged --strategy paged-prefix --baseline ../old
     python benchmarks/bench_engine.py --requests 100000 --baseline ../old --set eff_bw=1.0 --set step_overhead_s=0.00075
     python benchmarks/bench_engine.py --requests 20000 --general-loop --strategy paged --strategy radix
+    python benchmarks/bench_engine.py --requests 20000 --strategy paged-prefix --baseline ../old \
+        --set model=gpt-oss-120b --set kv_gib=20 --baseline-set model=gpt-oss-120b --baseline-set kv_gib=20
 """
 
 from __future__ import annotations
@@ -206,8 +208,9 @@ def config_changes(pairs: list[str] | None) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="llama-3-8b")
-    parser.add_argument("--gpu", default="a100-80gb")
+    parser.add_argument("--model", help="the trace replay's model (default llama-3-8b); scale rows take "
+                        "--set model=NAME")
+    parser.add_argument("--gpu", help="the trace replay's GPU (default a100-80gb); scale rows take --set gpu=NAME")
     parser.add_argument("--window-s", type=float, default=20.0, help="trace window for the kernel run, seconds")
     parser.add_argument("--requests", type=int, action="append", help="scale rows: requests per run (repeatable)")
     parser.add_argument("--strategy", action="append", help="with --requests: the strategy of a set of rows "
@@ -231,6 +234,9 @@ def main() -> int:
     for name in ("repeat", "runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.requests and (args.model or args.gpu):  # the scale rows hold their own operating point
+        parser.error("--model and --gpu set the trace replay; with --requests use --set model=NAME / --set gpu=NAME "
+                     "(and --baseline-set for the baseline's rows)")
     if args.requests:
         scale_table(args.requests, args.strategy or ["paged"], args.baseline, config_changes(args.set),
                     config_changes(args.baseline_set), args.general_loop, args.repeat, args.runs)
@@ -240,6 +246,7 @@ def main() -> int:
     except TraceError as exc:
         print(f"bench_engine: {exc}", file=sys.stderr)
         return 1
+    args.model, args.gpu = args.model or "llama-3-8b", args.gpu or "a100-80gb"
     base = dict(strategy="paged", block_size=16, model=args.model, gpu=args.gpu, workload=f"azure:{path}")
 
     summary, wall_s, cpu_s, _ = replay(RunConfig(**base, kernel="none"), split=False)
