@@ -72,12 +72,20 @@ def assert_same(a, b) -> None:
     assert summaries_equal(a.summary, b.summary)
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(block_size=st.sampled_from([1, 3, 8, 16, 100]), kv_slots=st.integers(520, 6000),
-       max_num_seqs=st.sampled_from([1, 5, 64]), watermark_frac=st.sampled_from([0.0, 0.05, 0.4]),
-       max_num_batched_tokens=st.sampled_from([None, 700]), tp=st.sampled_from([1, 2]),
-       burst=st.booleans(), seed=st.integers(0, 2**16))
+def drawn(max_examples: int, configs: dict):
+    """A test of both loops run on `max_examples` configurations drawn from `configs` (Hypothesis strategies by
+    argument); the test takes pytest's function-scoped monkeypatch, which its draws share."""
+    return lambda test: settings(max_examples=max_examples, deadline=None, suppress_health_check=[
+        HealthCheck.too_slow, HealthCheck.function_scoped_fixture])(given(**configs)(test))
+
+
+CONFIGS = dict(block_size=st.sampled_from([1, 3, 8, 16, 100]), kv_slots=st.integers(520, 6000),
+               max_num_seqs=st.sampled_from([1, 5, 64]), watermark_frac=st.sampled_from([0.0, 0.05, 0.4]),
+               max_num_batched_tokens=st.sampled_from([None, 700]), tp=st.sampled_from([1, 2]),
+               burst=st.booleans(), seed=st.integers(0, 2**16))
+
+
+@drawn(30, CONFIGS)
 def test_compiled_loop_gives_the_general_tables(monkeypatch, block_size, kv_slots, max_num_seqs, watermark_frac,
                                                 max_num_batched_tokens, tp, burst, seed):
     cfg = small_config(strategy="paged", block_size=block_size, kv_slots=kv_slots, max_num_seqs=max_num_seqs,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.engine.conftest import small_config
@@ -18,6 +17,7 @@ from tests.engine.test_compiled_paged import (
     MAX_MODEL_LEN,
     assert_same,
     count_drives,
+    drawn,
     run_both,
     states_after_both_loops,
 )
@@ -65,17 +65,13 @@ def _both_loops(monkeypatch, block_size, kv_slots, max_num_seqs, watermark_frac,
     assert_same(*run_both(cfg, shared_workload(seed, 80, burst), monkeypatch))
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(**CONFIGS)
+@drawn(25, CONFIGS)
 def test_compiled_prefix_loop_gives_the_general_tables(monkeypatch, **draw):
     _both_loops(monkeypatch, **draw)
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(**CONFIGS)
+@drawn(300, CONFIGS)
 def test_compiled_prefix_loop_gives_the_general_tables_long(monkeypatch, **draw):
     _both_loops(monkeypatch, **draw)
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.engine.conftest import small_config
-from tests.engine.test_compiled_paged import assert_same, count_drives, hand_workload, run_both, states_after_both_loops
+from tests.engine.test_compiled_paged import (
+    assert_same,
+    count_drives,
+    drawn,
+    hand_workload,
+    run_both,
+    states_after_both_loops,
+)
 from workbench.allocators import registry
 from workbench.config import RunConfig
 from workbench.engine import simulate
@@ -34,17 +40,13 @@ def _both_loops(monkeypatch, burst, seed, **options) -> None:
     assert_same(*run_both(cfg, hand_workload(seed, 60, burst), monkeypatch))
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(**CONFIGS)
+@drawn(25, CONFIGS)
 def test_compiled_virtual_loop_gives_the_general_tables(monkeypatch, **draw):
     _both_loops(monkeypatch, **draw)
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(**CONFIGS)
+@drawn(300, CONFIGS)
 def test_compiled_virtual_loop_gives_the_general_tables_long(monkeypatch, **draw):
     _both_loops(monkeypatch, **draw)
 

@@ -74,6 +74,7 @@ class PagePool:
         self.used = np.zeros(num_extents, dtype=np.int64)  # [num_extents] pages its sequence's tokens occupy
         self.held = np.zeros(num_extents, dtype=bool)  # [num_extents] extent owned by a sequence
         self.unmapped: list[tuple[int, int, int]] = []  # (extent, first page, pages) unmapped since the last drain
+        self._one_log = self._log(1)  # scratch of a decode step's opening or a release (every step: not allocated)
 
     @property
     def free_pages(self) -> int:
@@ -143,12 +144,12 @@ class PagePool:
     def opened(self, reused: int, to_map: np.ndarray) -> None:
         """Held extents used more pages (`loops.open_page`): `reused` of their own mapped pages, and one new
         mapping for each extent of `to_map`."""
-        log = self._log(1)
+        log = self._one_log
         self._logged(log, loops.opened(self.counts, self.mapped, self.used, reused, to_map, log, 0))
 
     def release(self, extent: int) -> None:
         """The extent's sequence is gone: its pages stay mapped as cache (reuse on) or are unmapped."""
-        log = self._log(0)
+        log = self._one_log
         self._logged(log, loops.release(self.counts, self.mapped, self.used, self.held, extent, self.reuse, log, 0))
 
     def shrink(self, extent: int, used: int) -> None:

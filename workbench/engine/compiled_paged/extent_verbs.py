@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from numba import njit
 
+from workbench import intmath
 from workbench.allocators.virtual import loops
 from workbench.allocators.virtual.compiled_pool import (
     EXTENT_SLOTS,
@@ -27,6 +28,8 @@ from workbench.allocators.virtual.compiled_pool import (
 
 # called only from the compiled loop: no wrapper for Python callers is built (less to compile)
 _inner = njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
+_cdiv = _inner(intmath.cdiv)  # the pages a sequence's tokens occupy, as `VirtualContiguous._choose` counts them
 
 # V: CompiledExtentPool.views
 EXTENT, LENGTH, FINAL, MAPPED, USED, HELD, COUNTS, CONSTS, EXTENTS, TO_MAP, SLOTS, PICKED, NEEDED, LOG = range(14)
@@ -50,8 +53,7 @@ def choose(V, tokens):
     picked, needed, counts = V[PICKED], V[NEEDED], V[COUNTS]
     if loops.pick_extents(V[HELD], V[MAPPED], picked) < 1:
         return NO_EXTENT, 0, V[CONSTS][MAX_BATCH]
-    p = V[CONSTS][PAGE_TOKENS]
-    needed[0] = (tokens + p - 1) // p  # the pages its tokens occupy
+    needed[0] = _cdiv(tokens, V[CONSTS][PAGE_TOKENS])
     if not loops.can_take(counts, V[MAPPED], picked, needed):
         return NO_PAGES, needed[0], loops.available(counts)
     return 0, picked[0], needed[0]

@@ -195,8 +195,8 @@ def run_steps(S, F, C, K, arrival_s, prompt, output, rows_s, flops_per_s, output
             S[PHASE] = DECIDE
         if S[PHASE] == DECIDE:
             if V is not None:  # `VirtualContiguous.end_step`: the pages mapped since the last step's plan
-                S[P_MAPPED] = ext.mapped_total(V) - S[MAPPED_REPORTED]
-                S[MAPPED_REPORTED] = ext.mapped_total(V)
+                mapped_total = ext.mapped_total(V)
+                S[P_MAPPED], S[MAPPED_REPORTED] = mapped_total - S[MAPPED_REPORTED], mapped_total
             verdict = rules.step_verdict(S[NBATCH] + S[P_NPF], 0, S[NUM_REJECTED] - S[REJECTED_BEFORE])
             # a step that preempted always runs here (one sequence a group, no partial prefill: each preemption
             # frees a block for the batch left), so no preemption waits for a later row (`Replica`'s carry)
@@ -434,8 +434,9 @@ def _plan(S, C, X, V, length, final_len, num_blocks, last_block, swapped, live, 
     decode_ctx = decode_blocks = 0
     for k in range(num_decode):
         if V is not None:  # block size 1: a block per token (CostMeter's count)
-            decode_ctx += ext.length_of(V, batch[k])
-            decode_blocks += ext.length_of(V, batch[k])
+            n = ext.length_of(V, batch[k])
+            decode_ctx += n
+            decode_blocks += n
         else:
             decode_ctx += length[batch[k]]
             decode_blocks += num_blocks[batch[k]]
