@@ -98,6 +98,9 @@ def replay(cfg: RunConfig, *, split: bool) -> tuple[dict, float, float, StepTime
     return result.summary, time.perf_counter() - wall0, time.process_time() - cpu0, timers
 
 
+# the trace replay's model and GPU unless --model / --gpu say otherwise
+TRACE_MODEL, TRACE_GPU = "llama-3-8b", "a100-80gb"
+
 # the scale rows' operating point (num_requests and --set changes go on top)
 SCALE_POINT = dict(strategy="paged", block_size=16, model="llama-3-8b", gpu="h100-sxm", kv_gib=40,
                    workload="sharegpt-like", rate=40.0, kernel="none")
@@ -155,7 +158,9 @@ def scale_table(counts: list[int], strategies: list[str], baseline: Path | None,
                 baseline_changes: dict, general: bool, repeat: int = 1, runs: int = 1) -> None:
     here = Path(__file__).resolve().parent.parent
     roots = [("this", here, changes)] + ([("baseline", baseline, baseline_changes)] if baseline is not None else [])
-    print("llama-3-8b on h100-sxm, 40 GiB KV, sharegpt-like at 40 req/s, kernel none (unless --set says otherwise)"
+    p = SCALE_POINT
+    print(f"{p['model']} on {p['gpu']}, {p['kv_gib']} GiB KV, {p['workload']} at {p['rate']:g} req/s, kernel "
+          f"{p['kernel']} (unless --set says otherwise)"
           + (", every run through the general loop" if general else "")
           + (f"; cpu_s and us/step: the least of {runs} runs in each process" if runs > 1 else ""))
     for label, _, fields in roots:
@@ -208,9 +213,9 @@ def config_changes(pairs: list[str] | None) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="the trace replay's model (default llama-3-8b); scale rows take "
+    parser.add_argument("--model", help=f"the trace replay's model (default {TRACE_MODEL}); scale rows take "
                         "--set model=NAME")
-    parser.add_argument("--gpu", help="the trace replay's GPU (default a100-80gb); scale rows take --set gpu=NAME")
+    parser.add_argument("--gpu", help=f"the trace replay's GPU (default {TRACE_GPU}); scale rows take --set gpu=NAME")
     parser.add_argument("--window-s", type=float, default=20.0, help="trace window for the kernel run, seconds")
     parser.add_argument("--requests", type=int, action="append", help="scale rows: requests per run (repeatable)")
     parser.add_argument("--strategy", action="append", help="with --requests: the strategy of a set of rows "
@@ -246,11 +251,11 @@ def main() -> int:
     except TraceError as exc:
         print(f"bench_engine: {exc}", file=sys.stderr)
         return 1
-    args.model, args.gpu = args.model or "llama-3-8b", args.gpu or "a100-80gb"
-    base = dict(strategy="paged", block_size=16, model=args.model, gpu=args.gpu, workload=f"azure:{path}")
+    model, gpu = args.model or TRACE_MODEL, args.gpu or TRACE_GPU
+    base = dict(strategy="paged", block_size=16, model=model, gpu=gpu, workload=f"azure:{path}")
 
     summary, wall_s, cpu_s, _ = replay(RunConfig(**base, kernel="none"), split=False)
-    print(f"Azure conversation trace, paged, kernel none ({args.model} on {args.gpu})")
+    print(f"Azure conversation trace, paged, kernel none ({model} on {gpu})")
     print(f"{'requests':>9} {'sim_s':>9} {'wall_s':>8} {'cpu_s':>8} {'sim/wall':>9} {'sim/cpu':>8}")
     print(f"{summary['num_requests']:>9} {summary['sim_time_s']:>9.1f} {wall_s:>8.2f} {cpu_s:>8.2f} "
           f"{summary['sim_time_s'] / wall_s:>9.0f} {summary['sim_time_s'] / cpu_s:>8.0f}   (target sim/wall >= 300)")
