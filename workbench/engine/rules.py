@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from workbench.intmath import cdiv
+
 # admission_verdict: what becomes of the waiting group at the head of the line
 PLACE = 0  # ask the strategy to place it
 STOP = 1  # the step's token budget or max_num_seqs is spent: admission ends for this step
@@ -44,7 +46,7 @@ def blocks_needed(tokens, block_size, num_seqs, state_blocks=0, pool_blocks_per_
     per further sequence for its copy of a shared partial last block (an upper bound for paged pools), each
     taking `pool_blocks_per_block` blocks of the pool (a pool of layer groups holds one in each group: docs/
     hybrid.md), and each sequence's recurrent state of `state_blocks` blocks (docs/recurrent.md)."""
-    return ((tokens + block_size - 1) // block_size + num_seqs - 1) * pool_blocks_per_block + num_seqs * state_blocks
+    return (cdiv(tokens, block_size) + num_seqs - 1) * pool_blocks_per_block + num_seqs * state_blocks
 
 
 def admission_verdict(tokens, budget, spends_budget, running_seqs, num_seqs, max_num_seqs, needed_blocks,

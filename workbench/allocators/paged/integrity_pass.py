@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from workbench.intmath import cdiv
+
 # what broke, in the order the invariants are checked (the first that breaks is the one returned)
 (OK, NO_TOKEN, LENGTH_ORDER, TABLE_LENGTH, TABLE_WIDTH, LAST_BLOCK, OUTSIDE, TWICE, DEVICE_REFCOUNT, HOST_REFCOUNT,
  FILL_DISAGREE, REGISTERED_OUTSIDE, REGISTERED_NOT_FULL, WRITTEN, LOGICAL, ENTRIES, FREE_OUTSIDE, FREE_TWICE,
@@ -26,7 +28,7 @@ def _row_fault(row, length, final_len, num_blocks, last_block, table, bs, max_mo
     if not (n <= final_len[row] <= max_model_len):
         return LENGTH_ORDER
     nb = num_blocks[row]
-    if nb != (n + bs - 1) // bs:
+    if nb != cdiv(n, bs):
         return TABLE_LENGTH
     if row >= table.shape[0] or nb > table.shape[1]:
         return TABLE_WIDTH

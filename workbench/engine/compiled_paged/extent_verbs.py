@@ -29,8 +29,6 @@ from workbench.allocators.virtual.compiled_pool import (
 # called only from the compiled loop: no wrapper for Python callers is built (less to compile)
 _inner = njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
-_cdiv = _inner(intmath.cdiv)  # the pages a sequence's tokens occupy, as `VirtualContiguous._choose` counts them
-
 # V: CompiledExtentPool.views
 EXTENT, LENGTH, FINAL, MAPPED, USED, HELD, COUNTS, CONSTS, EXTENTS, TO_MAP, SLOTS, PICKED, NEEDED, LOG = range(14)
 
@@ -53,7 +51,7 @@ def choose(V, tokens):
     picked, needed, counts = V[PICKED], V[NEEDED], V[COUNTS]
     if loops.pick_extents(V[HELD], V[MAPPED], picked) < 1:
         return NO_EXTENT, 0, V[CONSTS][MAX_BATCH]
-    needed[0] = _cdiv(tokens, V[CONSTS][PAGE_TOKENS])
+    needed[0] = intmath.cdiv(tokens, V[CONSTS][PAGE_TOKENS])  # as `VirtualContiguous._choose` counts them
     if not loops.can_take(counts, V[MAPPED], picked, needed):
         return NO_PAGES, needed[0], loops.available(counts)
     return 0, picked[0], needed[0]
