@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from workbench.arguments import switch_argument
-from workbench.config import RunConfig
+from workbench.config import Resolved, RunConfig
 from workbench.errors import ConfigError, UnservableError, WorkloadError, shown
 from workbench.outdir import check_target
 from workbench.result_dir import read_result
@@ -131,6 +131,11 @@ def write_result(result: Result, path: Path, *, replace: bool) -> None:
 def run_config(**flags: Any) -> RunConfig:
     """The checked configuration of `flags` (names of `RunConfig` fields); raises ConfigError, before any
     work, with the message the command line prints."""
+    return _checked(flags)[0]
+
+
+def _checked(flags: dict[str, Any]) -> tuple[RunConfig, Resolved]:
+    """`run_config`'s configuration and its resolved sizes (`check_config`), which a run takes as they are."""
     unknown = [name for name in flags if name not in RunConfig.field_names()]
     if unknown:
         close = difflib.get_close_matches(unknown[0], RunConfig.field_names(), n=1)
@@ -140,10 +145,9 @@ def run_config(**flags: Any) -> RunConfig:
 
     try:
         cfg = RunConfig(**flags)
-        check_config(cfg)
+        return cfg, check_config(cfg)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return cfg
 
 
 def run(*, progress: bool = False, **flags: Any) -> Result:
@@ -153,15 +157,20 @@ def run(*, progress: bool = False, **flags: Any) -> Result:
     Raises ConfigError (a ValueError) before any work for a bad flag or a workload the configuration
     cannot serve, with the message the command line prints; `progress` shows a bar of finished requests.
     """
-    return run_checked(run_config(**flags), progress=switch_argument("progress", progress))
+    return _run(*_checked(flags), progress=switch_argument("progress", progress))
 
 
 def run_checked(cfg: RunConfig, *, progress: bool = False) -> Result:
     """Run a configuration `run_config` has checked. A workload found bad once it is read raises ConfigError."""
+    return _run(cfg, None, progress=progress)
+
+
+def _run(cfg: RunConfig, res: Resolved | None, *, progress: bool) -> Result:
+    """`run_checked`, with the config's resolved sizes when the caller has them (None: resolved here)."""
     from workbench.engine.simulation import run_in_memory
 
     try:
-        tables, description = run_in_memory(cfg, progress=progress)
+        tables, description = run_in_memory(cfg, progress=progress, res=res)
     except (WorkloadError, UnservableError) as exc:
         raise ConfigError(str(exc)) from None
     if (note := dropped_rows_note(cfg.workload, tables.summary)) is not None:

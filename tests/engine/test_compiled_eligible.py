@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+import workbench as wb
 from tests.engine.conftest import small_config
 from tests.engine.golden import WORKLOADS, load, outputs_of
 from tests.engine.test_compiled_paged import count_drives
@@ -115,3 +116,5 @@ def test_a_run_resolves_its_config_once(monkeypatch, tmp_path, replicas):
     simulation.run_in_memory(cfg)
     simulation.run(cfg, tmp_path / "out")
     assert len(calls) == 2
+    wb.run(**{**PLAIN, "replicas": replicas})  # checked before any work, and run with what the check resolved
+    assert len(calls) == 3

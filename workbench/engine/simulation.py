@@ -114,10 +114,12 @@ def run(cfg: RunConfig, out_dir: Path | None = None, *, progress: bool = False) 
     return summary
 
 
-def run_in_memory(cfg: RunConfig, *, progress: bool = False) -> tuple[RunResult, dict[str, Any]]:
+def run_in_memory(cfg: RunConfig, *, progress: bool = False, res: Resolved | None = None
+                  ) -> tuple[RunResult, dict[str, Any]]:
     """Run one simulation, keeping its tables in memory (`workbench.run`): the tables and summary, and
-    config.json's contents (`run_description`). `run` streams them to files instead."""
-    wall0, res, requests = _prepared(cfg)
+    config.json's contents (`run_description`). `run` streams them to files instead. `res`: what `check_config`
+    returned for `cfg`, when the caller checked it already."""
+    wall0, res, requests = _prepared(cfg, res)
     shared_tier = registry.create_shared_tier(cfg, res)  # one pool for every replica (None: no shared tier)
     result = _simulate_fleet(cfg, res, requests, shared_tier, progress=progress, wall0_s=wall0)
     if result is None:
@@ -126,10 +128,11 @@ def run_in_memory(cfg: RunConfig, *, progress: bool = False) -> tuple[RunResult,
     return result, run_description(cfg, res, result.summary["kernel_backend"])
 
 
-def _prepared(cfg: RunConfig) -> tuple[float, Resolved, Sequence[Request]]:
-    """(wall clock at the start, the resolved sizes, the workload), every check passed before simulating."""
+def _prepared(cfg: RunConfig, res: Resolved | None = None) -> tuple[float, Resolved, Sequence[Request]]:
+    """(wall clock at the start, the resolved sizes, the workload), every check passed before simulating (the
+    config's own: `check_config`, unless its result `res` is given)."""
     wall0 = time.perf_counter()
-    res = check_config(cfg)
+    res = check_config(cfg) if res is None else res
     requests = build_workload(cfg)
     check_accepted(cfg, requests)
     check_servable(cfg, res, requests)
