@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.intmath import cdiv
 from workbench.kernels import launch
 from workbench.kernels.source import (
     ATTENTION_CU,
@@ -243,7 +244,7 @@ def mla_decode(xp, q_latent, q_rope, pool, kv_dtype, scale, kv_scale, *, paged=N
     # the dense kernel never reads the selection: any int32 array stands in for it
     sel_indptr, sel_positions = selected if sparse else (addressing_args[0], addressing_args[0])
     kernel = mla_kernel_name(addressing, kv_dtype, latent, rope, sparse)
-    grid = (-(-num_heads // launch.MLA_HEADS), num_seqs, 1)
+    grid = (cdiv(num_heads, launch.MLA_HEADS), num_seqs, 1)
     return out, [Launch(MLA_CU, kernel, grid, (launch.MLA_THREADS, 1, 1),
                         (q_latent, q_rope, pool, *addressing_args, sel_indptr, sel_positions, np.int32(num_heads),
                          np.float32(scale), np.float32(kv_scale), out))]

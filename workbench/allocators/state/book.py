@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.allocators.state.policies import boundaries, check_policy, eviction_rank
+from workbench.intmath import cdiv
 
 _NO_BLOCKS = np.zeros(0, dtype=np.int32)
 
@@ -122,7 +123,7 @@ class StateBook:
         need = self.held_blocks() + k - self.spec.cache_blocks
         if need <= 0:
             return _NO_BLOCKS
-        count = -(-need // k)
+        count = cdiv(need, k)
         return self.evict(count) if count * k <= self.evictable() else None
 
     def save(self, key: int, position: int, blocks: np.ndarray) -> None:
@@ -162,7 +163,7 @@ class StateBook:
 
     def evict_blocks(self, num_blocks: int) -> np.ndarray:
         """Mutates. Evicts whole checkpoints until at least `num_blocks` blocks come free; their blocks."""
-        return self.evict(-(-num_blocks // self.spec.blocks_per_state))
+        return self.evict(cdiv(num_blocks, self.spec.blocks_per_state))
 
     def take_copies(self) -> int:
         """Mutates. State copies (checkpoint saves and restores) since the last call."""
