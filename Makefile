@@ -50,8 +50,9 @@ lint: $(STAMP_DEV)
 # `make test`: every code path, on every core, in minutes; `make test-all` adds the exhaustive variants
 # marked `slow` (all 2^32 fp8 patterns, full-size notebooks and experiments, long random walks)
 # --dist loadfile: a test file's tests share one worker, so what a file builds once (its module fixtures,
-# compiled kernels, a wheel) is built once
-PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
+# compiled kernels, a wheel) is built once. --no-loadscope-reorder: the files run in collection order, where
+# tests/conftest.py puts the longest first (xdist would order them by their number of tests)
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=15
 # The Numba kernels are compiled once before the tests start (workbench/build_kernels.py): workers starting
 # together would each compile them. The cuda-cpu shim's g++ build, the longer part, runs beside the tests
 # instead: a test that needs the library waits for it on the build's lock.

@@ -88,6 +88,32 @@ def call_cli(main, argv: list[str]) -> tuple[int, str]:
     return status, err.getvalue()
 
 
+# The longest test files of `make test`, longest first (its CPU times by file, on two cores). Under --dist
+# loadfile a file runs whole on one worker, in collection order (xdist's reordering by test count is off in the
+# Makefile), so a long file collected last would run alone at the end while the other core idles: these start
+# first, and the many short files fill the gaps.
+LONGEST_FILES = (
+    "tests/figures/test_figures.py",
+    "tests/notebooks/test_notebooks.py",
+    "tests/engine/test_golden.py",
+    "tests/kernels/test_nvrtc_compile.py",
+    "tests/sweep/test_sweep_safety.py",
+    "tests/test_output_streams.py",
+    "tests/allocators/test_random_walks.py",
+    "tests/sweep/test_sweep_runner.py",
+    "tests/kernels/test_numba_cpu_targets.py",
+    "tests/kernels/test_numba_process_determinism.py",
+    "tests/sweep/test_sweep_cli.py",
+    "tests/engine/test_preemption.py",
+    "tests/allocators/test_hybrid_random_walks.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {path: rank for rank, path in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: first.get(item.nodeid.split("::")[0], len(first)))  # stable: the rest keep their order
+
+
 # CPU seconds per test (setup, call and teardown; this process and the processes it waited for), reported
 # beside pytest's wall-clock --durations: on a shared machine wall time mostly measures the neighbours.
 # Each worker measures its own tests and sends the figure with the test's report.
