@@ -7,6 +7,8 @@ sequence ids, and the position each one writes, are cached until the batch chang
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from workbench.clock.step_cost import CostMeter
@@ -19,6 +21,10 @@ class DecodeBatch:
 
     def __init__(self, meter: CostMeter) -> None:
         self.groups: list[Group] = []  # RUNNING groups, in the order they joined
+        # their join numbers (`Group.joined`), ascending: a leaving group is found by bisection, not by a search
+        # of the batch (a preempted group rejoins at the end with a new number)
+        self._joined: list[int] = []
+        self._next_join = 0
         self.meter = meter
         # The flattened sequence ids: a new list at every change (plans keep the old one); None when it
         # must be rebuilt from the groups. While every group has one sequence (`_multi` == 0) a group's
@@ -106,7 +112,10 @@ class DecodeBatch:
     def join(self, g: Group, step: int) -> None:
         """A group with tokens left to generate starts decoding at `step`."""
         g.state = GroupState.RUNNING
+        g.joined = self._next_join
+        self._next_join += 1
         self.groups.append(g)
+        self._joined.append(g.joined)
         self._request_list.append(g.index)
         self._group_base.append(g.kv_len - g.synced_step)
         self._group_prompt.append(g.request.prompt_tokens)
@@ -123,8 +132,11 @@ class DecodeBatch:
     def leave(self, g: Group, step: int) -> None:
         """A running group stops decoding (finished or preempted); its counters are synced."""
         self.sync(g, step)
-        i = self.groups.index(g)
+        i = bisect_left(self._joined, g.joined)
+        if i == len(self.groups) or self.groups[i] is not g:
+            raise ValueError(f"group of request {g.index} leaves a decode batch it is not in")
         del self.groups[i]
+        del self._joined[i]
         del self._request_list[i]
         del self._group_base[i]
         del self._group_prompt[i]

@@ -42,6 +42,7 @@ class Group:
     # disaggregated prefill replica: its KV is shipped to a decode replica after it finishes, so its blocks stay
     # allocated until the fleet says the transfer has ended (`Residency.release`)
     holds_kv: bool = False
+    joined: int = -1  # while RUNNING: its number in the decode batch's join order (DecodeBatch finds it by it)
 
     @property
     def num_seqs(self) -> int:
