@@ -26,6 +26,7 @@ import numpy as np
 
 from workbench.allocators.base import Strategy
 from workbench.allocators.paged.block_stack import BlockStack
+from workbench.allocators.paged.hybrid_counts import last_block_parts
 from workbench.allocators.paged.hybrid_integrity import check_hybrid
 from workbench.allocators.paged.hybrid_prefix import HybridPrefixCache
 from workbench.allocators.paged.hybrid_tables import GroupTables, group_columns
@@ -99,6 +100,7 @@ class HybridPaged(Strategy):
         # [num_blocks]: the group each block was last taken for (a held or cached block's group)
         self._group_of_block = np.zeros(self.num_blocks, dtype=np.int64)
         self._held_blocks = [0] * len(groups)  # per group: blocks some sequence holds
+        self._reach_of = np.full(self.num_blocks, -1, dtype=np.int64)  # scratch of `last_block_parts`
         total_units = self._units_per_block = sum(g.units for g in self.groups)
         self._uniform = len({g.units for g in self.groups}) == 1  # every entry has the same number of blocks
         self._layer_groups = tuple(LayerGroup(g.window_tokens or 0, g.units / total_units) for g in self.groups)
@@ -460,35 +462,18 @@ class HybridPaged(Strategy):
     def _group_parts(self) -> tuple[list[GroupSnapshot], int]:
         """Pure. `group_snapshots`, and the entries of a group's tables (each holds cdiv(length, block) entries
         of a sequence, released ones included)."""
-        bs, rows = self.block_size, np.flatnonzero(self.seqs.live)
-        lengths = self.seqs.columns["length"][rows]
-        num_entries = cdiv(lengths, bs)  # [n] per sequence
-        # per sequence: where its last block starts, the slots of that block written and the slots of it the
-        # sequence will have written when it finishes
-        start = (num_entries - 1) * bs
-        written = lengths - start
-        finishes = np.minimum(self.seqs.columns["final_len"][rows] - start, bs)
-        out = []
+        bs, columns, live = self.block_size, self.seqs.columns, self.seqs.live
+        out, entries = [], 0
         for gi, g in enumerate(self.groups):
-            # each sequence's last block in the group: always held (a window never releases the block being written)
-            last = g.last[rows]
-            fill, reach = written, finishes
-            ordered = np.sort(last)
-            if np.any(ordered[1:] == ordered[:-1]):  # shared last blocks: each counted once, to its furthest reach
-                blocks, first, inverse = np.unique(last, return_index=True, return_inverse=True)
-                furthest = np.zeros(blocks.shape[0], dtype=np.int64)
-                np.maximum.at(furthest, inverse, reach)
-                fill, reach = fill[first], furthest  # holders of a block see the same fill
+            # each sequence's last block in the group is held (a window never releases the block being written)
+            num_last, written, reserved, held_entries, logical, entries = last_block_parts(
+                live, columns["length"], columns["final_len"], g.last, g.first_live, bs, self._reach_of)
             held = self._held_blocks[gi] // g.units * bs
-            token = held - bs * fill.shape[0] + int(fill.sum())
-            reserved = int((reach - fill).sum())
-            first_live = g.first_live[rows]
-            unshared = int((num_entries - first_live).sum()) * bs  # each sequence's held entries
-            logical = int((lengths - first_live * bs).sum())  # each sequence's written slots of those
+            token = held - bs * num_last + written  # every held block but the last ones is full
             out.append(GroupSnapshot(g.window_tokens, token * g.units, reserved * g.units,
                                      (held - token - reserved) * g.units, held * g.units, logical * g.units,
-                                     unshared * g.units))
-        return out, int(num_entries.sum())
+                                     held_entries * bs * g.units))
+        return out, entries
 
     def snapshot(self, refused_extent_slots: int = 0) -> Snapshot:
         """Pure. The groups' parts summed; free blocks serve any request (no external fragmentation)."""
