@@ -25,6 +25,7 @@ from workbench.kernels import cuda_cpu
 
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 TINY_MODEL = "custom:layers=2,kv_heads=2,heads=4,head_dim=16,max_model_len=512"
+HYBRID_MODEL = "gpt-oss-20b"  # a full-attention and a sliding-window layer group: the hybrid pool
 STORAGE = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8": np.uint8}
 
 
@@ -73,6 +74,9 @@ def compile_allocators() -> None:
     for name in registry.names():
         run(RunConfig(strategy=name, model=TINY_MODEL, kv_slots=32768, kernel="numba", kv_dtype="fp16",
                       workload="system-prompt:k=2,system=40,lengths=alpaca", num_requests=4))
+    # the hybrid pool (a model with a sliding-window group) and its prefix cache: their own compiled loops
+    run(RunConfig(strategy="paged-prefix", model=HYBRID_MODEL, max_model_len=1024, kv_gib=0.06, kernel="none",
+                  workload="system-prompt:k=2,system=40,lengths=alpaca", num_requests=4))
     # the integrity pass the tests run after every step (a run itself never checks)
     registry.create("paged", capacity_slots=64, block_size=16, max_model_len=64).check_integrity()
 
