@@ -132,9 +132,10 @@ STEP_LOOPS = "step-loops"
 
 
 def build(parts: tuple[str, ...] = PARTS) -> dict[str, float]:
-    """Build `parts`: "numba" (every Numba specialization) and "shim" (the cuda-cpu library, where this
-    machine can build it: g++ and CUDA headers), the shim on a thread while the Numba kernels compile on
-    this one. Returns seconds per part built; raises what a build raised."""
+    """Build `parts`: "numba" (every Numba specialization, the step loops in a second process) and "shim" (the
+    cuda-cpu library, where this machine can build it: g++ and CUDA headers), the shim on a thread while the
+    Numba kernels compile on this one; "step-loops" compiles the step loops alone, in this process. Returns
+    seconds per part built ("numba" and "shim"); raises what a build raised."""
     took: dict[str, float] = {}
     failed: list[BaseException] = []
 
