@@ -16,12 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
 from workbench import kernels
 from workbench.kernels import cuda_cpu
+from workbench.paths import pythonpath_with_package
 
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8")
 TINY_MODEL = "custom:layers=2,kv_heads=2,heads=4,head_dim=16,max_model_len=512"
@@ -156,7 +156,7 @@ def build(parts: tuple[str, ...] = PARTS) -> dict[str, float]:
     if "numba" in parts:
         t0 = time.perf_counter()
         loops = subprocess.Popen([sys.executable, "-m", "workbench.build_kernels", STEP_LOOPS],
-                                 env=_this_package_first())
+                                 env={**os.environ, "PYTHONPATH": pythonpath_with_package()})
         try:
             compile_numba()  # the attention kernels first: the step loops share none of their code
             compile_allocators()
@@ -172,13 +172,6 @@ def build(parts: tuple[str, ...] = PARTS) -> dict[str, float]:
     if failed:
         raise failed[0]
     return took
-
-
-def _this_package_first() -> dict[str, str]:
-    """The environment with this package's folder first on PYTHONPATH: the second process imports this source
-    tree, installed or not."""
-    root = str(Path(__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
 
 
 def _shim_headers() -> bool:

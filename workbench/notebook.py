@@ -23,7 +23,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from workbench.paths import IN_CHECKOUT, REPO_ROOT
+from workbench.paths import IN_CHECKOUT, REPO_ROOT, pythonpath_with_package
 
 SMALL = os.environ.get("WORKBENCH_NOTEBOOK_SMALL") == "1"
 TINY_MODEL = "custom:layers=2,kv_heads=2,heads=4,head_dim=64,max_model_len=512"
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     # this environment's kernel, even when a user-level `python3` kernelspec points elsewhere
     os.environ.setdefault("JUPYTER_PATH", str(Path(sys.prefix) / "share" / "jupyter"))
     if IN_CHECKOUT:  # the kernel imports this checkout's package, not another installed copy
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        os.environ["PYTHONPATH"] = pythonpath_with_package()
     for path in args.notebooks:
         start_s = time.perf_counter()
         try:

@@ -13,6 +13,12 @@ REPO_ROOT = PACKAGE_DIR.parent  # meaningful in a source checkout only
 IN_CHECKOUT = (REPO_ROOT / "pyproject.toml").is_file()  # False for an installed wheel (site-packages)
 
 
+def pythonpath_with_package() -> str:
+    """$PYTHONPATH with the folder holding this package first: a child process given it imports this package,
+    installed or a source tree, ahead of any other copy."""
+    return os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+
+
 def shared_traces_dir() -> Path | None:
     """`../shared/traces` beside the checkout (or $WORKBENCH_SHARED_TRACES), None when absent."""
     candidates = []

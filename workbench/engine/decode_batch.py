@@ -8,6 +8,7 @@ sequence ids, and the position each one writes, are cached until the batch chang
 from __future__ import annotations
 
 from bisect import bisect_left
+from operator import attrgetter
 
 import numpy as np
 
@@ -15,15 +16,16 @@ from workbench.clock.step_cost import CostMeter
 from workbench.engine.groups import Group, GroupState
 from workbench.engine.plan import NO_SLOTS
 
+_JOINED = attrgetter("joined")
+
 
 class DecodeBatch:
     """Mutates the groups it holds and the cost meter's decode totals."""
 
     def __init__(self, meter: CostMeter) -> None:
         self.groups: list[Group] = []  # RUNNING groups, in the order they joined
-        # their join numbers (`Group.joined`), ascending: a leaving group is found by bisection, not by a search
-        # of the batch (a preempted group rejoins at the end with a new number)
-        self._joined: list[int] = []
+        # the next join number (`Group.joined`): the groups' numbers ascend in batch order, so a leaving group is
+        # found by bisection, not by a search of the batch (a preempted group rejoins at the end with a new number)
         self._next_join = 0
         self.meter = meter
         # The flattened sequence ids: a new list at every change (plans keep the old one); None when it
@@ -115,7 +117,6 @@ class DecodeBatch:
         g.joined = self._next_join
         self._next_join += 1
         self.groups.append(g)
-        self._joined.append(g.joined)
         self._request_list.append(g.index)
         self._group_base.append(g.kv_len - g.synced_step)
         self._group_prompt.append(g.request.prompt_tokens)
@@ -132,11 +133,10 @@ class DecodeBatch:
     def leave(self, g: Group, step: int) -> None:
         """A running group stops decoding (finished or preempted); its counters are synced."""
         self.sync(g, step)
-        i = bisect_left(self._joined, g.joined)
+        i = bisect_left(self.groups, g.joined, key=_JOINED)
         if i == len(self.groups) or self.groups[i] is not g:
             raise ValueError(f"group of request {g.index} leaves a decode batch it is not in")
         del self.groups[i]
-        del self._joined[i]
         del self._request_list[i]
         del self._group_base[i]
         del self._group_prompt[i]
